@@ -1,0 +1,114 @@
+/*
+Package ax is the Go client of ax, a task scheduler that runs as a sidecar
+next to each application process. The application submits tasks to its local
+sidecar over a Unix socket; the sidecars of a cluster replicate them with Raft
+and, when a task is due, call an executor of the application back over HTTP.
+
+The package has two halves: a Client that submits, looks up and cancels
+tasks, and an Executor that receives the callbacks and runs Handlers. It uses
+the standard library only.
+
+	import ax "github.com/axsched/ax/clients/go"
+
+# Submitting tasks
+
+Create one Client per process. With a zero Config it uses the socket named by
+the AX_SOCKET environment variable, or ./ax.sock:
+
+	client := ax.New(ax.Config{})
+	if err := client.Ready(ctx); err != nil {
+		log.Fatal(err) // e.g. "ax: cannot reach sidecar at ./ax.sock: connect: no such file or directory"
+	}
+
+	task, err := client.Submit(ctx, ax.SubmitRequest{
+		ID:      "order-timeout|42", // idempotency key; empty lets the sidecar pick one
+		Handler: "order.timeout",
+		Payload: map[string]any{"order_id": 42},
+		Delay:   30 * time.Minute,
+	})
+
+Submit returns once the task is durable on a quorum of the cluster. Submitting
+the same ID with the same spec again returns the existing task, so a caller
+that is unsure whether a submit went through (a timeout, a crash) can simply
+submit again. The payload is any value encoding/json can marshal, a
+json.RawMessage sent byte for byte, or binary data in PayloadBytes. Zero
+fields take the sidecar's defaults: priority 2 (PriorityDefault), timeout 30s
+per attempt, 4 attempts.
+
+# Looking up and cancelling tasks
+
+	task, err := client.Get(ctx, "order-timeout|42")
+	fmt.Println(task.State, task.Attempts, task.LastError)
+
+	task, err = client.Cancel(ctx, "order-timeout|42") // task.State == ax.StateCancelled
+
+Task ids are opaque strings: any UTF-8, including "/", "|" and "@". The
+client escapes them in request paths.
+
+# Running an executor
+
+An Executor maps handler names to Handlers. It answers the sidecar's callback
+(POST /ax/v1/execute) with the status that tells the sidecar what to do:
+
+	ex := ax.NewExecutor()
+	ex.HandleFunc("order.timeout", func(ctx context.Context, d *ax.Delivery) error {
+		var p struct{ OrderID int `json:"order_id"` }
+		if err := json.Unmarshal(d.Payload, &p); err != nil {
+			return ax.Permanent(err) // FAILED at once, never retried
+		}
+		if overloaded() {
+			return ax.Snooze(5 * time.Second) // try again later; not a failed attempt
+		}
+		return closeOrderIfUnpaid(ctx, p.OrderID) // nil: SUCCESS; an error: retried with backoff
+	})
+	go ex.ListenAndServeUnix("/run/app/app.sock")
+	defer ex.Shutdown(context.Background())
+
+The sidecar learns about the executor from its configuration, by the
+socket's absolute path:
+
+	ax dev --executor 'order.timeout=unix:///run/app/app.sock'
+
+An Executor is also an http.Handler, so it can be mounted at ExecutePath on a
+server the application already runs; Serve takes any listener, for example
+loopback TCP (register it as http://127.0.0.1:PORT).
+
+The context given to a handler ends at the attempt's deadline (the task's
+timeout), and earlier if the task is cancelled. Delivery is at least once:
+after a node or network failure mid-attempt the same run may be delivered
+again, so handlers should be idempotent or de-duplicate on
+Delivery.TaskID, Delivery.Run and Delivery.Attempt.
+
+# Errors
+
+Errors returned by a Client match sentinel errors with errors.Is:
+
+	_, err := client.Get(ctx, id)
+	switch {
+	case errors.Is(err, ax.ErrNotFound):
+		// no such task
+	case errors.Is(err, ax.ErrUnavailable):
+		// the sidecar did not answer (socket missing, sidecar down)
+	case err != nil:
+		return err
+	}
+
+The sentinels are ErrNotFound, ErrConflict (same id, different spec),
+ErrInvalid (a request the sidecar rejects; the message names the field),
+ErrTooLarge, ErrQueueFull (backpressure), ErrNoLeader (no Raft leader),
+ErrNotReady and ErrUnavailable (no answer at all). Every answer of the sidecar
+with an error status is an *APIError, which carries the HTTP status, the error
+code, the message and the Retry-After delay:
+
+	var apiErr *ax.APIError
+	if errors.As(err, &apiErr) && errors.Is(err, ax.ErrQueueFull) {
+		time.Sleep(apiErr.RetryAfter)
+	}
+
+The client retries "no leader" answers a few times with backoff, honouring
+Retry-After and the context, because an election normally ends within a
+second or two; it does not retry anything else. A cancelled or expired
+context is returned wrapped, so errors.Is(err, context.DeadlineExceeded)
+works.
+*/
+package ax

@@ -1,0 +1,347 @@
+package ax
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ExecutePath is the path the sidecar posts callbacks to, on the executor's
+// base URL.
+const ExecutePath = "/ax/v1/execute"
+
+// Callback headers set by the sidecar.
+const (
+	HeaderTaskID   = "Ax-Task-Id"
+	HeaderHandler  = "Ax-Handler"
+	HeaderAttempt  = "Ax-Attempt"
+	HeaderRun      = "Ax-Run"
+	HeaderDeadline = "Ax-Deadline"
+)
+
+// FallbackHandler is the handler name that receives deliveries for handlers
+// registered under no other name.
+const FallbackHandler = "*"
+
+// Delivery is one attempt of a task, delivered to an executor.
+//
+// Delivery is at least once: a node or network failure mid-attempt can cause
+// the same run to be delivered again. TaskID with Run and Attempt identifies
+// an attempt, so handlers can de-duplicate.
+type Delivery struct {
+	// TaskID is the id of the task.
+	TaskID string
+	// Handler is the handler name the task was submitted with.
+	Handler string
+	// Attempt numbers the attempts of this run, from 1.
+	Attempt int
+	// Run numbers the runs of the task, from 1 (a one-off task has one run).
+	Run int
+	// Deadline is when the sidecar stops waiting for this attempt (the
+	// task's timeout from the start of the attempt). The handler's context
+	// carries it. Zero when the sidecar sent none.
+	Deadline time.Time
+	// Payload is the task's payload, byte for byte: the JSON of
+	// SubmitRequest.Payload or the bytes of SubmitRequest.PayloadBytes.
+	Payload []byte
+}
+
+// Handler runs the tasks of one handler name.
+//
+// The result of Handle tells the sidecar what to do next:
+//
+//   - nil: success; the task becomes SUCCESS.
+//   - an error made by Permanent: permanent failure; the task becomes FAILED
+//     and is not retried.
+//   - an error made by Snooze: the executor is busy; the attempt is tried
+//     again after the given time and is not counted as a failed attempt.
+//   - any other error: a failed attempt; the task is retried with backoff
+//     until its attempts are exhausted (then DEAD). The error's message is
+//     recorded as the task's last error.
+//
+// The context is cancelled when the Delivery's deadline passes, when the task
+// is cancelled, and when the sidecar gives up the request. A handler that
+// panics fails the attempt, like an error.
+type Handler interface {
+	Handle(ctx context.Context, d *Delivery) error
+}
+
+// HandlerFunc adapts a function to the Handler interface.
+type HandlerFunc func(ctx context.Context, d *Delivery) error
+
+// Handle calls f(ctx, d).
+func (f HandlerFunc) Handle(ctx context.Context, d *Delivery) error { return f(ctx, d) }
+
+// Permanent marks err as a permanent failure: the executor answers 422 and
+// the sidecar marks the task FAILED without further attempts. Use it for
+// tasks that can never succeed (bad payload, the order no longer exists).
+// Permanent(nil) returns nil. The result has err's message and wraps err;
+// it still counts when wrapped further (fmt.Errorf("...: %w", Permanent(err))).
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Snooze asks the sidecar to deliver the attempt again after d without
+// counting it as a failure: the executor answers 503 with Retry-After set to
+// d rounded up to whole seconds (at least 1). The sidecar also lowers its
+// concurrency limit for this executor, so use Snooze when the executor is
+// overloaded or a resource it needs is temporarily missing.
+func Snooze(d time.Duration) error { return &snoozeError{d: d} }
+
+type snoozeError struct{ d time.Duration }
+
+func (e *snoozeError) Error() string { return fmt.Sprintf("snoozed for %v", e.d) }
+
+// Executor receives task callbacks from the sidecar and dispatches them to
+// Handlers by handler name. It is an http.Handler: mount it at ExecutePath
+// on any HTTP server, or let it serve its own with ListenAndServeUnix or
+// Serve. Register handlers before the sidecar can call; registering later is
+// safe but racy from the sidecar's point of view (unknown handlers fail
+// permanently).
+type Executor struct {
+	mu       sync.RWMutex
+	handlers map[string]Handler
+	srv      *http.Server
+}
+
+// NewExecutor returns an Executor with no handlers.
+func NewExecutor() *Executor {
+	e := &Executor{handlers: make(map[string]Handler)}
+	mux := http.NewServeMux()
+	mux.Handle(ExecutePath, e)
+	e.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	return e
+}
+
+// Handle registers h for the handler name. The name FallbackHandler ("*")
+// receives deliveries of every handler not registered by name. Handle panics
+// if name is empty, h is nil, or name is already registered.
+func (e *Executor) Handle(name string, h Handler) {
+	if name == "" {
+		panic("ax: Executor.Handle: empty handler name")
+	}
+	if h == nil {
+		panic("ax: Executor.Handle: nil handler for " + strconv.Quote(name))
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.handlers[name]; ok {
+		panic("ax: Executor.Handle: handler " + strconv.Quote(name) + " registered twice")
+	}
+	e.handlers[name] = h
+}
+
+// HandleFunc registers fn for the handler name, like Handle.
+func (e *Executor) HandleFunc(name string, fn func(ctx context.Context, d *Delivery) error) {
+	if fn == nil {
+		panic("ax: Executor.HandleFunc: nil function for " + strconv.Quote(name))
+	}
+	e.Handle(name, HandlerFunc(fn))
+}
+
+// handler returns the Handler for name, or nil.
+func (e *Executor) handler(name string) Handler {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if h, ok := e.handlers[name]; ok {
+		return h
+	}
+	return e.handlers[FallbackHandler]
+}
+
+// ServeHTTP serves one callback (POST with the payload as body and the Ax-*
+// headers). It answers:
+//
+//   - 200 when the handler returns nil;
+//   - 422 for Permanent errors, 404 for an unknown handler name and 400 for
+//     a malformed callback (permanent failures: no retry);
+//   - 503 with Retry-After for Snooze (busy, retried later);
+//   - 500 with the error's message for any other error or a panic (a failed
+//     attempt, retried with backoff);
+//   - 405 for a method other than POST.
+//
+// ServeHTTP does not look at the request path, so it can be mounted under
+// any prefix; the sidecar calls ExecutePath.
+func (e *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeText(w, http.StatusMethodNotAllowed, "method not allowed: use POST")
+		return
+	}
+	d, err := parseDelivery(r)
+	if err != nil {
+		writeText(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	h := e.handler(d.Handler)
+	if h == nil {
+		writeText(w, http.StatusNotFound, "no handler registered for "+strconv.Quote(d.Handler))
+		return
+	}
+	ctx := r.Context()
+	if !d.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Deadline)
+		defer cancel()
+	}
+	err = runHandler(ctx, h, d)
+
+	var perm *permanentError
+	var snooze *snoozeError
+	switch {
+	case err == nil:
+		writeText(w, http.StatusOK, "ok")
+	case errors.As(err, &snooze):
+		secs := max(1, int64((snooze.d+time.Second-1)/time.Second))
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		writeText(w, http.StatusServiceUnavailable, err.Error())
+	case errors.As(err, &perm):
+		writeText(w, http.StatusUnprocessableEntity, err.Error())
+	default:
+		writeText(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+// runHandler calls h, turning a panic into an error.
+func runHandler(ctx context.Context, h Handler, d *Delivery) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			err = fmt.Errorf("panic in handler %q: %v", d.Handler, p)
+		}
+	}()
+	return h.Handle(ctx, d)
+}
+
+// parseDelivery reads the callback headers and body.
+func parseDelivery(r *http.Request) (*Delivery, error) {
+	d := &Delivery{
+		TaskID:  r.Header.Get(HeaderTaskID),
+		Handler: r.Header.Get(HeaderHandler),
+	}
+	if d.TaskID == "" {
+		return nil, fmt.Errorf("missing %s header", HeaderTaskID)
+	}
+	if d.Handler == "" {
+		return nil, fmt.Errorf("missing %s header", HeaderHandler)
+	}
+	var err error
+	if d.Attempt, err = intHeader(r, HeaderAttempt); err != nil {
+		return nil, err
+	}
+	if d.Run, err = intHeader(r, HeaderRun); err != nil {
+		return nil, err
+	}
+	if v := r.Header.Get(HeaderDeadline); v != "" {
+		if d.Deadline, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return nil, fmt.Errorf("bad %s header %q: want RFC 3339", HeaderDeadline, v)
+		}
+	}
+	if d.Payload, err = io.ReadAll(r.Body); err != nil {
+		return nil, fmt.Errorf("read payload: %w", err)
+	}
+	return d, nil
+}
+
+func intHeader(r *http.Request, name string) (int, error) {
+	v := r.Header.Get(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("bad %s header %q: want a non-negative integer", name, v)
+	}
+	return n, nil
+}
+
+func writeText(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	io.WriteString(w, msg+"\n")
+}
+
+// ListenAndServeUnix listens on the Unix socket at path and serves callbacks
+// at ExecutePath until Shutdown. A stale socket file left by a previous
+// process is removed first; a socket another process still listens on, or a
+// file that is not a socket, is an error. The socket file is removed when
+// the server stops.
+//
+// Register the socket with the sidecar as unix:// followed by its absolute
+// path. ListenAndServeUnix always returns a non-nil error: after Shutdown it
+// is http.ErrServerClosed.
+func (e *Executor) ListenAndServeUnix(path string) error {
+	if err := removeStaleSocket(path); err != nil {
+		return err
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("ax: executor: %w", err)
+	}
+	return e.Serve(l)
+}
+
+// Serve serves callbacks at ExecutePath on l until Shutdown; use it for a
+// loopback TCP executor (http://127.0.0.1:PORT) or a listener made
+// elsewhere. Serve closes l when it returns. It always returns a non-nil
+// error: after Shutdown it is http.ErrServerClosed.
+func (e *Executor) Serve(l net.Listener) error {
+	return e.srv.Serve(l)
+}
+
+// Shutdown stops the servers started by ListenAndServeUnix and Serve: it
+// closes their listeners, then waits for running handlers to return or ctx
+// to end, whichever comes first. It does not affect an Executor mounted on
+// another server through ServeHTTP.
+func (e *Executor) Shutdown(ctx context.Context) error {
+	return e.srv.Shutdown(ctx)
+}
+
+// removeStaleSocket removes a socket file nobody listens on.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("ax: executor: %w", err)
+	}
+	if fi.Mode()&fs.ModeSocket == 0 {
+		return fmt.Errorf("ax: executor: %s exists and is not a socket", path)
+	}
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		conn.Close()
+		return fmt.Errorf("ax: executor: socket %s is in use by another process", path)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("ax: executor: check socket %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("ax: executor: remove stale socket: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,3 @@
+module github.com/axsched/ax/clients/go
+
+go 1.26

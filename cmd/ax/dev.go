@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/axsched/ax/sidecar"
+)
+
+func devCmd() *cobra.Command {
+	var f nodeFlags
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a single-node ax with embedded defaults, for development",
+		Long: `Run a single-node ax with embedded defaults: nothing else to set up.
+It prints its socket path and a copy-paste example, then serves until Ctrl-C.
+It takes the same flags as 'ax sidecar'.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.logFormat == "json" && !cmd.Flags().Changed("log-format") {
+				f.logFormat = "console"
+			}
+			if f.logLevel == "info" && !cmd.Flags().Changed("log-level") {
+				f.logLevel = "warn"
+			}
+			if !cmd.Flags().Changed("node-id") {
+				f.nodeID = "dev"
+			}
+			cfg, err := f.config()
+			if err != nil {
+				return err
+			}
+			if cfg.BootstrapExpect != 1 || len(cfg.Join) > 0 {
+				return fmt.Errorf("ax dev runs one node; use 'ax sidecar' for a cluster")
+			}
+			log, err := f.logger()
+			if err != nil {
+				return err
+			}
+			n, err := sidecar.Start(cfg, log)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			for n.Ready(ctx) != nil && ctx.Err() == nil {
+				time.Sleep(20 * time.Millisecond)
+			}
+			cancel()
+			printDevBanner(cfg)
+			return waitForSignal(n)
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func printDevBanner(cfg sidecar.Config) {
+	sock, _ := filepath.Abs(cfg.Socket)
+	data, _ := filepath.Abs(cfg.DataDir)
+	fmt.Fprintf(os.Stdout, `ax dev is ready (one node, leader).
+  socket:    %s
+  data dir:  %s
+  executors: %s
+
+Schedule a task in 5 seconds:
+  curl -s --unix-socket %s -X POST http://ax/v1/tasks \
+    -d '{"id":"order|42","handler":"order.timeout","delay":"5s","payload":{"order_id":42}}'
+Look at it:
+  curl -s --unix-socket %s http://ax/v1/tasks/order%%7C42
+To receive the callback, run an executor and restart with --executor, e.g.:
+  ax echo-executor --listen unix:///tmp/app.sock &
+  ax dev --executor '*=unix:///tmp/app.sock'
+Stop with Ctrl-C.
+`, sock, data, executorsText(cfg), sock, sock)
+}
+
+func executorsText(cfg sidecar.Config) string {
+	if len(cfg.Executors) == 0 {
+		return "none (tasks wait until an executor is registered)"
+	}
+	s := ""
+	for i, e := range cfg.Executors {
+		if i > 0 {
+			s += ", "
+		}
+		s += e.Handler + "=" + e.URL
+	}
+	return s
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/axsched/ax/sidecar"
+)
+
+// nodeFlags are the flags of `ax sidecar` (and `ax dev`). Their names are a
+// contract: deployment tools call them.
+type nodeFlags struct {
+	nodeID, dataDir, socket, raftAddr, peerAddr string
+	bootstrapExpect                             int
+	join                                        []string
+	executors                                   []string
+	logFormat, logLevel                         string
+	heartbeat, election                         time.Duration
+}
+
+func (f *nodeFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.nodeID, "node-id", "", "this node's id in the cluster; keep it across restarts (default: the host name)")
+	fl.StringVar(&f.dataDir, "data-dir", sidecar.DataDirDefault, "directory for the Raft log, snapshots and task state")
+	fl.StringVar(&f.socket, "socket", sidecar.SocketDefault, "path of the application API's Unix socket")
+	fl.StringVar(&f.raftAddr, "raft-addr", sidecar.RaftAddrDefault, "HOST:PORT of the Raft transport")
+	fl.StringVar(&f.peerAddr, "peer-addr", sidecar.PeerAddrDefault, "HOST:PORT of the peer API (join, forwarding)")
+	fl.IntVar(&f.bootstrapExpect, "bootstrap-expect", sidecar.BootstrapExpectDefault, "number of nodes that form a new cluster together")
+	fl.StringSliceVar(&f.join, "join", nil, "peer addresses of other nodes, ADDR[,ADDR...]: the nodes to bootstrap with, or members of a cluster to join")
+	fl.StringArrayVar(&f.executors, "executor", nil, "HANDLER=URL: this node's app runs HANDLER (* = every handler) at URL (unix:///abs/path.sock or http://127.0.0.1:PORT); repeatable")
+	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or console")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fl.DurationVar(&f.heartbeat, "raft-heartbeat-timeout", sidecar.HeartbeatTimeoutDefault, "Raft heartbeat timeout")
+	fl.DurationVar(&f.election, "raft-election-timeout", sidecar.ElectionTimeoutDefault, "Raft election timeout")
+}
+
+func (f *nodeFlags) config() (sidecar.Config, error) {
+	cfg := sidecar.Config{
+		NodeID: f.nodeID, DataDir: f.dataDir, Socket: f.socket, RaftAddr: f.raftAddr, PeerAddr: f.peerAddr,
+		BootstrapExpect: f.bootstrapExpect, HeartbeatTimeout: f.heartbeat, ElectionTimeout: f.election,
+	}
+	for _, j := range f.join {
+		if j = strings.TrimSpace(j); j != "" {
+			cfg.Join = append(cfg.Join, j)
+		}
+	}
+	for _, e := range f.executors {
+		ex, err := sidecar.ParseExecutor(e)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Executors = append(cfg.Executors, ex)
+	}
+	cfg = cfg.WithDefaults()
+	return cfg, cfg.Validate()
+}
+
+func (f *nodeFlags) logger() (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(f.logLevel)
+	if err != nil {
+		return zerolog.Logger{}, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	zerolog.TimeFieldFormat = time.RFC3339Nano
+	var l zerolog.Logger
+	switch f.logFormat {
+	case "json":
+		l = zerolog.New(os.Stderr)
+	case "console":
+		l = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"})
+	default:
+		return l, fmt.Errorf("--log-format %q: want json or console", f.logFormat)
+	}
+	return l.Level(lvl).With().Timestamp().Logger(), nil
+}
+
+func sidecarCmd() *cobra.Command {
+	var f nodeFlags
+	cmd := &cobra.Command{
+		Use:   "sidecar",
+		Short: "Run one ax node: the Unix-socket API, a Raft member, timers on the leader, callbacks to this node's executors",
+		Example: `  # a three-node cluster on one machine (run each in its own terminal)
+  ax sidecar --node-id n1 --data-dir /tmp/ax1 --socket /tmp/ax1.sock --raft-addr 127.0.0.1:7420 --peer-addr 127.0.0.1:7421 \
+    --bootstrap-expect 3 --join 127.0.0.1:7431,127.0.0.1:7441 --executor '*=unix:///tmp/app1.sock'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.config()
+			if err != nil {
+				return err
+			}
+			log, err := f.logger()
+			if err != nil {
+				return err
+			}
+			n, err := sidecar.Start(cfg, log)
+			if err != nil {
+				return err
+			}
+			return waitForSignal(n)
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// waitForSignal blocks until SIGINT or SIGTERM, then shuts the node down
+// (handing leadership over first when it leads).
+func waitForSignal(n *sidecar.Node) error {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	<-sig
+	signal.Stop(sig)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	return n.Shutdown(ctx)
+}

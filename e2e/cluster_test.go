@@ -1,0 +1,482 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Sizes and bounds of the firing test.
+const (
+	firstBatchSize  = 200
+	secondBatchSize = 100
+	submitWorkers   = 8
+	minDelay        = 1 * time.Second
+	maxDelay        = 3 * time.Second
+	taskTimeout     = 10 * time.Second
+	// batchTimeout bounds the wait for one batch to be called back and
+	// reach SUCCESS, counted from the end of its submission.
+	batchTimeout = 60 * time.Second
+)
+
+// submitted is one task of a batch: what was sent, what the callback must
+// carry, and its due time from the submit response.
+type submitted struct {
+	id       string
+	handler  string
+	req      SubmitRequest
+	body     []byte // expected callback body
+	delay    time.Duration
+	sent     time.Time // just before the request
+	answered time.Time // just after the reply
+	due      time.Time // next_run_at of the submit response
+	tries    int
+}
+
+// taskID returns the i-th id of a batch, mixing characters that need
+// escaping in a URL path: '|', '@', '/', non-ASCII, space, '?', '#', '%',
+// '+', ';', ','.
+func taskID(batch string, i int) string {
+	switch i % 6 {
+	case 0:
+		return fmt.Sprintf("%s-%03d", batch, i)
+	case 1:
+		return fmt.Sprintf("order|%s|%03d", batch, i)
+	case 2:
+		return fmt.Sprintf("user@example.com/%s/%03d", batch, i)
+	case 3:
+		return fmt.Sprintf("ключ-日本語-%s-%03d-ü", batch, i)
+	case 4:
+		return fmt.Sprintf("%s/a b/%03d?x=1#frag%%41+;,", batch, i)
+	default:
+		return fmt.Sprintf("%s/%03d/../.", batch, i)
+	}
+}
+
+// makeBatch builds n submits with delays uniform in [minDelay, maxDelay]
+// (sub-millisecond precision, so the due time is rounded), random
+// priorities and a mix of payloads: JSON with inner white space, none,
+// binary through payload_base64, non-object JSON, empty base64.
+func makeBatch(rng *rand.Rand, batch string, n int) []*submitted {
+	subs := make([]*submitted, n)
+	for i := range subs {
+		delay := minDelay + time.Duration(rng.Int64N(int64(maxDelay-minDelay)))
+		prio := rng.IntN(5)
+		s := &submitted{id: taskID(batch, i), handler: handlerOK, delay: delay}
+		s.req = SubmitRequest{ID: s.id, Handler: s.handler, Delay: delay.String(), Priority: &prio, Timeout: taskTimeout.String()}
+		switch i % 5 {
+		case 0:
+			s.req.Payload = fmt.Appendf(nil, `{"order": %d,  "note": "ünïcode \"quoted\" <&>",`+"\n\t"+`"items": [1, 2.50, {"k": null}] }`, i)
+			s.body = s.req.Payload
+		case 1: // no payload
+		case 2:
+			b := make([]byte, 1+rng.IntN(64))
+			for j := range b {
+				b[j] = byte(rng.IntN(256))
+			}
+			b[0], b[len(b)-1] = 0x00, 0xff
+			s.req.PayloadBase64 = base64.StdEncoding.EncodeToString(b)
+			s.body = b
+		case 3:
+			s.req.Payload = fmt.Appendf(nil, `[ "s-%d" , 42, true ]`, i)
+			s.body = s.req.Payload
+		case 4:
+			s.req.SendEmptyBase64 = true // an empty binary payload: no body
+		}
+		subs[i] = s
+	}
+	return subs
+}
+
+// submitBatch submits every task through client with submitWorkers
+// goroutines, retrying 503s until ctx ends, and checks each reply (201, the
+// task as sent, WAITING, next_run_at = accept time + delay).
+func submitBatch(t *testing.T, ctx context.Context, client *Client, subs []*submitted) {
+	t.Helper()
+	work := make(chan *submitted)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []string
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		errs = append(errs, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	for w := 0; w < submitWorkers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range work {
+				s.sent = time.Now()
+				resp, tries, err := client.SubmitRetry(ctx, s.req.Body())
+				s.answered, s.tries = time.Now(), tries
+				if err != nil {
+					fail("submit %q: %v", s.id, err)
+					continue
+				}
+				// A retry after an answer that was lost may find the task
+				// created by the first try: 200 with the same task.
+				if resp.Status != http.StatusCreated && !(tries > 1 && resp.Status == http.StatusOK) {
+					fail("submit %q: want 201, got %s", s.id, resp)
+					continue
+				}
+				task, err := resp.Task()
+				if err != nil {
+					fail("%v", err)
+					continue
+				}
+				if msg := checkSubmitted(s, task); msg != "" {
+					fail("submit %q: %s; reply %s", s.id, msg, resp)
+					continue
+				}
+				s.due = *task.NextRunAt
+			}
+		}()
+	}
+	for _, s := range subs {
+		work <- s
+	}
+	close(work)
+	wg.Wait()
+	for _, e := range errs {
+		t.Error(e)
+	}
+	if len(errs) > 0 {
+		t.FailNow()
+	}
+}
+
+// checkSubmitted checks a submit reply against the request.
+func checkSubmitted(s *submitted, task Task) string {
+	var problems []string
+	if task.ID != s.id {
+		problems = append(problems, fmt.Sprintf("id %q", task.ID))
+	}
+	if task.Handler != s.handler {
+		problems = append(problems, fmt.Sprintf("handler %q", task.Handler))
+	}
+	if task.State != "WAITING" {
+		problems = append(problems, fmt.Sprintf("state %s, want WAITING", task.State))
+	}
+	if task.Attempts != 0 || task.MaxAttempts != 4 {
+		problems = append(problems, fmt.Sprintf("attempts %d/%d, want 0/4", task.Attempts, task.MaxAttempts))
+	}
+	if p, err := task.PayloadBytes(); err != nil || !bytes.Equal(p, s.body) {
+		problems = append(problems, fmt.Sprintf("payload %q (err %v), want %q", p, err, s.body))
+	}
+	if task.NextRunAt == nil {
+		problems = append(problems, "no next_run_at")
+	} else {
+		due := *task.NextRunAt
+		// The leader accepts the submit between sent and answered; the due
+		// time is that plus the delay, rounded up to the millisecond.
+		lo := s.sent.Add(s.delay).Truncate(time.Millisecond)
+		hi := s.answered.Add(s.delay).Add(time.Millisecond)
+		if due.Before(lo) || due.After(hi) {
+			problems = append(problems, fmt.Sprintf("next_run_at %s outside [sent+delay, answered+delay] = [%s, %s]",
+				due.Format(time.RFC3339Nano), lo.Format(time.RFC3339Nano), hi.Format(time.RFC3339Nano)))
+		}
+		if !due.Equal(due.Truncate(time.Millisecond)) {
+			problems = append(problems, "next_run_at has sub-millisecond digits")
+		}
+	}
+	return strings.Join(problems, "; ")
+}
+
+// waitBatch waits until every task of the batch has been called back and
+// reads SUCCESS through client.
+func waitBatch(t *testing.T, c *Cluster, client *Client, subs []*submitted) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	ids := make([]string, len(subs))
+	for i, s := range subs {
+		ids[i] = s.id
+	}
+	if short := c.Recorder.WaitCalls(ctx, ids, 1); len(short) > 0 {
+		for _, id := range short[:min(len(short), 10)] {
+			task, err := client.GetTask(context.Background(), id)
+			t.Errorf("task %q: no callback after %s; task %+v (err %v)", id, batchTimeout, task, err)
+		}
+		t.Fatalf("%d of %d tasks were never called back", len(short), len(subs))
+	}
+	pending := ids
+	for len(pending) > 0 {
+		var still []string
+		for _, id := range pending {
+			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			task, err := client.GetTask(rctx, id)
+			rcancel()
+			if err != nil || task.State != "SUCCESS" {
+				still = append(still, id)
+				if task.State == "DEAD" || task.State == "FAILED" || task.State == "CANCELLED" {
+					t.Fatalf("task %q ended %s: %+v", id, task.State, task)
+				}
+			}
+		}
+		pending = still
+		if len(pending) == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			task, err := client.GetTask(context.Background(), pending[0])
+			t.Fatalf("%d tasks not SUCCESS after %s, e.g. %q: %+v (err %v)", len(pending), batchTimeout, pending[0], task, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkCallbacks checks the callbacks of a batch: at least one each (exactly
+// one when exactlyOnce), never before the due time, the payload byte for
+// byte, the headers. It returns the lateness of each task's first callback.
+func checkCallbacks(t *testing.T, rec *Recorder, subs []*submitted, exactlyOnce bool) []time.Duration {
+	t.Helper()
+	var lateness []time.Duration
+	dups := 0
+	for _, s := range subs {
+		calls := rec.Calls(s.id)
+		if len(calls) == 0 {
+			t.Errorf("task %q: no callback", s.id)
+			continue
+		}
+		if len(calls) > 1 {
+			dups++
+			var desc []string
+			for _, c := range calls {
+				desc = append(desc, fmt.Sprintf("node %s attempt %s at %s", c.Node, c.Attempt, c.At.Format(time.RFC3339Nano)))
+			}
+			if exactlyOnce {
+				t.Errorf("task %q: called back %d times, want once: %s", s.id, len(calls), strings.Join(desc, "; "))
+			} else {
+				t.Logf("task %q: called back %d times (at-least-once allows it): %s", s.id, len(calls), strings.Join(desc, "; "))
+			}
+		}
+		for i, c := range calls {
+			if c.At.Before(s.due) {
+				t.Errorf("task %q: callback %d at %s is %s EARLY (due %s)", s.id, i+1,
+					c.At.Format(time.RFC3339Nano), s.due.Sub(c.At), s.due.Format(time.RFC3339Nano))
+			}
+			if !bytes.Equal(c.Body, s.body) {
+				t.Errorf("task %q: callback body %q, want %q", s.id, c.Body, s.body)
+			}
+			for _, msg := range checkHeaders(c, s.id, s.handler, i+1, taskTimeout) {
+				t.Errorf("task %q: callback %d: %s", s.id, i+1, msg)
+			}
+		}
+		lateness = append(lateness, calls[0].At.Sub(s.due))
+	}
+	if dups > 0 && !exactlyOnce {
+		t.Logf("%d of %d tasks were called back more than once", dups, len(subs))
+	}
+	return lateness
+}
+
+// checkHeaders checks a callback's method, path and Ax-* headers.
+func checkHeaders(c Call, id, handler string, attempt int, timeout time.Duration) []string {
+	var p []string
+	if c.Method != http.MethodPost || c.Path != executePath {
+		p = append(p, fmt.Sprintf("%s %s, want POST %s", c.Method, c.Path, executePath))
+	}
+	if c.TaskID != id {
+		p = append(p, fmt.Sprintf("Ax-Task-Id %q, want %q", c.TaskID, id))
+	}
+	if c.Handler != handler {
+		p = append(p, fmt.Sprintf("Ax-Handler %q, want %q", c.Handler, handler))
+	}
+	if c.Attempt != fmt.Sprint(attempt) {
+		p = append(p, fmt.Sprintf("Ax-Attempt %q, want %d", c.Attempt, attempt))
+	}
+	if c.Run != "1" {
+		p = append(p, fmt.Sprintf("Ax-Run %q, want 1", c.Run))
+	}
+	dl, err := time.Parse(time.RFC3339Nano, c.Deadline)
+	switch {
+	case err != nil:
+		p = append(p, fmt.Sprintf("Ax-Deadline %q: %v", c.Deadline, err))
+	case !dl.After(c.At):
+		p = append(p, fmt.Sprintf("Ax-Deadline %s is not after the receive time %s", c.Deadline, c.At.Format(time.RFC3339Nano)))
+	case dl.After(c.At.Add(timeout + time.Second)):
+		p = append(p, fmt.Sprintf("Ax-Deadline %s is more than timeout %s after the receive time %s", c.Deadline, timeout, c.At.Format(time.RFC3339Nano)))
+	}
+	return p
+}
+
+// latency is a lateness summary.
+type latency struct {
+	N     int     `json:"n"`
+	MinMs float64 `json:"min_ms"`
+	P50Ms float64 `json:"p50_ms"`
+	P95Ms float64 `json:"p95_ms"`
+	P99Ms float64 `json:"p99_ms"`
+	MaxMs float64 `json:"max_ms"`
+}
+
+func summarize(ds []time.Duration) latency {
+	if len(ds) == 0 {
+		return latency{}
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	pct := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(s)))) - 1
+		return ms(s[max(i, 0)])
+	}
+	return latency{N: len(s), MinMs: ms(s[0]), P50Ms: pct(0.50), P95Ms: pct(0.95), P99Ms: pct(0.99), MaxMs: ms(s[len(s)-1])}
+}
+
+func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
+
+func (l latency) String() string {
+	return fmt.Sprintf("n=%d min=%.3fms p50=%.3fms p95=%.3fms p99=%.3fms max=%.3fms", l.N, l.MinMs, l.P50Ms, l.P95Ms, l.P99Ms, l.MaxMs)
+}
+
+// latencyReport is what AX_E2E_LATENCY_OUT receives (JSON).
+type latencyReport struct {
+	Test               string   `json:"test"`
+	FirstBatch         latency  `json:"first_batch"`
+	AfterFailover      *latency `json:"after_failover,omitempty"`
+	ElectionMs         float64  `json:"kill_to_new_leader_ms,omitempty"`
+	FirstSubmitMs      float64  `json:"kill_to_first_accepted_submit_ms,omitempty"`
+	FailoverGapMs      float64  `json:"kill_to_first_callback_ms,omitempty"`
+	CallbacksPerNode   []string `json:"callbacks_per_node,omitempty"`
+	SecondBatchSubmits string   `json:"second_batch_submitted_via,omitempty"`
+}
+
+func writeLatency(t *testing.T, r latencyReport) {
+	path := os.Getenv("AX_E2E_LATENCY_OUT")
+	if path == "" {
+		return
+	}
+	b, _ := json.MarshalIndent(r, "", "  ")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		t.Errorf("AX_E2E_LATENCY_OUT: %v", err)
+	}
+}
+
+func callsPerNode(rec *Recorder) []string {
+	counts := map[string]int{}
+	for _, c := range rec.All() {
+		counts[c.Node]++
+	}
+	var out []string
+	for n, k := range counts {
+		out = append(out, fmt.Sprintf("%s=%d", n, k))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestCluster_ThreeNodes_FireOnceAndSurviveLeaderKill submits 200 delayed
+// tasks through a follower of a three-node cluster, checks that each is
+// called back exactly once, never early, with its payload and headers, and
+// measures lateness; then it kills the leader with SIGKILL and checks that
+// 100 more tasks submitted through a survivor are all delivered.
+func TestCluster_ThreeNodes_FireOnceAndSurviveLeaderKill(t *testing.T) {
+	skipShort(t)
+	c := NewCluster(t, WithSize(3))
+	c.WaitReady()
+	follower := c.Followers()[0]
+	t.Logf("leader %s; submitting through follower %s", c.Leader().ID, follower.ID)
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	report := latencyReport{Test: t.Name()}
+
+	// First batch.
+	first := makeBatch(rng, "b1", firstBatchSize)
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	start := time.Now()
+	submitBatch(t, ctx, follower.Client, first)
+	t.Logf("submitted %d tasks through %s in %s", len(first), follower.ID, time.Since(start).Round(time.Millisecond))
+	waitBatch(t, c, follower.Client, first)
+	late1 := checkCallbacks(t, c.Recorder, first, true)
+	report.FirstBatch = summarize(late1)
+	report.CallbacksPerNode = callsPerNode(c.Recorder)
+	t.Logf("lateness, first batch (%d tasks): %s", len(first), report.FirstBatch)
+	t.Logf("callbacks per node: %v", report.CallbacksPerNode)
+	writeLatency(t, report)
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// Kill the leader.
+	old := c.Leader()
+	killAt := time.Now()
+	if err := old.Kill(); err != nil {
+		t.Fatalf("kill %s: %v", old.ID, err)
+	}
+	newLeader := c.WaitForNewLeader(old)
+	elected := time.Since(killAt)
+	report.ElectionMs = ms(elected)
+	t.Logf("killed leader %s; new leader %s after %s", old.ID, newLeader.ID, elected.Round(time.Millisecond))
+
+	// Second batch, through a survivor (a follower of the new leader, so
+	// forwarding is exercised again).
+	via := newLeader
+	for _, n := range c.Running() {
+		if n != newLeader {
+			via = n
+		}
+	}
+	report.SecondBatchSubmits = via.ID
+	second := makeBatch(rng, "b2", secondBatchSize)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel2()
+	start = time.Now()
+	submitBatch(t, ctx2, via.Client, second)
+	firstAccepted := second[0].answered
+	retried := 0
+	for _, s := range second {
+		if s.answered.Before(firstAccepted) {
+			firstAccepted = s.answered
+		}
+		if s.tries > 1 {
+			retried++
+		}
+	}
+	report.FirstSubmitMs = ms(firstAccepted.Sub(killAt))
+	t.Logf("submitted %d tasks through %s in %s (%d needed retries); first accepted %s after the kill",
+		len(second), via.ID, time.Since(start).Round(time.Millisecond), retried, firstAccepted.Sub(killAt).Round(time.Millisecond))
+	waitBatch(t, c, via.Client, second)
+	late2 := checkCallbacks(t, c.Recorder, second, true)
+	after := summarize(late2)
+	report.AfterFailover = &after
+
+	var firstCallback time.Time
+	for _, call := range c.Recorder.All() {
+		if call.At.After(killAt) && (firstCallback.IsZero() || call.At.Before(firstCallback)) {
+			firstCallback = call.At
+		}
+	}
+	report.FailoverGapMs = ms(firstCallback.Sub(killAt))
+	report.CallbacksPerNode = callsPerNode(c.Recorder)
+	t.Logf("lateness, after failover (%d tasks): %s", len(second), after)
+	t.Logf("failover: kill → new leader %s, kill → first accepted submit %s, kill → first callback %s (includes the 1–3 s delays)",
+		elected.Round(time.Millisecond), firstAccepted.Sub(killAt).Round(time.Millisecond), firstCallback.Sub(killAt).Round(time.Millisecond))
+	t.Logf("callbacks per node: %v", report.CallbacksPerNode)
+	for _, call := range c.Recorder.All() {
+		if call.Node == old.ID && call.At.After(killAt) {
+			t.Errorf("the killed node's executor got a callback after the kill: %+v", call)
+		}
+	}
+
+	// The first batch was done before the kill: the new leader must not
+	// deliver any of it again.
+	for _, s := range first {
+		if n := len(c.Recorder.Calls(s.id)); n != 1 {
+			t.Errorf("task %q of the first batch: %d callbacks after the failover, want 1", s.id, n)
+		}
+	}
+	writeLatency(t, report)
+}

@@ -1,0 +1,27 @@
+// Package e2e holds the end-to-end tests of ax: they build the ax binary
+// once (or take a prebuilt one from -ax-bin), start real multi-process
+// clusters on loopback ports and Unix sockets under the test's temporary
+// directory, drive them through the application API and record every
+// callback in an in-test executor.
+//
+// The tests are ordinary Go tests (no build tag); they skip under -short.
+//
+//	go test ./e2e/ -v -count=1
+//	go test ./e2e/ -v -count=1 -ax-bin=$PWD/bin/ax
+//	AX_E2E_LATENCY_OUT=/tmp/lateness.json go test ./e2e/ -run TestCluster
+//	AX_E2E_LOG_LEVEL=debug go test ./e2e/ -run TestSemantics
+//
+// # Layout
+//
+//   - harness_test.go: TestMain (builds the binary), Process (one ax
+//     process: Start, Stop, Kill, Restart, Logs) and Cluster (options,
+//     Leader, Followers, WaitReady, WaitForNewLeader).
+//   - client_test.go: a small API client over a node's Unix socket and the
+//     wire types, written against the documented JSON, not ipc's Go types.
+//   - executor_test.go: the test executor, one per node, recording every
+//     callback and answering by handler (e2e.ok, e2e.fail, e2e.slow, ...).
+//   - cluster_test.go: firing and failover on three nodes, with lateness
+//     figures.
+//   - semantics_test.go: API semantics (retries, cancel, idempotency,
+//     errors, forwarding).
+package e2e

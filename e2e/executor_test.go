@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Handlers the test executor knows. Any other handler is answered 200.
+const (
+	handlerOK        = "e2e.ok"        // 200
+	handlerFail      = "e2e.fail"      // 500 "boom from e2e executor"
+	handlerSlow      = "e2e.slow"      // waits until the request is cancelled
+	handlerPermanent = "e2e.permanent" // 400: do not retry
+	handlerBusy      = "e2e.busy"      // 503 with Retry-After: 1
+)
+
+// executePath is the callback path appended to the executor's base URL.
+const executePath = "/ax/v1/execute"
+
+// Call is one callback as the executor received it.
+type Call struct {
+	Node     string // the node whose executor received it
+	Method   string
+	Path     string
+	TaskID   string // Ax-Task-Id
+	Handler  string // Ax-Handler
+	Attempt  string // Ax-Attempt
+	Run      string // Ax-Run
+	Deadline string // Ax-Deadline
+	At       time.Time
+	Body     []byte
+	Header   http.Header
+	// Ended is when the executor answered or saw the request cancelled.
+	Ended time.Time
+	// Cancelled says the request context ended before the answer (aborted
+	// by the sidecar).
+	Cancelled bool
+}
+
+// Recorder keeps every callback of every executor of a cluster.
+type Recorder struct {
+	mu      sync.Mutex
+	calls   []*Call
+	byID    map[string][]*Call
+	changed chan struct{} // closed and replaced on every change
+}
+
+// NewRecorder returns an empty recorder.
+func NewRecorder() *Recorder {
+	return &Recorder{byID: map[string][]*Call{}, changed: make(chan struct{})}
+}
+
+func (r *Recorder) add(c *Call) {
+	r.mu.Lock()
+	r.calls = append(r.calls, c)
+	r.byID[c.TaskID] = append(r.byID[c.TaskID], c)
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+func (r *Recorder) finish(c *Call, cancelled bool) {
+	r.mu.Lock()
+	c.Ended, c.Cancelled = time.Now(), cancelled
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// Calls returns copies of the calls for task id, in arrival order.
+func (r *Recorder) Calls(id string) []Call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Call, len(r.byID[id]))
+	for i, c := range r.byID[id] {
+		out[i] = *c
+	}
+	return out
+}
+
+// All returns copies of every call, in arrival order.
+func (r *Recorder) All() []Call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Call, len(r.calls))
+	for i, c := range r.calls {
+		out[i] = *c
+	}
+	return out
+}
+
+// WaitCalls waits until every id has at least n calls, or ctx ends; it
+// returns the ids still short.
+func (r *Recorder) WaitCalls(ctx context.Context, ids []string, n int) []string {
+	for {
+		r.mu.Lock()
+		var short []string
+		for _, id := range ids {
+			if len(r.byID[id]) < n {
+				short = append(short, id)
+			}
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		if len(short) == 0 {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return short
+		}
+	}
+}
+
+// Executor is an in-test application endpoint: an HTTP server on a Unix
+// socket that records every callback in a Recorder and answers by handler.
+type Executor struct {
+	Node   string
+	Socket string
+	rec    *Recorder
+	srv    *http.Server
+}
+
+// StartExecutor serves an executor for node on socket until the test ends.
+func StartExecutor(t *testing.T, node, socket string, rec *Recorder) *Executor {
+	t.Helper()
+	_ = os.Remove(socket)
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatalf("executor of %s: %v", node, err)
+	}
+	e := &Executor{Node: node, Socket: socket, rec: rec}
+	e.srv = &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := e.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("executor of %s: %v", node, err)
+		}
+	}()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if e.srv.Shutdown(ctx) != nil {
+			e.srv.Close()
+		}
+	})
+	return e
+}
+
+// ServeHTTP records the callback and answers according to Ax-Handler.
+func (e *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	at := time.Now()
+	body, err := io.ReadAll(r.Body)
+	c := &Call{
+		Node: e.Node, Method: r.Method, Path: r.URL.Path, At: at, Body: body, Header: r.Header.Clone(),
+		TaskID: r.Header.Get("Ax-Task-Id"), Handler: r.Header.Get("Ax-Handler"),
+		Attempt: r.Header.Get("Ax-Attempt"), Run: r.Header.Get("Ax-Run"), Deadline: r.Header.Get("Ax-Deadline"),
+	}
+	e.rec.add(c)
+	if err != nil {
+		e.rec.finish(c, true)
+		return
+	}
+	switch c.Handler {
+	case handlerFail:
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, "boom from e2e executor")
+	case handlerSlow:
+		<-r.Context().Done()
+		e.rec.finish(c, true)
+		return
+	case handlerPermanent:
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, "e2e executor refuses this task")
+	case handlerBusy:
+		w.Header().Set("Retry-After", strconv.Itoa(1))
+		w.WriteHeader(http.StatusServiceUnavailable)
+	default:
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "ok")
+	}
+	e.rec.finish(c, false)
+}

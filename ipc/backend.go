@@ -1,0 +1,132 @@
+package ipc
+
+import (
+	"context"
+	"time"
+)
+
+// Backend is everything the application API needs from a node. The sidecar
+// implements it; ipc never imports raft or raftfsm, and handler tests use a
+// fake. Errors returned by a Backend should wrap one of the sentinels in
+// errors.go (ErrNotFound, ErrConflict, ErrNoLeader, ErrInvalid, ...) so that
+// the server can map them to an HTTP status with errors.Is.
+type Backend interface {
+	// Submit stores a new task, validated by the server. It returns the stored
+	// task and created=true, or the existing task and created=false when a
+	// task with spec.ID exists with the same spec. A task with the same id and
+	// a different spec fails with ErrConflict unless spec.Overwrite is set.
+	Submit(ctx context.Context, spec TaskSpec) (task Task, created bool, err error)
+	// Task returns the task with the given id, or ErrNotFound.
+	Task(ctx context.Context, id string) (Task, error)
+	// Cancel cancels a task and returns it in its new state. Cancelling a task
+	// that is already terminal returns it unchanged. Unknown id: ErrNotFound.
+	Cancel(ctx context.Context, id string) (Task, error)
+	// Cluster describes the Raft group as this node sees it.
+	Cluster(ctx context.Context) (ClusterInfo, error)
+	// Ready returns nil when a leader is known and the local state has
+	// caught up with it; otherwise an error saying why (ErrNotReady).
+	Ready(ctx context.Context) error
+}
+
+// TaskSpec is a validated submit request: what the client asked for, with
+// defaults filled in. Two submits with the same id are "the same spec" when
+// their TaskSpecs are equal ignoring Overwrite (see SameSpec).
+type TaskSpec struct {
+	ID      string // never empty: the server generates one when the client gives none
+	Handler string // never empty
+	Payload []byte // raw bytes delivered to the executor as the callback body
+	// PayloadBase64 is true when the client sent payload_base64, so views
+	// return the payload the same way.
+	PayloadBase64 bool
+	// Delay counts from the time the leader accepts the submit. Zero with a
+	// zero RunAt means "now".
+	Delay time.Duration
+	// RunAt is an absolute due time (UTC); zero when Delay is used.
+	RunAt       time.Time
+	Priority    int           // 0 (highest) … 4 (lowest)
+	Timeout     time.Duration // per attempt
+	MaxAttempts int           // >= 1
+	Overwrite   bool          // replace an existing task with the same id
+}
+
+// SameSpec reports whether a and b describe the same task, ignoring Overwrite.
+func SameSpec(a, b TaskSpec) bool {
+	return a.ID == b.ID && a.Handler == b.Handler && string(a.Payload) == string(b.Payload) &&
+		a.PayloadBase64 == b.PayloadBase64 && a.Delay == b.Delay && a.RunAt.Equal(b.RunAt) &&
+		a.Priority == b.Priority && a.Timeout == b.Timeout && a.MaxAttempts == b.MaxAttempts
+}
+
+// Defaults for submit fields the client leaves out.
+const (
+	PriorityDefault    = 2
+	PriorityMax        = 4
+	TimeoutDefault     = 30 * time.Second
+	TimeoutMax         = 24 * time.Hour
+	MaxAttemptsDefault = 4 // 3 retries, seed 000's default
+	MaxAttemptsMax     = 1000
+	// PayloadMaxBytes bounds a payload (DESIGN.md section 9): 1 MiB.
+	PayloadMaxBytes = 1 << 20
+	// IDMaxBytes bounds a task id.
+	IDMaxBytes = 512
+	// HandlerMaxBytes bounds a handler name.
+	HandlerMaxBytes = 256
+)
+
+// Task states, upper case on the wire (DESIGN.md section 2).
+const (
+	StateWaiting   = "WAITING"
+	StateRunning   = "RUNNING"
+	StateSuccess   = "SUCCESS"
+	StateDead      = "DEAD"
+	StateFailed    = "FAILED"
+	StateCancelled = "CANCELLED"
+)
+
+// Task is the JSON view of a task returned by the API.
+type Task struct {
+	ID          string `json:"id"`
+	Handler     string `json:"handler"`
+	State       string `json:"state"`
+	Priority    int    `json:"priority"`
+	Attempts    int    `json:"attempts"`
+	MaxAttempts int    `json:"max_attempts"`
+	// Timeout is a Go duration string ("30s").
+	Timeout string `json:"timeout"`
+	// Delay (Go duration string) or RunAt, as submitted.
+	Delay string     `json:"delay,omitempty"`
+	RunAt *time.Time `json:"run_at,omitempty"`
+	// NextRunAt is when the next attempt is due; absent for a task that is
+	// running or terminal.
+	NextRunAt *time.Time `json:"next_run_at,omitempty"`
+	// LastError describes the last failed attempt ("http 500: ...").
+	LastError string `json:"last_error,omitempty"`
+	// Node runs the current attempt while the task is RUNNING.
+	Node       string     `json:"node,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// Payload is the payload when it was submitted as JSON; PayloadBase64
+	// when it was submitted as payload_base64.
+	Payload       []byte `json:"-"`
+	PayloadBase64 bool   `json:"-"`
+}
+
+// ClusterInfo is the reply of GET /v1/cluster.
+type ClusterInfo struct {
+	NodeID       string   `json:"node_id"`
+	State        string   `json:"state"`  // Raft state of this node: Leader, Follower, Candidate, Shutdown
+	Leader       string   `json:"leader"` // node id of the leader, "" when none is known
+	Term         uint64   `json:"term"`
+	AppliedIndex uint64   `json:"applied_index"`
+	CommitIndex  uint64   `json:"commit_index"`
+	Members      []Member `json:"members"`
+}
+
+// Member is one server of the Raft configuration.
+type Member struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	PeerAddr string `json:"peer_addr,omitempty"`
+	Suffrage string `json:"suffrage"` // Voter, Nonvoter
+	Leader   bool   `json:"leader"`
+}

@@ -1,0 +1,478 @@
+package ipc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+)
+
+// Server defaults (see ServerOptions).
+const (
+	// RequestTimeoutDefault bounds the Backend call of one request.
+	RequestTimeoutDefault = 30 * time.Second
+	// ReadTimeoutDefault bounds reading one request, headers and body.
+	ReadTimeoutDefault = 10 * time.Second
+	// WriteTimeoutDefault bounds writing one response.
+	WriteTimeoutDefault = 10 * time.Second
+	// IdleTimeoutDefault closes keep-alive connections idle for this long.
+	IdleTimeoutDefault = 2 * time.Minute
+	// SocketModeDefault is the permission of the Unix socket (DESIGN.md
+	// section 11): owner and group may connect, others may not.
+	SocketModeDefault os.FileMode = 0o660
+	// MaxRequestBodyDefault is the default bound on a request body: a
+	// PayloadMaxBytes payload sent as base64 (4 bytes per 3), plus 64 KiB
+	// for the other fields.
+	MaxRequestBodyDefault = (PayloadMaxBytes+2)/3*4 + 64<<10
+)
+
+// ErrServerClosed is returned by Serve and ServeUnix when called after
+// Shutdown.
+var ErrServerClosed = errors.New("ipc: server closed")
+
+// ServerOptions configures a Server. The zero value gives the defaults.
+type ServerOptions struct {
+	// IdleTimeout closes keep-alive connections idle for this long.
+	// Defaults to IdleTimeoutDefault (2m).
+	IdleTimeout time.Duration
+	// MaxRequestBodyBytes bounds a request body; a larger one is answered
+	// with 413 payload_too_large. Defaults to MaxRequestBodyDefault (about
+	// 1.4 MiB: room for a PayloadMaxBytes payload in base64).
+	MaxRequestBodyBytes int
+	// ReadTimeout bounds reading a request (headers and body).
+	// Defaults to ReadTimeoutDefault (10s).
+	ReadTimeout time.Duration
+	// RequestTimeout bounds the work of one request: it is the timeout of
+	// the context passed to the Backend. When it expires the client gets 503
+	// not_ready with Retry-After. Defaults to RequestTimeoutDefault (30s).
+	RequestTimeout time.Duration
+	// SocketMode is the permission ServeUnix gives the socket file.
+	// Defaults to SocketModeDefault (0660).
+	SocketMode os.FileMode
+	// WriteTimeout bounds writing a response.
+	// Defaults to WriteTimeoutDefault (10s).
+	WriteTimeout time.Duration
+}
+
+// WithDefaults returns a copy of o with zero fields set to their defaults.
+func (o ServerOptions) WithDefaults() ServerOptions {
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = IdleTimeoutDefault
+	}
+	if o.MaxRequestBodyBytes <= 0 {
+		o.MaxRequestBodyBytes = MaxRequestBodyDefault
+	}
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = ReadTimeoutDefault
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = RequestTimeoutDefault
+	}
+	if o.SocketMode == 0 {
+		o.SocketMode = SocketModeDefault
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = WriteTimeoutDefault
+	}
+	return o
+}
+
+// Server serves the application API (DESIGN.md section 5) over fasthttp,
+// normally on the node's Unix socket. Create it with NewServer, run it with
+// ServeUnix or Serve, stop it with Shutdown. Its methods are safe for
+// concurrent use.
+type Server struct {
+	backend Backend
+	log     zerolog.Logger
+	opts    ServerOptions
+	fs      *fasthttp.Server
+
+	// base is the parent of every request context; it is cancelled when a
+	// Shutdown gives up waiting, so Backend calls in flight return.
+	base       context.Context
+	cancelBase context.CancelFunc
+
+	mu        sync.Mutex
+	closed    bool
+	listeners []net.Listener
+}
+
+// NewServer returns a Server answering with b. Requests are logged to log at
+// debug level (method, path, status, duration; never payloads); internal
+// errors at error level.
+func NewServer(b Backend, log zerolog.Logger, opts ServerOptions) *Server {
+	s := &Server{backend: b, log: log, opts: opts.WithDefaults()}
+	s.base, s.cancelBase = context.WithCancel(context.Background())
+	s.fs = &fasthttp.Server{
+		Handler:                      s.Handler(),
+		ErrorHandler:                 s.handleParseError,
+		Name:                         "ax",
+		MaxRequestBodySize:           s.opts.MaxRequestBodyBytes,
+		ReadTimeout:                  s.opts.ReadTimeout,
+		WriteTimeout:                 s.opts.WriteTimeout,
+		IdleTimeout:                  s.opts.IdleTimeout,
+		DisablePreParseMultipartForm: true,
+		NoDefaultServerHeader:        true,
+		Logger:                       fasthttpLogger{log},
+	}
+	return s
+}
+
+// ServeUnix listens on the Unix socket at path and serves until Shutdown,
+// when it returns nil. A stale socket file at path (left by a process that
+// died) is removed first; a socket that still accepts connections, or a file
+// that is not a socket, is an error. The socket gets ServerOptions.SocketMode
+// (0660 by default) and is removed when the server stops.
+func (s *Server) ServeUnix(path string) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return ErrServerClosed
+	}
+	if err := removeStaleSocket(path); err != nil {
+		return err
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, s.opts.SocketMode); err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("chmod %s to %#o: %w", path, s.opts.SocketMode, err)
+	}
+	return s.Serve(ln)
+}
+
+// removeStaleSocket removes path if it is a socket nobody listens on.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("stat socket %s: %w", path, err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("socket path %s exists and is not a socket; not removing it", path)
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		_ = c.Close()
+		return fmt.Errorf("socket %s is in use by a running server", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// Serve serves connections accepted on ln until Shutdown, when it returns
+// nil (any other error ends it too). It takes ownership of ln. Tests use it
+// with a listener of their own; it also serves TCP.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners = append(s.listeners, ln)
+	s.mu.Unlock()
+	s.log.Info().Str("addr", ln.Addr().String()).Msg("ipc: serving")
+	err := s.fs.Serve(ln)
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops the server: it closes the listeners (Serve and ServeUnix
+// return nil), lets requests in flight finish and closes idle connections.
+// When ctx ends first it cancels the contexts of the requests still running
+// and returns ctx.Err(). Serve after Shutdown returns ErrServerClosed.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	lns := s.listeners
+	s.listeners = nil
+	s.mu.Unlock()
+
+	err := s.fs.ShutdownWithContext(ctx)
+	// A listener that Serve registered but fasthttp had not taken yet is not
+	// closed by fasthttp; closing it twice is harmless.
+	for _, ln := range lns {
+		_ = ln.Close()
+	}
+	s.cancelBase()
+	return err
+}
+
+// Handler returns the request handler of the API, for use with a
+// fasthttp.Server of the caller's own (tests, or several listeners).
+func (s *Server) Handler() fasthttp.RequestHandler {
+	return s.serve
+}
+
+// route is one matched API route.
+type route int
+
+const (
+	routeNone route = iota
+	routeTasks
+	routeTask
+	routeCluster
+	routeHealth
+	routeReady
+)
+
+// allowed lists the methods of each route, for 405 and Allow.
+var allowed = map[route]string{
+	routeTasks:   "POST",
+	routeTask:    "GET, HEAD, DELETE",
+	routeCluster: "GET, HEAD",
+	routeHealth:  "GET, HEAD",
+	routeReady:   "GET, HEAD",
+}
+
+const tasksPrefix = "/v1/tasks/"
+
+// match finds the route of a raw (still escaped) request path and, for task
+// routes, the escaped id segment. Routing on the raw path keeps "%2F" inside
+// an id from being taken for a path separator.
+func match(rawPath []byte) (route, string) {
+	p := string(rawPath)
+	switch p {
+	case "/v1/tasks":
+		return routeTasks, ""
+	case "/v1/cluster":
+		return routeCluster, ""
+	case "/healthz":
+		return routeHealth, ""
+	case "/readyz":
+		return routeReady, ""
+	}
+	if rest, ok := strings.CutPrefix(p, tasksPrefix); ok && rest != "" && !strings.Contains(rest, "/") {
+		return routeTask, rest
+	}
+	return routeNone, ""
+}
+
+// serve is the fasthttp handler: it routes, calls the Backend with a
+// per-request context, writes the JSON reply and logs the request.
+func (s *Server) serve(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	rawPath := ctx.Request.URI().PathOriginal()
+	method := string(ctx.Method())
+	var failure error // the error answered, for the log
+	defer func() {
+		if p := recover(); p != nil {
+			failure = fmt.Errorf("panic: %v", p)
+			s.log.Error().Str("method", method).Bytes("path", rawPath).Interface("panic", p).Msg("ipc: handler panicked")
+			ctx.Response.Reset()
+			s.writeError(ctx, ErrInternal)
+		}
+		if e := s.log.Debug(); e.Enabled() {
+			e = e.Str("method", method).Bytes("path", rawPath).Int("status", ctx.Response.StatusCode()).
+				Dur("duration", time.Since(start))
+			if failure != nil {
+				_, code, _, _ := MapError(failure)
+				e = e.Str("code", code)
+			}
+			e.Msg("ipc: request")
+		}
+	}()
+
+	rt, rawID := match(rawPath)
+	if rt == routeNone {
+		failure = Errorf(ErrNotFound, "no route for %s %s", method, rawPath)
+		s.writeError(ctx, failure)
+		return
+	}
+	if !methodAllowed(rt, method) {
+		ctx.Response.Header.Set("Allow", allowed[rt])
+		failure = Errorf(ErrMethodNotAllowed, "method %s not allowed on %s; allowed: %s", method, rawPath, allowed[rt])
+		s.writeError(ctx, failure)
+		return
+	}
+
+	rctx, cancel := context.WithTimeout(s.base, s.opts.RequestTimeout)
+	defer cancel()
+
+	switch rt {
+	case routeHealth:
+		s.writeJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ok"})
+	case routeReady:
+		failure = s.backend.Ready(rctx)
+		if failure == nil {
+			s.writeJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ready"})
+			break
+		}
+		var e *Error
+		if !errors.As(failure, &e) && !errors.Is(failure, context.DeadlineExceeded) && !errors.Is(failure, context.Canceled) {
+			failure = Errorf(ErrNotReady, "not ready: %w", failure)
+		}
+		s.writeError(ctx, failure)
+	case routeCluster:
+		var info ClusterInfo
+		info, failure = s.backend.Cluster(rctx)
+		if failure != nil {
+			s.writeError(ctx, failure)
+			break
+		}
+		if info.Members == nil {
+			info.Members = []Member{}
+		}
+		s.writeJSON(ctx, fasthttp.StatusOK, info)
+	case routeTasks:
+		failure = s.submit(rctx, ctx)
+	case routeTask:
+		failure = s.task(rctx, ctx, method, rawID)
+	}
+}
+
+func methodAllowed(rt route, method string) bool {
+	switch rt {
+	case routeTasks:
+		return method == "POST"
+	case routeTask:
+		return method == "GET" || method == "HEAD" || method == "DELETE"
+	default:
+		return method == "GET" || method == "HEAD"
+	}
+}
+
+// submit answers POST /v1/tasks.
+func (s *Server) submit(rctx context.Context, ctx *fasthttp.RequestCtx) error {
+	spec, err := DecodeSubmit(ctx.PostBody())
+	if err != nil {
+		s.writeError(ctx, err)
+		return err
+	}
+	task, created, err := s.backend.Submit(rctx, spec)
+	if err != nil {
+		s.writeError(ctx, err)
+		return err
+	}
+	status := fasthttp.StatusOK
+	if created {
+		status = fasthttp.StatusCreated
+		ctx.Response.Header.Set("Location", "/v1/tasks/"+url.PathEscape(task.ID))
+	}
+	s.writeTask(ctx, status, task)
+	return nil
+}
+
+// task answers GET and DELETE /v1/tasks/{id}.
+func (s *Server) task(rctx context.Context, ctx *fasthttp.RequestCtx, method, rawID string) error {
+	id, err := url.PathUnescape(rawID)
+	if err != nil {
+		err = Errorf(ErrInvalid, "id: bad URL escape in %q", rawID)
+		s.writeError(ctx, err)
+		return err
+	}
+	if err := ValidateID(id); err != nil {
+		s.writeError(ctx, err)
+		return err
+	}
+	var task Task
+	if method == "DELETE" {
+		task, err = s.backend.Cancel(rctx, id)
+	} else {
+		task, err = s.backend.Task(rctx, id)
+	}
+	if err != nil {
+		s.writeError(ctx, err)
+		return err
+	}
+	s.writeTask(ctx, fasthttp.StatusOK, task)
+	return nil
+}
+
+// writeTask writes a task view, payload bytes as submitted.
+func (s *Server) writeTask(ctx *fasthttp.RequestCtx, status int, t Task) {
+	b, err := t.MarshalJSON()
+	if err != nil {
+		s.log.Error().Err(err).Str("task_id", t.ID).Msg("ipc: encode task view")
+		s.writeError(ctx, ErrInternal)
+		return
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(append(b, '\n'))
+}
+
+// writeJSON writes v as a JSON reply.
+func (s *Server) writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		s.log.Error().Err(err).Msg("ipc: encode reply")
+		s.writeError(ctx, ErrInternal)
+		return
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(buf.Bytes())
+}
+
+// writeError writes the JSON error reply for err (see MapError) and logs
+// errors that map to 500 with their detail.
+func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
+	status, code, msg, retryAfter := MapError(err)
+	if status == ErrInternal.Status && err != ErrInternal {
+		s.log.Error().Err(err).Bytes("method", ctx.Method()).Bytes("path", ctx.Request.URI().PathOriginal()).
+			Msg("ipc: internal error")
+	}
+	if retryAfter > 0 {
+		ctx.Response.Header.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(retryAfter), 10))
+	}
+	b, _ := json.Marshal(errorBody{Error: errorDetail{Code: code, Message: msg}})
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(append(b, '\n'))
+}
+
+// handleParseError answers requests fasthttp could not read.
+func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		s.writeError(ctx, Errorf(ErrTooLarge, "request body over %d bytes", s.opts.MaxRequestBodyBytes))
+	case errors.As(err, &small):
+		s.writeError(ctx, Errorf(ErrTooLarge, "request headers too large"))
+	case errors.As(err, &ne) && ne.Timeout():
+		s.writeError(ctx, Errorf(ErrInvalid, "timed out reading the request"))
+	default:
+		s.writeError(ctx, Errorf(ErrInvalid, "malformed HTTP request: %v", err))
+	}
+	s.log.Debug().Err(err).Int("status", ctx.Response.StatusCode()).Msg("ipc: unreadable request")
+}
+
+// fasthttpLogger sends fasthttp's own messages to zerolog: errors of single
+// connections (a client's fault, already answered) at debug level, the rest
+// (accept errors, concurrency limit) at warn level.
+type fasthttpLogger struct{ log zerolog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	ev := l.log.Warn()
+	if strings.HasPrefix(format, "error when serving connection") {
+		ev = l.log.Debug()
+	}
+	ev.Msgf("fasthttp: "+format, args...)
+}

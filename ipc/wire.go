@@ -1,0 +1,345 @@
+package ipc
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// submitRequest is the JSON body of POST /v1/tasks. Pointers tell "absent"
+// (or null) from a zero value so that defaults can be filled.
+type submitRequest struct {
+	ID            string          `json:"id"`
+	Handler       string          `json:"handler"`
+	Payload       json.RawMessage `json:"payload"`
+	PayloadBase64 *string         `json:"payload_base64"`
+	Delay         *string         `json:"delay"`
+	RunAt         *string         `json:"run_at"`
+	Priority      *int            `json:"priority"`
+	Timeout       *string         `json:"timeout"`
+	MaxAttempts   *int            `json:"max_attempts"`
+	Overwrite     bool            `json:"overwrite"`
+
+	// Fields of DESIGN.md section 5 that later issues implement. They are
+	// decoded only to be refused with a clear message (see unsupportedFields).
+	Cron     json.RawMessage `json:"cron"`
+	Timezone json.RawMessage `json:"timezone"`
+	Every    json.RawMessage `json:"every"`
+	Repeats  json.RawMessage `json:"repeats"`
+	Until    json.RawMessage `json:"until"`
+	Backoff  json.RawMessage `json:"backoff"`
+	RouteKey json.RawMessage `json:"route_key"`
+	Labels   json.RawMessage `json:"labels"`
+}
+
+// unsupportedFields lists the reserved fields in the order they are checked.
+func (r *submitRequest) unsupportedFields() []struct {
+	name string
+	raw  json.RawMessage
+} {
+	return []struct {
+		name string
+		raw  json.RawMessage
+	}{
+		{"cron", r.Cron}, {"timezone", r.Timezone}, {"every", r.Every}, {"repeats", r.Repeats},
+		{"until", r.Until}, {"backoff", r.Backoff}, {"route_key", r.RouteKey}, {"labels", r.Labels},
+	}
+}
+
+// fieldTypes names the JSON type each submit field expects, for messages.
+var fieldTypes = map[string]string{
+	"id":             "a string",
+	"handler":        "a string",
+	"payload_base64": "a base64 string",
+	"delay":          `a Go duration string like "1.5s"`,
+	"run_at":         `an RFC 3339 time string like "2026-01-02T15:04:05Z"`,
+	"priority":       "an integer from 0 to 4",
+	"timeout":        `a Go duration string like "30s"`,
+	"max_attempts":   "an integer",
+	"overwrite":      "true or false",
+}
+
+// DecodeSubmit decodes and validates the JSON body of a submit request and
+// returns the TaskSpec with defaults filled in:
+//
+//   - id: optional; a random id (NewID) when absent or empty. See ValidateID.
+//   - handler: required, at most HandlerMaxBytes, valid UTF-8, no control
+//     characters.
+//   - payload (any JSON value, kept byte for byte as sent) or payload_base64
+//     (standard base64 with padding), not both; at most PayloadMaxBytes once
+//     decoded (413 otherwise). null counts as absent, and an empty payload
+//     is stored as "no payload".
+//   - delay (Go duration, >= 0) or run_at (RFC 3339, stored in UTC truncated
+//     to the millisecond), not both; neither means "now".
+//   - priority: 0 (highest) … PriorityMax, default PriorityDefault.
+//   - timeout: Go duration, > 0 and <= TimeoutMax, default TimeoutDefault.
+//   - max_attempts: 1 … MaxAttemptsMax, default MaxAttemptsDefault.
+//   - overwrite: bool.
+//
+// Malformed JSON fails with ErrInvalidJSON; unknown fields, fields of later
+// versions (cron, timezone, every, repeats, until, backoff, route_key,
+// labels) and invalid values with ErrInvalid; a payload over the limit with
+// ErrTooLarge. Messages name the field.
+func DecodeSubmit(body []byte) (TaskSpec, error) {
+	var req submitRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return TaskSpec{}, err
+	}
+	return req.spec()
+}
+
+// decodeStrict decodes one JSON object from body into v, refusing unknown
+// fields and trailing data.
+func decodeStrict(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return Errorf(ErrInvalidJSON, "request body is empty; want a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Errorf(ErrInvalidJSON, "invalid json: unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// decodeError turns an encoding/json error into an API error.
+func decodeError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return Errorf(ErrInvalidJSON, "invalid json at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return Errorf(ErrInvalidJSON, "invalid json: unexpected end of input")
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return Errorf(ErrInvalidJSON, "invalid json: want a JSON object, got %s", typ.Value)
+		}
+		want := fieldTypes[typ.Field]
+		if want == "" {
+			want = "a " + typ.Type.String()
+		}
+		return Errorf(ErrInvalid, "%s: must be %s, got JSON %s", typ.Field, want, typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return Errorf(ErrInvalid, "unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	}
+	return Errorf(ErrInvalidJSON, "invalid json: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// isNull reports whether raw is absent or the JSON literal null.
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+func (r *submitRequest) spec() (TaskSpec, error) {
+	for _, f := range r.unsupportedFields() {
+		if !isNull(f.raw) {
+			return TaskSpec{}, Errorf(ErrInvalid, "%s: not supported yet by this version of ax", f.name)
+		}
+	}
+	s := TaskSpec{
+		ID:          r.ID,
+		Handler:     r.Handler,
+		Priority:    PriorityDefault,
+		Timeout:     TimeoutDefault,
+		MaxAttempts: MaxAttemptsDefault,
+		Overwrite:   r.Overwrite,
+	}
+
+	if s.ID == "" {
+		s.ID = NewID()
+	} else if err := ValidateID(s.ID); err != nil {
+		return TaskSpec{}, err
+	}
+
+	if s.Handler == "" {
+		return TaskSpec{}, Errorf(ErrInvalid, "handler: required")
+	}
+	if err := checkName("handler", s.Handler, HandlerMaxBytes); err != nil {
+		return TaskSpec{}, err
+	}
+
+	hasJSON, hasB64 := !isNull(r.Payload), r.PayloadBase64 != nil
+	switch {
+	case hasJSON && hasB64:
+		return TaskSpec{}, Errorf(ErrInvalid, "payload and payload_base64: give at most one")
+	case hasJSON:
+		if len(r.Payload) > PayloadMaxBytes {
+			return TaskSpec{}, Errorf(ErrTooLarge, "payload: %d bytes, the limit is %d", len(r.Payload), PayloadMaxBytes)
+		}
+		s.Payload = r.Payload
+	case hasB64:
+		enc := *r.PayloadBase64
+		if n := base64.StdEncoding.DecodedLen(len(enc)); n > PayloadMaxBytes+2 {
+			return TaskSpec{}, Errorf(ErrTooLarge, "payload_base64: about %d bytes decoded, the limit is %d", n, PayloadMaxBytes)
+		}
+		p, err := base64.StdEncoding.DecodeString(enc)
+		if err != nil {
+			return TaskSpec{}, Errorf(ErrInvalid, "payload_base64: not standard base64: %v", err)
+		}
+		if len(p) > PayloadMaxBytes {
+			return TaskSpec{}, Errorf(ErrTooLarge, "payload_base64: %d bytes decoded, the limit is %d", len(p), PayloadMaxBytes)
+		}
+		if len(p) > 0 {
+			s.Payload, s.PayloadBase64 = p, true
+		}
+	}
+
+	if r.Delay != nil && r.RunAt != nil {
+		return TaskSpec{}, Errorf(ErrInvalid, "delay and run_at: give at most one")
+	}
+	if r.Delay != nil {
+		d, err := time.ParseDuration(*r.Delay)
+		if err != nil {
+			return TaskSpec{}, Errorf(ErrInvalid, "delay: must be a Go duration like \"1.5s\", got %q", *r.Delay)
+		}
+		if d < 0 {
+			return TaskSpec{}, Errorf(ErrInvalid, "delay: must not be negative, got %q", *r.Delay)
+		}
+		s.Delay = d
+	}
+	if r.RunAt != nil {
+		t, err := time.Parse(time.RFC3339Nano, *r.RunAt)
+		if err != nil {
+			return TaskSpec{}, Errorf(ErrInvalid, "run_at: must be an RFC 3339 time like \"2026-01-02T15:04:05Z\", got %q", *r.RunAt)
+		}
+		s.RunAt = t.UTC().Truncate(time.Millisecond)
+	}
+
+	if r.Priority != nil {
+		if p := *r.Priority; p < 0 || p > PriorityMax {
+			return TaskSpec{}, Errorf(ErrInvalid, "priority: must be between 0 (highest) and %d (lowest), got %d", PriorityMax, p)
+		}
+		s.Priority = *r.Priority
+	}
+	if r.Timeout != nil {
+		d, err := time.ParseDuration(*r.Timeout)
+		if err != nil {
+			return TaskSpec{}, Errorf(ErrInvalid, "timeout: must be a Go duration like \"30s\", got %q", *r.Timeout)
+		}
+		if d <= 0 || d > TimeoutMax {
+			return TaskSpec{}, Errorf(ErrInvalid, "timeout: must be > 0 and <= %s, got %q", TimeoutMax, *r.Timeout)
+		}
+		s.Timeout = d
+	}
+	if r.MaxAttempts != nil {
+		if n := *r.MaxAttempts; n < 1 || n > MaxAttemptsMax {
+			return TaskSpec{}, Errorf(ErrInvalid, "max_attempts: must be between 1 and %d, got %d", MaxAttemptsMax, n)
+		}
+		s.MaxAttempts = *r.MaxAttempts
+	}
+	return s, nil
+}
+
+// ValidateID checks a client-given task id: non-empty, valid UTF-8, at most
+// IDMaxBytes, no control characters. Everything else is allowed ("order|42",
+// "a@b", "A/B", "ü日本"): ids are opaque and URL-escaped in paths. Errors
+// wrap ErrInvalid.
+func ValidateID(id string) error {
+	if id == "" {
+		return Errorf(ErrInvalid, "id: must not be empty")
+	}
+	return checkName("id", id, IDMaxBytes)
+}
+
+// checkName checks a string field: length, UTF-8, no control characters.
+func checkName(field, s string, maxBytes int) error {
+	if len(s) > maxBytes {
+		return Errorf(ErrInvalid, "%s: %d bytes, the limit is %d", field, len(s), maxBytes)
+	}
+	if !utf8.ValidString(s) {
+		return Errorf(ErrInvalid, "%s: not valid UTF-8", field)
+	}
+	for i, r := range s {
+		if unicode.IsControl(r) {
+			return Errorf(ErrInvalid, "%s: control character %U at byte %d", field, r, i)
+		}
+	}
+	return nil
+}
+
+// NewID returns a random task id: 16 bytes from crypto/rand, hex encoded
+// (32 characters).
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// taskAlias has Task's fields without its methods, to avoid recursion.
+type taskAlias Task
+
+// taskJSON adds payload_base64 to the view; payload is spliced in raw.
+type taskJSON struct {
+	taskAlias
+	PayloadB64 string `json:"payload_base64,omitempty"`
+}
+
+// MarshalJSON encodes the task view. The payload appears as "payload", the
+// JSON value byte for byte as submitted, when the task was submitted with a
+// JSON payload, or as "payload_base64" when it was submitted base64 (or when
+// its bytes are not valid JSON); neither when the payload is empty.
+//
+// The exact bytes survive when MarshalJSON is called directly (the server
+// does); json.Marshal of a value containing a Task compacts the output, which
+// removes insignificant white space inside the payload.
+func (t Task) MarshalJSON() ([]byte, error) {
+	v := taskJSON{taskAlias: taskAlias(t)}
+	raw := len(t.Payload) > 0 && !t.PayloadBase64 && json.Valid(t.Payload)
+	if len(t.Payload) > 0 && !raw {
+		v.PayloadB64 = base64.StdEncoding.EncodeToString(t.Payload)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	out := bytes.TrimRight(buf.Bytes(), "\n")
+	if !raw {
+		return out, nil
+	}
+	// out ends with '}' and is never "{}" (id is always present).
+	res := make([]byte, 0, len(out)+len(t.Payload)+len(`,"payload":`))
+	res = append(res, out[:len(out)-1]...)
+	res = append(res, `,"payload":`...)
+	res = append(res, t.Payload...)
+	return append(res, '}'), nil
+}
+
+// UnmarshalJSON decodes a task view produced by MarshalJSON: "payload" is
+// kept as raw JSON bytes, "payload_base64" is decoded and sets PayloadBase64.
+func (t *Task) UnmarshalJSON(b []byte) error {
+	aux := struct {
+		*taskAlias
+		Payload    json.RawMessage `json:"payload"`
+		PayloadB64 *string         `json:"payload_base64"`
+	}{taskAlias: (*taskAlias)(t)}
+	t.Payload, t.PayloadBase64 = nil, false
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	switch {
+	case aux.PayloadB64 != nil:
+		p, err := base64.StdEncoding.DecodeString(*aux.PayloadB64)
+		if err != nil {
+			return fmt.Errorf("payload_base64: %w", err)
+		}
+		t.Payload, t.PayloadBase64 = p, true
+	case !isNull(aux.Payload):
+		t.Payload = []byte(aux.Payload)
+	}
+	return nil
+}

@@ -1,0 +1,169 @@
+package ipc
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDecodeSubmit_Defaults(t *testing.T) {
+	s, err := DecodeSubmit([]byte(`{"handler":"order.timeout"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.ID) != 32 || strings.Trim(s.ID, "0123456789abcdef") != "" {
+		t.Errorf("generated id = %q, want 32 hex characters", s.ID)
+	}
+	want := TaskSpec{ID: s.ID, Handler: "order.timeout", Priority: PriorityDefault, Timeout: TimeoutDefault, MaxAttempts: MaxAttemptsDefault}
+	if !SameSpec(s, want) || s.Overwrite || s.Payload != nil {
+		t.Errorf("spec = %+v, want %+v", s, want)
+	}
+	if other, _ := DecodeSubmit([]byte(`{"handler":"h","id":""}`)); other.ID == "" || other.ID == s.ID {
+		t.Errorf("empty id should get a fresh random id, got %q", other.ID)
+	}
+}
+
+func TestDecodeSubmit_AllFields(t *testing.T) {
+	body := `{
+		"id": "order|42",
+		"handler": "order.timeout",
+		"payload": {"order": 42},
+		"run_at": "2026-12-01T10:00:00.123456+01:00",
+		"priority": 0,
+		"timeout": "1.5s",
+		"max_attempts": 10,
+		"overwrite": true,
+		"cron": null
+	}`
+	s, err := DecodeSubmit([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAt := time.Date(2026, 12, 1, 9, 0, 0, 123e6, time.UTC)
+	want := TaskSpec{ID: "order|42", Handler: "order.timeout", Payload: []byte(`{"order": 42}`), RunAt: runAt,
+		Priority: 0, Timeout: 1500 * time.Millisecond, MaxAttempts: 10, Overwrite: true}
+	if !SameSpec(s, want) || !s.Overwrite || s.RunAt.Location() != time.UTC {
+		t.Errorf("spec = %+v\nwant   %+v", s, want)
+	}
+
+	s, err = DecodeSubmit([]byte(`{"handler":"h","delay":"0s","payload_base64":"AP8=","max_attempts":1000,"timeout":"24h"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(s.Payload) != "\x00\xff" || !s.PayloadBase64 || s.Delay != 0 || s.MaxAttempts != 1000 || s.Timeout != TimeoutMax {
+		t.Errorf("spec = %+v", s)
+	}
+}
+
+func TestDecodeSubmit_Invalid(t *testing.T) {
+	tests := []struct {
+		body string
+		kind *Error
+		msg  string
+	}{
+		{`{"handler":"` + strings.Repeat("h", HandlerMaxBytes+1) + `"}`, ErrInvalid, "handler: 257 bytes, the limit is 256"},
+		{`{"handler":"a\u0007b"}`, ErrInvalid, "handler: control character U+0007"},
+		{`{"handler":"h","id":"` + strings.Repeat("i", IDMaxBytes+1) + `"}`, ErrInvalid, "id: 513 bytes, the limit is 512"},
+		{`{"handler":"h","id":"a\u0085b"}`, ErrInvalid, "id: control character U+0085"},
+		{`{"handler":"h","timeout":"25h"}`, ErrInvalid, "timeout: must be > 0 and <= 24h0m0s"},
+		{`{"handler":"h","max_attempts":1001}`, ErrInvalid, "max_attempts: must be between 1 and 1000, got 1001"},
+		{`{"handler":"h","overwrite":"yes"}`, ErrInvalid, "overwrite: must be true or false"},
+		{`{"handler":"h","every":"5s"}`, ErrInvalid, "every: not supported yet"},
+		{`{"handler":"h","timezone":"UTC"}`, ErrInvalid, "timezone: not supported yet"},
+		{`{"handler":"h","repeats":3}`, ErrInvalid, "repeats: not supported yet"},
+		{`{"handler":"h","until":"2027-01-01T00:00:00Z"}`, ErrInvalid, "until: not supported yet"},
+		{`{"handler":"h","backoff":{"initial":"1s"}}`, ErrInvalid, "backoff: not supported yet"},
+		{`{"handler":"h","route_key":"k"}`, ErrInvalid, "route_key: not supported yet"},
+		{`{"handler":"h","payload_base64":"` + strings.Repeat("A", (PayloadMaxBytes+3)/3*4+8) + `"}`, ErrTooLarge, "payload_base64: about"},
+		{`{"handler":"h","payload":"` + strings.Repeat("x", PayloadMaxBytes-1) + `"}`, ErrTooLarge, "payload: 1048577 bytes, the limit is 1048576"},
+		{`{"handler":"h"`, ErrInvalidJSON, "unexpected end of input"},
+		{`  `, ErrInvalidJSON, "request body is empty"},
+		{`null`, ErrInvalid, "handler: required"},
+	}
+	for _, tc := range tests {
+		name := tc.body
+		if len(name) > 60 {
+			name = name[:60]
+		}
+		t.Run(name, func(t *testing.T) {
+			_, err := DecodeSubmit([]byte(tc.body))
+			if !errors.Is(err, tc.kind) {
+				t.Fatalf("err = %v, want %s", err, tc.kind.Code)
+			}
+			if !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("err = %q, want it to contain %q", err, tc.msg)
+			}
+		})
+	}
+	// The largest payloads pass.
+	if _, err := DecodeSubmit([]byte(`{"handler":"h","payload":"` + strings.Repeat("x", PayloadMaxBytes-2) + `"}`)); err != nil {
+		t.Errorf("payload of exactly PayloadMaxBytes: %v", err)
+	}
+}
+
+func TestValidateID(t *testing.T) {
+	for _, id := range []string{"order|42", "a@b", "A/B", "ü日本", " spaced ", "%2F", strings.Repeat("x", IDMaxBytes)} {
+		if err := ValidateID(id); err != nil {
+			t.Errorf("ValidateID(%q) = %v", id, err)
+		}
+	}
+	for _, id := range []string{"", "a\x00b", "a\tb", "\x7f", "\xff\xfe", strings.Repeat("x", IDMaxBytes+1)} {
+		if err := ValidateID(id); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ValidateID(%q) = %v, want ErrInvalid", id, err)
+		}
+	}
+}
+
+func TestTaskJSON(t *testing.T) {
+	created := time.Date(2026, 11, 30, 11, 25, 0, 0, time.UTC)
+	base := Task{ID: "a/b", Handler: "h", State: StateWaiting, Priority: 2, MaxAttempts: 4, Timeout: "30s", CreatedAt: created, UpdatedAt: created}
+
+	withJSON := base
+	withJSON.Payload = []byte(`{"a": 1, "s": "<&>"}`)
+	b, err := withJSON.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(b), `,"payload":{"a": 1, "s": "<&>"}}`) || strings.Contains(string(b), "payload_base64") {
+		t.Errorf("json payload view = %s", b)
+	}
+	var back Task
+	if err := json.Unmarshal(b, &back); err != nil || string(back.Payload) != string(withJSON.Payload) || back.PayloadBase64 || back.ID != "a/b" {
+		t.Errorf("round trip = %+v (%v)", back, err)
+	}
+	// Nested in json.Marshal the payload is the same value (compacted).
+	nested, err := json.Marshal(map[string]Task{"task": withJSON})
+	if err != nil || !strings.Contains(string(nested), `"payload":{"a":1,"s":"\u003c\u0026\u003e"}`) {
+		t.Errorf("nested = %s (%v)", nested, err)
+	}
+
+	withB64 := base
+	withB64.Payload, withB64.PayloadBase64 = []byte{0, 1, 0xff}, true
+	b, _ = withB64.MarshalJSON()
+	if !strings.Contains(string(b), `"payload_base64":"AAH/"`) || strings.Contains(string(b), `"payload":`) {
+		t.Errorf("base64 view = %s", b)
+	}
+	back = Task{Payload: []byte("stale")}
+	if err := json.Unmarshal(b, &back); err != nil || string(back.Payload) != "\x00\x01\xff" || !back.PayloadBase64 {
+		t.Errorf("round trip = %+v (%v)", back, err)
+	}
+
+	// Bytes that are not JSON are never emitted raw.
+	broken := base
+	broken.Payload = []byte("not json")
+	b, _ = broken.MarshalJSON()
+	if !json.Valid(b) || !strings.Contains(string(b), `"payload_base64"`) {
+		t.Errorf("invalid JSON payload view = %s", b)
+	}
+
+	b, _ = base.MarshalJSON()
+	if strings.Contains(string(b), "payload") {
+		t.Errorf("empty payload view = %s", b)
+	}
+	back = Task{Payload: []byte("stale"), PayloadBase64: true}
+	if err := json.Unmarshal(b, &back); err != nil || back.Payload != nil || back.PayloadBase64 {
+		t.Errorf("round trip of empty payload = %+v (%v)", back, err)
+	}
+}

@@ -1,0 +1,22 @@
+package raftfsm
+
+import "errors"
+
+// Result codes carried in Result.Code: what an applied command did.
+const (
+	CodeOK       = ""          // the command took effect (or was an idempotent repeat)
+	CodeNotFound = "not_found" // the command named a task that does not exist
+	CodeConflict = "conflict"  // a submit named an existing id with a different spec
+	CodeStale    = "stale"     // a fire or completion named an attempt that is no longer current
+)
+
+var (
+	// ErrNotFound is returned by queries when no task has the given id.
+	ErrNotFound = errors.New("task not found")
+	// ErrUnknownCommand is returned (and stops the node) when an entry holds a
+	// command type this version does not know: applying it wrongly or
+	// skipping it would make this replica diverge.
+	ErrUnknownCommand = errors.New("unknown command type")
+	// ErrBadEntry is returned when a log entry cannot be decoded.
+	ErrBadEntry = errors.New("malformed log entry")
+)

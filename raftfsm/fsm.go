@@ -1,0 +1,276 @@
+package raftfsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/hashicorp/raft"
+)
+
+// Event tells an Observer what an applied command changed.
+type Event struct {
+	// Type is the command that caused the change.
+	Type CommandType
+	// Task is the task after the change (nil for node events).
+	Task *Task
+	// Prev is the task's state before the change (0 when it was created).
+	Prev State
+	// PrevNode is the node that ran the task's attempt before the change.
+	PrevNode string
+	// Node is set for CmdNode events.
+	Node *Node
+}
+
+// Observer is told about every change once its entry is committed to
+// badger, on every node, in log order. Applied is called from the FSM's apply
+// goroutine: it must not block and must not call back into Apply.
+type Observer interface {
+	Applied(index uint64, events []Event)
+}
+
+// FSM is the ax state machine over badger. It implements raft.FSM and
+// raft.ConfigurationStore.
+//
+// Contract (see the package doc): deterministic — no clock, no randomness;
+// each entry's effects and the applied index are written in one badger
+// transaction, and entries at or below the stored applied index are skipped;
+// Snapshot only pins a badger read view and Persist streams it; Restore
+// drops all state first. Apply fails closed: an undecodable entry, an unknown
+// command type or a storage error panics, stopping the node, because
+// skipping an entry would make this replica diverge silently.
+type FSM struct {
+	db       *badger.DB
+	observer atomic.Pointer[observerBox]
+
+	applied atomic.Uint64
+	mu      sync.Mutex
+	waitCh  chan struct{} // closed and replaced when applied moves
+
+	// broken is set when a Restore failed after dropping the old state:
+	// badger then holds neither state, so Apply, StoreConfiguration and
+	// Snapshot refuse to run until a Restore succeeds.
+	broken atomic.Bool
+}
+
+type observerBox struct{ o Observer }
+
+var (
+	_ raft.FSM                = (*FSM)(nil)
+	_ raft.ConfigurationStore = (*FSM)(nil)
+)
+
+// Open opens the FSM over an open badger database and reads its applied
+// index.
+func Open(db *badger.DB) (*FSM, error) {
+	f := &FSM{db: db, waitCh: make(chan struct{})}
+	var idx uint64
+	err := db.View(func(txn *badger.Txn) error {
+		var err error
+		idx, err = readApplied(txn)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read applied index: %w", err)
+	}
+	f.applied.Store(idx)
+	return f, nil
+}
+
+// SetObserver installs o; nil removes it.
+func (f *FSM) SetObserver(o Observer) {
+	if o == nil {
+		f.observer.Store(nil)
+		return
+	}
+	f.observer.Store(&observerBox{o})
+}
+
+// AppliedIndex returns the last Raft index whose effects are in badger.
+func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
+
+// AppliedCh returns a channel closed when the applied index next moves;
+// use it with AppliedIndex to wait for an index without polling.
+func (f *FSM) AppliedCh() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.waitCh
+}
+
+func (f *FSM) setApplied(idx uint64) {
+	f.applied.Store(idx)
+	f.mu.Lock()
+	close(f.waitCh)
+	f.waitCh = make(chan struct{})
+	f.mu.Unlock()
+}
+
+func readApplied(txn *badger.Txn) (uint64, error) {
+	item, err := txn.Get(keyApplied)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var idx uint64
+	err = item.Value(func(v []byte) error {
+		if len(v) != 8 {
+			return fmt.Errorf("applied index of %d bytes: %w", len(v), ErrBadEntry)
+		}
+		idx = binary.BigEndian.Uint64(v)
+		return nil
+	})
+	return idx, err
+}
+
+// Apply applies one Raft log entry and returns []Result, one per command.
+// An entry at or below the applied index returns nil (it was applied before
+// a restart).
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	if f.broken.Load() {
+		panic(fmt.Sprintf("raftfsm: entry %d: %v", l.Index, errRestoreFailed))
+	}
+	if l.Index <= f.applied.Load() {
+		return nil
+	}
+	cmds, err := DecodeEntry(l.Data)
+	if err != nil {
+		panic(fmt.Sprintf("raftfsm: entry %d: %v", l.Index, err))
+	}
+	w := newWriter(f.db)
+	results := make([]Result, len(cmds))
+	var events []Event
+	for i := range cmds {
+		r, ev, err := apply(w, l.Index, &cmds[i])
+		if err != nil {
+			w.discard()
+			panic(fmt.Sprintf("raftfsm: entry %d command %d: %v", l.Index, i, err))
+		}
+		r.Index = l.Index
+		results[i] = r
+		events = append(events, ev...)
+	}
+	if err := w.finish(l.Index); err != nil {
+		panic(fmt.Sprintf("raftfsm: entry %d: commit: %v", l.Index, err))
+	}
+	f.setApplied(l.Index)
+	if b := f.observer.Load(); b != nil && len(events) > 0 {
+		b.o.Applied(l.Index, events)
+	}
+	return results
+}
+
+// StoreConfiguration records the index of a configuration entry as applied,
+// so the stored applied index matches raft's view exactly.
+func (f *FSM) StoreConfiguration(index uint64, _ raft.Configuration) {
+	if f.broken.Load() {
+		panic(fmt.Sprintf("raftfsm: configuration entry %d: %v", index, errRestoreFailed))
+	}
+	if index <= f.applied.Load() {
+		return
+	}
+	w := newWriter(f.db)
+	if err := w.finish(index); err != nil {
+		panic(fmt.Sprintf("raftfsm: configuration entry %d: %v", index, err))
+	}
+	f.setApplied(index)
+}
+
+// writer is a badger write transaction that splits itself when it grows past
+// badger's transaction limit. The applied index goes into the last part, so
+// a crash between parts re-applies the entry, whose commands are idempotent.
+type writer struct {
+	db  *badger.DB
+	txn *badger.Txn
+}
+
+func newWriter(db *badger.DB) *writer { return &writer{db: db, txn: db.NewTransaction(true)} }
+
+func (w *writer) get(key []byte, v any) (bool, error) {
+	item, err := w.txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, item.Value(func(b []byte) error { return decodeRecord(b, v) })
+}
+
+func (w *writer) set(key, val []byte) error {
+	err := w.txn.Set(key, val)
+	if errors.Is(err, badger.ErrTxnTooBig) {
+		if err := w.txn.Commit(); err != nil {
+			return err
+		}
+		w.txn = w.db.NewTransaction(true)
+		err = w.txn.Set(key, val)
+	}
+	return err
+}
+
+func (w *writer) del(key []byte) error {
+	err := w.txn.Delete(key)
+	if errors.Is(err, badger.ErrTxnTooBig) {
+		if err := w.txn.Commit(); err != nil {
+			return err
+		}
+		w.txn = w.db.NewTransaction(true)
+		err = w.txn.Delete(key)
+	}
+	return err
+}
+
+func (w *writer) putRecord(key []byte, v any) error {
+	b, err := encodeRecord(v)
+	if err != nil {
+		return err
+	}
+	return w.set(key, b)
+}
+
+func (w *writer) finish(index uint64) error {
+	if err := w.set(keyApplied, binary.BigEndian.AppendUint64(nil, index)); err != nil {
+		return err
+	}
+	return w.txn.Commit()
+}
+
+func (w *writer) discard() { w.txn.Discard() }
+
+// Snapshot pins a badger read view at the current applied index. It returns
+// at once; Persist does the I/O.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	if f.broken.Load() {
+		return nil, errRestoreFailed
+	}
+	return &snapshot{txn: f.db.NewTransaction(false), applied: f.applied.Load()}, nil
+}
+
+// errRestoreFailed is the panic (or error) of an FSM whose last Restore failed
+// after dropping the old state.
+var errRestoreFailed = errors.New("state is half restored after a failed snapshot restore")
+
+// Restore replaces all state with a snapshot written by Persist. When it
+// fails after dropping the old state, the FSM fails closed until a later
+// Restore succeeds.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	idx, dropped, err := restore(f.db, rc)
+	if err != nil {
+		if dropped {
+			// badger holds part of the snapshot and no applied index.
+			f.broken.Store(true)
+			f.applied.Store(0)
+		}
+		return fmt.Errorf("restore snapshot: %w", err)
+	}
+	f.broken.Store(false)
+	f.setApplied(idx)
+	return nil
+}

@@ -1,0 +1,35 @@
+package raftfsm
+
+import "encoding/binary"
+
+// Key layout (one badger keyspace, prefixed by kind):
+//
+//	m/applied                 last applied Raft index, uint64 big-endian
+//	t/<id>                    task record
+//	d/<due ms BE 8><id>       WAITING tasks by due time (value empty)
+//	r/<id>                    RUNNING tasks (value empty)
+//	n/<node id>               node record
+var (
+	keyApplied = []byte("m/applied")
+	prefixTask = []byte("t/")
+	prefixDue  = []byte("d/")
+	prefixRun  = []byte("r/")
+	prefixNode = []byte("n/")
+)
+
+func taskKey(id string) []byte { return append(append([]byte{}, prefixTask...), id...) }
+func runKey(id string) []byte  { return append(append([]byte{}, prefixRun...), id...) }
+func nodeKey(id string) []byte { return append(append([]byte{}, prefixNode...), id...) }
+
+func dueKey(dueMs int64, id string) []byte {
+	k := make([]byte, 0, len(prefixDue)+8+len(id))
+	k = append(k, prefixDue...)
+	k = binary.BigEndian.AppendUint64(k, uint64(dueMs))
+	return append(k, id...)
+}
+
+// parseDueKey returns the due time and id of a due-index key.
+func parseDueKey(k []byte) (int64, string) {
+	k = k[len(prefixDue):]
+	return int64(binary.BigEndian.Uint64(k[:8])), string(k[8:])
+}

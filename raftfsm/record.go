@@ -1,0 +1,148 @@
+package raftfsm
+
+import (
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// State is a task state (DESIGN.md section 2).
+type State uint8
+
+// Task states. The zero value is not a valid state.
+const (
+	StateWaiting State = iota + 1
+	StateRunning
+	StateSuccess
+	StateDead
+	StateFailed
+	StateCancelled
+)
+
+var stateNames = [...]string{"", "WAITING", "RUNNING", "SUCCESS", "DEAD", "FAILED", "CANCELLED"}
+
+// String returns the wire name of s ("WAITING" ...).
+func (s State) String() string {
+	if int(s) < len(stateNames) && s != 0 {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// Terminal reports whether no further attempt of the task will run.
+func (s State) Terminal() bool {
+	return s == StateSuccess || s == StateDead || s == StateFailed || s == StateCancelled
+}
+
+// Outcome is how an attempt ended, as reported to the leader.
+type Outcome uint8
+
+// Attempt outcomes.
+const (
+	OutcomeSuccess   Outcome = iota + 1 // 2xx: the run is done
+	OutcomeRetryable                    // 5xx, connection error: retry with backoff or DEAD
+	OutcomePermanent                    // other 4xx: FAILED, no retry
+	OutcomeTimeout                      // the attempt ran past its deadline or its lease expired
+	OutcomeBusy                         // 429/503: snoozed, not counted as a failed attempt
+)
+
+var outcomeNames = [...]string{"", "success", "retryable", "permanent", "timeout", "busy"}
+
+// String returns the lower-case outcome name.
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) && o != 0 {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// Spec is what the client asked for: the fields that decide whether a second
+// submit with the same id is "the same task". Durations are nanoseconds and
+// times Unix milliseconds (UTC) so the encoding is stable.
+type Spec struct {
+	Handler       string `msgpack:"h"`
+	Payload       []byte `msgpack:"p"`
+	PayloadBase64 bool   `msgpack:"pb,omitempty"`
+	DelayNs       int64  `msgpack:"d,omitempty"`
+	RunAtMs       int64  `msgpack:"ra,omitempty"`
+	Priority      int    `msgpack:"pr"`
+	TimeoutNs     int64  `msgpack:"to"`
+	MaxAttempts   int    `msgpack:"ma"`
+}
+
+// Equal reports whether a and b are the same spec.
+func (a Spec) Equal(b Spec) bool {
+	return a.Handler == b.Handler && string(a.Payload) == string(b.Payload) &&
+		a.PayloadBase64 == b.PayloadBase64 && a.DelayNs == b.DelayNs && a.RunAtMs == b.RunAtMs &&
+		a.Priority == b.Priority && a.TimeoutNs == b.TimeoutNs && a.MaxAttempts == b.MaxAttempts
+}
+
+// Task is the stored record of a task. Times are Unix milliseconds, UTC;
+// 0 means unset.
+type Task struct {
+	ID   string `msgpack:"id"`
+	Spec Spec   `msgpack:"s"`
+	// Epoch is the Raft index of the submit that created (or overwrote) the
+	// task. Fire and Complete commands name it so that a command meant for
+	// an overwritten task cannot touch its replacement.
+	Epoch    uint64 `msgpack:"e"`
+	State    State  `msgpack:"st"`
+	Attempts int    `msgpack:"a"`  // attempts started so far; the current one while RUNNING
+	Snoozes  int    `msgpack:"sn"` // busy answers (429/503), not counted as attempts
+	DueMs    int64  `msgpack:"du"` // when the next attempt is due (WAITING only)
+	// Node runs the current attempt (RUNNING only).
+	Node string `msgpack:"n,omitempty"`
+	// FiredMs is when the current attempt was assigned (RUNNING only).
+	FiredMs int64 `msgpack:"fi,omitempty"`
+	// LeaseMs is the deadline of the current attempt (RUNNING only): past
+	// it, the leader counts a TIMEOUT.
+	LeaseMs    int64  `msgpack:"le,omitempty"`
+	LastError  string `msgpack:"le2,omitempty"`
+	CreatedMs  int64  `msgpack:"c"`
+	UpdatedMs  int64  `msgpack:"u"`
+	FinishedMs int64  `msgpack:"f,omitempty"`
+}
+
+// Node is what the cluster knows of one node: its addresses and the handler
+// patterns of its executors, so the leader can route attempts.
+type Node struct {
+	ID       string   `msgpack:"id"`
+	RaftAddr string   `msgpack:"ra"`
+	PeerAddr string   `msgpack:"pa"`
+	Handlers []string `msgpack:"h,omitempty"` // "*" matches every handler
+	UpdateMs int64    `msgpack:"u"`
+}
+
+// Runs reports whether the node has an executor for handler.
+func (n *Node) Runs(handler string) bool {
+	for _, h := range n.Handlers {
+		if h == "*" || h == handler {
+			return true
+		}
+	}
+	return false
+}
+
+const recordVersion = 1
+
+func encodeRecord(v any) ([]byte, error) {
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{recordVersion}, b...), nil
+}
+
+func decodeRecord(b []byte, v any) error {
+	if len(b) == 0 || b[0] != recordVersion {
+		return fmt.Errorf("record version %v: %w", first(b), ErrBadEntry)
+	}
+	return msgpack.Unmarshal(b[1:], v)
+}
+
+func first(b []byte) any {
+	if len(b) == 0 {
+		return "empty"
+	}
+	return b[0]
+}

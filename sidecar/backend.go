@@ -1,0 +1,149 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/axsched/ax/ipc"
+	"github.com/axsched/ax/raftfsm"
+)
+
+var _ ipc.Backend = (*Node)(nil)
+
+// Submit implements ipc.Backend.
+func (n *Node) Submit(ctx context.Context, spec ipc.TaskSpec) (ipc.Task, bool, error) {
+	s := &raftfsm.Submit{ID: spec.ID, Overwrite: spec.Overwrite, Spec: raftfsm.Spec{
+		Handler: spec.Handler, Payload: spec.Payload, PayloadBase64: spec.PayloadBase64,
+		DelayNs: int64(spec.Delay), Priority: spec.Priority, TimeoutNs: int64(spec.Timeout), MaxAttempts: spec.MaxAttempts,
+	}}
+	if !spec.RunAt.IsZero() {
+		s.Spec.RunAtMs = ceilMs(spec.RunAt)
+	}
+	res, err := n.propose(ctx, []raftfsm.Command{{Type: raftfsm.CmdSubmit, Submit: s}})
+	if err != nil {
+		return ipc.Task{}, false, apiError(err)
+	}
+	r := res[0]
+	switch r.Code {
+	case raftfsm.CodeOK:
+		return taskView(r.Task), r.Created, nil
+	case raftfsm.CodeConflict:
+		return ipc.Task{}, false, ipc.Errorf(ipc.ErrConflict, "task %q exists with a different spec (state %s); set \"overwrite\": true to replace it", spec.ID, r.Task.State)
+	default:
+		return ipc.Task{}, false, fmt.Errorf("submit %q: unexpected result %q", spec.ID, r.Code)
+	}
+}
+
+// Task implements ipc.Backend: a local read.
+func (n *Node) Task(_ context.Context, id string) (ipc.Task, error) {
+	t, err := n.fsm.Task(id)
+	if errors.Is(err, raftfsm.ErrNotFound) {
+		return ipc.Task{}, ipc.Errorf(ipc.ErrNotFound, "task %q not found", id)
+	}
+	if err != nil {
+		return ipc.Task{}, err
+	}
+	return taskView(t), nil
+}
+
+// Cancel implements ipc.Backend.
+func (n *Node) Cancel(ctx context.Context, id string) (ipc.Task, error) {
+	res, err := n.propose(ctx, []raftfsm.Command{{Type: raftfsm.CmdCancel, Cancel: &raftfsm.Cancel{ID: id}}})
+	if err != nil {
+		return ipc.Task{}, apiError(err)
+	}
+	if res[0].Code == raftfsm.CodeNotFound {
+		return ipc.Task{}, ipc.Errorf(ipc.ErrNotFound, "task %q not found", id)
+	}
+	return taskView(res[0].Task), nil
+}
+
+// Cluster implements ipc.Backend.
+func (n *Node) Cluster(context.Context) (ipc.ClusterInfo, error) {
+	leaderAddr, leaderID := n.raft.LeaderWithID()
+	stats := n.raft.Stats()
+	info := ipc.ClusterInfo{
+		NodeID: n.cfg.NodeID, State: n.raft.State().String(), Leader: string(leaderID),
+		Term: parseUint(stats["term"]), AppliedIndex: n.fsm.AppliedIndex(), CommitIndex: parseUint(stats["commit_index"]),
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return info, err
+	}
+	for _, s := range f.Configuration().Servers {
+		info.Members = append(info.Members, ipc.Member{
+			ID: string(s.ID), RaftAddr: string(s.Address),
+			PeerAddr: n.peerAddrOf(string(s.ID), string(s.Address)),
+			Suffrage: s.Suffrage.String(), Leader: s.Address == leaderAddr && leaderID != "",
+		})
+	}
+	return info, nil
+}
+
+// Ready implements ipc.Backend: a leader is known and this node has applied
+// everything it knows to be committed.
+func (n *Node) Ready(context.Context) error {
+	if _, id := n.raft.LeaderWithID(); id == "" {
+		return ipc.Errorf(ipc.ErrNotReady, "no leader known yet")
+	}
+	if n.raft.State() == raft.Leader && n.leader.currentTimers() == nil {
+		return ipc.Errorf(ipc.ErrNotReady, "leader is starting")
+	}
+	if commit := parseUint(n.raft.Stats()["commit_index"]); n.fsm.AppliedIndex() < commit {
+		return ipc.Errorf(ipc.ErrNotReady, "catching up: applied %d of %d", n.fsm.AppliedIndex(), commit)
+	}
+	if !n.registered.Load() {
+		return ipc.Errorf(ipc.ErrNotReady, "node not registered with the leader yet")
+	}
+	return nil
+}
+
+func parseUint(s string) uint64 {
+	v, _ := strconv.ParseUint(s, 10, 64)
+	return v
+}
+
+// apiError maps a proposal error to the API's error model.
+func apiError(err error) error {
+	switch {
+	case errors.Is(err, ErrNoLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, ErrNotLeader):
+		return ipc.Errorf(ipc.ErrNoLeader, "no leader: the cluster is electing one or has no quorum; retry")
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return ipc.Errorf(ipc.ErrNoLeader, "the write was not committed before the request deadline; retry (it is idempotent by id)")
+	}
+	return err
+}
+
+func msTime(ms int64) *time.Time {
+	if ms == 0 {
+		return nil
+	}
+	t := time.UnixMilli(ms).UTC()
+	return &t
+}
+
+// taskView converts a stored task to the API's view.
+func taskView(t *raftfsm.Task) ipc.Task {
+	v := ipc.Task{
+		ID: t.ID, Handler: t.Spec.Handler, State: t.State.String(), Priority: t.Spec.Priority,
+		Attempts: t.Attempts, MaxAttempts: t.Spec.MaxAttempts, Timeout: time.Duration(t.Spec.TimeoutNs).String(),
+		RunAt: msTime(t.Spec.RunAtMs), LastError: t.LastError,
+		CreatedAt: time.UnixMilli(t.CreatedMs).UTC(), UpdatedAt: time.UnixMilli(t.UpdatedMs).UTC(),
+		FinishedAt: msTime(t.FinishedMs), Payload: t.Spec.Payload, PayloadBase64: t.Spec.PayloadBase64,
+	}
+	if t.Spec.RunAtMs == 0 {
+		v.Delay = time.Duration(t.Spec.DelayNs).String()
+	}
+	switch t.State {
+	case raftfsm.StateWaiting:
+		v.NextRunAt = msTime(t.DueMs)
+	case raftfsm.StateRunning:
+		v.Node = t.Node
+	}
+	return v
+}

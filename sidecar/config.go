@@ -1,0 +1,173 @@
+package sidecar
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/axsched/ax/ipc"
+)
+
+// Defaults of Config fields. Each constant carries its unit in its value.
+const (
+	DataDirDefault         = "./ax-data"
+	SocketDefault          = "./ax.sock"
+	RaftAddrDefault        = "127.0.0.1:7420"
+	PeerAddrDefault        = "127.0.0.1:7421"
+	BootstrapExpectDefault = 1
+	// HeartbeatTimeoutDefault and ElectionTimeoutDefault are tuned for a
+	// loopback or LAN cluster: a follower that hears nothing from the leader
+	// for this long starts an election (hashicorp/raft's own defaults are 1 s,
+	// sized for WANs).
+	HeartbeatTimeoutDefault = 500 * time.Millisecond
+	ElectionTimeoutDefault  = 500 * time.Millisecond
+	// LeaderLeaseTimeoutDefault: a leader that cannot reach a quorum for this
+	// long steps down.
+	LeaderLeaseTimeoutDefault = 250 * time.Millisecond
+	// LeaseGraceDefault is added to an attempt's timeout to form its lease:
+	// the leader counts a TIMEOUT only when it has heard nothing by then.
+	LeaseGraceDefault = 5 * time.Second
+	// DeliveryConcurrencyDefault bounds the callbacks in flight per executor.
+	DeliveryConcurrencyDefault = 64
+	// SnapshotThresholdDefault is how many log entries trigger a snapshot.
+	SnapshotThresholdDefault = 8192
+	// TrailingLogsDefault is how many entries stay in the log after a snapshot.
+	TrailingLogsDefault = 10240
+)
+
+// Executor is an app endpoint on this node that runs the handlers matching
+// Handler ("*" = every handler) at URL (unix:///abs/path.sock or
+// http://127.0.0.1:PORT).
+type Executor struct {
+	Handler string
+	URL     string
+}
+
+// ParseExecutor parses a --executor flag value, HANDLER=URL.
+func ParseExecutor(s string) (Executor, error) {
+	h, u, ok := strings.Cut(s, "=")
+	if !ok || h == "" || u == "" {
+		return Executor{}, fmt.Errorf("executor %q: want HANDLER=URL", s)
+	}
+	if _, _, err := ipc.ParseExecutorURL(u); err != nil {
+		return Executor{}, fmt.Errorf("executor %q: %w", s, err)
+	}
+	return Executor{Handler: h, URL: u}, nil
+}
+
+// Config is the configuration of one node.
+type Config struct {
+	// NodeID is this node's id in the Raft group; it must stay the same
+	// across restarts. Defaults to the host name.
+	NodeID string
+	// DataDir holds the Raft log (raft.db), snapshots and the badger state.
+	// Defaults to DataDirDefault.
+	DataDir string
+	// Socket is the path of the application API's Unix socket. Defaults to
+	// SocketDefault.
+	Socket string
+	// RaftAddr is the TCP address of the Raft transport. Defaults to
+	// RaftAddrDefault.
+	RaftAddr string
+	// PeerAddr is the TCP address of the peer API (join, forwarding).
+	// Defaults to PeerAddrDefault.
+	PeerAddr string
+	// BootstrapExpect is the number of nodes that form a new cluster
+	// together. 1 bootstraps alone unless Join is set. Defaults to 1.
+	BootstrapExpect int
+	// Join lists peer addresses of other nodes: the nodes to bootstrap with,
+	// or members of an existing cluster to join.
+	Join []string
+	// Executors are this node's app endpoints.
+	Executors []Executor
+	// HeartbeatTimeout, ElectionTimeout and LeaderLeaseTimeout tune Raft.
+	// Default to HeartbeatTimeoutDefault, ElectionTimeoutDefault and
+	// LeaderLeaseTimeoutDefault.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	// LeaseGrace is added to an attempt's timeout to form its lease.
+	// Defaults to LeaseGraceDefault.
+	LeaseGrace time.Duration
+	// DeliveryConcurrency bounds callbacks in flight per executor. Defaults
+	// to DeliveryConcurrencyDefault.
+	DeliveryConcurrency int
+	// SnapshotThreshold and TrailingLogs bound the Raft log. Default to
+	// SnapshotThresholdDefault and TrailingLogsDefault.
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.NodeID == "" {
+		c.NodeID, _ = os.Hostname()
+	}
+	def := func(s *string, d string) {
+		if *s == "" {
+			*s = d
+		}
+	}
+	def(&c.DataDir, DataDirDefault)
+	def(&c.Socket, SocketDefault)
+	def(&c.RaftAddr, RaftAddrDefault)
+	def(&c.PeerAddr, PeerAddrDefault)
+	if c.BootstrapExpect == 0 {
+		c.BootstrapExpect = BootstrapExpectDefault
+	}
+	dur := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	dur(&c.HeartbeatTimeout, HeartbeatTimeoutDefault)
+	dur(&c.ElectionTimeout, ElectionTimeoutDefault)
+	dur(&c.LeaderLeaseTimeout, LeaderLeaseTimeoutDefault)
+	dur(&c.LeaseGrace, LeaseGraceDefault)
+	if c.DeliveryConcurrency == 0 {
+		c.DeliveryConcurrency = DeliveryConcurrencyDefault
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = SnapshotThresholdDefault
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = TrailingLogsDefault
+	}
+	return c
+}
+
+// Validate reports the first invalid field of a config filled by
+// WithDefaults, naming the field.
+func (c Config) Validate() error {
+	if c.NodeID == "" {
+		return fmt.Errorf("node id: must not be empty")
+	}
+	for _, a := range []struct{ name, v string }{{"raft-addr", c.RaftAddr}, {"peer-addr", c.PeerAddr}} {
+		if _, port, err := net.SplitHostPort(a.v); err != nil || port == "" || port == "0" {
+			return fmt.Errorf("%s %q: want HOST:PORT with a fixed port", a.name, a.v)
+		}
+	}
+	if c.RaftAddr == c.PeerAddr {
+		return fmt.Errorf("raft-addr and peer-addr must differ (both %q)", c.RaftAddr)
+	}
+	if c.BootstrapExpect < 1 {
+		return fmt.Errorf("bootstrap-expect %d: must be at least 1", c.BootstrapExpect)
+	}
+	if c.BootstrapExpect > 1 && len(c.Join) == 0 {
+		return fmt.Errorf("bootstrap-expect %d needs --join with the other nodes' peer addresses", c.BootstrapExpect)
+	}
+	if c.DeliveryConcurrency < 1 {
+		return fmt.Errorf("delivery concurrency %d: must be at least 1", c.DeliveryConcurrency)
+	}
+	if c.HeartbeatTimeout < 5*time.Millisecond || c.ElectionTimeout < 5*time.Millisecond {
+		return fmt.Errorf("heartbeat and election timeouts must be at least 5ms")
+	}
+	for _, e := range c.Executors {
+		if _, _, err := ipc.ParseExecutorURL(e.URL); err != nil {
+			return fmt.Errorf("executor %s=%s: %w", e.Handler, e.URL, err)
+		}
+	}
+	return nil
+}

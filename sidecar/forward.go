@@ -1,0 +1,116 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/axsched/ax/raftfsm"
+)
+
+// propose gets cmds committed wherever the leader is. This is the one place
+// that forwards (rqlite's proxy): on the leader it proposes locally; on a
+// follower it sends the commands to the leader's peer API. While no leader
+// is known (an election), or the leader changes under it, it retries until
+// ctx ends and then returns ErrNoLeader. Every command type is safe to send
+// twice (submits are idempotent by id and spec; fires and completions name
+// their attempt; cancels of a cancelled task change nothing), which is what
+// makes retrying after raft.ErrLeadershipLost correct.
+//
+// After a forwarded proposal it waits (briefly) until this node has applied
+// the entry too, so a client that submits through a follower and then reads
+// from it sees its own write.
+func (n *Node) propose(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
+	backoff := 10 * time.Millisecond
+	var lastErr error
+	for {
+		if n.raft.State() == raft.Leader {
+			res, err := n.proposer.propose(ctx, cmds)
+			if err == nil {
+				return res, nil
+			}
+			if !errors.Is(err, ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) && !errors.Is(err, raft.ErrEnqueueTimeout) {
+				return nil, err
+			}
+			lastErr = err
+		} else if addr := n.leaderPeerAddr(); addr != "" {
+			res, err := n.peers.propose(ctx, addr, cmds)
+			if err == nil {
+				n.waitApplied(ctx, maxIndex(res), time.Second)
+				return res, nil
+			}
+			lastErr = err
+			n.log.Debug().Err(err).Str("leader", addr).Msg("forward to leader failed; retrying")
+		}
+		select {
+		case <-ctx.Done():
+			if lastErr != nil && !errors.Is(lastErr, ErrNotLeader) {
+				n.log.Debug().Err(lastErr).Msg("no leader before deadline")
+			}
+			return nil, ErrNoLeader
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 200*time.Millisecond)
+	}
+}
+
+func maxIndex(rs []raftfsm.Result) uint64 {
+	var m uint64
+	for _, r := range rs {
+		m = max(m, r.Index)
+	}
+	return m
+}
+
+// waitApplied waits until the FSM has applied idx, ctx ends, or limit passes.
+func (n *Node) waitApplied(ctx context.Context, idx uint64, limit time.Duration) bool {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	for {
+		ch := n.fsm.AppliedCh()
+		if n.fsm.AppliedIndex() >= idx {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return false
+		}
+	}
+}
+
+// leaderPeerAddr returns the peer API address of the current leader, or ""
+// when no leader is known or its peer address is not known yet.
+func (n *Node) leaderPeerAddr() string {
+	raftAddr, id := n.raft.LeaderWithID()
+	if id == "" {
+		return ""
+	}
+	return n.peerAddrOf(string(id), string(raftAddr))
+}
+
+// peerAddrOf finds the peer address of a node: from the replicated node
+// records, else from what the join handshake told us.
+func (n *Node) peerAddrOf(id, raftAddr string) string {
+	if id == n.cfg.NodeID {
+		return n.cfg.PeerAddr
+	}
+	if a := n.peers.known(id, raftAddr); a != "" {
+		return a
+	}
+	nodes, err := n.fsm.Nodes()
+	if err != nil {
+		return ""
+	}
+	for _, nd := range nodes {
+		if nd.ID == id || nd.RaftAddr == raftAddr {
+			n.peers.learn(nd.ID, nd.RaftAddr, nd.PeerAddr)
+			return nd.PeerAddr
+		}
+	}
+	return ""
+}

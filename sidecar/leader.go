@@ -1,0 +1,234 @@
+package sidecar
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/raftfsm"
+)
+
+// Timer keys: "d|<id>" fires a WAITING task at its due time; "l|<id>" ends
+// a RUNNING attempt whose lease expired.
+const (
+	dueKeyPrefix   = "d|"
+	leaseKeyPrefix = "l|"
+	// noExecutorRetry is how long a due task with no live executor node
+	// waits before the leader looks again.
+	noExecutorRetry = 500 * time.Millisecond
+)
+
+// leaderState is the work only the leader does: it keeps a timer per
+// WAITING task (its due time) and per RUNNING attempt (its lease), and
+// turns fired timers into Fire and Complete(TIMEOUT) commands. Everything
+// it decides is checked again against the FSM when the timer fires, so a
+// stale timer is harmless; the FSM checks it once more when the command
+// applies, so a deposed leader's late command changes nothing.
+type leaderState struct {
+	n *Node
+
+	mu       sync.Mutex
+	timers   *engine.Timers // nil unless leading
+	cancel   context.CancelFunc
+	done     chan struct{}
+	lastSeen map[string]time.Time // node id → last load report
+	rr       uint64
+}
+
+func newLeaderState(n *Node) *leaderState {
+	return &leaderState{n: n, lastSeen: map[string]time.Time{}}
+}
+
+// start begins leading: it arms timers from the store and runs them until
+// stop. Events that arrive while it loads are armed too (arming is
+// idempotent).
+func (l *leaderState) start(parent context.Context) {
+	l.mu.Lock()
+	if l.timers != nil {
+		l.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithCancel(parent)
+	timers := engine.NewTimers(l.n.clock, engine.TimersOptions{})
+	l.timers, l.cancel, l.done = timers, cancel, make(chan struct{})
+	done := l.done
+	l.mu.Unlock()
+
+	go func() {
+		defer close(done)
+		// Barrier: every entry of earlier terms is applied before we read
+		// the store, so the scan sees all committed tasks.
+		if err := l.n.raft.Barrier(10 * time.Second).Error(); err != nil {
+			l.n.log.Warn().Err(err).Msg("barrier after election failed; not firing")
+			return
+		}
+		waiting, running := 0, 0
+		err := l.n.fsm.Due(1<<62, func(id string, dueMs int64) bool {
+			timers.Arm(dueKeyPrefix+id, time.UnixMilli(dueMs))
+			waiting++
+			return true
+		})
+		if err == nil {
+			err = l.n.fsm.Running(func(t *raftfsm.Task) bool {
+				timers.Arm(leaseKeyPrefix+t.ID, time.UnixMilli(t.LeaseMs))
+				running++
+				return true
+			})
+		}
+		if err != nil {
+			l.n.log.Error().Err(err).Msg("loading timers from the store failed")
+			return
+		}
+		l.n.log.Info().Int("waiting", waiting).Int("running", running).Msg("leader armed timers from the store")
+		timers.Run(ctx, func(batch []engine.Expired) { l.fired(ctx, batch) })
+	}()
+}
+
+// stop ends leading and drops every timer.
+func (l *leaderState) stop() {
+	l.mu.Lock()
+	cancel, done := l.cancel, l.done
+	l.timers, l.cancel, l.done = nil, nil, nil
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+func (l *leaderState) currentTimers() *engine.Timers {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.timers
+}
+
+// onEvent keeps the timers in step with an applied change.
+func (l *leaderState) onEvent(ev *raftfsm.Event) {
+	if ev.Task == nil {
+		return
+	}
+	timers := l.currentTimers()
+	if timers == nil {
+		return
+	}
+	t := ev.Task
+	switch t.State {
+	case raftfsm.StateWaiting:
+		timers.Cancel(leaseKeyPrefix + t.ID)
+		timers.Arm(dueKeyPrefix+t.ID, time.UnixMilli(t.DueMs))
+	case raftfsm.StateRunning:
+		timers.Cancel(dueKeyPrefix + t.ID)
+		timers.Arm(leaseKeyPrefix+t.ID, time.UnixMilli(t.LeaseMs))
+	default:
+		timers.Cancel(dueKeyPrefix + t.ID)
+		timers.Cancel(leaseKeyPrefix + t.ID)
+	}
+}
+
+// report records a node's load report.
+func (l *leaderState) report(r loadReport) {
+	l.mu.Lock()
+	l.lastSeen[r.ID] = time.Now()
+	l.mu.Unlock()
+}
+
+// fired handles one batch of expired timers. Proposing waits for a commit,
+// so it runs off the timer goroutine.
+func (l *leaderState) fired(ctx context.Context, batch []engine.Expired) {
+	var due, leases []string
+	for _, e := range batch {
+		if id, ok := strings.CutPrefix(e.Key, dueKeyPrefix); ok {
+			due = append(due, id)
+		} else if id, ok := strings.CutPrefix(e.Key, leaseKeyPrefix); ok {
+			leases = append(leases, id)
+		}
+	}
+	go l.fire(ctx, due, leases)
+}
+
+func (l *leaderState) fire(ctx context.Context, due, leases []string) {
+	n := l.n
+	now := n.clock.Now()
+	nowMs := now.UnixMilli()
+	nodes, err := n.fsm.Nodes()
+	if err != nil {
+		n.log.Error().Err(err).Msg("reading nodes failed")
+	}
+	var cmds []raftfsm.Command
+	for _, id := range due {
+		t, err := n.fsm.Task(id)
+		if err != nil || t.State != raftfsm.StateWaiting {
+			continue
+		}
+		if t.DueMs > nowMs { // re-armed since, or the clock moved back
+			l.rearm(dueKeyPrefix+id, time.UnixMilli(t.DueMs))
+			continue
+		}
+		node := l.pick(nodes, t.Spec.Handler, now)
+		if node == "" {
+			n.log.Debug().Str("task_id", id).Str("handler", t.Spec.Handler).Msg("no live executor for handler; waiting")
+			l.rearm(dueKeyPrefix+id, now.Add(noExecutorRetry))
+			continue
+		}
+		cmds = append(cmds, raftfsm.Command{Type: raftfsm.CmdFire, Fire: &raftfsm.Fire{
+			ID: id, Epoch: t.Epoch, Attempt: t.Attempts + 1, Node: node, AtMs: nowMs,
+			LeaseMs: nowMs + (time.Duration(t.Spec.TimeoutNs) + n.cfg.LeaseGrace).Milliseconds(),
+		}})
+	}
+	for _, id := range leases {
+		t, err := n.fsm.Task(id)
+		if err != nil || t.State != raftfsm.StateRunning {
+			continue
+		}
+		if t.LeaseMs > nowMs {
+			l.rearm(leaseKeyPrefix+id, time.UnixMilli(t.LeaseMs))
+			continue
+		}
+		cmds = append(cmds, raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{
+			ID: id, Epoch: t.Epoch, Attempt: t.Attempts, Outcome: raftfsm.OutcomeTimeout,
+			Error: "lease expired: no outcome from node " + t.Node + " within timeout + grace",
+		}})
+	}
+	if len(cmds) == 0 {
+		return
+	}
+	if _, err := n.proposer.propose(ctx, cmds); err != nil && ctx.Err() == nil {
+		// Leadership was lost or raft failed: the next leader re-arms from
+		// the store, so nothing is lost.
+		n.log.Warn().Err(err).Int("commands", len(cmds)).Msg("proposing fired timers failed")
+	}
+}
+
+func (l *leaderState) rearm(key string, at time.Time) {
+	if timers := l.currentTimers(); timers != nil {
+		timers.Arm(key, at)
+	}
+}
+
+// pick chooses the node for an attempt of handler: round robin among the
+// live nodes that have an executor for it. A node is live when it is this
+// node or it reported within nodeLiveness; right after an election the
+// other nodes count only once their first report arrives (within
+// reportInterval), so a dead former leader never gets an attempt.
+func (l *leaderState) pick(nodes []raftfsm.Node, handler string, now time.Time) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var live []string
+	for i := range nodes {
+		nd := &nodes[i]
+		if !nd.Runs(handler) {
+			continue
+		}
+		seen, ok := l.lastSeen[nd.ID]
+		if nd.ID == l.n.cfg.NodeID || (ok && now.Sub(seen) < nodeLiveness) {
+			live = append(live, nd.ID)
+		}
+	}
+	if len(live) == 0 {
+		return ""
+	}
+	l.rr++
+	return live[l.rr%uint64(len(live))]
+}

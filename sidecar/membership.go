@@ -1,0 +1,141 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/axsched/ax/raftfsm"
+)
+
+const (
+	// joinRetryInterval is how often a forming or joining node retries.
+	joinRetryInterval = 300 * time.Millisecond
+	// reportInterval is how often a node reports its load to the leader; the
+	// leader routes attempts only to nodes heard from within nodeLiveness.
+	reportInterval = 300 * time.Millisecond
+	nodeLiveness   = 2 * time.Second
+)
+
+// joinOrBootstrap runs on a node with no Raft state that was given --join.
+// Each round it asks every join address for its info: if any of them knows
+// a leader, it asks that node to add it (the request is forwarded to the
+// leader); otherwise, once it sees BootstrapExpect nodes with no cluster
+// (itself included), it bootstraps a configuration of exactly those nodes.
+// Every node of the set computes the same configuration, so their
+// bootstraps agree (Consul's bootstrap-expect).
+func (n *Node) joinOrBootstrap(ctx context.Context) {
+	self := peerInfo{ID: n.cfg.NodeID, RaftAddr: n.cfg.RaftAddr, PeerAddr: n.cfg.PeerAddr}
+	for {
+		if n.inCluster() {
+			return
+		}
+		seen := map[string]peerInfo{self.ID: self}
+		for _, addr := range n.cfg.Join {
+			if addr == n.cfg.PeerAddr {
+				continue
+			}
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			pi, err := n.peers.info(rctx, addr)
+			cancel()
+			if err != nil {
+				n.log.Debug().Err(err).Str("peer", addr).Msg("peer not reachable yet")
+				continue
+			}
+			if pi.LeaderID != "" {
+				rctx, cancel := context.WithTimeout(ctx, peerTimeout)
+				_, err := n.peers.join(rctx, addr, self)
+				cancel()
+				if err == nil {
+					n.log.Info().Str("via", addr).Msg("joined the cluster")
+					return
+				}
+				n.log.Warn().Err(err).Str("via", addr).Msg("join failed; retrying")
+				continue
+			}
+			if !pi.InCluster {
+				seen[pi.ID] = pi
+			}
+		}
+		if n.cfg.BootstrapExpect > 1 && len(seen) >= n.cfg.BootstrapExpect {
+			var servers []raft.Server
+			for _, pi := range seen {
+				servers = append(servers, raft.Server{ID: raft.ServerID(pi.ID), Address: raft.ServerAddress(pi.RaftAddr), Suffrage: raft.Voter})
+			}
+			sort.Slice(servers, func(i, j int) bool { return servers[i].ID < servers[j].ID })
+			err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+			if err == nil || errors.Is(err, raft.ErrCantBootstrap) {
+				n.log.Info().Int("servers", len(servers)).Msg("bootstrapped the cluster")
+				return
+			}
+			n.log.Warn().Err(err).Msg("bootstrap failed; retrying")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(joinRetryInterval):
+		}
+	}
+}
+
+// register records this node (addresses and executor handlers) in the
+// replicated state once a leader is known, so the leader can route attempts
+// here and every node can find every other's peer address.
+func (n *Node) register(ctx context.Context) {
+	var handlers []string
+	for _, e := range n.cfg.Executors {
+		handlers = append(handlers, e.Handler)
+	}
+	cmd := raftfsm.Command{Type: raftfsm.CmdNode, Node: &raftfsm.Node{
+		ID: n.cfg.NodeID, RaftAddr: n.cfg.RaftAddr, PeerAddr: n.cfg.PeerAddr, Handlers: handlers,
+	}}
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		node := *cmd.Node
+		_, err := n.propose(rctx, []raftfsm.Command{{Type: raftfsm.CmdNode, Node: &node}})
+		cancel()
+		if err == nil {
+			n.registered.Store(true)
+			n.log.Info().Strs("handlers", handlers).Msg("node registered")
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		n.log.Debug().Err(err).Msg("register: retrying")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(joinRetryInterval):
+		}
+	}
+}
+
+// reportLoop tells the leader every reportInterval that this node is alive
+// and how many callbacks it has in flight.
+func (n *Node) reportLoop(ctx context.Context) {
+	t := time.NewTicker(reportInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r := loadReport{ID: n.cfg.NodeID, InFlight: n.delivery.inFlight()}
+		if n.raft.State() == raft.Leader {
+			n.leader.report(r)
+			continue
+		}
+		if addr := n.leaderPeerAddr(); addr != "" {
+			rctx, cancel := context.WithTimeout(ctx, reportInterval)
+			if err := n.peers.report(rctx, addr, r); err != nil {
+				n.log.Debug().Err(err).Msg("load report failed")
+			}
+			cancel()
+		}
+	}
+}

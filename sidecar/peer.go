@@ -1,0 +1,321 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/valyala/fasthttp"
+
+	"github.com/axsched/ax/raftfsm"
+)
+
+// The peer API (node to node, TCP on --peer-addr):
+//
+//	GET  /peer/v1/info     this node's id, addresses and the leader it knows (JSON)
+//	POST /peer/v1/join     add the node in the JSON body to the cluster (the leader does it; others forward)
+//	POST /peer/v1/propose  body: a raftfsm entry; the leader commits it and answers the msgpack results
+//	POST /peer/v1/report   a node's load report to the leader (JSON)
+//
+// A proposal that reaches a node that does not lead gets 421 (misdirected)
+// and the caller looks the leader up again.
+const (
+	peerPathInfo    = "/peer/v1/info"
+	peerPathJoin    = "/peer/v1/join"
+	peerPathPropose = "/peer/v1/propose"
+	peerPathReport  = "/peer/v1/report"
+	// peerTimeout bounds one peer request.
+	peerTimeout = 10 * time.Second
+)
+
+// peerInfo is the reply of /peer/v1/info and the body of /peer/v1/join.
+type peerInfo struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	PeerAddr string `json:"peer_addr"`
+	LeaderID string `json:"leader_id,omitempty"`
+	// InCluster is true when the node has Raft state (it bootstrapped or
+	// joined) — used by bootstrap-expect to tell new nodes from members.
+	InCluster bool `json:"in_cluster"`
+}
+
+// loadReport is what a node tells the leader about itself every
+// reportInterval.
+type loadReport struct {
+	ID       string `json:"id"`
+	InFlight int    `json:"in_flight"`
+}
+
+type peerServer struct {
+	n   *Node
+	srv *fasthttp.Server
+	ln  net.Listener
+}
+
+func newPeerServer(n *Node) *peerServer {
+	p := &peerServer{n: n}
+	p.srv = &fasthttp.Server{
+		Handler:            p.handle,
+		Name:               "ax-peer",
+		MaxRequestBodySize: 64 << 20,
+		ReadTimeout:        peerTimeout,
+		WriteTimeout:       peerTimeout,
+		NoDefaultDate:      true,
+	}
+	return p
+}
+
+func (p *peerServer) listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("peer API on %s: %w", addr, err)
+	}
+	p.ln = ln
+	go p.srv.Serve(ln)
+	return nil
+}
+
+func (p *peerServer) close() {
+	if p.ln != nil {
+		p.srv.Shutdown()
+	}
+}
+
+func (p *peerServer) handle(ctx *fasthttp.RequestCtx) {
+	n := p.n
+	switch string(ctx.Path()) {
+	case peerPathInfo:
+		writeJSON(ctx, 200, n.info())
+	case peerPathJoin:
+		var req peerInfo
+		if err := json.Unmarshal(ctx.PostBody(), &req); err != nil || req.ID == "" || req.RaftAddr == "" {
+			writeJSON(ctx, 400, map[string]string{"error": "want JSON {id, raft_addr, peer_addr}"})
+			return
+		}
+		c, cancel := context.WithTimeout(context.Background(), peerTimeout)
+		defer cancel()
+		if err := n.join(c, req); err != nil {
+			writeJSON(ctx, 503, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(ctx, 200, n.info())
+	case peerPathPropose:
+		cmds, err := raftfsm.DecodeEntry(ctx.PostBody())
+		if err != nil {
+			writeJSON(ctx, 400, map[string]string{"error": err.Error()})
+			return
+		}
+		c, cancel := context.WithTimeout(context.Background(), peerTimeout)
+		defer cancel()
+		res, err := n.proposer.propose(c, cmds)
+		if errors.Is(err, ErrNotLeader) {
+			writeJSON(ctx, fasthttp.StatusMisdirectedRequest, map[string]string{"error": "not the leader"})
+			return
+		}
+		if err != nil {
+			writeJSON(ctx, 503, map[string]string{"error": err.Error()})
+			return
+		}
+		b, err := raftfsm.EncodeResults(res)
+		if err != nil {
+			writeJSON(ctx, 500, map[string]string{"error": err.Error()})
+			return
+		}
+		ctx.SetContentType("application/msgpack")
+		ctx.SetBody(b)
+	case peerPathReport:
+		var r loadReport
+		if err := json.Unmarshal(ctx.PostBody(), &r); err != nil || r.ID == "" {
+			writeJSON(ctx, 400, map[string]string{"error": "want JSON {id, in_flight}"})
+			return
+		}
+		n.leader.report(r)
+		ctx.SetStatusCode(204)
+	default:
+		writeJSON(ctx, 404, map[string]string{"error": "no such peer route"})
+	}
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, _ := json.Marshal(v)
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
+
+// info describes this node for the peer API.
+func (n *Node) info() peerInfo {
+	_, leader := n.raft.LeaderWithID()
+	return peerInfo{
+		ID: n.cfg.NodeID, RaftAddr: n.cfg.RaftAddr, PeerAddr: n.cfg.PeerAddr,
+		LeaderID: string(leader), InCluster: n.inCluster(),
+	}
+}
+
+func (n *Node) inCluster() bool {
+	f := n.raft.GetConfiguration()
+	return f.Error() == nil && len(f.Configuration().Servers) > 0
+}
+
+// join adds a node to the cluster as a voter: on the leader directly, else
+// by forwarding to the leader.
+func (n *Node) join(ctx context.Context, req peerInfo) error {
+	n.peers.learn(req.ID, req.RaftAddr, req.PeerAddr)
+	for {
+		if n.raft.State() == raft.Leader {
+			n.log.Info().Str("joining", req.ID).Str("raft_addr", req.RaftAddr).Msg("adding voter")
+			return n.raft.AddVoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, peerTimeout).Error()
+		}
+		if addr := n.leaderPeerAddr(); addr != "" && addr != n.cfg.PeerAddr {
+			_, err := n.peers.join(ctx, addr, req)
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ErrNoLeader
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// peerClient calls other nodes' peer APIs and remembers their addresses.
+type peerClient struct {
+	c *fasthttp.Client
+
+	mu     sync.Mutex
+	byID   map[string]string // node id → peer addr
+	byRaft map[string]string // raft addr → peer addr
+}
+
+func newPeerClient() *peerClient {
+	return &peerClient{
+		c: &fasthttp.Client{
+			Name:                "ax-peer",
+			MaxConnsPerHost:     64,
+			MaxIdleConnDuration: time.Minute,
+			ReadTimeout:         peerTimeout,
+			WriteTimeout:        peerTimeout,
+			MaxResponseBodySize: 64 << 20,
+		},
+		byID:   map[string]string{},
+		byRaft: map[string]string{},
+	}
+}
+
+func (p *peerClient) learn(id, raftAddr, peerAddr string) {
+	if peerAddr == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if id != "" {
+		p.byID[id] = peerAddr
+	}
+	if raftAddr != "" {
+		p.byRaft[raftAddr] = peerAddr
+	}
+}
+
+func (p *peerClient) known(id, raftAddr string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if a := p.byID[id]; a != "" {
+		return a
+	}
+	return p.byRaft[raftAddr]
+}
+
+// do sends one request and returns the status and a copy of the body.
+func (p *peerClient) do(ctx context.Context, method, addr, path, ctype string, body []byte) (int, []byte, error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + addr + path)
+	req.Header.SetMethod(method)
+	if body != nil {
+		req.Header.SetContentType(ctype)
+		req.SetBody(body)
+	}
+	deadline := time.Now().Add(peerTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := p.c.DoDeadline(req, resp, deadline); err != nil {
+		return 0, nil, err
+	}
+	return resp.StatusCode(), append([]byte(nil), resp.Body()...), nil
+}
+
+func (p *peerClient) info(ctx context.Context, addr string) (peerInfo, error) {
+	var pi peerInfo
+	status, body, err := p.do(ctx, "GET", addr, peerPathInfo, "", nil)
+	if err != nil {
+		return pi, err
+	}
+	if status != 200 {
+		return pi, fmt.Errorf("peer %s: info: http %d", addr, status)
+	}
+	if err := json.Unmarshal(body, &pi); err != nil {
+		return pi, err
+	}
+	p.learn(pi.ID, pi.RaftAddr, pi.PeerAddr)
+	return pi, nil
+}
+
+func (p *peerClient) join(ctx context.Context, addr string, req peerInfo) (peerInfo, error) {
+	var pi peerInfo
+	b, _ := json.Marshal(req)
+	status, body, err := p.do(ctx, "POST", addr, peerPathJoin, "application/json", b)
+	if err != nil {
+		return pi, err
+	}
+	if status != 200 {
+		return pi, fmt.Errorf("peer %s: join: http %d: %s", addr, status, body)
+	}
+	err = json.Unmarshal(body, &pi)
+	return pi, err
+}
+
+func (p *peerClient) propose(ctx context.Context, addr string, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
+	data, err := raftfsm.EncodeEntry(cmds)
+	if err != nil {
+		return nil, err
+	}
+	status, body, err := p.do(ctx, "POST", addr, peerPathPropose, "application/octet-stream", data)
+	if err != nil {
+		return nil, err
+	}
+	switch status {
+	case 200:
+		res, err := raftfsm.DecodeResults(body)
+		if err != nil {
+			return nil, err
+		}
+		if len(res) != len(cmds) {
+			return nil, fmt.Errorf("peer %s: %d results for %d commands", addr, len(res), len(cmds))
+		}
+		return res, nil
+	case fasthttp.StatusMisdirectedRequest:
+		return nil, ErrNotLeader
+	default:
+		return nil, fmt.Errorf("peer %s: propose: http %d: %s", addr, status, body)
+	}
+}
+
+func (p *peerClient) report(ctx context.Context, addr string, r loadReport) error {
+	b, _ := json.Marshal(r)
+	status, body, err := p.do(ctx, "POST", addr, peerPathReport, "application/json", b)
+	if err != nil {
+		return err
+	}
+	if status != 204 {
+		return fmt.Errorf("peer %s: report: http %d: %s", addr, status, body)
+	}
+	return nil
+}
