@@ -362,3 +362,37 @@ func TestLargeEntrySplitsTransaction(t *testing.T) {
 	}
 	e.checkIndexes()
 }
+
+// The writer splits on deletes as on sets: fill one badger transaction to its
+// entry-count limit, then delete.
+func TestWriterSplitsOnDelete(t *testing.T) {
+	e := newEnv(t)
+	w := newWriter(e.db)
+	n := int(e.db.MaxBatchCount()) - 2 // a new transaction counts one entry for its end mark
+	for i := range n {
+		if err := w.set(fmt.Appendf(nil, "x/%06d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := w.txn
+	if err := w.del([]byte("x/000000")); err != nil {
+		t.Fatal(err)
+	}
+	if w.txn == first {
+		t.Fatal("the delete did not start a new transaction: the test does not reach the limit")
+	}
+	if err := w.finish(7); err != nil {
+		t.Fatal(err)
+	}
+	d := e.dump()
+	if len(d) != n || d["x/000001"] != "v" || d[fmt.Sprintf("x/%06d", n-1)] != "v" {
+		t.Fatalf("%d keys", len(d))
+	}
+	if _, ok := d["x/000000"]; ok {
+		t.Fatal("deleted key still there")
+	}
+	e.reopen()
+	if e.f.AppliedIndex() != 7 {
+		t.Fatalf("applied %d", e.f.AppliedIndex())
+	}
+}

@@ -90,9 +90,10 @@ type Task struct {
 	Attempts int    `msgpack:"a"`  // attempts started so far; the current one while RUNNING
 	Snoozes  int    `msgpack:"sn"` // busy answers (429/503), not counted as attempts
 	DueMs    int64  `msgpack:"du"` // when the next attempt is due (WAITING only)
-	// Node runs the current attempt (RUNNING only).
+	// Node runs the current attempt while RUNNING; afterwards it names the
+	// node of the latest attempt.
 	Node string `msgpack:"n,omitempty"`
-	// FiredMs is when the current attempt was assigned (RUNNING only).
+	// FiredMs is when the latest attempt was assigned.
 	FiredMs int64 `msgpack:"fi,omitempty"`
 	// LeaseMs is the deadline of the current attempt (RUNNING only): past
 	// it, the leader counts a TIMEOUT.

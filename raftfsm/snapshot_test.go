@@ -456,3 +456,37 @@ func TestFailedRestoreFailsClosed(t *testing.T) {
 	persist(t, dst.snapshot())
 	dst.checkIndexes()
 }
+
+// Raft persists a snapshot on its own goroutine while the FSM goroutine may
+// restore another one (InstallSnapshot). Badger's read view pins versions,
+// not data, so DropAll empties it: Persist must then fail rather than close
+// the sink on a stream that holds nothing but the header's applied index.
+func TestPersistAfterRestoreOfTheSameFSM(t *testing.T) {
+	src := newEnv(t)
+	fillState(src)
+	atSnap := src.dump()
+	other := newEnv(t)
+	other.apply(20, submitCmd("other", spec("h", "p"), 1, 1))
+	otherStream := persist(t, other.snapshot())
+
+	snap := src.snapshot()
+	defer snap.Release()
+	if err := src.restore(otherStream); err != nil {
+		t.Fatal(err)
+	}
+	var sink bufSink
+	if err := snap.Persist(&sink); err != nil {
+		if sink.cancelled != 1 || sink.closed != 0 {
+			t.Fatalf("Persist failed (%v) but the sink was closed %d, cancelled %d times", err, sink.closed, sink.cancelled)
+		}
+		return
+	}
+	// If Persist succeeds, the stream must be the state as of Snapshot().
+	dst := newEnv(t)
+	if err := dst.restore(sink.Bytes()); err != nil {
+		t.Fatalf("Persist succeeded with a stream that does not restore: %v", err)
+	}
+	if d := diffDumps(dst.dump(), atSnap); d != "" {
+		t.Fatalf("Persist succeeded with a stream that is not the state at Snapshot():\n%s", d)
+	}
+}
