@@ -26,6 +26,74 @@ type Backend interface {
 	// Ready returns nil when a leader is known and the local state has
 	// caught up with it; otherwise an error saying why (ErrNotReady).
 	Ready(ctx context.Context) error
+
+	// SubmitBatch submits several tasks in one Raft round trip. It returns
+	// one item per spec, in order; an item that failed (conflict) carries
+	// its error, the others their task. err is for the batch as a whole
+	// (no leader).
+	SubmitBatch(ctx context.Context, specs []TaskSpec) ([]BatchItem, error)
+	// List returns a page of tasks in id order, filtered by q.
+	List(ctx context.Context, q ListQuery) (ListPage, error)
+	// Retry re-runs a DEAD or FAILED task (ErrConflict for other states).
+	Retry(ctx context.Context, id string) (Task, error)
+	// Heartbeat extends the deadline of the running attempt number attempt
+	// (ErrConflict when that attempt is not the current one).
+	Heartbeat(ctx context.Context, id string, attempt int) (Task, error)
+	// ReportResult records the outcome of an attempt that the executor
+	// answered with 202 (ErrConflict when the attempt is not current).
+	ReportResult(ctx context.Context, id string, r AttemptResult) (Task, error)
+	// RegisterExecutor registers (or replaces, by name) an executor of this
+	// node; created is false when it replaced one.
+	RegisterExecutor(ctx context.Context, e ExecutorSpec) (ex ExecutorSpec, created bool, err error)
+	// UnregisterExecutor removes an executor of this node (ErrNotFound).
+	UnregisterExecutor(ctx context.Context, name string) error
+	// Executors lists this node's executors.
+	Executors(ctx context.Context) ([]ExecutorSpec, error)
+}
+
+// BatchItem is one result of SubmitBatch.
+type BatchItem struct {
+	Task    Task
+	Created bool
+	Err     error // nil on success
+}
+
+// ListQuery filters GET /v1/tasks. Empty fields do not filter.
+type ListQuery struct {
+	Handler string
+	State   string // one of the State* names
+	Limit   int    // 1..ListLimitMax; the server fills ListLimitDefault
+	Cursor  string // opaque, from a previous page's NextCursor
+}
+
+// ListPage is one page of List.
+type ListPage struct {
+	Tasks      []Task `json:"tasks"`
+	NextCursor string `json:"next_cursor,omitempty"` // empty on the last page
+}
+
+// List page sizes.
+const (
+	ListLimitDefault = 100
+	ListLimitMax     = 1000
+)
+
+// AttemptResult is the body of POST /v1/tasks/{id}/result.
+type AttemptResult struct {
+	Attempt int    `json:"attempt"`
+	Status  string `json:"status"` // "success", "failed" (retry), "permanent" (no retry)
+	Error   string `json:"error,omitempty"`
+}
+
+// ExecutorSpec is an executor registered on a node (POST /v1/executors).
+type ExecutorSpec struct {
+	Name           string   `json:"name"`
+	Handlers       []string `json:"handlers"` // "*" = every handler; "order.*" = by prefix
+	URL            string   `json:"url"`      // unix:///abs/path.sock or http://127.0.0.1:PORT
+	MinConcurrency int      `json:"min_concurrency,omitempty"`
+	MaxConcurrency int      `json:"max_concurrency,omitempty"`
+	Timeout        string   `json:"timeout,omitempty"`   // Go duration; default attempt timeout for its tasks
+	FromFlag       bool     `json:"from_flag,omitempty"` // registered by --executor (read only)
 }
 
 // TaskSpec is a validated submit request: what the client asked for, with

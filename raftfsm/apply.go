@@ -1,6 +1,9 @@
 package raftfsm
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // apply runs one command inside w. It returns an error only for a storage
 // failure or an unknown command; a command that does not apply (stale
@@ -31,11 +34,22 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 		if c.Node == nil {
 			return Result{}, nil, fmt.Errorf("node without body: %w", ErrBadEntry)
 		}
-		n := *c.Node
-		if err := w.putRecord(nodeKey(n.ID), &n); err != nil {
-			return Result{}, nil, err
+		return applyNode(w, c.Node)
+	case CmdExecutor:
+		if c.Executor == nil {
+			return Result{}, nil, fmt.Errorf("executor without body: %w", ErrBadEntry)
 		}
-		return Result{}, []Event{{Type: CmdNode, Node: &n}}, nil
+		return applyExecutor(w, c.Executor)
+	case CmdRetry:
+		if c.Retry == nil {
+			return Result{}, nil, fmt.Errorf("retry without body: %w", ErrBadEntry)
+		}
+		return applyRetry(w, c.Retry)
+	case CmdLease:
+		if c.Lease == nil {
+			return Result{}, nil, fmt.Errorf("lease without body: %w", ErrBadEntry)
+		}
+		return applyLease(w, c.Lease)
 	default:
 		return Result{}, nil, fmt.Errorf("command type %d: %w", c.Type, ErrUnknownCommand)
 	}
@@ -161,7 +175,7 @@ func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
 	if prev == nil {
 		return Result{Code: CodeNotFound}, nil, nil
 	}
-	if prev.State != StateRunning || prev.Epoch != c.Epoch || prev.Attempts != c.Attempt {
+	if prev.State != StateRunning || (c.Epoch != 0 && prev.Epoch != c.Epoch) || prev.Attempts != c.Attempt {
 		return Result{Code: CodeStale, Task: prev}, nil, nil
 	}
 	t := *prev
@@ -193,4 +207,105 @@ func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
 		return Result{}, nil, err
 	}
 	return Result{Task: &t}, []Event{{Type: CmdComplete, Task: &t, Prev: prev.State, PrevNode: prev.Node}}, nil
+}
+
+// applyNode stores a node's record as the node states it at start. The
+// executors it registered through the API are kept; those from its flags
+// are replaced by the ones in n.
+func applyNode(w *writer, n *Node) (Result, []Event, error) {
+	var prev Node
+	found, err := w.get(nodeKey(n.ID), &prev)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	rec := *n
+	rec.Executors = nil
+	for _, e := range n.Executors {
+		e.FromFlag = true
+		rec.Executors = append(rec.Executors, e)
+	}
+	if found {
+		for _, e := range prev.Executors {
+			if !e.FromFlag {
+				rec.Executors = append(rec.Executors, e)
+			}
+		}
+	}
+	if err := w.putRecord(nodeKey(rec.ID), &rec); err != nil {
+		return Result{}, nil, err
+	}
+	return Result{}, []Event{{Type: CmdNode, Node: &rec}}, nil
+}
+
+func applyExecutor(w *writer, c *ExecutorChange) (Result, []Event, error) {
+	var n Node
+	found, err := w.get(nodeKey(c.Node), &n)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	if !found {
+		return Result{Code: CodeNotFound}, nil, nil
+	}
+	kept := n.Executors[:0:0]
+	removed := false
+	for _, e := range n.Executors {
+		if e.Name == c.Executor.Name {
+			removed = true
+			continue
+		}
+		kept = append(kept, e)
+	}
+	if c.Remove && !removed {
+		return Result{Code: CodeNotFound}, nil, nil
+	}
+	if !c.Remove {
+		x := c.Executor
+		x.FromFlag = false
+		kept = append(kept, x)
+	}
+	n.Executors, n.UpdateMs = kept, c.AtMs
+	if err := w.putRecord(nodeKey(n.ID), &n); err != nil {
+		return Result{}, nil, err
+	}
+	return Result{Created: !removed}, []Event{{Type: CmdExecutor, Node: &n}}, nil
+}
+
+func applyRetry(w *writer, r *Retry) (Result, []Event, error) {
+	prev, err := loadTask(w, r.ID)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	if prev == nil {
+		return Result{Code: CodeNotFound}, nil, nil
+	}
+	if prev.State != StateDead && prev.State != StateFailed {
+		return Result{Code: CodeState, Task: prev}, nil, nil
+	}
+	t := *prev
+	t.State, t.Attempts, t.DueMs = StateWaiting, 0, r.AtMs
+	t.UpdatedMs, t.FinishedMs, t.LeaseMs = r.AtMs, 0, 0
+	if err := putTask(w, prev, &t); err != nil {
+		return Result{}, nil, err
+	}
+	return Result{Task: &t}, []Event{{Type: CmdRetry, Task: &t, Prev: prev.State, PrevNode: prev.Node}}, nil
+}
+
+func applyLease(w *writer, l *Lease) (Result, []Event, error) {
+	prev, err := loadTask(w, l.ID)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	if prev == nil {
+		return Result{Code: CodeNotFound}, nil, nil
+	}
+	if prev.State != StateRunning || prev.Attempts != l.Attempt {
+		return Result{Code: CodeStale, Task: prev}, nil, nil
+	}
+	t := *prev
+	t.LeaseMs = max(prev.LeaseMs, l.AtMs+time.Duration(prev.Spec.TimeoutNs).Milliseconds()+l.GraceMs)
+	t.UpdatedMs = l.AtMs
+	if err := putTask(w, prev, &t); err != nil {
+		return Result{}, nil, err
+	}
+	return Result{Task: &t}, []Event{{Type: CmdLease, Task: &t, Prev: prev.State, PrevNode: prev.Node}}, nil
 }

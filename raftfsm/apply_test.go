@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -434,8 +435,8 @@ func TestNodes(t *testing.T) {
 	if ns := e.nodes(); len(ns) != 0 {
 		t.Fatalf("nodes %v", ns)
 	}
-	n1 := Node{ID: "n1", RaftAddr: "10.0.0.1:7000", PeerAddr: "10.0.0.1:7001", Handlers: []string{"order.timeout"}, UpdateMs: 1}
-	n2 := Node{ID: "n2", RaftAddr: "10.0.0.2:7000", PeerAddr: "10.0.0.2:7001", Handlers: []string{"*"}, UpdateMs: 2}
+	n1 := Node{ID: "n1", RaftAddr: "10.0.0.1:7000", PeerAddr: "10.0.0.1:7001", Executors: flagExec("order.timeout"), UpdateMs: 1}
+	n2 := Node{ID: "n2", RaftAddr: "10.0.0.2:7000", PeerAddr: "10.0.0.2:7001", Executors: flagExec("*"), UpdateMs: 2}
 	rs := e.apply(1, nodeCmd(n1), nodeCmd(n2))
 	for _, r := range rs {
 		if r.Code != CodeOK {
@@ -448,7 +449,7 @@ func TestNodes(t *testing.T) {
 	}
 	// A later record replaces the node's.
 	n1b := n1
-	n1b.Handlers, n1b.UpdateMs = nil, 3
+	n1b.Executors, n1b.UpdateMs = nil, 3
 	e.apply1(2, nodeCmd(n1b))
 	ns = e.nodes()
 	if len(ns) != 2 || !nodeEqual(ns[0], n1b) || !nodeEqual(ns[1], n2) {
@@ -460,7 +461,7 @@ func TestNodes(t *testing.T) {
 }
 
 func TestNodeRuns(t *testing.T) {
-	n := &Node{Handlers: []string{"order.timeout", "mail.send"}}
+	n := &Node{Executors: flagExec("order.timeout", "mail.send")}
 	for h, want := range map[string]bool{
 		"order.timeout": true, "mail.send": true, "order": false, "order.timeout.x": false, "": false, "*": false,
 	} {
@@ -468,7 +469,7 @@ func TestNodeRuns(t *testing.T) {
 			t.Errorf("Runs(%q) = %v", h, got)
 		}
 	}
-	all := &Node{Handlers: []string{"*"}}
+	all := &Node{Executors: flagExec("*")}
 	if !all.Runs("anything") || !all.Runs("") {
 		t.Error(`"*" must match every handler`)
 	}
@@ -574,7 +575,7 @@ func TestSeveralCommandsInOneEntry(t *testing.T) {
 	e := newEnv(t)
 	rec := &recorder{}
 	e.f.SetObserver(rec)
-	n := Node{ID: "n1", Handlers: []string{"*"}}
+	n := Node{ID: "n1", Executors: flagExec("*")}
 	rs := e.apply(5,
 		submitCmd("a", spec("h", "p"), 5000, 1000),
 		submitCmd("b", spec("h", "p"), 5000, 1000),
@@ -739,6 +740,15 @@ func taskEqual(a, b Task) bool {
 }
 
 func nodeEqual(a, b Node) bool {
-	return a.ID == b.ID && a.RaftAddr == b.RaftAddr && a.PeerAddr == b.PeerAddr && slices.Equal(a.Handlers, b.Handlers) &&
+	return a.ID == b.ID && a.RaftAddr == b.RaftAddr && a.PeerAddr == b.PeerAddr && reflect.DeepEqual(a.Executors, b.Executors) &&
 		a.UpdateMs == b.UpdateMs
+}
+
+// flagExec returns the executors of a node started with --executor flags
+// for the handler patterns hs.
+func flagExec(hs ...string) []Executor {
+	if len(hs) == 0 {
+		return nil
+	}
+	return []Executor{{Name: "flag", Handlers: hs, URL: "unix:///x.sock", FromFlag: true}}
 }

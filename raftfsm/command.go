@@ -17,6 +17,9 @@ const (
 	CmdFire     CommandType = 3
 	CmdComplete CommandType = 4
 	CmdNode     CommandType = 5
+	CmdExecutor CommandType = 6
+	CmdRetry    CommandType = 7
+	CmdLease    CommandType = 8
 )
 
 // EntryVersion is the first byte of every Raft log entry this version writes.
@@ -24,12 +27,42 @@ const EntryVersion = 1
 
 // Command is one state change. Exactly the field matching Type is set.
 type Command struct {
-	Type     CommandType `msgpack:"t"`
-	Submit   *Submit     `msgpack:"s,omitempty"`
-	Cancel   *Cancel     `msgpack:"c,omitempty"`
-	Fire     *Fire       `msgpack:"f,omitempty"`
-	Complete *Complete   `msgpack:"x,omitempty"`
-	Node     *Node       `msgpack:"n,omitempty"`
+	Type     CommandType     `msgpack:"t"`
+	Submit   *Submit         `msgpack:"s,omitempty"`
+	Cancel   *Cancel         `msgpack:"c,omitempty"`
+	Fire     *Fire           `msgpack:"f,omitempty"`
+	Complete *Complete       `msgpack:"x,omitempty"`
+	Node     *Node           `msgpack:"n,omitempty"`
+	Executor *ExecutorChange `msgpack:"ex,omitempty"`
+	Retry    *Retry          `msgpack:"r,omitempty"`
+	Lease    *Lease          `msgpack:"l,omitempty"`
+}
+
+// ExecutorChange registers (or with Remove, removes) an executor of a node
+// through the API. Registering a name again replaces it.
+type ExecutorChange struct {
+	Node     string   `msgpack:"n"`
+	Executor Executor `msgpack:"x"`
+	Remove   bool     `msgpack:"rm,omitempty"`
+	AtMs     int64    `msgpack:"at"`
+}
+
+// Retry re-runs a DEAD or FAILED task: it becomes WAITING, due at AtMs,
+// with its attempt count reset. Other states give CodeState.
+type Retry struct {
+	ID   string `msgpack:"id"`
+	AtMs int64  `msgpack:"at"`
+}
+
+// Lease extends the deadline of the current attempt (a heartbeat) to AtMs
+// plus the task's timeout plus GraceMs, never shortening it. It takes
+// effect only while attempt Attempt is running; otherwise CodeStale. The
+// leader fills AtMs and GraceMs.
+type Lease struct {
+	ID      string `msgpack:"id"`
+	Attempt int    `msgpack:"a"`
+	GraceMs int64  `msgpack:"g"`
+	AtMs    int64  `msgpack:"at"`
 }
 
 // Submit creates a task, or returns the existing one when the id exists with
@@ -62,7 +95,9 @@ type Fire struct {
 }
 
 // Complete reports how attempt Attempt of a RUNNING task ended. It takes
-// effect only when that attempt is still the current one. The leader fills
+// effect only when that attempt is still the current one (and, unless Epoch
+// is 0 — a result reported by the app, which does not know epochs — the
+// task still has Epoch). The leader fills
 // RetryDueMs (its clock plus the backoff) and AtMs.
 type Complete struct {
 	ID         string  `msgpack:"id"`

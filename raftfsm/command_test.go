@@ -68,7 +68,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		nil,
 		{submitCmd("order|42", s, 5000, 1000)},
 		{overwriteCmd("a", s, 1, 2), fireCmd("a", 1, 1, "n1", 3, 4), completeCmd("a", 1, 1, OutcomeBusy, "", 5, 6)},
-		{cancelCmd("日本", 9), nodeCmd(Node{ID: "n1", Handlers: []string{"*", "h"}}), {Type: 99}},
+		{cancelCmd("日本", 9), nodeCmd(Node{ID: "n1", Executors: flagExec("*", "h")}), {Type: 99}},
 	} {
 		b, err := EncodeEntry(cmds)
 		if err != nil {

@@ -7,7 +7,8 @@ const (
 	CodeOK       = ""          // the command took effect (or was an idempotent repeat)
 	CodeNotFound = "not_found" // the command named a task that does not exist
 	CodeConflict = "conflict"  // a submit named an existing id with a different spec
-	CodeStale    = "stale"     // a fire or completion named an attempt that is no longer current
+	CodeStale    = "stale"     // a fire, completion or lease named an attempt that is no longer current
+	CodeState    = "state"     // the task's state does not allow the command (retry of a task that is not DEAD or FAILED)
 )
 
 var (

@@ -236,7 +236,7 @@ func TestDecodeEntryErrors(t *testing.T) {
 }
 
 func TestEncodeDecodeEntryRoundTrip(t *testing.T) {
-	n := Node{ID: "n1", RaftAddr: "r", PeerAddr: "p", Handlers: []string{"a", "*"}, UpdateMs: 9}
+	n := Node{ID: "n1", RaftAddr: "r", PeerAddr: "p", Executors: flagExec("a", "*"), UpdateMs: 9}
 	s := spec("order.timeout", "\x00\xffbinary")
 	s.PayloadBase64, s.DelayNs, s.RunAtMs = true, 5e9, 1234
 	in := []Command{

@@ -95,3 +95,72 @@ func (f *FSM) Nodes() ([]Node, error) {
 	})
 	return out, err
 }
+
+// Node returns the record of node id, or ErrNotFound.
+func (f *FSM) Node(id string) (*Node, error) {
+	var n Node
+	err := f.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(nodeKey(id))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(b []byte) error { return decodeRecord(b, &n) })
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &n, nil
+}
+
+// List returns up to limit tasks with ids after `after`, in id order,
+// that match handler and state (empty or 0: any). more reports whether
+// tasks after the last one returned may match too. It reads at most
+// listScanMax records per call, so a filter that matches little returns a
+// short page (possibly empty) with more set; the caller continues from the
+// last id scanned, which it gets as next.
+func (f *FSM) List(handler string, state State, after string, limit int) (tasks []Task, next string, more bool, err error) {
+	err = f.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = prefixTask
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		scanned := 0
+		for it.Seek(taskKey(after)); it.Valid(); it.Next() {
+			id := string(it.Item().Key()[len(prefixTask):])
+			if id == after && after != "" {
+				continue
+			}
+			if len(tasks) == limit || scanned == listScanMax {
+				more = true
+				return nil
+			}
+			scanned++
+			next = id
+			var t Task
+			if err := it.Item().Value(func(b []byte) error { return decodeRecord(b, &t) }); err != nil {
+				return err
+			}
+			if (handler == "" || t.Spec.Handler == handler) && (state == 0 || t.State == state) {
+				tasks = append(tasks, t)
+			}
+		}
+		return nil
+	})
+	return tasks, next, more, err
+}
+
+// listScanMax bounds the records one List call reads.
+const listScanMax = 10000
+
+// ParseState returns the state named s ("WAITING" ...), or 0.
+func ParseState(s string) State {
+	for i, n := range stateNames {
+		if n == s && i > 0 {
+			return State(i)
+		}
+	}
+	return 0
+}

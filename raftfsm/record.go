@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -104,24 +105,81 @@ type Task struct {
 	FinishedMs int64  `msgpack:"f,omitempty"`
 }
 
-// Node is what the cluster knows of one node: its addresses and the handler
-// patterns of its executors, so the leader can route attempts.
+// Node is what the cluster knows of one node: its addresses and its
+// executors, so the leader can route attempts.
 type Node struct {
-	ID       string   `msgpack:"id"`
-	RaftAddr string   `msgpack:"ra"`
-	PeerAddr string   `msgpack:"pa"`
-	Handlers []string `msgpack:"h,omitempty"` // "*" matches every handler
-	UpdateMs int64    `msgpack:"u"`
+	ID        string     `msgpack:"id"`
+	RaftAddr  string     `msgpack:"ra"`
+	PeerAddr  string     `msgpack:"pa"`
+	Executors []Executor `msgpack:"x,omitempty"`
+	UpdateMs  int64      `msgpack:"u"`
 }
 
-// Runs reports whether the node has an executor for handler.
-func (n *Node) Runs(handler string) bool {
-	for _, h := range n.Handlers {
-		if h == "*" || h == handler {
+// Executor is an app endpoint registered on a node, by flag (FromFlag) or
+// through the API.
+type Executor struct {
+	Name string `msgpack:"n"`
+	// Handlers are patterns: "*" matches every handler, "order.*" every
+	// handler with that prefix, anything else itself.
+	Handlers       []string `msgpack:"h"`
+	URL            string   `msgpack:"u"`
+	MinConcurrency int      `msgpack:"mi,omitempty"`
+	MaxConcurrency int      `msgpack:"ma,omitempty"`
+	TimeoutNs      int64    `msgpack:"to,omitempty"`
+	FromFlag       bool     `msgpack:"f,omitempty"`
+}
+
+// Runs reports whether e runs handler.
+func (e *Executor) Runs(handler string) bool {
+	for _, h := range e.Handlers {
+		if MatchHandler(h, handler) {
 			return true
 		}
 	}
 	return false
+}
+
+// MatchHandler reports whether pattern matches handler: "*" matches every
+// handler, a pattern ending in "*" matches by prefix, anything else must be
+// equal.
+func MatchHandler(pattern, handler string) bool {
+	if pattern == "*" || pattern == handler {
+		return true
+	}
+	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
+		return strings.HasPrefix(handler, prefix)
+	}
+	return false
+}
+
+// Runs reports whether the node has an executor for handler.
+func (n *Node) Runs(handler string) bool {
+	return n.ExecutorFor(handler) != nil
+}
+
+// ExecutorFor returns the executor of n for handler: an exact match before
+// a prefix pattern before "*"; nil when there is none.
+func (n *Node) ExecutorFor(handler string) *Executor {
+	var best *Executor
+	bestRank := 0
+	for i := range n.Executors {
+		e := &n.Executors[i]
+		for _, h := range e.Handlers {
+			rank := 0
+			switch {
+			case h == handler:
+				rank = 3
+			case h != "*" && MatchHandler(h, handler):
+				rank = 2
+			case h == "*":
+				rank = 1
+			}
+			if rank > bestRank {
+				best, bestRank = e, rank
+			}
+		}
+	}
+	return best
 }
 
 const recordVersion = 1

@@ -78,8 +78,8 @@ func fillState(e *env) {
 	e.apply(3, completeCmd("retry", 1, 1, OutcomeRetryable, "500", 9000, 4100),
 		completeCmd("done", 1, 1, OutcomeSuccess, "", 0, 4200))
 	e.apply(5, cancelCmd("gone", 4300))
-	e.apply(7, nodeCmd(Node{ID: "n1", RaftAddr: "a:1", PeerAddr: "a:2", Handlers: []string{"*"}, UpdateMs: 1}),
-		nodeCmd(Node{ID: "n2", RaftAddr: "b:1", PeerAddr: "b:2", Handlers: []string{"h"}, UpdateMs: 2}))
+	e.apply(7, nodeCmd(Node{ID: "n1", RaftAddr: "a:1", PeerAddr: "a:2", Executors: flagExec("*"), UpdateMs: 1}),
+		nodeCmd(Node{ID: "n2", RaftAddr: "b:1", PeerAddr: "b:2", Executors: flagExec("h"), UpdateMs: 2}))
 	e.f.StoreConfiguration(10, raftConfiguration())
 }
 
@@ -88,7 +88,7 @@ func moreApplies(e *env, from uint64) {
 	e.apply(from+1, submitCmd("after", spec("h", "p"), 1000, 5000), fireCmd("w1", 1, 1, "n2", 5000, 35000),
 		cancelCmd("w2", 5000), completeCmd("run", 1, 1, OutcomeSuccess, "", 0, 5000),
 		overwriteCmd("order|42", spec("order.timeout", "v2"), 8000, 5000))
-	e.apply(from+2, nodeCmd(Node{ID: "n3", Handlers: []string{"x"}}), nodeCmd(Node{ID: "n1"}))
+	e.apply(from+2, nodeCmd(Node{ID: "n3", Executors: flagExec("x")}), nodeCmd(Node{ID: "n1"}))
 }
 
 type fsmView struct {
@@ -349,7 +349,7 @@ func TestRestoreRejectsBadStreams(t *testing.T) {
 
 func TestRestoreRejectsEveryTruncation(t *testing.T) {
 	src := newEnv(t)
-	src.apply(1, submitCmd("a", spec("h", "p"), 5000, 1000), nodeCmd(Node{ID: "n1", Handlers: []string{"*"}}))
+	src.apply(1, submitCmd("a", spec("h", "p"), 5000, 1000), nodeCmd(Node{ID: "n1", Executors: flagExec("*")}))
 	src.apply(2, fireCmd("a", 1, 1, "n1", 5000, 9000), submitCmd("b", spec("h", "q"), 6000, 1000))
 	stream := persist(t, src.snapshot())
 	dst := newEnv(t)

@@ -17,14 +17,7 @@ var _ ipc.Backend = (*Node)(nil)
 
 // Submit implements ipc.Backend.
 func (n *Node) Submit(ctx context.Context, spec ipc.TaskSpec) (ipc.Task, bool, error) {
-	s := &raftfsm.Submit{ID: spec.ID, Overwrite: spec.Overwrite, Spec: raftfsm.Spec{
-		Handler: spec.Handler, Payload: spec.Payload, PayloadBase64: spec.PayloadBase64,
-		DelayNs: int64(spec.Delay), Priority: spec.Priority, TimeoutNs: int64(spec.Timeout), MaxAttempts: spec.MaxAttempts,
-	}}
-	if !spec.RunAt.IsZero() {
-		s.Spec.RunAtMs = ceilMs(spec.RunAt)
-	}
-	res, err := n.propose(ctx, []raftfsm.Command{{Type: raftfsm.CmdSubmit, Submit: s}})
+	res, err := n.propose(ctx, []raftfsm.Command{submitCommand(spec)})
 	if err != nil {
 		return ipc.Task{}, false, apiError(err)
 	}
@@ -33,7 +26,7 @@ func (n *Node) Submit(ctx context.Context, spec ipc.TaskSpec) (ipc.Task, bool, e
 	case raftfsm.CodeOK:
 		return taskView(r.Task), r.Created, nil
 	case raftfsm.CodeConflict:
-		return ipc.Task{}, false, ipc.Errorf(ipc.ErrConflict, "task %q exists with a different spec (state %s); set \"overwrite\": true to replace it", spec.ID, r.Task.State)
+		return ipc.Task{}, false, conflictError(spec.ID, r.Task)
 	default:
 		return ipc.Task{}, false, fmt.Errorf("submit %q: unexpected result %q", spec.ID, r.Code)
 	}
@@ -53,14 +46,7 @@ func (n *Node) Task(_ context.Context, id string) (ipc.Task, error) {
 
 // Cancel implements ipc.Backend.
 func (n *Node) Cancel(ctx context.Context, id string) (ipc.Task, error) {
-	res, err := n.propose(ctx, []raftfsm.Command{{Type: raftfsm.CmdCancel, Cancel: &raftfsm.Cancel{ID: id}}})
-	if err != nil {
-		return ipc.Task{}, apiError(err)
-	}
-	if res[0].Code == raftfsm.CodeNotFound {
-		return ipc.Task{}, ipc.Errorf(ipc.ErrNotFound, "task %q not found", id)
-	}
-	return taskView(res[0].Task), nil
+	return n.oneTask(ctx, id, raftfsm.Command{Type: raftfsm.CmdCancel, Cancel: &raftfsm.Cancel{ID: id}}, "cancel")
 }
 
 // Cluster implements ipc.Backend.

@@ -103,17 +103,17 @@ func (d *delivery) start(t *raftfsm.Task) {
 	}()
 }
 
+// executorFor returns the URL of this node's executor for handler, from
+// the replicated node record (flags and API registrations alike).
 func (d *delivery) executorFor(handler string) string {
-	var star string
-	for _, e := range d.n.cfg.Executors {
-		if e.Handler == handler {
-			return e.URL
-		}
-		if e.Handler == "*" && star == "" {
-			star = e.URL
-		}
+	rec, err := d.n.fsm.Node(d.n.cfg.NodeID)
+	if err != nil {
+		return ""
 	}
-	return star
+	if x := rec.ExecutorFor(handler); x != nil {
+		return x.URL
+	}
+	return ""
 }
 
 func (d *delivery) sem(url string) chan struct{} {
@@ -154,9 +154,12 @@ func (d *delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 	log.Debug().Str("outcome", out.Kind.String()).Int("status", out.Status).Dur("took", out.Duration).Msg("attempt finished")
 	c := &raftfsm.Complete{ID: t.ID, Epoch: r.epoch, Attempt: r.attempt, Error: out.Error}
 	switch out.Kind {
-	case ipc.OutcomeSuccess, ipc.OutcomeAccepted:
-		// 202 + asynchronous /result is not implemented yet: a 202 counts
-		// as success.
+	case ipc.OutcomeAccepted:
+		// 202: the executor reports through POST /v1/tasks/{id}/result and
+		// keeps the lease alive with heartbeats; if it does neither, the
+		// lease expires and the leader counts a TIMEOUT.
+		return
+	case ipc.OutcomeSuccess:
 		c.Outcome = raftfsm.OutcomeSuccess
 	case ipc.OutcomeBusy:
 		c.Outcome = raftfsm.OutcomeBusy

@@ -86,11 +86,13 @@ func (n *Node) joinOrBootstrap(ctx context.Context) {
 // here and every node can find every other's peer address.
 func (n *Node) register(ctx context.Context) {
 	var handlers []string
+	var execs []raftfsm.Executor
 	for _, e := range n.cfg.Executors {
 		handlers = append(handlers, e.Handler)
+		execs = append(execs, raftfsm.Executor{Name: "flag:" + e.Handler, Handlers: []string{e.Handler}, URL: e.URL, FromFlag: true})
 	}
 	cmd := raftfsm.Command{Type: raftfsm.CmdNode, Node: &raftfsm.Node{
-		ID: n.cfg.NodeID, RaftAddr: n.cfg.RaftAddr, PeerAddr: n.cfg.PeerAddr, Handlers: handlers,
+		ID: n.cfg.NodeID, RaftAddr: n.cfg.RaftAddr, PeerAddr: n.cfg.PeerAddr, Executors: execs,
 	}}
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)

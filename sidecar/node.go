@@ -91,7 +91,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("open raft log: %w", err)
 	}
-	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: os.Stderr, JSONFormat: true})
+	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: raftLogLevel(n.log.GetLevel()), Output: os.Stderr, JSONFormat: true})
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, 2, hlog)
 	if err != nil {
 		return fmt.Errorf("open snapshots: %w", err)
@@ -300,6 +300,19 @@ func (n *Node) dispatchEvents(ctx context.Context) {
 			n.leader.onEvent(&evs[i])
 			n.delivery.onEvent(&evs[i])
 		}
+	}
+}
+
+// raftLogLevel maps the node's log level to raft's: raft's info lines are
+// debug for ax, and its warnings (elections, unreachable peers) show at info.
+func raftLogLevel(l zerolog.Level) hclog.Level {
+	switch {
+	case l <= zerolog.DebugLevel:
+		return hclog.Info
+	case l <= zerolog.InfoLevel:
+		return hclog.Warn
+	default:
+		return hclog.Error
 	}
 }
 

@@ -105,7 +105,7 @@ func (p *proposer) apply(batch []*proposal, ncmds int) {
 	now := p.n.clock.Now()
 	for _, pr := range batch {
 		for i := range pr.cmds {
-			prepare(&pr.cmds[i], now)
+			p.prepare(&pr.cmds[i], now)
 		}
 		all = append(all, pr.cmds...)
 	}
@@ -145,7 +145,7 @@ func (p *proposer) apply(batch []*proposal, ncmds int) {
 // prepare fills in the fields the leader decides: times, due times of new
 // tasks and retries. Times are Unix milliseconds; due times are rounded up
 // so that a task never fires before the instant the client asked for.
-func prepare(c *raftfsm.Command, now time.Time) {
+func (p *proposer) prepare(c *raftfsm.Command, now time.Time) {
 	nowMs := now.UnixMilli()
 	switch c.Type {
 	case raftfsm.CmdSubmit:
@@ -176,6 +176,13 @@ func prepare(c *raftfsm.Command, now time.Time) {
 		}
 	case raftfsm.CmdNode:
 		c.Node.UpdateMs = nowMs
+	case raftfsm.CmdExecutor:
+		c.Executor.AtMs = nowMs
+	case raftfsm.CmdRetry:
+		c.Retry.AtMs = nowMs
+	case raftfsm.CmdLease:
+		c.Lease.AtMs = nowMs
+		c.Lease.GraceMs = p.n.cfg.LeaseGrace.Milliseconds()
 	}
 }
 
