@@ -480,3 +480,275 @@ func TestCluster_ThreeNodes_FireOnceAndSurviveLeaderKill(t *testing.T) {
 	}
 	writeLatency(t, report)
 }
+
+// TestCluster_LeaderKill_PendingAndRunningTasks kills the leader while
+// tasks are waiting (due during and after the election) and while attempts
+// are running on every node. The new leader must fire every waiting task
+// once and never early; attempts that were running on the dead node must be
+// retried once their lease (timeout + grace) expires; attempts running on
+// the survivors must complete without a second delivery. Then the killed
+// node is restarted with its data and must rejoin and catch up by itself.
+func TestCluster_LeaderKill_PendingAndRunningTasks(t *testing.T) {
+	skipShort(t)
+	c := NewCluster(t, WithSize(3))
+	c.WaitReady()
+	old := c.Leader()
+	follower := c.Followers()[0]
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+
+	// Attempts in flight on every node: the executor holds them.
+	const holdTimeout = 3 * time.Second
+	var held []*submitted
+	for i := 0; i < 6; i++ {
+		s := &submitted{id: fmt.Sprintf("hold/%d|ü", i), handler: handlerHold}
+		s.req = SubmitRequest{ID: s.id, Handler: handlerHold, Timeout: holdTimeout.String(), MaxAttempts: 3}
+		held = append(held, s)
+	}
+	for _, s := range held {
+		resp, _, err := follower.Client.SubmitRetry(ctx, s.req.Body())
+		if err != nil || resp.Status != http.StatusCreated {
+			t.Fatalf("submit %q: %v %v", s.id, resp, err)
+		}
+	}
+	heldIDs := make([]string, len(held))
+	for i, s := range held {
+		heldIDs[i] = s.id
+	}
+	if short := c.Recorder.WaitCalls(ctx, heldIDs, 1); len(short) > 0 {
+		t.Fatalf("held tasks never called back: %q", short)
+	}
+	onOld := map[string]bool{}
+	for _, s := range held {
+		if c.Recorder.Calls(s.id)[0].Node == old.ID {
+			onOld[s.id] = true
+		}
+	}
+	t.Logf("%d of %d held attempts run on the leader %s", len(onOld), len(held), old.ID)
+
+	// Waiting tasks, due 1.5–3.5 s from now: some during the election.
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	pending := makeBatch(rng, "pending", 60)
+	for _, s := range pending {
+		s.delay = 1500*time.Millisecond + time.Duration(rng.Int64N(int64(2*time.Second)))
+		s.req.Delay = s.delay.String()
+	}
+	submitBatch(t, ctx, follower.Client, pending)
+
+	killAt := time.Now()
+	if err := old.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// The dead node's callbacks are cut when its connections close; only
+	// then let the survivors' held callbacks answer.
+	waitFor(t, 5*time.Second, 10*time.Millisecond, "the killed node's callbacks to be cut", func() error {
+		for id := range onOld {
+			if call := c.Recorder.Calls(id)[0]; !call.Cancelled {
+				return fmt.Errorf("callback of %q still open", id)
+			}
+		}
+		return nil
+	})
+	t.Logf("the killed node's callbacks were cut %s after the kill", time.Since(killAt).Round(time.Millisecond))
+	c.Recorder.ReleaseHold()
+	newLeader := c.WaitForNewLeader(old)
+	t.Logf("killed leader %s; new leader %s after %s", old.ID, newLeader.ID, time.Since(killAt).Round(time.Millisecond))
+	for _, s := range pending {
+		if s.due.Before(killAt) {
+			t.Fatalf("task %q was due before the kill; the test is too slow", s.id)
+		}
+	}
+
+	waitBatch(t, c, follower.Client, pending)
+	late := summarize(checkCallbacks(t, c.Recorder, pending, true))
+	t.Logf("lateness of tasks waiting across the kill (%d tasks): %s", len(pending), late)
+	if os.Getenv("AX_E2E_VERBOSE") != "" {
+		sort.Slice(pending, func(i, j int) bool { return pending[i].due.Before(pending[j].due) })
+		for _, s := range pending {
+			call := c.Recorder.Calls(s.id)[0]
+			t.Logf("  due kill+%s  late %s  on %s", s.due.Sub(killAt).Round(time.Millisecond), call.At.Sub(s.due).Round(time.Millisecond), call.Node)
+		}
+	}
+
+	// Held attempts.
+	for _, s := range held {
+		task := waitState(t, follower, s.id, "SUCCESS")
+		calls := c.Recorder.Calls(s.id)
+		if !onOld[s.id] {
+			if len(calls) != 1 || task.Attempts != 1 {
+				t.Errorf("task %q ran on survivor %s: %d callbacks, attempts %d; want 1 and 1", s.id, calls[0].Node, len(calls), task.Attempts)
+			}
+			continue
+		}
+		if len(calls) != 2 || task.Attempts != 2 {
+			t.Errorf("task %q ran on the killed node: %d callbacks, attempts %d; want 2 and 2", s.id, len(calls), task.Attempts)
+			continue
+		}
+		if calls[1].Attempt != "2" || calls[1].Node == old.ID {
+			t.Errorf("task %q: second callback attempt %s on %s", s.id, calls[1].Attempt, calls[1].Node)
+		}
+		// The lease is timeout + 5 s grace from the fire; then the retry backoff.
+		if gap := calls[1].At.Sub(calls[0].At); gap < holdTimeout {
+			t.Errorf("task %q: retried %s after the first attempt, before its timeout %s", s.id, gap, holdTimeout)
+		} else {
+			t.Logf("task %q: retried on %s %s after the attempt on the killed node", s.id, calls[1].Node, gap.Round(time.Millisecond))
+		}
+	}
+
+	// The killed node comes back with its data and catches up. Everything
+	// committed before it restarts must be applied on it once it says ready.
+	before, err := newLeader.Client.Cluster(reqCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, readyTimeout, 5*time.Millisecond, "restarted "+old.ID+" ready", func() error {
+		resp, err := old.Client.Do(reqCtx(t), "GET", "/readyz", nil)
+		if err == nil && resp.Status != http.StatusOK {
+			err = fmt.Errorf("%s", resp)
+		}
+		return err
+	})
+	if info, err := old.Client.Cluster(reqCtx(t)); err != nil {
+		t.Error(err)
+	} else if info.AppliedIndex < before.CommitIndex {
+		t.Errorf("restarted %s says ready with applied_index %d (commit_index %d), but the leader had committed %d before it restarted",
+			old.ID, info.AppliedIndex, info.CommitIndex, before.CommitIndex)
+	}
+	c.WaitReady()
+	if l := c.Leader(); l == old {
+		t.Logf("note: the restarted node %s leads again", old.ID)
+	}
+	readyAt := time.Now()
+	callsBefore := len(c.Recorder.All())
+	// Ready means caught up: every task reads SUCCESS on the restarted node.
+	all := append(append([]*submitted(nil), pending...), held...)
+	var stale []string
+	for _, s := range all {
+		// (checked right away: ready means caught up)
+		task, err := old.Client.GetTask(reqCtx(t), s.id)
+		if err != nil || task.State != "SUCCESS" {
+			stale = append(stale, fmt.Sprintf("%q %s (err %v)", s.id, task.State, err))
+		}
+	}
+	if len(stale) > 0 {
+		t.Errorf("restarted %s answers /readyz 200 but reads %d of %d tasks stale, e.g. %s", old.ID, len(stale), len(all), stale[0])
+		info, _ := old.Client.Cluster(reqCtx(t))
+		t.Logf("restarted %s right after ready: %+v", old.ID, info)
+		waitFor(t, 20*time.Second, 50*time.Millisecond, "restarted node to catch up", func() error {
+			for _, s := range all {
+				task, err := old.Client.GetTask(reqCtx(t), s.id)
+				if err != nil || task.State != "SUCCESS" {
+					return fmt.Errorf("%q %s (err %v)", s.id, task.State, err)
+				}
+			}
+			return nil
+		})
+		t.Logf("restarted %s caught up %s after it said ready", old.ID, time.Since(readyAt).Round(time.Millisecond))
+	}
+	info, err := old.Client.Cluster(reqCtx(t))
+	if err != nil || len(info.Members) != 3 {
+		t.Errorf("restarted %s: cluster %+v (err %v)", old.ID, info, err)
+	}
+	if after := len(c.Recorder.All()); after != callsBefore {
+		t.Errorf("%d callbacks after the old leader came back; its tasks were all done", after-callsBefore)
+	}
+}
+
+// TestCluster_BusyAnswerAcrossLeaderChange: the leader runs an attempt on
+// its own executor, which answers busy (503, Retry-After: 1) just as the
+// leader loses its quorum. The outcome report cannot commit; the node
+// retries it with the next leader. The task must be snoozed by about
+// Retry-After and delivered again, as with any busy answer.
+//
+// The followers are killed (SIGKILL: a paused process would still receive
+// the entry from its socket buffer when it resumes) so that the old
+// leader's entry cannot commit; they are restarted while the old leader is
+// paused (SIGSTOP), so that the new leader is one of them and the old
+// leader's uncommitted entry is dropped.
+func TestCluster_BusyAnswerAcrossLeaderChange(t *testing.T) {
+	skipShort(t)
+	c := NewCluster(t, WithSize(3))
+	c.WaitReady()
+	leader := c.Leader()
+	followers := c.Followers()
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+
+	id := "busy/leader-change"
+	mustSubmit(t, leader, SubmitRequest{ID: id, Handler: handlerGate, MaxAttempts: 2}, http.StatusCreated)
+
+	// Answer busy until an attempt runs on the leader's own executor.
+	var onLeader GatedCall
+	for onLeader.Reply == nil {
+		select {
+		case g := <-c.Recorder.Gated():
+			if g.Call.Node == leader.ID {
+				onLeader = g
+			} else {
+				g.Reply <- http.StatusServiceUnavailable
+			}
+		case <-ctx.Done():
+			t.Fatal("no attempt on the leader's executor")
+		}
+	}
+
+	for _, f := range followers {
+		if err := f.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onLeader.Reply <- http.StatusServiceUnavailable
+	waitFor(t, 10*time.Second, 20*time.Millisecond, "the isolated leader to step down", func() error {
+		info, err := leader.Client.Cluster(reqCtx(t))
+		if err == nil && info.State == "Leader" {
+			err = fmt.Errorf("still Leader")
+		}
+		return err
+	})
+	if err := leader.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range followers {
+		if err := f.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var newLeader *Node
+	waitFor(t, leaderTimeout, pollInterval, "a new leader among the followers", func() error {
+		if newLeader = c.leaderOf(followers); newLeader == nil {
+			return fmt.Errorf("none yet")
+		}
+		return nil
+	})
+	if err := leader.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("old leader %s, new leader %s", leader.ID, newLeader.ID)
+
+	// The busy answer snoozes the task by about Retry-After (1 s): the next
+	// attempt comes within seconds.
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case g := <-c.Recorder.Gated():
+			g.Reply <- http.StatusOK
+			t.Logf("delivered again on %s %s after the busy answer", g.Call.Node, g.Call.At.Sub(onLeader.Call.At).Round(time.Millisecond))
+			waitState(t, newLeader, id, "SUCCESS")
+			return
+		case <-tick.C:
+			task, err := newLeader.Client.GetTask(reqCtx(t), id)
+			if err == nil && task.NextRunAt != nil && time.Until(*task.NextRunAt) > time.Minute {
+				t.Fatalf("after a busy answer with Retry-After: 1 the task is snoozed until %s (in %s); state %s, attempts %d",
+					task.NextRunAt.Format(time.RFC3339Nano), time.Until(*task.NextRunAt).Round(time.Hour), task.State, task.Attempts)
+			}
+		case <-deadline:
+			task, err := newLeader.Client.GetTask(reqCtx(t), id)
+			t.Fatalf("not delivered again within 10 s of a busy answer with Retry-After: 1; task %+v (err %v)", task, err)
+		}
+	}
+}

@@ -10,6 +10,7 @@
 //	go test ./e2e/ -v -count=1 -ax-bin=$PWD/bin/ax
 //	AX_E2E_LATENCY_OUT=/tmp/lateness.json go test ./e2e/ -run TestCluster
 //	AX_E2E_LOG_LEVEL=debug go test ./e2e/ -run TestSemantics
+//	AX_E2E_VERBOSE=1 go test ./e2e/ -run PendingAndRunning   # per-task lateness
 //
 // # Layout
 //
@@ -21,7 +22,13 @@
 //   - executor_test.go: the test executor, one per node, recording every
 //     callback and answering by handler (e2e.ok, e2e.fail, e2e.slow, ...).
 //   - cluster_test.go: firing and failover on three nodes, with lateness
-//     figures.
-//   - semantics_test.go: API semantics (retries, cancel, idempotency,
-//     errors, forwarding).
+//     figures (TestCluster_ThreeNodes_FireOnceAndSurviveLeaderKill); a
+//     leader killed with tasks waiting and attempts running, and its restart
+//     (TestCluster_LeaderKill_PendingAndRunningTasks); a busy answer whose
+//     report crosses a leader change (TestCluster_BusyAnswerAcrossLeaderChange).
+//   - semantics_test.go: API semantics on three nodes (retries and DEAD,
+//     FAILED, timeouts, cancel of waiting and running tasks, busy snoozes,
+//     run_at, idempotency, conflicts and overwrite, bad input, forwarding,
+//     reading one's writes on a follower, the cluster view) and a single
+//     node restarted with SIGTERM.
 package e2e

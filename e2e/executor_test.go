@@ -20,7 +20,19 @@ const (
 	handlerSlow      = "e2e.slow"      // waits until the request is cancelled
 	handlerPermanent = "e2e.permanent" // 400: do not retry
 	handlerBusy      = "e2e.busy"      // 503 with Retry-After: 1
+	// handlerHold waits until Recorder.ReleaseHold (then 200) or until the
+	// request is cancelled.
+	handlerHold = "e2e.hold"
+	// handlerGate hands each callback to the test (Recorder.Gated), which
+	// chooses the status to answer with; 429 and 503 carry Retry-After: 1.
+	handlerGate = "e2e.gate"
 )
+
+// GatedCall is an e2e.gate callback waiting for the test's answer.
+type GatedCall struct {
+	Call  Call
+	Reply chan<- int // send the HTTP status to answer with
+}
 
 // executePath is the callback path appended to the executor's base URL.
 const executePath = "/ax/v1/execute"
@@ -51,11 +63,21 @@ type Recorder struct {
 	calls   []*Call
 	byID    map[string][]*Call
 	changed chan struct{} // closed and replaced on every change
+
+	hold        chan struct{} // closed by ReleaseHold
+	gated       chan GatedCall
+	releaseOnce sync.Once
 }
+
+// Gated delivers e2e.gate callbacks, in arrival order.
+func (r *Recorder) Gated() <-chan GatedCall { return r.gated }
+
+// ReleaseHold lets every e2e.hold callback, waiting or future, answer 200.
+func (r *Recorder) ReleaseHold() { r.releaseOnce.Do(func() { close(r.hold) }) }
 
 // NewRecorder returns an empty recorder.
 func NewRecorder() *Recorder {
-	return &Recorder{byID: map[string][]*Call{}, changed: make(chan struct{})}
+	return &Recorder{byID: map[string][]*Call{}, changed: make(chan struct{}), hold: make(chan struct{}), gated: make(chan GatedCall, 64)}
 }
 
 func (r *Recorder) add(c *Call) {
@@ -177,6 +199,30 @@ func (e *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 		e.rec.finish(c, true)
 		return
+	case handlerHold:
+		select {
+		case <-e.rec.hold:
+			w.WriteHeader(http.StatusOK)
+		case <-r.Context().Done():
+			e.rec.finish(c, true)
+			return
+		}
+	case handlerGate:
+		reply := make(chan int, 1)
+		e.rec.mu.Lock()
+		snapshot := *c
+		e.rec.mu.Unlock()
+		e.rec.gated <- GatedCall{Call: snapshot, Reply: reply}
+		select {
+		case status := <-reply:
+			if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+				w.Header().Set("Retry-After", "1")
+			}
+			w.WriteHeader(status)
+		case <-r.Context().Done():
+			e.rec.finish(c, true)
+			return
+		}
 	case handlerPermanent:
 		w.WriteHeader(http.StatusBadRequest)
 		io.WriteString(w, "e2e executor refuses this task")

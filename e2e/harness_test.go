@@ -228,6 +228,19 @@ func (p *Process) Kill() error {
 	return err
 }
 
+// Pause stops the process with SIGSTOP (it keeps its sockets but answers
+// nothing) until Resume.
+func (p *Process) Pause() error {
+	_, err := p.signal(syscall.SIGSTOP)
+	return err
+}
+
+// Resume continues a paused process (SIGCONT).
+func (p *Process) Resume() error {
+	_, err := p.signal(syscall.SIGCONT)
+	return err
+}
+
 // Restart stops the process (SIGTERM) and starts it again with the same
 // arguments.
 func (p *Process) Restart() error {

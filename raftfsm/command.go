@@ -106,7 +106,10 @@ type Complete struct {
 	Outcome    Outcome `msgpack:"o"`
 	Error      string  `msgpack:"er,omitempty"`
 	RetryDueMs int64   `msgpack:"r,omitempty"`
-	AtMs       int64   `msgpack:"at"`
+	// RetryAfterMs is the executor's Retry-After with a busy outcome; the
+	// leader turns it into RetryDueMs.
+	RetryAfterMs int64 `msgpack:"ra,omitempty"`
+	AtMs         int64 `msgpack:"at"`
 }
 
 // Result is what one applied command did.

@@ -71,20 +71,37 @@ func (n *Node) Cluster(context.Context) (ipc.ClusterInfo, error) {
 	return info, nil
 }
 
-// Ready implements ipc.Backend: a leader is known and this node has applied
-// everything it knows to be committed.
-func (n *Node) Ready(context.Context) error {
-	if _, id := n.raft.LeaderWithID(); id == "" {
+// Ready implements ipc.Backend: a leader is known, this node's record is
+// committed, and this node has applied everything the leader had committed
+// when asked (a follower asks the leader for its commit index: its own may
+// still be 0 right after a restart, before the first append from the
+// leader, rqlite's "Committed").
+func (n *Node) Ready(ctx context.Context) error {
+	_, id := n.raft.LeaderWithID()
+	if id == "" {
 		return ipc.Errorf(ipc.ErrNotReady, "no leader known yet")
-	}
-	if n.raft.State() == raft.Leader && n.leader.currentTimers() == nil {
-		return ipc.Errorf(ipc.ErrNotReady, "leader is starting")
-	}
-	if commit := parseUint(n.raft.Stats()["commit_index"]); n.fsm.AppliedIndex() < commit {
-		return ipc.Errorf(ipc.ErrNotReady, "catching up: applied %d of %d", n.fsm.AppliedIndex(), commit)
 	}
 	if !n.registered.Load() {
 		return ipc.Errorf(ipc.ErrNotReady, "node not registered with the leader yet")
+	}
+	if n.raft.State() == raft.Leader {
+		if n.leader.currentTimers() == nil {
+			return ipc.Errorf(ipc.ErrNotReady, "leader is starting")
+		}
+		return nil
+	}
+	addr := n.leaderPeerAddr()
+	if addr == "" {
+		return ipc.Errorf(ipc.ErrNotReady, "leader %s: peer address not known yet", id)
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	li, err := n.peers.info(rctx, addr)
+	if err != nil {
+		return ipc.Errorf(ipc.ErrNotReady, "leader %s unreachable: %v", id, err)
+	}
+	if applied := n.fsm.AppliedIndex(); applied < li.CommitIndex {
+		return ipc.Errorf(ipc.ErrNotReady, "catching up: applied %d of the leader's %d", applied, li.CommitIndex)
 	}
 	return nil
 }

@@ -163,7 +163,7 @@ func (d *delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 		c.Outcome = raftfsm.OutcomeSuccess
 	case ipc.OutcomeBusy:
 		c.Outcome = raftfsm.OutcomeBusy
-		c.RetryDueMs = out.RetryAfter.Milliseconds()
+		c.RetryAfterMs = out.RetryAfter.Milliseconds()
 	case ipc.OutcomePermanent:
 		c.Outcome = raftfsm.OutcomePermanent
 	case ipc.OutcomeTimeout:

@@ -42,6 +42,9 @@ type peerInfo struct {
 	// InCluster is true when the node has Raft state (it bootstrapped or
 	// joined) — used by bootstrap-expect to tell new nodes from members.
 	InCluster bool `json:"in_cluster"`
+	// CommitIndex is the node's Raft commit index; on the leader, the
+	// index a follower must apply before it is ready (readiness).
+	CommitIndex uint64 `json:"commit_index"`
 }
 
 // loadReport is what a node tells the leader about itself every
@@ -153,7 +156,7 @@ func (n *Node) info() peerInfo {
 	_, leader := n.raft.LeaderWithID()
 	return peerInfo{
 		ID: n.cfg.NodeID, RaftAddr: n.cfg.RaftAddr, PeerAddr: n.cfg.PeerAddr,
-		LeaderID: string(leader), InCluster: n.inCluster(),
+		LeaderID: string(leader), InCluster: n.inCluster(), CommitIndex: parseUint(n.raft.Stats()["commit_index"]),
 	}
 }
 

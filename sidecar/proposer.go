@@ -143,7 +143,8 @@ func (p *proposer) apply(batch []*proposal, ncmds int) {
 }
 
 // prepare fills in the fields the leader decides: times, due times of new
-// tasks and retries. Times are Unix milliseconds; due times are rounded up
+// tasks and retries. It is idempotent: it reads only fields it never
+// writes, since the same commands may be prepared again by the next leader. Times are Unix milliseconds; due times are rounded up
 // so that a task never fires before the instant the client asked for.
 func (p *proposer) prepare(c *raftfsm.Command, now time.Time) {
 	nowMs := now.UnixMilli()
@@ -169,9 +170,10 @@ func (p *proposer) prepare(c *raftfsm.Command, now time.Time) {
 		case raftfsm.OutcomeRetryable, raftfsm.OutcomeTimeout:
 			x.RetryDueMs = ceilMs(now.Add(engine.BackoffDefault.Delay(x.Attempt, rand.Float64())))
 		case raftfsm.OutcomeBusy:
-			// RetryDueMs carries the executor's Retry-After in milliseconds
-			// from the reporting node; turn it into a due time.
-			wait := max(time.Duration(x.RetryDueMs)*time.Millisecond, time.Second)
+			// Computed from RetryAfterMs, never from RetryDueMs: prepare must
+			// be idempotent, because propose resends the same commands
+			// after a leadership change.
+			wait := max(time.Duration(x.RetryAfterMs)*time.Millisecond, time.Second)
 			x.RetryDueMs = ceilMs(now.Add(wait))
 		}
 	case raftfsm.CmdNode:
