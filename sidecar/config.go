@@ -29,6 +29,10 @@ const (
 	// LeaseGraceDefault is added to an attempt's timeout to form its lease:
 	// the leader counts a TIMEOUT only when it has heard nothing by then.
 	LeaseGraceDefault = 5 * time.Second
+	// FireLeadDefault is how long before a run's due time the leader
+	// commits its Fire, so that the commit latency does not add to the
+	// lateness; the delivering node waits for the due time.
+	FireLeadDefault = 50 * time.Millisecond
 	// DeliveryConcurrencyDefault bounds the callbacks in flight per executor.
 	DeliveryConcurrencyDefault = 64
 	// SnapshotThresholdDefault is how many log entries trigger a snapshot.
@@ -91,6 +95,10 @@ type Config struct {
 	// LeaseGrace is added to an attempt's timeout to form its lease.
 	// Defaults to LeaseGraceDefault.
 	LeaseGrace time.Duration
+	// FireLead is how long before a run's due time the leader commits its
+	// Fire (the delivering node holds the attempt until the due time).
+	// -1 turns it off. Defaults to FireLeadDefault.
+	FireLead time.Duration
 	// DeliveryConcurrency bounds callbacks in flight per executor. Defaults
 	// to DeliveryConcurrencyDefault.
 	DeliveryConcurrency int
@@ -126,6 +134,12 @@ func (c Config) WithDefaults() Config {
 	dur(&c.ElectionTimeout, ElectionTimeoutDefault)
 	dur(&c.LeaderLeaseTimeout, LeaderLeaseTimeoutDefault)
 	dur(&c.LeaseGrace, LeaseGraceDefault)
+	switch {
+	case c.FireLead == 0:
+		c.FireLead = FireLeadDefault
+	case c.FireLead < 0:
+		c.FireLead = 0
+	}
 	if c.DeliveryConcurrency == 0 {
 		c.DeliveryConcurrency = DeliveryConcurrencyDefault
 	}
@@ -157,6 +171,9 @@ func (c Config) Validate() error {
 	}
 	if c.BootstrapExpect > 1 && len(c.Join) == 0 {
 		return fmt.Errorf("bootstrap-expect %d needs --join with the other nodes' peer addresses", c.BootstrapExpect)
+	}
+	if c.FireLead > 10*time.Second {
+		return fmt.Errorf("fire lead %v: at most 10s", c.FireLead)
 	}
 	if c.DeliveryConcurrency < 1 {
 		return fmt.Errorf("delivery concurrency %d: must be at least 1", c.DeliveryConcurrency)

@@ -134,6 +134,18 @@ func (d *delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 	if url == "" {
 		out = ipc.Outcome{Kind: ipc.OutcomeRetryable, Error: "node " + d.n.cfg.NodeID + " has no executor for handler " + t.Spec.Handler}
 	} else {
+		// The Fire was committed up to FireLead before the due time: hold
+		// the attempt until then, by this node's clock, so that a run is
+		// never delivered early.
+		if wait := time.Until(time.UnixMilli(max(t.FiredMs, t.DueMs))); wait > 0 {
+			timer := time.NewTimer(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			}
+		}
 		sem := d.sem(url)
 		select {
 		case sem <- struct{}{}:

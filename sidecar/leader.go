@@ -66,7 +66,7 @@ func (l *leaderState) start(parent context.Context) {
 		}
 		waiting, running := 0, 0
 		err := l.n.fsm.Due(1<<62, func(id string, dueMs int64) bool {
-			timers.Arm(dueKeyPrefix+id, time.UnixMilli(dueMs))
+			timers.Arm(dueKeyPrefix+id, l.fireAt(dueMs))
 			waiting++
 			return true
 		})
@@ -117,7 +117,7 @@ func (l *leaderState) onEvent(ev *raftfsm.Event) {
 	switch t.State {
 	case raftfsm.StateWaiting:
 		timers.Cancel(leaseKeyPrefix + t.ID)
-		timers.Arm(dueKeyPrefix+t.ID, time.UnixMilli(t.DueMs))
+		timers.Arm(dueKeyPrefix+t.ID, l.fireAt(t.DueMs))
 	case raftfsm.StateRunning:
 		timers.Cancel(dueKeyPrefix + t.ID)
 		timers.Arm(leaseKeyPrefix+t.ID, time.UnixMilli(t.LeaseMs))
@@ -162,8 +162,8 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 		if err != nil || t.State != raftfsm.StateWaiting {
 			continue
 		}
-		if t.DueMs > nowMs { // re-armed since, or the clock moved back
-			l.rearm(dueKeyPrefix+id, time.UnixMilli(t.DueMs))
+		if t.DueMs > nowMs+l.n.cfg.FireLead.Milliseconds() { // re-armed since, or the clock moved back
+			l.rearm(dueKeyPrefix+id, l.fireAt(t.DueMs))
 			continue
 		}
 		node := l.pick(nodes, t.Spec.Handler, now)
@@ -172,9 +172,12 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 			l.rearm(dueKeyPrefix+id, now.Add(noExecutorRetry))
 			continue
 		}
+		// The attempt starts at the due time, or now when late; the node
+		// that delivers waits for it (see fireAt).
+		startMs := max(nowMs, t.DueMs)
 		cmds = append(cmds, raftfsm.Command{Type: raftfsm.CmdFire, Fire: &raftfsm.Fire{
-			ID: id, Epoch: t.Epoch, Attempt: t.Attempts + 1, Node: node, AtMs: nowMs,
-			LeaseMs: nowMs + (time.Duration(t.Spec.TimeoutNs) + n.cfg.LeaseGrace).Milliseconds(),
+			ID: id, Epoch: t.Epoch, Attempt: t.Attempts + 1, Node: node, AtMs: startMs,
+			LeaseMs: startMs + (time.Duration(t.Spec.TimeoutNs) + n.cfg.LeaseGrace).Milliseconds(),
 		}})
 	}
 	for _, id := range leases {
@@ -199,6 +202,15 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 		// the store, so nothing is lost.
 		n.log.Warn().Err(err).Int("commands", len(cmds)).Msg("proposing fired timers failed")
 	}
+}
+
+// fireAt is when the leader proposes the Fire of a run due at dueMs:
+// FireLead before it, so that the Raft commit of the Fire (a few
+// milliseconds, more under load) happens before the due time instead of
+// adding to the lateness. The delivering node holds the attempt until the
+// due time by its own clock, so a run is still never delivered early.
+func (l *leaderState) fireAt(dueMs int64) time.Time {
+	return time.UnixMilli(dueMs).Add(-l.n.cfg.FireLead)
 }
 
 func (l *leaderState) rearm(key string, at time.Time) {

@@ -23,7 +23,7 @@ type nodeFlags struct {
 	join                                        []string
 	executors                                   []string
 	logFormat, logLevel                         string
-	heartbeat, election                         time.Duration
+	heartbeat, election, fireLead               time.Duration
 }
 
 func (f *nodeFlags) register(cmd *cobra.Command) {
@@ -40,12 +40,13 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.DurationVar(&f.heartbeat, "raft-heartbeat-timeout", sidecar.HeartbeatTimeoutDefault, "Raft heartbeat timeout")
 	fl.DurationVar(&f.election, "raft-election-timeout", sidecar.ElectionTimeoutDefault, "Raft election timeout")
+	fl.DurationVar(&f.fireLead, "fire-lead", sidecar.FireLeadDefault, "how long before a run's due time the leader commits its fire (the delivering node waits for the due time); -1ns turns it off")
 }
 
 func (f *nodeFlags) config() (sidecar.Config, error) {
 	cfg := sidecar.Config{
 		NodeID: f.nodeID, DataDir: f.dataDir, Socket: f.socket, RaftAddr: f.raftAddr, PeerAddr: f.peerAddr,
-		BootstrapExpect: f.bootstrapExpect, HeartbeatTimeout: f.heartbeat, ElectionTimeout: f.election,
+		BootstrapExpect: f.bootstrapExpect, HeartbeatTimeout: f.heartbeat, ElectionTimeout: f.election, FireLead: f.fireLead,
 	}
 	for _, j := range f.join {
 		if j = strings.TrimSpace(j); j != "" {
