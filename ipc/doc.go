@@ -11,20 +11,40 @@
 // A Server (NewServer, then ServeUnix or Serve, then Shutdown) answers
 // HTTP/1.1 with JSON bodies:
 //
-//	POST   /v1/tasks        submit; 201 + task when created, 200 + the existing
-//	                        task when the same id comes with the same spec,
-//	                        409 conflict when the spec differs (unless overwrite)
-//	GET    /v1/tasks/{id}   the task
-//	DELETE /v1/tasks/{id}   cancel; 200 + the task in its new state
-//	GET    /v1/cluster      ClusterInfo: members, leader, Raft state, indexes
-//	GET    /healthz         200 {"status":"ok"} while the server runs
-//	GET    /readyz          200 {"status":"ready"}, or 503 not_ready (Backend.Ready)
+//	GET    /v1/tasks                  list: ?handler=&state=&limit=&cursor=; 200
+//	                                  {"tasks":[...],"next_cursor":"..."}, next_cursor
+//	                                  absent on the last page
+//	POST   /v1/tasks                  submit; 201 + task when created, 200 + the existing
+//	                                  task when the same id comes with the same spec,
+//	                                  409 conflict when the spec differs (unless overwrite)
+//	POST   /v1/tasks/batch            submit 1 to BatchMaxTasks tasks; 200 {"results":[...]}
+//	GET    /v1/tasks/{id}             the task
+//	DELETE /v1/tasks/{id}             cancel; 200 + the task in its new state
+//	POST   /v1/tasks/{id}/retry       re-run a DEAD or FAILED task; 200 + the task
+//	POST   /v1/tasks/{id}/heartbeat   {"attempt":N}: extend the running attempt's deadline
+//	POST   /v1/tasks/{id}/result      {"attempt":N,"status":"success"|"failed"|"permanent",
+//	                                  "error":"..."}: outcome of an attempt answered 202
+//	GET    /v1/executors              {"executors":[...]}: this node's executors
+//	POST   /v1/executors              register (201) or replace by name (200) an executor
+//	DELETE /v1/executors/{name}       remove an executor; 204
+//	GET    /v1/cluster                ClusterInfo: members, leader, Raft state, indexes
+//	GET    /healthz                   200 {"status":"ok"} while the server runs
+//	GET    /readyz                    200 {"status":"ready"}, or 503 not_ready (Backend.Ready)
+//
+// Every GET route answers HEAD too. A method the path does not have gets 405
+// with an Allow header. The table is the variable routes (routes.go);
+// openapi.yaml describes the same routes with their bodies, and a test keeps
+// the three in step. openapi.yaml also describes GET /metrics (Prometheus
+// text format), which is added separately.
 //
 // Task ids are opaque UTF-8 strings ("order|42", "a@b", "A/B", "ü日本"), at
 // most IDMaxBytes, without control characters. Clients URL-escape them in
 // paths ("/v1/tasks/A%2FB"); the server routes on the raw request path and
-// unescapes the id segment, so an escaped slash stays inside the id. A query
-// string after the path is ignored.
+// unescapes the id segment, so an escaped slash stays inside the id, and a
+// task named "batch" is still GET /v1/tasks/batch (only POST goes to the
+// batch route). Executor names are 1 to ExecutorNameMaxBytes characters among
+// A-Z a-z 0-9 . _ : - (see ValidateExecutorName). A query string is ignored
+// except by GET /v1/tasks, which refuses parameters it does not know.
 //
 // The submit body is decoded by DecodeSubmit, which documents every field,
 // its default and its bounds. payload is any JSON value, kept byte for byte
@@ -33,6 +53,16 @@
 // "payload" as raw JSON, or "payload_base64". Fields of later versions
 // (cron, timezone, every, repeats, until, backoff, route_key, labels) are
 // refused with 400 "not supported yet"; any other unknown field with 400.
+//
+// POST /v1/tasks/batch takes {"tasks": [<submit body>, ...]}; every item is
+// decoded as by DecodeSubmit, and one invalid item refuses the whole batch
+// with a message naming it ("tasks[3]: handler: required"). Otherwise the
+// answer is 200 with one result per item, in order: {"status": 201, "task":
+// {...}} (created), {"status": 200, "task": {...}} (existing, same spec) or
+// {"status": 409, "error": {"code": "conflict", "message": "..."}}. An error
+// of the batch as a whole (no_leader, queue_full) is the usual error reply.
+// The other bodies are decoded by DecodeHeartbeat, DecodeAttemptResult and
+// DecodeExecutor (ValidateExecutor), which document their fields.
 //
 // Every request runs with a context that ends after
 // ServerOptions.RequestTimeout (30s by default); request bodies are bounded by
@@ -51,9 +81,10 @@
 //	code                status  sentinel             meaning
 //	bad_request         400     ErrInvalid           invalid field, unknown field, bad id
 //	invalid_json        400     ErrInvalidJSON       the body is not a JSON object
-//	not_found           404     ErrNotFound          unknown task or path
+//	not_found           404     ErrNotFound          unknown task, executor or path
 //	method_not_allowed  405     ErrMethodNotAllowed  see the Allow header
-//	conflict            409     ErrConflict          same id, different spec
+//	conflict            409     ErrConflict          same id, different spec; retry of a task that is not
+//	                                                 DEAD or FAILED; heartbeat or result of a stale attempt
 //	payload_too_large   413     ErrTooLarge          payload over PayloadMaxBytes, or body too large
 //	queue_full          429     ErrQueueFull         a bound was hit; Retry-After says when to retry
 //	no_leader           503     ErrNoLeader          no Raft leader; Retry-After: 1

@@ -3,6 +3,9 @@ package ipc
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -25,12 +28,28 @@ type fakeBackend struct {
 	panicOn string
 	// lastSpec is the spec of the last Submit.
 	lastSpec TaskSpec
+
+	executors map[string]ExecutorSpec
+	// batchErr, listErr and executorsErr fail SubmitBatch, List and every
+	// executor method; itemErr fails the batch items with these ids.
+	batchErr     error
+	listErr      error
+	executorsErr error
+	itemErr      map[string]error
+	// Arguments of the last calls.
+	lastBatch     []TaskSpec
+	lastQuery     ListQuery
+	lastHeartbeat int
+	lastResult    AttemptResult
+	lastExecutor  ExecutorSpec
+	// batchShort makes SubmitBatch drop its last result (a Backend bug).
+	batchShort bool
 }
 
 var _ Backend = (*fakeBackend)(nil)
 
 func newFakeBackend() *fakeBackend {
-	return &fakeBackend{specs: map[string]TaskSpec{}, tasks: map[string]Task{}}
+	return &fakeBackend{specs: map[string]TaskSpec{}, tasks: map[string]Task{}, executors: map[string]ExecutorSpec{}}
 }
 
 var fakeNow = time.Date(2026, 11, 30, 11, 25, 0, 0, time.UTC)
@@ -70,6 +89,10 @@ func (f *fakeBackend) Submit(ctx context.Context, spec TaskSpec) (Task, bool, er
 	if f.submitErr != nil {
 		return Task{}, false, f.submitErr
 	}
+	return f.submitLocked(spec)
+}
+
+func (f *fakeBackend) submitLocked(spec TaskSpec) (Task, bool, error) {
 	if old, ok := f.specs[spec.ID]; ok && !spec.Overwrite {
 		if SameSpec(old, spec) {
 			return f.tasks[spec.ID], false, nil
@@ -131,4 +154,156 @@ func (f *fakeBackend) set(fn func(f *fakeBackend)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(f)
+}
+
+func (f *fakeBackend) SubmitBatch(ctx context.Context, specs []TaskSpec) ([]BatchItem, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastBatch = specs
+	if f.batchErr != nil {
+		return nil, f.batchErr
+	}
+	items := make([]BatchItem, len(specs))
+	for i, spec := range specs {
+		if err := f.itemErr[spec.ID]; err != nil {
+			items[i].Err = err
+			continue
+		}
+		items[i].Task, items[i].Created, items[i].Err = f.submitLocked(spec)
+	}
+	if f.batchShort {
+		items = items[:len(items)-1]
+	}
+	return items, nil
+}
+
+// List pages through the tasks in id order; the cursor is the last id of
+// the previous page.
+func (f *fakeBackend) List(ctx context.Context, q ListQuery) (ListPage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastQuery = q
+	if f.listErr != nil {
+		return ListPage{}, f.listErr
+	}
+	if q.Cursor == "bad" {
+		return ListPage{}, Errorf(ErrInvalid, "cursor: not one of ours")
+	}
+	ids := make([]string, 0, len(f.tasks))
+	for id, t := range f.tasks {
+		if (q.Handler == "" || t.Handler == q.Handler) && (q.State == "" || t.State == q.State) && id > q.Cursor {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	var page ListPage
+	for i, id := range ids {
+		if i == q.Limit {
+			page.NextCursor = ids[i-1]
+			break
+		}
+		page.Tasks = append(page.Tasks, f.tasks[id])
+	}
+	return page, nil
+}
+
+func (f *fakeBackend) Retry(ctx context.Context, id string) (Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.tasks[id]
+	if !ok {
+		return Task{}, Errorf(ErrNotFound, "task %q", id)
+	}
+	if t.State != StateDead && t.State != StateFailed {
+		return Task{}, Errorf(ErrConflict, "task %q is %s, not DEAD or FAILED", id, t.State)
+	}
+	t.State, t.Attempts, t.FinishedAt = StateWaiting, 0, nil
+	next := fakeNow
+	t.NextRunAt = &next
+	f.tasks[id] = t
+	return t, nil
+}
+
+// running returns the task if attempt is its current, running attempt.
+func (f *fakeBackend) running(id string, attempt int) (Task, error) {
+	t, ok := f.tasks[id]
+	if !ok {
+		return Task{}, Errorf(ErrNotFound, "task %q", id)
+	}
+	if t.State != StateRunning || t.Attempts != attempt {
+		return Task{}, Errorf(ErrConflict, "task %q: attempt %d is not running", id, attempt)
+	}
+	return t, nil
+}
+
+func (f *fakeBackend) Heartbeat(ctx context.Context, id string, attempt int) (Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastHeartbeat = attempt
+	return f.running(id, attempt)
+}
+
+func (f *fakeBackend) ReportResult(ctx context.Context, id string, r AttemptResult) (Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastResult = r
+	t, err := f.running(id, r.Attempt)
+	if err != nil {
+		return Task{}, err
+	}
+	t.State = map[string]string{ResultSuccess: StateSuccess, ResultFailed: StateWaiting, ResultPermanent: StateFailed}[r.Status]
+	t.LastError = r.Error
+	f.tasks[id] = t
+	return t, nil
+}
+
+func (f *fakeBackend) RegisterExecutor(ctx context.Context, e ExecutorSpec) (ExecutorSpec, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastExecutor = e
+	if f.executorsErr != nil {
+		return ExecutorSpec{}, false, f.executorsErr
+	}
+	old, exists := f.executors[e.Name]
+	if exists && old.FromFlag {
+		return ExecutorSpec{}, false, Errorf(ErrConflict, "executor %q is set by --executor", e.Name)
+	}
+	f.executors[e.Name] = e
+	return e, !exists, nil
+}
+
+func (f *fakeBackend) UnregisterExecutor(ctx context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.executorsErr != nil {
+		return f.executorsErr
+	}
+	if _, ok := f.executors[name]; !ok {
+		return fmt.Errorf("executor %q: %w", name, ErrNotFound)
+	}
+	delete(f.executors, name)
+	return nil
+}
+
+func (f *fakeBackend) Executors(ctx context.Context) ([]ExecutorSpec, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.executorsErr != nil {
+		return nil, f.executorsErr
+	}
+	var out []ExecutorSpec
+	for _, e := range f.executors {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b ExecutorSpec) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// setTask changes a stored task, for tests that need RUNNING or DEAD tasks.
+func (f *fakeBackend) setTask(id string, fn func(t *Task)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.tasks[id]
+	fn(&t)
+	f.tasks[id] = t
 }

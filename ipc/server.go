@@ -227,50 +227,6 @@ func (s *Server) Handler() fasthttp.RequestHandler {
 	return s.serve
 }
 
-// route is one matched API route.
-type route int
-
-const (
-	routeNone route = iota
-	routeTasks
-	routeTask
-	routeCluster
-	routeHealth
-	routeReady
-)
-
-// allowed lists the methods of each route, for 405 and Allow.
-var allowed = map[route]string{
-	routeTasks:   "POST",
-	routeTask:    "GET, HEAD, DELETE",
-	routeCluster: "GET, HEAD",
-	routeHealth:  "GET, HEAD",
-	routeReady:   "GET, HEAD",
-}
-
-const tasksPrefix = "/v1/tasks/"
-
-// match finds the route of a raw (still escaped) request path and, for task
-// routes, the escaped id segment. Routing on the raw path keeps "%2F" inside
-// an id from being taken for a path separator.
-func match(rawPath []byte) (route, string) {
-	p := string(rawPath)
-	switch p {
-	case "/v1/tasks":
-		return routeTasks, ""
-	case "/v1/cluster":
-		return routeCluster, ""
-	case "/healthz":
-		return routeHealth, ""
-	case "/readyz":
-		return routeReady, ""
-	}
-	if rest, ok := strings.CutPrefix(p, tasksPrefix); ok && rest != "" && !strings.Contains(rest, "/") {
-		return routeTask, rest
-	}
-	return routeNone, ""
-}
-
 // serve is the fasthttp handler: it routes, calls the Backend with a
 // per-request context, writes the JSON reply and logs the request.
 func (s *Server) serve(ctx *fasthttp.RequestCtx) {
@@ -296,75 +252,66 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx) {
 		}
 	}()
 
-	rt, rawID := match(rawPath)
-	if rt == routeNone {
-		failure = Errorf(ErrNotFound, "no route for %s %s", method, rawPath)
-		s.writeError(ctx, failure)
-		return
-	}
-	if !methodAllowed(rt, method) {
-		ctx.Response.Header.Set("Allow", allowed[rt])
-		failure = Errorf(ErrMethodNotAllowed, "method %s not allowed on %s; allowed: %s", method, rawPath, allowed[rt])
+	def, param, allow := match(method, rawPath)
+	if def == nil {
+		if allow == "" {
+			failure = Errorf(ErrNotFound, "no route for %s %s", method, rawPath)
+		} else {
+			ctx.Response.Header.Set("Allow", allow)
+			failure = Errorf(ErrMethodNotAllowed, "method %s not allowed on %s; allowed: %s", method, rawPath, allow)
+		}
 		s.writeError(ctx, failure)
 		return
 	}
 
 	rctx, cancel := context.WithTimeout(s.base, s.opts.RequestTimeout)
 	defer cancel()
-
-	switch rt {
-	case routeHealth:
-		s.writeJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ok"})
-	case routeReady:
-		failure = s.backend.Ready(rctx)
-		if failure == nil {
-			s.writeJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ready"})
-			break
-		}
-		var e *Error
-		if !errors.As(failure, &e) && !errors.Is(failure, context.DeadlineExceeded) && !errors.Is(failure, context.Canceled) {
-			failure = Errorf(ErrNotReady, "not ready: %w", failure)
-		}
+	if failure = def.handle(s, rctx, ctx, param); failure != nil {
 		s.writeError(ctx, failure)
-	case routeCluster:
-		var info ClusterInfo
-		info, failure = s.backend.Cluster(rctx)
-		if failure != nil {
-			s.writeError(ctx, failure)
-			break
-		}
-		if info.Members == nil {
-			info.Members = []Member{}
-		}
-		s.writeJSON(ctx, fasthttp.StatusOK, info)
-	case routeTasks:
-		failure = s.submit(rctx, ctx)
-	case routeTask:
-		failure = s.task(rctx, ctx, method, rawID)
 	}
 }
 
-func methodAllowed(rt route, method string) bool {
-	switch rt {
-	case routeTasks:
-		return method == "POST"
-	case routeTask:
-		return method == "GET" || method == "HEAD" || method == "DELETE"
-	default:
-		return method == "GET" || method == "HEAD"
+// health answers GET /healthz.
+func (s *Server) health(_ context.Context, ctx *fasthttp.RequestCtx, _ string) error {
+	s.writeJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+// ready answers GET /readyz.
+func (s *Server) ready(rctx context.Context, ctx *fasthttp.RequestCtx, _ string) error {
+	err := s.backend.Ready(rctx)
+	if err == nil {
+		s.writeJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "ready"})
+		return nil
 	}
+	var e *Error
+	if !errors.As(err, &e) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		err = Errorf(ErrNotReady, "not ready: %w", err)
+	}
+	return err
+}
+
+// cluster answers GET /v1/cluster.
+func (s *Server) cluster(rctx context.Context, ctx *fasthttp.RequestCtx, _ string) error {
+	info, err := s.backend.Cluster(rctx)
+	if err != nil {
+		return err
+	}
+	if info.Members == nil {
+		info.Members = []Member{}
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, info)
+	return nil
 }
 
 // submit answers POST /v1/tasks.
-func (s *Server) submit(rctx context.Context, ctx *fasthttp.RequestCtx) error {
+func (s *Server) submit(rctx context.Context, ctx *fasthttp.RequestCtx, _ string) error {
 	spec, err := DecodeSubmit(ctx.PostBody())
 	if err != nil {
-		s.writeError(ctx, err)
 		return err
 	}
 	task, created, err := s.backend.Submit(rctx, spec)
 	if err != nil {
-		s.writeError(ctx, err)
 		return err
 	}
 	status := fasthttp.StatusOK
@@ -376,30 +323,44 @@ func (s *Server) submit(rctx context.Context, ctx *fasthttp.RequestCtx) error {
 	return nil
 }
 
-// task answers GET and DELETE /v1/tasks/{id}.
-func (s *Server) task(rctx context.Context, ctx *fasthttp.RequestCtx, method, rawID string) error {
-	id, err := url.PathUnescape(rawID)
+// getTask answers GET /v1/tasks/{id}.
+func (s *Server) getTask(rctx context.Context, ctx *fasthttp.RequestCtx, rawID string) error {
+	id, err := pathID(rawID)
 	if err != nil {
-		err = Errorf(ErrInvalid, "id: bad URL escape in %q", rawID)
-		s.writeError(ctx, err)
 		return err
 	}
-	if err := ValidateID(id); err != nil {
-		s.writeError(ctx, err)
-		return err
-	}
-	var task Task
-	if method == "DELETE" {
-		task, err = s.backend.Cancel(rctx, id)
-	} else {
-		task, err = s.backend.Task(rctx, id)
-	}
+	task, err := s.backend.Task(rctx, id)
 	if err != nil {
-		s.writeError(ctx, err)
 		return err
 	}
 	s.writeTask(ctx, fasthttp.StatusOK, task)
 	return nil
+}
+
+// cancelTask answers DELETE /v1/tasks/{id}.
+func (s *Server) cancelTask(rctx context.Context, ctx *fasthttp.RequestCtx, rawID string) error {
+	id, err := pathID(rawID)
+	if err != nil {
+		return err
+	}
+	task, err := s.backend.Cancel(rctx, id)
+	if err != nil {
+		return err
+	}
+	s.writeTask(ctx, fasthttp.StatusOK, task)
+	return nil
+}
+
+// pathID unescapes and checks the {id} segment of a task path.
+func pathID(rawID string) (string, error) {
+	id, err := url.PathUnescape(rawID)
+	if err != nil {
+		return "", Errorf(ErrInvalid, "id: bad URL escape in %q", rawID)
+	}
+	if err := ValidateID(id); err != nil {
+		return "", err
+	}
+	return id, nil
 }
 
 // writeTask writes a task view, payload bytes as submitted.

@@ -533,7 +533,7 @@ func TestServer_BadInput(t *testing.T) {
 		{"unknown id", "GET", "/v1/tasks/ghost", "", 404, "not_found", `task "ghost": not found`},
 		{"unknown path", "GET", "/v2/tasks", "", 404, "not_found", "no route for GET /v2/tasks"},
 		{"trailing slash", "GET", "/v1/tasks/", "", 404, "not_found", "no route"},
-		{"wrong method on tasks", "GET", "/v1/tasks", "", 405, "method_not_allowed", "allowed: POST"},
+		{"wrong method on tasks", "PUT", "/v1/tasks", "{}", 405, "method_not_allowed", "allowed: GET, HEAD, POST"},
 		{"wrong method on task", "PUT", "/v1/tasks/x", "{}", 405, "method_not_allowed", "allowed: GET, HEAD, DELETE"},
 		{"wrong method on healthz", "POST", "/healthz", "{}", 405, "method_not_allowed", "method POST not allowed"},
 	}

@@ -55,7 +55,7 @@ func (r *submitRequest) unsupportedFields() []struct {
 	}
 }
 
-// fieldTypes names the JSON type each submit field expects, for messages.
+// fieldTypes names the JSON type each request field expects, for messages.
 var fieldTypes = map[string]string{
 	"id":             "a string",
 	"handler":        "a string",
@@ -66,6 +66,17 @@ var fieldTypes = map[string]string{
 	"timeout":        `a Go duration string like "30s"`,
 	"max_attempts":   "an integer",
 	"overwrite":      "true or false",
+
+	// The other request bodies (requests.go).
+	"tasks":           "an array of submit requests",
+	"attempt":         "an integer >= 1",
+	"status":          `one of "success", "failed", "permanent"`,
+	"error":           "a string",
+	"name":            "a string",
+	"handlers":        `an array of handler patterns like ["order.*"]`,
+	"url":             "a string",
+	"min_concurrency": "an integer from 0 to 10000",
+	"max_concurrency": "an integer from 0 to 10000",
 }
 
 // DecodeSubmit decodes and validates the JSON body of a submit request and
@@ -78,8 +89,9 @@ var fieldTypes = map[string]string{
 //     (standard base64 with padding), not both; at most PayloadMaxBytes once
 //     decoded (413 otherwise). null counts as absent, and an empty payload
 //     is stored as "no payload".
-//   - delay (Go duration, >= 0) or run_at (RFC 3339, stored in UTC truncated
-//     to the millisecond), not both; neither means "now".
+//   - delay (Go duration, >= 0) or run_at (RFC 3339, in UTC at full
+//     precision; the store rounds it up to the millisecond, so a run is
+//     never due before the instant asked for), not both; neither means "now".
 //   - priority: 0 (highest) … PriorityMax, default PriorityDefault.
 //   - timeout: Go duration, > 0 and <= TimeoutMax, default TimeoutDefault.
 //   - max_attempts: 1 … MaxAttemptsMax, default MaxAttemptsDefault.
@@ -215,7 +227,7 @@ func (r *submitRequest) spec() (TaskSpec, error) {
 		if err != nil {
 			return TaskSpec{}, Errorf(ErrInvalid, "run_at: must be an RFC 3339 time like \"2026-01-02T15:04:05Z\", got %q", *r.RunAt)
 		}
-		s.RunAt = t.UTC().Truncate(time.Millisecond)
+		s.RunAt = t.UTC()
 	}
 
 	if r.Priority != nil {

@@ -41,7 +41,7 @@ func TestDecodeSubmit_AllFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runAt := time.Date(2026, 12, 1, 9, 0, 0, 123e6, time.UTC)
+	runAt := time.Date(2026, 12, 1, 9, 0, 0, 123456e3, time.UTC) // full precision: the store rounds up, never down
 	want := TaskSpec{ID: "order|42", Handler: "order.timeout", Payload: []byte(`{"order": 42}`), RunAt: runAt,
 		Priority: 0, Timeout: 1500 * time.Millisecond, MaxAttempts: 10, Overwrite: true}
 	if !SameSpec(s, want) || !s.Overwrite || s.RunAt.Location() != time.UTC {

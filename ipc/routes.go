@@ -1,0 +1,107 @@
+package ipc
+
+import (
+	"context"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+)
+
+// routeDef is one (method, path pattern) the API answers.
+type routeDef struct {
+	// Method is the HTTP method. A GET route also answers HEAD.
+	Method string
+	// Pattern is the path, with {id} or {name} standing for one non-empty
+	// path segment, still URL-escaped. openapi.yaml uses the same spelling.
+	Pattern string
+	// handle answers the request; param is the raw (escaped) segment that
+	// matched the pattern's {…}, "" when it has none. It writes the reply
+	// on success and returns the error to answer otherwise.
+	handle func(s *Server, rctx context.Context, ctx *fasthttp.RequestCtx, param string) error
+}
+
+// routes is the route table of the API: match, the Allow header of 405
+// replies, openapi.yaml and doc.go all follow it (see openapi_test.go).
+// A literal segment never competes with a parameter for the same method:
+// "POST /v1/tasks/batch" is the batch route, "GET /v1/tasks/batch" the task
+// whose id is "batch".
+var routes = []routeDef{
+	{"GET", "/v1/tasks", (*Server).listTasks},
+	{"POST", "/v1/tasks", (*Server).submit},
+	{"POST", "/v1/tasks/batch", (*Server).submitBatch},
+	{"GET", "/v1/tasks/{id}", (*Server).getTask},
+	{"DELETE", "/v1/tasks/{id}", (*Server).cancelTask},
+	{"POST", "/v1/tasks/{id}/retry", (*Server).retryTask},
+	{"POST", "/v1/tasks/{id}/heartbeat", (*Server).heartbeat},
+	{"POST", "/v1/tasks/{id}/result", (*Server).reportResult},
+	{"GET", "/v1/executors", (*Server).listExecutors},
+	{"POST", "/v1/executors", (*Server).registerExecutor},
+	{"DELETE", "/v1/executors/{name}", (*Server).unregisterExecutor},
+	{"GET", "/v1/cluster", (*Server).cluster},
+	{"GET", "/healthz", (*Server).health},
+	{"GET", "/readyz", (*Server).ready},
+}
+
+// methodOrder is the order of methods in an Allow header.
+var methodOrder = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"}
+
+// match finds the route for a method and a raw (still escaped) request
+// path. It returns the route and the raw segment matched by its parameter,
+// or nil and the methods the path allows ("" when no route has this path:
+// 404; otherwise 405 with that Allow header). Routing on the raw path keeps
+// "%2F" inside an id from being taken for a path separator.
+func match(method string, rawPath []byte) (def *routeDef, param, allow string) {
+	p := string(rawPath)
+	var methods []string
+	for i := range routes {
+		r := &routes[i]
+		prm, ok := matchPattern(r.Pattern, p)
+		if !ok {
+			continue
+		}
+		if r.Method == method || r.Method == "GET" && method == "HEAD" {
+			return r, prm, ""
+		}
+		methods = append(methods, r.Method)
+		if r.Method == "GET" {
+			methods = append(methods, "HEAD")
+		}
+	}
+	if len(methods) == 0 {
+		return nil, "", ""
+	}
+	var order []string
+	for _, m := range methodOrder {
+		for _, have := range methods {
+			if have == m {
+				order = append(order, m)
+				break
+			}
+		}
+	}
+	return nil, "", strings.Join(order, ", ")
+}
+
+// matchPattern matches path against a pattern segment by segment. A
+// "{…}" segment matches any non-empty segment, returned as param.
+func matchPattern(pattern, path string) (param string, ok bool) {
+	for {
+		pseg, prest, pmore := strings.Cut(pattern, "/")
+		seg, rest, more := strings.Cut(path, "/")
+		if pmore != more {
+			return "", false
+		}
+		if strings.HasPrefix(pseg, "{") && strings.HasSuffix(pseg, "}") {
+			if seg == "" {
+				return "", false
+			}
+			param = seg
+		} else if pseg != seg {
+			return "", false
+		}
+		if !more {
+			return param, true
+		}
+		pattern, path = prest, rest
+	}
+}
