@@ -1,0 +1,815 @@
+"""The client of the ax sidecar's socket API (HTTP/1.1 + JSON over a Unix
+socket)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import threading
+import time
+import urllib.parse
+from datetime import datetime
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ._wire import Duration, format_duration, parse_retry_after
+from .errors import (
+    ERROR_CODES,
+    AxError,
+    BadRequest,
+    MethodNotAllowed,
+    NoLeader,
+    NotFound,
+    NotReady,
+    QueueFull,
+    Unavailable,
+    error_from_response,
+)
+from .task import BatchResult, ClusterInfo, State, SubmitRequest, Task, TaskPage
+
+__all__ = [
+    "SOCKET_ENV",
+    "SOCKET_PATH_DEFAULT",
+    "TIMEOUT_DEFAULT",
+    "RESULT_SUCCESS",
+    "RESULT_FAILED",
+    "RESULT_PERMANENT",
+    "Client",
+]
+
+#: The environment variable that names the sidecar's socket when
+#: ``socket_path`` is not given.
+SOCKET_ENV = "AX_SOCKET"
+#: The socket used when ``socket_path`` is not given and ``AX_SOCKET`` is
+#: unset: ``ax.sock`` in the working directory.
+SOCKET_PATH_DEFAULT = "./ax.sock"
+#: Seconds one socket operation of a request may take (connect, send, each
+#: read), when ``timeout`` is not given.
+TIMEOUT_DEFAULT = 10.0
+
+#: Outcomes of an attempt for :meth:`Client.report_result`.
+RESULT_SUCCESS = "success"
+#: The attempt failed; the task is retried with backoff until its attempts
+#: are exhausted.
+RESULT_FAILED = "failed"
+#: The attempt failed for good; the task becomes FAILED without retry.
+RESULT_PERMANENT = "permanent"
+_RESULTS = (RESULT_SUCCESS, RESULT_FAILED, RESULT_PERMANENT)
+
+_USER_AGENT = "axsched-python"
+_RESPONSE_MAX_BYTES = 16 << 20  # a task view carries at most a 1 MiB payload, base64-encoded
+_IDLE_MAX = 16  # idle connections kept
+_IDLE_MAX_AGE = 30.0  # seconds; the sidecar closes idle connections after 2 minutes
+_TASKS = "/v1/tasks"
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """An HTTPConnection to a Unix socket; the Host header says ``ax``."""
+
+    def __init__(self, path: str, timeout: Optional[float]) -> None:
+        super().__init__("ax", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            deadline = None if self.timeout is None else time.monotonic() + self.timeout
+            pause = 0.001
+            while True:
+                try:
+                    sock.connect(self.socket_path)
+                    break
+                except BlockingIOError:
+                    # EAGAIN: the listen backlog is full (a busy sidecar).
+                    # A Unix socket with a timeout fails at once instead of
+                    # waiting, so wait here, up to the timeout.
+                    if deadline is not None and time.monotonic() + pause > deadline:
+                        raise socket.timeout("connect timed out: the sidecar's listen backlog is full") from None
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.05)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class _Stale(Exception):
+    """A reused keep-alive connection turned out to be closed."""
+
+
+def _task_path(id: str, suffix: str = "") -> str:
+    if not isinstance(id, str) or not id:
+        raise BadRequest("task id must be a non-empty string")
+    return f"{_TASKS}/{urllib.parse.quote(id, safe='')}{suffix}"
+
+
+def _check_attempt(attempt: int) -> int:
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        raise BadRequest(f"attempt must be an int >= 1, got {attempt!r}")
+    return attempt
+
+
+class Client:
+    """Talks to the local ax sidecar over its Unix socket.
+
+    A Client is safe to share between threads; create one per process and
+    reuse it: it keeps up to 16 idle connections open. Nothing is connected
+    until the first call (use :meth:`ready` or :meth:`wait_ready` to check
+    the sidecar at start-up). Use it as a context manager, or call
+    :meth:`close`, to close idle connections early.
+
+    Args:
+        socket_path: the path of the sidecar's Unix socket; a ``unix://``
+            prefix is accepted. Defaults to ``$AX_SOCKET``, else
+            ``./ax.sock``.
+        timeout: seconds each socket operation of a request may take
+            (connecting, sending, each read); ``None`` waits forever.
+            Defaults to 10.0.
+
+    Every call raises an :class:`~axsched.AxError` subclass on failure:
+    :class:`~axsched.Unavailable` when the sidecar cannot be reached, and
+    the exception of the error code otherwise (:class:`~axsched.NotFound`,
+    :class:`~axsched.Conflict`, :class:`~axsched.QueueFull`, ...). Answers
+    ``503 no_leader`` are retried up to 3 times (waits of 0.1 s, 0.2 s,
+    0.4 s, or the ``Retry-After`` when longer, up to 5 s) before
+    :class:`~axsched.NoLeader` is raised; nothing else is retried.
+    """
+
+    #: Retries after the first try of an answer ``no_leader``.
+    no_leader_retries: int = 3
+    #: The first wait before retrying ``no_leader``, in seconds; doubled
+    #: after each retry. The ``Retry-After`` header wins when longer.
+    no_leader_backoff: float = 0.1
+    #: A ``Retry-After`` longer than this (seconds) is not waited for: the
+    #: :class:`~axsched.NoLeader` error is raised at once.
+    no_leader_max_wait: float = 5.0
+
+    def __init__(self, socket_path: Optional[str] = None, timeout: Optional[float] = TIMEOUT_DEFAULT) -> None:
+        path = socket_path or os.environ.get(SOCKET_ENV, "")
+        if path.startswith("unix://"):
+            path = path[len("unix://") :]
+        self._socket_path = path or SOCKET_PATH_DEFAULT
+        if timeout is not None and (isinstance(timeout, bool) or timeout <= 0):
+            raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+        self._timeout = timeout
+        self._idle: List[Tuple[_UnixHTTPConnection, float]] = []
+        self._lock = threading.Lock()
+        self._sleep: Callable[[float], None] = time.sleep
+        self._batch_supported = True
+
+    @property
+    def socket_path(self) -> str:
+        """The path of the sidecar's socket this client talks to."""
+        return self._socket_path
+
+    @property
+    def timeout(self) -> Optional[float]:
+        """Seconds each socket operation of a request may take."""
+        return self._timeout
+
+    def __repr__(self) -> str:
+        return f"Client(socket_path={self._socket_path!r}, timeout={self._timeout!r})"
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the idle connections. The client stays usable."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn, _ in idle:
+            conn.close()
+
+    # ----------------------------------------------------------------- tasks
+
+    def submit(
+        self,
+        handler: str,
+        payload: Any = None,
+        *,
+        id: Optional[str] = None,
+        payload_bytes: Optional[bytes] = None,
+        delay: Optional[Duration] = None,
+        run_at: Optional[datetime] = None,
+        priority: Optional[int] = None,
+        timeout: Optional[Duration] = None,
+        max_attempts: Optional[int] = None,
+        overwrite: bool = False,
+    ) -> Task:
+        """Submit a task and return it as stored. Returns once the task is
+        durable on a quorum of the cluster.
+
+        Args:
+            handler: the handler that runs the task (``"order.timeout"``).
+            payload: any JSON-encodable value (or a :class:`RawJSON`),
+                delivered to the executor as the callback body. Defaults to
+                no payload.
+            id: the idempotency key; any non-empty string. Submitting the
+                same id and spec again returns the existing task (whatever
+                its state); another spec raises :class:`Conflict` unless
+                ``overwrite``. Defaults to an id generated by the sidecar.
+            payload_bytes: a binary payload instead of ``payload``.
+            delay: run after this long: a timedelta or seconds (``1.5``).
+            run_at: run at this aware datetime, never earlier. At most one
+                of ``delay`` and ``run_at``; neither means "now".
+            priority: 0 (highest) to 4 (lowest). Defaults to 2.
+            timeout: bounds one attempt: a timedelta or seconds. Defaults
+                to 30 seconds.
+            max_attempts: attempts before the task is DEAD. Defaults to 4.
+            overwrite: replace an existing task with the same id. Defaults
+                to ``False``.
+
+        Raises:
+            BadRequest: the request is invalid (the message names the field).
+            Conflict, PayloadTooLarge, QueueFull, NoLeader, Unavailable.
+        """
+        req = SubmitRequest(
+            handler=handler,
+            payload=payload,
+            id=id,
+            payload_bytes=payload_bytes,
+            delay=delay,
+            run_at=run_at,
+            priority=priority,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            overwrite=overwrite,
+        )
+        return self._submit(req)
+
+    def _submit(self, req: SubmitRequest) -> Task:
+        body = req.encode()
+        return self._task("POST", _TASKS, body, replayable=req.id is not None)
+
+    def submit_batch(self, requests: Iterable[Union[SubmitRequest, Mapping[str, Any]]]) -> BatchResult:
+        """Submit many tasks in one request (one Raft round trip).
+
+        Each item is a :class:`SubmitRequest` or a mapping with the keyword
+        arguments of :meth:`submit` (``{"handler": "x", "delay": 5}``). The
+        result has one entry per item, in order: the stored task, or the
+        error of that item (:class:`Conflict`, :class:`BadRequest`, ...).
+
+        A sidecar without ``POST /v1/tasks/batch`` (it answers 404 or 405)
+        is sent one submit per task instead; the client remembers that.
+
+        Raises:
+            BadRequest: an item is invalid, as found by the client before
+                sending or by the sidecar (its message names ``tasks[i]``);
+                nothing is submitted then.
+            QueueFull, NoLeader, NotReady, Unavailable, PayloadTooLarge
+                (the whole body): the batch as a whole failed. With the
+                one-by-one fallback, the items before the failing one are
+                submitted (submitting again is safe for items with an id).
+        """
+        reqs: List[SubmitRequest] = []
+        for i, item in enumerate(requests):
+            try:
+                reqs.append(item if isinstance(item, SubmitRequest) else SubmitRequest.from_mapping(item))
+            except (BadRequest, TypeError) as e:
+                msg = e.message if isinstance(e, BadRequest) else str(e)
+                raise BadRequest(f"submit_batch: item {i}: {msg}") from None
+        bodies: List[bytes] = []
+        for i, r in enumerate(reqs):
+            try:
+                bodies.append(r.encode())
+            except (BadRequest, TypeError, ValueError) as e:
+                msg = e.message if isinstance(e, BadRequest) else str(e)
+                raise BadRequest(f"submit_batch: item {i}: {msg}") from None
+        if not reqs:
+            return BatchResult(tasks=[], errors=[])
+        if self._batch_supported:
+            body = b'{"tasks":[' + b",".join(bodies) + b"]}"
+            try:
+                doc = self._json("POST", _TASKS + "/batch", body, replayable=all(r.id is not None for r in reqs))
+            except (NotFound, MethodNotAllowed):
+                self._batch_supported = False
+            else:
+                return _batch_result(doc, len(reqs))
+        tasks: List[Optional[Task]] = []
+        errors: List[Optional[AxError]] = []
+        for r in reqs:
+            try:
+                tasks.append(self._submit(r))
+                errors.append(None)
+            except (Unavailable, NoLeader, NotReady, QueueFull):
+                # The sidecar is gone, has no leader or is full: the
+                # remaining items would fail the same way.
+                raise
+            except AxError as e:
+                tasks.append(None)
+                errors.append(e)
+        return BatchResult(tasks=tasks, errors=errors)
+
+    def get(self, id: str) -> Task:
+        """Return the task with this id: its state, attempts, next run and
+        last error. Raises :class:`NotFound` for an unknown id."""
+        return self._task("GET", _task_path(id))
+
+    def cancel(self, id: str) -> Task:
+        """Cancel the task and return it in its new state. A waiting task
+        becomes CANCELLED at once; for a running task the sidecar also aborts
+        the executor's callback request. A terminal task is returned
+        unchanged. Raises :class:`NotFound` for an unknown id."""
+        return self._task("DELETE", _task_path(id), replayable=True)
+
+    def retry(self, id: str) -> Task:
+        """Re-run a DEAD or FAILED task and return it (WAITING again, with a
+        fresh attempt budget). Raises :class:`NotFound` for an unknown id and
+        :class:`Conflict` when the task is not DEAD or FAILED."""
+        path = _task_path(id, "/retry")
+        _, _, data = self._request("POST", path, b"{}")
+        if not data.strip():
+            return self.get(id)
+        return self._decode_task("POST", path, data)
+
+    def list(
+        self,
+        handler: Optional[str] = None,
+        state: Optional[Union[State, str]] = None,
+        limit: Optional[int] = None,
+        *,
+        page_size: Optional[int] = None,
+    ) -> Iterator[Task]:
+        """Iterate over tasks, fetching pages from the sidecar as needed.
+
+        Args:
+            handler: only tasks of this handler. Defaults to all.
+            state: only tasks in this state (``State.DEAD`` or ``"DEAD"``).
+                Defaults to all.
+            limit: stop after this many tasks. Defaults to no limit.
+            page_size: tasks asked per request. Defaults to ``limit`` when
+                that is smaller, else the sidecar's default.
+
+        The requests are sent while iterating, so errors are raised by the
+        loop, not by this call. Use :meth:`list_page` to page by hand.
+        """
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise BadRequest(f"limit must be an int >= 0, got {limit!r}")
+        size = page_size
+        if limit is not None and (size is None or limit < size):
+            size = limit
+        return self._iterate(handler, state, limit, size)
+
+    def _iterate(
+        self, handler: Optional[str], state: Optional[Union[State, str]], limit: Optional[int], size: Optional[int]
+    ) -> Iterator[Task]:
+        if limit == 0:
+            return
+        count = 0
+        cursor: Optional[str] = None
+        seen_cursors = set()
+        while True:
+            page = self.list_page(handler=handler, state=state, limit=size, cursor=cursor)
+            for t in page.tasks:
+                yield t
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+            if not page.next_cursor or page.next_cursor in seen_cursors:
+                return
+            seen_cursors.add(page.next_cursor)
+            cursor = page.next_cursor
+
+    def list_page(
+        self,
+        handler: Optional[str] = None,
+        state: Optional[Union[State, str]] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ) -> TaskPage:
+        """Fetch one page of ``GET /v1/tasks``.
+
+        Args:
+            handler, state: filters, as for :meth:`list`.
+            limit: the most tasks in the page. Defaults to the sidecar's
+                page size.
+            cursor: the ``next_cursor`` of the previous page; ``None`` for
+                the first page.
+        """
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise BadRequest(f"limit must be an int >= 1, got {limit!r}")
+        params: List[Tuple[str, str]] = []
+        if handler is not None:
+            params.append(("handler", handler))
+        if state is not None:
+            params.append(("state", str(state.value if isinstance(state, State) else state)))
+        if limit is not None:
+            params.append(("limit", str(limit)))
+        if cursor:
+            params.append(("cursor", cursor))
+        path = _TASKS + ("?" + urllib.parse.urlencode(params, quote_via=urllib.parse.quote) if params else "")
+        doc = self._json("GET", path)
+        if not isinstance(doc, Mapping) or not isinstance(doc.get("tasks", []), list):
+            raise AxError(f"GET {path}: unexpected answer: {str(doc)[:200]}")
+        try:
+            tasks = [Task.from_json(t) for t in doc.get("tasks") or []]
+        except ValueError as e:
+            raise AxError(f"GET {path}: cannot decode answer: {e}") from None
+        return TaskPage(tasks=tasks, next_cursor=doc.get("next_cursor") or None)
+
+    # ------------------------------------------------------------- executors
+
+    def heartbeat(self, id: str, attempt: int) -> Optional[Task]:
+        """Extend the deadline of a running attempt (``attempt`` is the
+        ``Ax-Attempt`` of the callback) and return the task (``None`` if the
+        sidecar answered without a body). Raises :class:`Conflict` when the
+        attempt is not the current one (stale: it timed out and was given to
+        another executor, or the task was cancelled), :class:`NotFound` for
+        an unknown task."""
+        path = _task_path(id, "/heartbeat")
+        body = json.dumps({"attempt": _check_attempt(attempt)}).encode()
+        _, _, data = self._request("POST", path, body, replayable=True)
+        return self._maybe_task("POST", path, data)
+
+    def report_result(
+        self, id: str, attempt: int, status: str = RESULT_SUCCESS, error: Optional[str] = None
+    ) -> Optional[Task]:
+        """Report the outcome of an attempt whose callback answered 202
+        (:class:`~axsched.Async`).
+
+        Args:
+            id: the task id.
+            attempt: the ``Ax-Attempt`` of the callback.
+            status: ``"success"`` (:data:`RESULT_SUCCESS`), ``"failed"``
+                (retried with backoff) or ``"permanent"`` (FAILED, never
+                retried). Defaults to ``"success"``.
+            error: what went wrong, recorded as the task's last error.
+
+        Returns the task in its new state (``None`` if the sidecar answered
+        without a body). A report naming an old attempt is ignored or
+        answered with :class:`Conflict`; reporting twice is safe.
+        """
+        if status not in _RESULTS:
+            raise BadRequest(f"status must be one of {', '.join(_RESULTS)}, got {status!r}")
+        doc: Dict[str, Any] = {"attempt": _check_attempt(attempt), "status": status}
+        if error:
+            doc["error"] = str(error)
+        path = _task_path(id, "/result")
+        body = json.dumps(doc, ensure_ascii=False).encode("utf-8")
+        _, _, data = self._request("POST", path, body, replayable=True)
+        return self._maybe_task("POST", path, data)
+
+    def register_executor(
+        self,
+        name: str,
+        handlers: Sequence[str],
+        url: str,
+        *,
+        min_concurrency: Optional[int] = None,
+        max_concurrency: Optional[int] = None,
+        timeout: Optional[Duration] = None,
+    ) -> Dict[str, Any]:
+        """Register an executor on the local node: the sidecar will call
+        ``url`` for tasks of ``handlers``. Registering the same name again
+        replaces the registration.
+
+        Args:
+            name: a name for the executor, unique on the node: 1 to 128 of
+                ``A-Z a-z 0-9 . _ : -``.
+            handlers: handler patterns: a name (``"order.timeout"``), a
+                prefix ending in ``*`` (``"order.*"``), or ``"*"`` for every
+                handler.
+            url: ``unix:///abs/path.sock`` or ``http://127.0.0.1:PORT``.
+            min_concurrency, max_concurrency: bounds of the callbacks at
+                once (the sidecar adapts between them). Default to the
+                sidecar's.
+            timeout: bounds a callback, a timedelta or seconds. Defaults to
+                each task's timeout.
+
+        Returns the sidecar's answer (a JSON object, possibly empty).
+        Raises :class:`NotFound` from a sidecar without this API (older
+        versions take executors only from ``--executor`` flags).
+        """
+        if not isinstance(name, str) or not name:
+            raise BadRequest("executor name must be a non-empty string")
+        if isinstance(handlers, str):
+            raise BadRequest("handlers must be a list of handler names, not a string")
+        doc: Dict[str, Any] = {"name": name, "handlers": list(handlers), "url": url}
+        if min_concurrency is not None:
+            doc["min_concurrency"] = min_concurrency
+        if max_concurrency is not None:
+            doc["max_concurrency"] = max_concurrency
+        if timeout is not None:
+            doc["timeout"] = format_duration(timeout, "timeout")
+        body = json.dumps(doc, ensure_ascii=False).encode("utf-8")
+        out = self._json("POST", "/v1/executors", body, replayable=True, allow_empty=True)
+        return dict(out) if isinstance(out, Mapping) else {}
+
+    def executors(self) -> List[Dict[str, Any]]:
+        """The executors registered on the local node (``GET /v1/executors``),
+        as JSON objects (``name``, ``handlers``, ``url``, ...)."""
+        doc = self._json("GET", "/v1/executors")
+        items = doc.get("executors") if isinstance(doc, Mapping) else None
+        if not isinstance(items, list):
+            raise AxError(f"GET /v1/executors: unexpected answer: {str(doc)[:200]}")
+        return [dict(e) for e in items if isinstance(e, Mapping)]
+
+    def unregister_executor(self, name: str) -> None:
+        """Remove the executor registered under ``name`` from the local node.
+        Raises :class:`NotFound` when there is none."""
+        if not isinstance(name, str) or not name:
+            raise BadRequest("executor name must be a non-empty string")
+        self._request("DELETE", "/v1/executors/" + urllib.parse.quote(name, safe=""), replayable=True)
+
+    # --------------------------------------------------------------- cluster
+
+    def cluster(self) -> ClusterInfo:
+        """Describe the Raft group as the local sidecar sees it: members,
+        leader, term and indexes."""
+        doc = self._json("GET", "/v1/cluster")
+        if not isinstance(doc, Mapping):
+            raise AxError(f"GET /v1/cluster: unexpected answer: {str(doc)[:200]}")
+        return ClusterInfo.from_json(doc)
+
+    def ready(self) -> None:
+        """Return when the sidecar is ready to serve (a leader is known and
+        the local state has caught up). Raises :class:`NotReady` when the
+        sidecar answered but is not ready, :class:`Unavailable` when it did
+        not answer. Does not retry: see :meth:`wait_ready`."""
+        try:
+            self._request("GET", "/readyz", retry_no_leader=False)
+        except NoLeader as e:  # not ready, whatever the reason
+            raise NotReady(e.message, status=e.status, retry_after=e.retry_after) from None
+
+    def wait_ready(self, timeout: float = 30.0, interval: float = 0.1) -> None:
+        """Poll :meth:`ready` every ``interval`` seconds (default 0.1) until
+        the sidecar is ready, for at most ``timeout`` seconds (default 30),
+        then raise the last :class:`NotReady` or :class:`Unavailable`. For
+        start-up, when the sidecar may not have created its socket yet."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.ready()
+                return
+            except (NotReady, Unavailable):
+                if time.monotonic() + interval > deadline:
+                    raise
+            self._sleep(interval)
+
+    def health(self) -> None:
+        """Return when the sidecar process answers ``GET /healthz``
+        (liveness only); raise :class:`Unavailable` otherwise."""
+        self._request("GET", "/healthz", retry_no_leader=False)
+
+    # ------------------------------------------------------------- transport
+
+    def _task(self, method: str, path: str, body: Optional[bytes] = None, replayable: bool = False) -> Task:
+        _, _, data = self._request(method, path, body, replayable=replayable)
+        return self._decode_task(method, path, data)
+
+    def _maybe_task(self, method: str, path: str, data: bytes) -> Optional[Task]:
+        """The task in an answer, or None for an answer that is not one."""
+        try:
+            doc = json.loads(data.decode("utf-8")) if data.strip() else None
+        except (UnicodeDecodeError, ValueError):
+            return None
+        if isinstance(doc, Mapping) and isinstance(doc.get("id"), str):
+            return self._decode_task(method, path, data)
+        return None
+
+    @staticmethod
+    def _decode_task(method: str, path: str, data: bytes) -> Task:
+        try:
+            return Task.from_json(json.loads(data.decode("utf-8")))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise AxError(f"{method} {path}: cannot decode answer: {e}") from None
+
+    def _json(
+        self,
+        method: str,
+        path: str,
+        body: Optional[bytes] = None,
+        *,
+        replayable: bool = False,
+        allow_empty: bool = False,
+    ) -> Any:
+        _, _, data = self._request(method, path, body, replayable=replayable)
+        if allow_empty and not data.strip():
+            return None
+        try:
+            return json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise AxError(f"{method} {path}: cannot decode answer: {e}") from None
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Optional[bytes] = None,
+        *,
+        replayable: bool = False,
+        retry_no_leader: bool = True,
+    ) -> Tuple[int, http.client.HTTPMessage, bytes]:
+        """Send one API call, retrying ``no_leader`` answers; return status,
+        headers and body of a 2xx answer, raise for anything else."""
+        backoff = self.no_leader_backoff
+        retry = 0
+        while True:
+            try:
+                return self._request_once(method, path, body, replayable)
+            except NoLeader as e:
+                if not retry_no_leader or retry >= self.no_leader_retries:
+                    raise
+                wait = max(e.retry_after or 0.0, backoff)
+                if wait > self.no_leader_max_wait:
+                    raise
+            self._sleep(wait)
+            backoff *= 2
+            retry += 1
+
+    def _request_once(
+        self, method: str, path: str, body: Optional[bytes], replayable: bool
+    ) -> Tuple[int, http.client.HTTPMessage, bytes]:
+        headers = {"Accept": "application/json", "User-Agent": _USER_AGENT}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        conn, reused = self._get_conn()
+        try:
+            try:
+                status, msg, data, will_close = self._exchange(conn, reused, method, path, body, headers, replayable)
+            except _Stale:
+                conn.close()
+                conn, reused = self._new_conn(), False
+                status, msg, data, will_close = self._exchange(conn, reused, method, path, body, headers, replayable)
+        except BaseException:
+            conn.close()
+            raise
+        if will_close:
+            conn.close()
+        else:
+            self._put_conn(conn)
+        if 200 <= status < 300:
+            return status, msg, data
+        raise error_from_response(status, data, parse_retry_after(msg.get("Retry-After")))
+
+    def _exchange(
+        self,
+        conn: _UnixHTTPConnection,
+        reused: bool,
+        method: str,
+        path: str,
+        body: Optional[bytes],
+        headers: Dict[str, str],
+        replayable: bool,
+    ) -> Tuple[int, http.client.HTTPMessage, bytes, bool]:
+        if conn.sock is None:
+            try:
+                conn.connect()
+            except (socket.timeout, TimeoutError) as e:
+                raise self._unavailable(f"cannot reach sidecar at {self._socket_path}: connect timed out", e, False)
+            except OSError as e:
+                raise self._unavailable(f"cannot reach sidecar at {self._socket_path}: {e}", e, False)
+        try:
+            conn.request(method, path, body=body, headers=headers)
+        except (BrokenPipeError, ConnectionResetError) as e:
+            # On a Unix socket, writing to a connection the sidecar closed
+            # fails at once: nothing was sent, a fresh connection is safe.
+            if reused:
+                raise _Stale() from None
+            raise self._unavailable(f"lost connection to sidecar at {self._socket_path}: {e}", e, True)
+        except (socket.timeout, TimeoutError) as e:
+            raise self._timeout_error(e)
+        except OSError as e:
+            raise self._unavailable(f"lost connection to sidecar at {self._socket_path}: {e}", e, True)
+        try:
+            resp = conn.getresponse()
+            data = resp.read(_RESPONSE_MAX_BYTES + 1)
+        except (socket.timeout, TimeoutError) as e:
+            raise self._timeout_error(e)
+        except (http.client.RemoteDisconnected, ConnectionResetError) as e:
+            if reused and replayable:
+                raise _Stale() from None
+            raise self._unavailable(self._lost(e), e, True)
+        except (OSError, http.client.HTTPException) as e:
+            raise self._unavailable(self._lost(e), e, True)
+        if len(data) > _RESPONSE_MAX_BYTES:
+            raise AxError(f"{method} {path}: answer over {_RESPONSE_MAX_BYTES} bytes", status=resp.status)
+        return resp.status, resp.msg, data, bool(resp.will_close)
+
+    def _lost(self, e: BaseException) -> str:
+        detail = str(e) or type(e).__name__
+        if isinstance(e, http.client.RemoteDisconnected):
+            detail = "the sidecar closed the connection without answering"
+        return f"lost connection to sidecar at {self._socket_path}: {detail}"
+
+    def _timeout_error(self, e: BaseException) -> Unavailable:
+        return self._unavailable(
+            f"no answer from sidecar at {self._socket_path} within {self._timeout:g}s"
+            if self._timeout is not None
+            else f"no answer from sidecar at {self._socket_path}",
+            e,
+            True,
+        )
+
+    def _unavailable(self, message: str, cause: BaseException, sent: bool) -> Unavailable:
+        err = Unavailable(message, socket_path=self._socket_path, cause=cause, request_sent=sent)
+        # Keep tracebacks to our one line: the cause is reachable as err.cause.
+        err.__suppress_context__ = True
+        return err
+
+    def _new_conn(self) -> _UnixHTTPConnection:
+        return _UnixHTTPConnection(self._socket_path, self._timeout)
+
+    def _get_conn(self) -> Tuple[_UnixHTTPConnection, bool]:
+        now = time.monotonic()
+        stale: List[_UnixHTTPConnection] = []
+        found: Optional[_UnixHTTPConnection] = None
+        with self._lock:
+            while self._idle:
+                conn, since = self._idle.pop()
+                if now - since > _IDLE_MAX_AGE:
+                    stale.append(conn)
+                    continue
+                found = conn
+                break
+        for conn in stale:
+            conn.close()
+        if found is not None:
+            return found, True
+        return self._new_conn(), False
+
+    def _put_conn(self, conn: _UnixHTTPConnection) -> None:
+        with self._lock:
+            if len(self._idle) < _IDLE_MAX:
+                self._idle.append((conn, time.monotonic()))
+                return
+        conn.close()
+
+
+def _batch_error(item: Mapping[str, Any]) -> AxError:
+    detail = item.get("error") if isinstance(item.get("error"), Mapping) else item
+    status = item.get("status") if isinstance(item.get("status"), int) else _status_of(detail.get("code"))
+    body = json.dumps({"error": {"code": detail.get("code", ""), "message": detail.get("message", "")}})
+    return error_from_response(status, body.encode())
+
+
+def _batch_result(doc: Any, n: int) -> BatchResult:
+    """Read the answer of ``POST /v1/tasks/batch``. Two shapes are
+    understood:
+
+    * ``{"results": [...]}``, one per request in order:
+      ``{"status": 201, "task": {...}}`` or
+      ``{"status": 409, "error": {"code", "message"}}``;
+    * ``{"tasks": [...], "errors": [...]}``: ``tasks`` holds one entry per
+      request (``null`` for a failed one) or only the stored tasks, in
+      order; each error names its request by ``index`` and carries
+      ``code``/``message`` (directly or under ``error``) and optionally
+      ``status``.
+    """
+    if not isinstance(doc, Mapping):
+        raise AxError(f"POST /v1/tasks/batch: unexpected answer: {str(doc)[:200]}")
+    if isinstance(doc.get("results"), list):
+        results = doc["results"]
+        if len(results) != n:
+            raise AxError(f"POST /v1/tasks/batch: {len(results)} results for {n} tasks")
+        out_tasks: List[Optional[Task]] = []
+        out_errors: List[Optional[AxError]] = []
+        try:
+            for r in results:
+                if isinstance(r, Mapping) and isinstance(r.get("task"), Mapping):
+                    out_tasks.append(Task.from_json(r["task"]))
+                    out_errors.append(None)
+                else:
+                    out_tasks.append(None)
+                    out_errors.append(_batch_error(r if isinstance(r, Mapping) else {}))
+        except ValueError as e:
+            raise AxError(f"POST /v1/tasks/batch: cannot decode answer: {e}") from None
+        return BatchResult(tasks=out_tasks, errors=out_errors)
+    raw_tasks = doc.get("tasks") or []
+    raw_errors = doc.get("errors") or []
+    errors: List[Optional[AxError]] = [None] * n
+    for pos, e in enumerate(raw_errors):
+        if not isinstance(e, Mapping):
+            continue
+        idx = e.get("index", pos)
+        if not isinstance(idx, int) or not 0 <= idx < n:
+            continue
+        errors[idx] = _batch_error(e)
+    tasks: List[Optional[Task]] = [None] * n
+    try:
+        if len(raw_tasks) == n:
+            for i, t in enumerate(raw_tasks):
+                if t is not None and errors[i] is None:
+                    tasks[i] = Task.from_json(t)
+        else:
+            ok = [i for i in range(n) if errors[i] is None]
+            for i, t in zip(ok, [t for t in raw_tasks if t is not None]):
+                tasks[i] = Task.from_json(t)
+    except ValueError as e:
+        raise AxError(f"POST /v1/tasks/batch: cannot decode answer: {e}") from None
+    for i in range(n):
+        if tasks[i] is None and errors[i] is None:
+            errors[i] = AxError("the sidecar returned neither a task nor an error for this request")
+    return BatchResult(tasks=tasks, errors=errors)
+
+
+def _status_of(code: Any) -> int:
+    """The HTTP status the sidecar sends with an error code (500 if unknown)."""
+    if isinstance(code, str) and code in ERROR_CODES:
+        return ERROR_CODES[code].default_status or 500
+    return 500

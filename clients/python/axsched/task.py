@@ -1,0 +1,439 @@
+"""Tasks, submit requests and cluster information, as the client sees them."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Dict, List, Mapping, Optional, Union
+
+from ._wire import Duration, format_duration, format_time, parse_duration, parse_time
+from .errors import AxError, BadRequest
+
+__all__ = [
+    "PRIORITY_HIGHEST",
+    "PRIORITY_DEFAULT",
+    "PRIORITY_LOWEST",
+    "TASK_TIMEOUT_DEFAULT",
+    "MAX_ATTEMPTS_DEFAULT",
+    "PAYLOAD_MAX_BYTES",
+    "State",
+    "RawJSON",
+    "SubmitRequest",
+    "Task",
+    "TaskPage",
+    "BatchResult",
+    "ClusterInfo",
+    "Member",
+]
+
+#: The highest priority: picked first.
+PRIORITY_HIGHEST = 0
+#: The priority of a task submitted without one.
+PRIORITY_DEFAULT = 2
+#: The lowest priority; such tasks still progress (weighted round robin
+#: with ageing).
+PRIORITY_LOWEST = 4
+#: How long one attempt may run when ``timeout`` is not given (30 seconds).
+TASK_TIMEOUT_DEFAULT = timedelta(seconds=30)
+#: Attempts (first one included) before a task is ``DEAD``, when
+#: ``max_attempts`` is not given.
+MAX_ATTEMPTS_DEFAULT = 4
+#: The sidecar's default limit on a payload: 1 MiB.
+PAYLOAD_MAX_BYTES = 1 << 20
+
+
+class State(str, enum.Enum):
+    """The state of a task, upper case on the wire. A ``State`` compares
+    equal to its string (``State.WAITING == "WAITING"``).
+
+    A task goes WAITING → RUNNING → SUCCESS, back to WAITING for a retry
+    (with backoff), or ends DEAD (attempts exhausted), FAILED (the executor
+    said not to retry) or CANCELLED.
+    """
+
+    #: Scheduled and not yet assigned to an executor: not due yet, or
+    #: waiting for a retry or for executor capacity.
+    WAITING = "WAITING"
+    #: An attempt is assigned to an executor.
+    RUNNING = "RUNNING"
+    #: An executor answered 2xx (or reported success).
+    SUCCESS = "SUCCESS"
+    #: Every attempt failed; kept for inspection and :meth:`Client.retry`.
+    DEAD = "DEAD"
+    #: An executor answered with a permanent failure (a 4xx other than 429).
+    FAILED = "FAILED"
+    #: Cancelled with :meth:`Client.cancel`.
+    CANCELLED = "CANCELLED"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def terminal(self) -> bool:
+        """True for SUCCESS, DEAD, FAILED and CANCELLED: the task will not
+        run again unless it is re-run by hand."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({State.SUCCESS, State.DEAD, State.FAILED, State.CANCELLED})
+
+
+def _state(value: Any) -> Union[State, str]:
+    try:
+        return State(value)
+    except ValueError:
+        return str(value)  # a state of a newer sidecar: kept as sent
+
+
+class RawJSON:
+    """A payload that is already encoded JSON, sent byte for byte (after a
+    validity check) instead of being encoded with :func:`json.dumps`::
+
+        client.submit("report.build", RawJSON('{"day": "2026-01-02"}'))
+    """
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: Union[str, bytes]) -> None:
+        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        try:
+            json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise BadRequest(f"RawJSON: not valid JSON: {e}") from None
+        self.data = raw
+
+    def __repr__(self) -> str:
+        return f"RawJSON({self.data!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RawJSON) and other.data == self.data
+
+    def __hash__(self) -> int:
+        return hash(self.data)
+
+
+def _encode_payload(payload: Any) -> Optional[bytes]:
+    """The JSON bytes of a payload, ``None`` for no payload."""
+    if payload is None:
+        return None
+    if isinstance(payload, RawJSON):
+        return payload.data
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        raise BadRequest(
+            "payload is bytes; pass binary data as payload_bytes=, or already encoded JSON as RawJSON(...)"
+        )
+    try:
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise BadRequest(f"payload: cannot encode as JSON: {e}") from None
+    return text.encode("utf-8")
+
+
+@dataclass
+class SubmitRequest:
+    """A task to submit (see :meth:`Client.submit`, whose keyword arguments
+    are these fields). Only ``handler`` is required; every ``None`` field
+    takes the sidecar's default.
+
+    Attributes:
+        handler: the handler that runs the task (``"order.timeout"``).
+        payload: any JSON-encodable value, encoded compactly with
+            :func:`json.dumps` (``ensure_ascii=False``) and delivered to the
+            executor as the callback body; or a :class:`RawJSON`, sent byte
+            for byte. ``None`` sends no payload. ``bytes`` are refused: use
+            ``payload_bytes``.
+        id: the task id and idempotency key: submitting the same id with the
+            same spec again returns the existing task; with another spec it
+            raises :class:`Conflict` unless ``overwrite`` is set. Any
+            non-empty string (``"order|42"``, ``"a@b"``, ``"A/B"``,
+            ``"ü"``). ``None`` lets the sidecar generate one.
+        payload_bytes: an opaque binary payload, sent as ``payload_base64``
+            and delivered byte for byte. At most one of ``payload`` and
+            ``payload_bytes``.
+        delay: run the task this long after the leader accepts it: a
+            :class:`datetime.timedelta` or seconds (``1.5``). At most one of
+            ``delay`` and ``run_at``; neither means "run now".
+        run_at: run the task at this time, never earlier; an aware
+            :class:`datetime.datetime` (naive ones are refused). Kept with
+            millisecond precision.
+        priority: 0 (highest) to 4 (lowest). Defaults to 2.
+        timeout: bounds one attempt: a timedelta or seconds. Defaults to 30
+            seconds.
+        max_attempts: attempts (first one included) before the task is
+            ``DEAD``. Defaults to 4.
+        overwrite: replace an existing task with the same id instead of
+            raising :class:`Conflict`. Defaults to ``False``.
+    """
+
+    handler: str
+    payload: Any = None
+    id: Optional[str] = None
+    payload_bytes: Optional[bytes] = None
+    delay: Optional[Duration] = None
+    run_at: Optional[datetime] = None
+    priority: Optional[int] = None
+    timeout: Optional[Duration] = None
+    max_attempts: Optional[int] = None
+    overwrite: bool = False
+
+    def encode(self) -> bytes:
+        """The JSON body of ``POST /v1/tasks`` for this request. Raises
+        :class:`BadRequest` (a ``ValueError``) for a request that cannot be
+        valid, ``TypeError``/``ValueError`` for badly typed fields."""
+        if not isinstance(self.handler, str) or not self.handler:
+            raise BadRequest("handler is required (a non-empty string)")
+        if self.id is not None and (not isinstance(self.id, str) or not self.id):
+            raise BadRequest("id must be a non-empty string, or None to let the sidecar generate one")
+        if self.payload is not None and self.payload_bytes is not None:
+            raise BadRequest("give at most one of payload and payload_bytes")
+        if self.delay is not None and self.run_at is not None:
+            raise BadRequest("give at most one of delay and run_at")
+        body: Dict[str, Any] = {}
+        if self.id is not None:
+            body["id"] = self.id
+        body["handler"] = self.handler
+        if self.payload_bytes is not None:
+            if not isinstance(self.payload_bytes, (bytes, bytearray, memoryview)):
+                raise TypeError(f"payload_bytes: want bytes, got {type(self.payload_bytes).__name__}")
+            body["payload_base64"] = base64.b64encode(bytes(self.payload_bytes)).decode("ascii")
+        if self.delay is not None:
+            body["delay"] = format_duration(self.delay, "delay")
+        if self.run_at is not None:
+            body["run_at"] = format_time(self.run_at, "run_at")
+        if self.priority is not None:
+            body["priority"] = _int("priority", self.priority)
+        if self.timeout is not None:
+            body["timeout"] = format_duration(self.timeout, "timeout")
+        if self.max_attempts is not None:
+            body["max_attempts"] = _int("max_attempts", self.max_attempts)
+        if self.overwrite:
+            body["overwrite"] = True
+        out = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        payload = _encode_payload(self.payload)
+        if payload is None:
+            return out
+        # Spliced in as is, so a RawJSON payload keeps its exact bytes.
+        return out[:-1] + b',"payload":' + payload + b"}"
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]) -> "SubmitRequest":
+        """Build a request from a mapping whose keys are the field names
+        (``{"handler": "x", "delay": 5}``). Unknown keys raise
+        :class:`BadRequest`."""
+        known = cls.__dataclass_fields__  # type: ignore[attr-defined]
+        unknown = sorted(str(k) for k in m if k not in known)
+        if unknown:
+            raise BadRequest(f"unknown field(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        if "handler" not in m:
+            raise BadRequest("handler is required")
+        return cls(**m)  # type: ignore[arg-type]
+
+
+def _int(field_name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{field_name}: want an int, got {type(v).__name__}")
+    return v
+
+
+@dataclass
+class Task:
+    """A task as the sidecar reports it.
+
+    Attributes:
+        id: the task id.
+        handler: the handler name.
+        state: a :class:`State` (a string of a newer sidecar stays a ``str``).
+        priority: 0 (highest) to 4 (lowest).
+        attempts: attempts made so far (busy answers are not counted).
+        max_attempts: attempts allowed before the task is ``DEAD``.
+        timeout: bounds one attempt.
+        delay: the submitted delay, ``None`` when ``run_at`` was used.
+        run_at: the submitted due time (UTC), ``None`` when ``delay`` was used.
+        next_run_at: when the next attempt is due (UTC); ``None`` while the
+            task runs and once it is terminal.
+        last_error: describes the last failed attempt (``"http 500: ..."``).
+        node: the node running the current attempt, while ``RUNNING``.
+        created_at, updated_at, finished_at: times in UTC (``finished_at`` is
+            ``None`` until the task is terminal).
+        payload: the decoded JSON value when the payload was submitted as
+            JSON, ``bytes`` when it was submitted as ``payload_bytes``,
+            ``None`` without payload.
+        raw: the task's JSON object as received, for fields this client
+            does not know yet.
+    """
+
+    id: str
+    handler: str
+    state: Union[State, str]
+    priority: int = PRIORITY_DEFAULT
+    attempts: int = 0
+    max_attempts: int = MAX_ATTEMPTS_DEFAULT
+    timeout: Optional[timedelta] = None
+    delay: Optional[timedelta] = None
+    run_at: Optional[datetime] = None
+    next_run_at: Optional[datetime] = None
+    last_error: Optional[str] = None
+    node: Optional[str] = None
+    created_at: Optional[datetime] = None
+    updated_at: Optional[datetime] = None
+    finished_at: Optional[datetime] = None
+    payload: Any = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def terminal(self) -> bool:
+        """True once the task is SUCCESS, DEAD, FAILED or CANCELLED."""
+        return isinstance(self.state, State) and self.state.terminal
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Task":
+        """Build a Task from the sidecar's JSON view. Raises ``ValueError``
+        for a malformed view."""
+        if not isinstance(d, Mapping) or not isinstance(d.get("id"), str):
+            raise ValueError(f"not a task: {d!r:.200}")
+        tid = d["id"]
+
+        def when(key: str) -> Optional[datetime]:
+            v = d.get(key)
+            if v in (None, ""):
+                return None
+            try:
+                return parse_time(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"task {tid!r}: {key}: invalid time {v!r}") from None
+
+        def dur(key: str) -> Optional[timedelta]:
+            v = d.get(key)
+            if v in (None, ""):
+                return None
+            try:
+                return parse_duration(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"task {tid!r}: {key}: invalid duration {v!r}") from None
+
+        payload: Any = None
+        if d.get("payload_base64") is not None:
+            try:
+                payload = base64.b64decode(d["payload_base64"], validate=True)
+            except (binascii.Error, ValueError, TypeError) as e:
+                raise ValueError(f"task {tid!r}: payload_base64: {e}") from None
+        elif "payload" in d:
+            payload = d["payload"]
+        return cls(
+            id=tid,
+            handler=str(d.get("handler", "")),
+            state=_state(d.get("state", "")),
+            priority=int(d.get("priority", PRIORITY_DEFAULT)),
+            attempts=int(d.get("attempts", 0)),
+            max_attempts=int(d.get("max_attempts", MAX_ATTEMPTS_DEFAULT)),
+            timeout=dur("timeout"),
+            delay=dur("delay"),
+            run_at=when("run_at"),
+            next_run_at=when("next_run_at"),
+            last_error=d.get("last_error") or None,
+            node=d.get("node") or None,
+            created_at=when("created_at"),
+            updated_at=when("updated_at"),
+            finished_at=when("finished_at"),
+            payload=payload,
+            raw=dict(d),
+        )
+
+
+@dataclass
+class TaskPage:
+    """One page of :meth:`Client.list_page`.
+
+    Attributes:
+        tasks: the tasks of this page.
+        next_cursor: pass it as ``cursor`` to get the next page; ``None``
+            on the last page.
+    """
+
+    tasks: List[Task]
+    next_cursor: Optional[str] = None
+
+
+@dataclass
+class BatchResult:
+    """The outcome of :meth:`Client.submit_batch`, one entry per request in
+    the order given.
+
+    Attributes:
+        tasks: ``tasks[i]`` is the task stored for request ``i``, or
+            ``None`` when that request failed.
+        errors: ``errors[i]`` is the :class:`AxError` of request ``i``, or
+            ``None`` when it succeeded.
+    """
+
+    tasks: List[Optional[Task]]
+    errors: List[Optional[AxError]]
+
+    @property
+    def ok(self) -> bool:
+        """True when every request succeeded."""
+        return all(e is None for e in self.errors)
+
+
+@dataclass
+class Member:
+    """One server of the Raft configuration.
+
+    Attributes:
+        id: node id. raft_addr, peer_addr: its addresses.
+        suffrage: ``"Voter"`` or ``"Nonvoter"``. leader: whether it leads.
+    """
+
+    id: str
+    raft_addr: str = ""
+    peer_addr: str = ""
+    suffrage: str = ""
+    leader: bool = False
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Member":
+        return cls(
+            id=str(d.get("id", "")),
+            raft_addr=str(d.get("raft_addr", "")),
+            peer_addr=str(d.get("peer_addr", "") or ""),
+            suffrage=str(d.get("suffrage", "")),
+            leader=bool(d.get("leader", False)),
+        )
+
+
+@dataclass
+class ClusterInfo:
+    """The Raft group as the local sidecar sees it (``GET /v1/cluster``).
+
+    Attributes:
+        node_id: the id of the local node.
+        state: the Raft state of the local node: ``Leader``, ``Follower``,
+            ``Candidate`` or ``Shutdown``.
+        leader: the node id of the leader, ``""`` when none is known.
+        term, applied_index, commit_index: Raft counters.
+        members: the servers of the configuration.
+    """
+
+    node_id: str
+    state: str
+    leader: str = ""
+    term: int = 0
+    applied_index: int = 0
+    commit_index: int = 0
+    members: List[Member] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ClusterInfo":
+        return cls(
+            node_id=str(d.get("node_id", "")),
+            state=str(d.get("state", "")),
+            leader=str(d.get("leader", "") or ""),
+            term=int(d.get("term", 0)),
+            applied_index=int(d.get("applied_index", 0)),
+            commit_index=int(d.get("commit_index", 0)),
+            members=[Member.from_json(m) for m in d.get("members") or [] if isinstance(m, Mapping)],
+        )

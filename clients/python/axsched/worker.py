@@ -1,0 +1,703 @@
+"""The executor side: a :class:`Worker` serves the sidecar's callbacks
+(``POST /ax/v1/execute``) on a Unix socket and runs your handlers."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import errno
+import hashlib
+import http.server
+import json
+import logging
+import math
+import os
+import re
+import selectors
+import signal
+import socket
+import socketserver
+import stat
+import threading
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar, Union
+
+from ._wire import decode_header_value, parse_time
+from .client import RESULT_SUCCESS, Client
+from .errors import AxError, MethodNotAllowed, NotFound, Unavailable
+
+__all__ = [
+    "EXECUTE_PATH",
+    "HEADER_TASK_ID",
+    "HEADER_HANDLER",
+    "HEADER_ATTEMPT",
+    "HEADER_RUN",
+    "HEADER_DEADLINE",
+    "FALLBACK_HANDLER",
+    "Delivery",
+    "Snooze",
+    "Permanent",
+    "Async",
+    "Worker",
+]
+
+log = logging.getLogger("axsched.worker")
+
+#: The path the sidecar posts callbacks to, on the executor's base URL.
+EXECUTE_PATH = "/ax/v1/execute"
+#: Callback headers set by the sidecar.
+HEADER_TASK_ID = "Ax-Task-Id"
+HEADER_HANDLER = "Ax-Handler"
+HEADER_ATTEMPT = "Ax-Attempt"
+HEADER_RUN = "Ax-Run"
+HEADER_DEADLINE = "Ax-Deadline"
+#: The handler name that receives deliveries of every handler registered
+#: under no other name.
+FALLBACK_HANDLER = "*"
+
+_BODY_MAX_BYTES = 16 << 20  # the sidecar sends at most a 1 MiB payload
+_REGISTER_BACKOFF_MAX = 10.0  # seconds between registration attempts, at most
+
+
+class Snooze(Exception):
+    """Raise (or return) ``Snooze(seconds)`` from a handler when the worker
+    is busy or a resource it needs is temporarily missing: the worker
+    answers 503 with ``Retry-After`` set to ``seconds`` rounded up to whole
+    seconds (at least 1). The attempt is delivered again later and is not
+    counted as a failed attempt.
+
+    Args:
+        seconds: how long to wait, in seconds or as a timedelta. Defaults
+            to 1.
+    """
+
+    def __init__(self, seconds: Union[float, timedelta] = 1.0) -> None:
+        if isinstance(seconds, timedelta):
+            seconds = seconds.total_seconds()
+        self.seconds = float(seconds)
+        super().__init__(f"snoozed for {self.seconds:g}s")
+
+    @property
+    def retry_after(self) -> int:
+        """The Retry-After header sent: whole seconds, rounded up, >= 1."""
+        return max(1, math.ceil(self.seconds)) if math.isfinite(self.seconds) else 1
+
+
+class Permanent(Exception):
+    """Raise (or return) ``Permanent("why")`` from a handler for a task that
+    can never succeed (bad payload, the order no longer exists): the worker
+    answers 422 and the sidecar marks the task FAILED without further
+    attempts. The message is recorded as the task's last error."""
+
+    def __init__(self, message: str = "permanent failure") -> None:
+        self.message = str(message)
+        super().__init__(self.message)
+
+
+class Async(Exception):
+    """Return (or raise) ``Async()`` from a handler that finishes the work
+    later, elsewhere: the worker answers 202 and the attempt stays running
+    until someone calls ``worker.client.report_result(task_id, attempt,
+    ...)`` (or :meth:`Delivery.report`) before the attempt's deadline;
+    :meth:`Delivery.heartbeat` extends the deadline."""
+
+    def __init__(self, message: str = "will report later") -> None:
+        super().__init__(message)
+
+
+class Delivery:
+    """One attempt of a task, delivered to a handler.
+
+    Delivery is at least once: a node or network failure mid-attempt can
+    deliver the same run again. ``task_id`` with ``run`` and ``attempt``
+    identifies an attempt, so handlers can de-duplicate.
+
+    Attributes:
+        task_id: the id of the task (any UTF-8 string).
+        handler: the handler name the task was submitted with.
+        attempt: numbers the attempts of this run, from 1.
+        run: numbers the runs of the task, from 1.
+        deadline: when the sidecar stops waiting for this attempt (aware,
+            UTC), or ``None`` when it sent none. Past it, the sidecar drops
+            the request and counts a timeout, but Python cannot stop the
+            handler's thread: long handlers should watch
+            :meth:`time_left` (or call :meth:`heartbeat`).
+        payload: the payload, byte for byte (``b""`` without payload).
+    """
+
+    __slots__ = ("task_id", "handler", "attempt", "run", "deadline", "payload", "_client")
+
+    def __init__(
+        self,
+        task_id: str,
+        handler: str,
+        attempt: int,
+        run: int,
+        deadline: Optional[datetime],
+        payload: bytes,
+        client: Optional[Client] = None,
+    ) -> None:
+        self.task_id = task_id
+        self.handler = handler
+        self.attempt = attempt
+        self.run = run
+        self.deadline = deadline
+        self.payload = payload
+        self._client = client
+
+    def __repr__(self) -> str:
+        return (
+            f"Delivery(task_id={self.task_id!r}, handler={self.handler!r}, attempt={self.attempt}, "
+            f"run={self.run}, deadline={self.deadline!r}, payload={len(self.payload)} bytes)"
+        )
+
+    def json(self) -> Any:
+        """The payload decoded as JSON (``None`` for an empty payload).
+        Raises ``ValueError`` when it is not JSON; raise
+        :class:`Permanent` from the handler in that case."""
+        if not self.payload:
+            return None
+        return json.loads(self.payload.decode("utf-8"))
+
+    def time_left(self) -> Optional[float]:
+        """Seconds until the deadline (negative once past), or ``None``."""
+        if self.deadline is None:
+            return None
+        return (self.deadline - datetime.now(timezone.utc)).total_seconds()
+
+    @property
+    def client(self) -> Client:
+        """The client of the worker that received this delivery."""
+        if self._client is None:
+            raise RuntimeError("this Delivery has no client")
+        return self._client
+
+    def heartbeat(self) -> None:
+        """Extend this attempt's deadline (``POST /v1/tasks/{id}/heartbeat``).
+        Raises :class:`~axsched.Conflict` when the attempt is stale: stop
+        working on it."""
+        self.client.heartbeat(self.task_id, self.attempt)
+
+    def report(self, status: str = RESULT_SUCCESS, error: Optional[str] = None) -> None:
+        """Report the outcome of this attempt after the handler returned
+        :class:`Async`: ``"success"``, ``"failed"`` (retried) or
+        ``"permanent"``; ``error`` is recorded as the task's last error."""
+        self.client.report_result(self.task_id, self.attempt, status, error)
+
+
+Handler = Callable[[Delivery], Any]
+F = TypeVar("F", bound=Handler)
+
+
+def _default_name(abs_listen: str) -> str:
+    stem = os.path.splitext(os.path.basename(abs_listen))[0]
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.")[:64] or "worker"
+    return f"{stem}-{hashlib.sha1(abs_listen.encode('utf-8')).hexdigest()[:6]}"
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """A ThreadingMixIn server whose requests run on a bounded thread pool
+    instead of one new thread each."""
+
+    daemon_threads = True
+
+    def __init__(self, path: str, handler_class: type, pool: concurrent.futures.ThreadPoolExecutor) -> None:
+        self.pool = pool
+        self.inflight: Set[concurrent.futures.Future] = set()
+        self.inflight_lock = threading.Lock()
+        super().__init__(path, handler_class)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        fut = self.pool.submit(self.process_request_thread, request, client_address)
+        with self.inflight_lock:
+            self.inflight.add(fut)
+        fut.add_done_callback(self._done)
+
+    def _done(self, fut: concurrent.futures.Future) -> None:
+        with self.inflight_lock:
+            self.inflight.discard(fut)
+
+
+class _CallbackHandler(http.server.BaseHTTPRequestHandler):
+    """Serves one callback. HTTP/1.0: one request per connection, so an idle
+    keep-alive connection never holds a pool thread."""
+
+    protocol_version = "HTTP/1.0"
+    timeout = 60  # seconds per socket operation: a silent connection does not hold a thread forever
+    server_version = "axsched-worker"
+    sys_version = ""
+    worker: "Worker"  # set on the subclass made by Worker.start
+
+    def address_string(self) -> str:  # client_address is "" on a Unix socket
+        return "unix"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("worker: " + format, *args)
+
+    def _reply(self, status: int, text: str, headers: Optional[Dict[str, str]] = None) -> None:
+        body = (text + "\n").encode("utf-8")
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            log.debug("worker: the sidecar left before the answer (status %d)", status)
+
+    def _not_allowed(self) -> None:
+        self._reply(405, "method not allowed: use POST", {"Allow": "POST"})
+
+    do_GET = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path != EXECUTE_PATH:
+            self._reply(404, f"no such path {path!r}; the sidecar calls {EXECUTE_PATH}")
+            return
+        try:
+            d = self._delivery()
+        except _BadCallback as e:
+            self._reply(e.status, str(e))
+            return
+        status, text, headers = self.worker._dispatch(d)
+        self._reply(status, text, headers)
+
+    def _delivery(self) -> Delivery:
+        h = self.headers
+        task_id = decode_header_value(h.get(HEADER_TASK_ID))
+        handler = decode_header_value(h.get(HEADER_HANDLER))
+        if not task_id:
+            raise _BadCallback(400, f"missing {HEADER_TASK_ID} header")
+        if not handler:
+            raise _BadCallback(400, f"missing {HEADER_HANDLER} header")
+        attempt = _int_header(h.get(HEADER_ATTEMPT), HEADER_ATTEMPT)
+        run = _int_header(h.get(HEADER_RUN), HEADER_RUN)
+        deadline = None
+        raw_deadline = h.get(HEADER_DEADLINE)
+        if raw_deadline:
+            try:
+                deadline = parse_time(raw_deadline.strip())
+            except ValueError:
+                raise _BadCallback(400, f"bad {HEADER_DEADLINE} header {raw_deadline!r}: want RFC 3339") from None
+        payload = self._body()
+        return Delivery(task_id, handler, attempt, run, deadline, payload, self.worker.client)
+
+    def _body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks: List[bytes] = []
+            total = 0
+            while True:
+                line = self.rfile.readline(1024)
+                try:
+                    size = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    raise _BadCallback(400, "malformed chunked body") from None
+                if size == 0:
+                    while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return b"".join(chunks)
+                total += size
+                if total > _BODY_MAX_BYTES:
+                    raise _BadCallback(413, f"payload over {_BODY_MAX_BYTES} bytes")
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline(1024)
+        length = self.headers.get("Content-Length")
+        if not length:
+            return b""
+        try:
+            n = int(length)
+        except ValueError:
+            raise _BadCallback(400, f"bad Content-Length {length!r}") from None
+        if n < 0:
+            raise _BadCallback(400, f"bad Content-Length {length!r}")
+        if n > _BODY_MAX_BYTES:
+            raise _BadCallback(413, f"payload over {_BODY_MAX_BYTES} bytes")
+        data = self.rfile.read(n)
+        if len(data) != n:
+            raise _BadCallback(400, "payload shorter than its Content-Length")
+        return data
+
+
+class _BadCallback(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _int_header(value: Optional[str], name: str) -> int:
+    if value is None or not value.strip():
+        return 0
+    v = value.strip()
+    if not v.isdigit():
+        raise _BadCallback(400, f"bad {name} header {value!r}: want a non-negative integer")
+    return int(v)
+
+
+class Worker:
+    """Serves handlers for the sidecar's callbacks on a Unix socket.
+
+    ::
+
+        worker = axsched.Worker(listen="./worker.sock")
+
+        @worker.handler("order.timeout")
+        def order_timeout(d: axsched.Delivery) -> None:
+            close_order_if_unpaid(d.json()["order_id"])
+
+        worker.run()  # registers with the sidecar, serves until SIGTERM/SIGINT
+
+    A handler takes a :class:`Delivery`. What it does decides the answer:
+
+    * returns (anything but :class:`Async`): 200, the task is SUCCESS;
+    * raises or returns :class:`Permanent`: 422, the task is FAILED, never
+      retried;
+    * raises or returns :class:`Snooze`: 503 with ``Retry-After``, tried
+      again later, not counted as a failed attempt;
+    * returns or raises :class:`Async`: 202, report later with
+      :meth:`Delivery.report` or ``worker.client.report_result``;
+    * raises anything else: 500 with the exception's message, a failed
+      attempt, retried with backoff until attempts run out (then DEAD).
+
+    A callback for a handler registered under no name (and no ``"*"``)
+    gets 404: a permanent failure. Handlers run on a pool of
+    ``max_threads`` threads, so they must be thread-safe.
+
+    Args:
+        socket_path: the sidecar's socket, for registration, heartbeats and
+            results. Defaults to ``$AX_SOCKET``, else ``./ax.sock``.
+        listen: the Unix socket this worker serves on. Defaults to
+            ``./worker.sock`` (made absolute when the Worker is created).
+        name: the executor name registered with the sidecar. Defaults to the
+            socket file's stem and a hash of its absolute path
+            (``worker-1a2b3c``), stable across restarts.
+        max_threads: handlers running at once; also the ``max_concurrency``
+            registered with the sidecar. Defaults to 8.
+        client: the :class:`Client` to use instead of making one for
+            ``socket_path``.
+        register: register with the sidecar (``POST /v1/executors``) in
+            :meth:`start` and unregister in :meth:`stop`. Set ``False`` when
+            the sidecar is started with ``--executor HANDLER=unix://...``.
+            Defaults to ``True``.
+    """
+
+    #: Seconds before the first retry of a registration the sidecar did not
+    #: answer; doubled after each try, up to 10.
+    _register_retry_first = 0.5
+
+    def __init__(
+        self,
+        socket_path: Optional[str] = None,
+        listen: str = "./worker.sock",
+        name: Optional[str] = None,
+        max_threads: int = 8,
+        *,
+        client: Optional[Client] = None,
+        register: bool = True,
+    ) -> None:
+        if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+            raise ValueError(f"max_threads must be an int >= 1, got {max_threads!r}")
+        if listen.startswith("unix://"):
+            listen = listen[len("unix://") :]
+        self.client: Client = client if client is not None else Client(socket_path)
+        self.listen_path: str = os.path.abspath(listen)
+        self.name: str = name or _default_name(self.listen_path)
+        self.max_threads = max_threads
+        self.register = register
+        self._handlers: Dict[str, Handler] = {}
+        self._lock = threading.Lock()
+        self._server: Optional[_Server] = None
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._thread: Optional[threading.Thread] = None
+        self._wake: Optional[Tuple[int, int]] = None
+        self._registered = False
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()  # set while not serving
+        self._stopped.set()
+        self._register_thread: Optional[threading.Thread] = None
+
+    def __repr__(self) -> str:
+        return f"Worker(name={self.name!r}, url={self.url!r}, handlers={sorted(self._handlers)!r})"
+
+    @property
+    def url(self) -> str:
+        """The URL the sidecar calls: ``unix://`` and the absolute socket path."""
+        return "unix://" + self.listen_path
+
+    @property
+    def handlers(self) -> List[str]:
+        """The registered handler names, sorted."""
+        with self._lock:
+            return sorted(self._handlers)
+
+    @property
+    def registered(self) -> bool:
+        """Whether the sidecar accepted this worker's registration."""
+        return self._registered
+
+    # ------------------------------------------------------------- handlers
+
+    def handle(self, name: str, fn: Handler) -> None:
+        """Register ``fn(delivery)`` for the handler ``name``: a handler
+        name (``"order.timeout"``), a prefix pattern ending in ``*``
+        (``"order.*"``) or ``"*"`` for every handler. A delivery goes to the
+        exact name first, then the longest matching prefix, then ``"*"``, as
+        the sidecar routes. Raises ``ValueError`` for an empty, malformed or
+        already registered name."""
+        if not isinstance(name, str) or not name:
+            raise ValueError("handler name must be a non-empty string")
+        if "*" in name[:-1]:
+            raise ValueError(f'handler {name!r}: "*" may only stand alone or end the pattern, as in "order.*"')
+        if not callable(fn):
+            raise TypeError(f"handler {name!r}: {fn!r} is not callable")
+        with self._lock:
+            if name in self._handlers:
+                raise ValueError(f"handler {name!r} registered twice")
+            self._handlers[name] = fn
+
+    def handler(self, name: str) -> Callable[[F], F]:
+        """Decorator form of :meth:`handle`::
+
+            @worker.handler("order.timeout")
+            def order_timeout(d): ...
+        """
+
+        def decorate(fn: F) -> F:
+            self.handle(name, fn)
+            return fn
+
+        return decorate
+
+    def _lookup(self, name: str) -> Optional[Handler]:
+        """The handler for name: exact, then longest prefix pattern, then "*"."""
+        with self._lock:
+            fn = self._handlers.get(name)
+            if fn is not None:
+                return fn
+            best = ""
+            for pattern, candidate in self._handlers.items():
+                if pattern.endswith("*") and len(pattern) > len(best) and name.startswith(pattern[:-1]):
+                    best, fn = pattern, candidate
+            return fn
+
+    def _dispatch(self, d: Delivery) -> Tuple[int, str, Optional[Dict[str, str]]]:
+        """Run the handler of d; return status, text and extra headers."""
+        fn = self._lookup(d.handler)
+        if fn is None:
+            log.warning("worker %s: no handler for %r (task %r)", self.name, d.handler, d.task_id)
+            return 404, f"no handler registered for {d.handler!r}", None
+        try:
+            result = fn(d)
+        except (Snooze, Permanent, Async) as e:
+            result = e
+        except Exception as e:  # a failed attempt
+            log.warning(
+                "worker %s: handler %r failed on task %r attempt %d: %s",
+                self.name, d.handler, d.task_id, d.attempt, e, exc_info=True,
+            )
+            return 500, f"{type(e).__name__}: {e}", None
+        if isinstance(result, Snooze):
+            return 503, str(result), {"Retry-After": str(result.retry_after)}
+        if isinstance(result, Permanent):
+            log.info("worker %s: task %r failed permanently: %s", self.name, d.task_id, result.message)
+            return 422, result.message, None
+        if isinstance(result, Async) or (isinstance(result, type) and issubclass(result, Async)):
+            return 202, "accepted; will report later", None
+        return 200, "ok", None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Listen on the socket, serve callbacks in the background and
+        register with the sidecar; return at once.
+
+        A stale socket file left by a dead process is removed first; a
+        socket another process listens on, or a file that is not a socket,
+        raises ``OSError``. Registration: a sidecar without the executor API
+        (404) logs a warning (start the sidecar with ``--executor``); a
+        sidecar that cannot be reached logs a warning and is retried in the
+        background until it answers; any other error stops the worker and is
+        raised.
+        """
+        with self._lock:
+            if self._server is not None:
+                raise RuntimeError("worker already started")
+            if not self._handlers:
+                raise ValueError("no handlers registered: use @worker.handler(name) first")
+            _remove_stale_socket(self.listen_path)
+            handler_class = type("_Handler", (_CallbackHandler,), {"worker": self})
+            pool = concurrent.futures.ThreadPoolExecutor(self.max_threads, thread_name_prefix=f"axsched-{self.name}")
+            try:
+                server = _Server(self.listen_path, handler_class, pool)
+            except BaseException:
+                pool.shutdown(wait=False)
+                raise
+            self._pool, self._server = pool, server
+            self._wake = os.pipe()
+            self._stopped.clear()
+            self._thread = threading.Thread(target=self._serve, name=f"axsched-{self.name}-accept", daemon=True)
+            self._thread.start()
+        log.info("worker %s: listening on %s for %s", self.name, self.url, ", ".join(self.handlers))
+        if self.register:
+            try:
+                self._register(first=True)
+            except BaseException:
+                self.stop()
+                raise
+
+    def _serve(self) -> None:
+        server, wake = self._server, self._wake
+        assert server is not None and wake is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(server.socket, selectors.EVENT_READ, "accept")
+            sel.register(wake[0], selectors.EVENT_READ, "wake")
+            while not self._stopping.is_set():
+                for key, _ in sel.select():
+                    if key.data == "wake":
+                        return
+                    server._handle_request_noblock()  # accept, then process_request
+
+    def _register(self, first: bool) -> bool:
+        """Register once; True when done (or never possible)."""
+        try:
+            self.client.register_executor(self.name, self.handlers, self.url, max_concurrency=self.max_threads)
+        except (NotFound, MethodNotAllowed) as e:
+            names = [FALLBACK_HANDLER] if FALLBACK_HANDLER in self.handlers else self.handlers
+            flags = " ".join(f"--executor '{n}={self.url}'" for n in names)
+            log.warning(
+                "worker %s: the sidecar at %s cannot register executors (POST /v1/executors: %s, http %s); "
+                "callbacks arrive only if the sidecar was started with %s",
+                self.name, self.client.socket_path, e.message, e.status, flags,
+            )
+            return True
+        except Unavailable as e:
+            if first:
+                log.warning("worker %s: %s; registering again in the background", self.name, e)
+                self._register_thread = threading.Thread(
+                    target=self._register_loop, name=f"axsched-{self.name}-register", daemon=True
+                )
+                self._register_thread.start()
+            return False
+        self._registered = True
+        log.info("worker %s: registered with the sidecar at %s", self.name, self.client.socket_path)
+        return True
+
+    def _register_loop(self) -> None:
+        wait = self._register_retry_first
+        while not self._stopping.wait(wait):
+            try:
+                if self._register(first=False):
+                    return
+            except AxError as e:
+                log.error("worker %s: registration refused: %s", self.name, e)
+                return
+            wait = min(wait * 2, _REGISTER_BACKOFF_MAX)
+
+    def stop(self, timeout: Optional[float] = 30.0) -> bool:
+        """Stop cleanly: stop accepting callbacks, wait up to ``timeout``
+        seconds (default 30; ``None`` waits forever) for the running ones to
+        finish, unregister from the sidecar and remove the socket file.
+        Returns ``False`` when handlers were still running at the timeout
+        (their answers may be lost). Safe to call more than once."""
+        with self._lock:
+            server, pool, thread, wake = self._server, self._pool, self._thread, self._wake
+            self._server = self._pool = self._thread = self._wake = None
+        if server is None or pool is None:
+            return True
+        self._stopping.set()
+        assert wake is not None
+        os.write(wake[1], b"x")
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        server.server_close()  # no new connections from here on
+        with server.inflight_lock:
+            pending = set(server.inflight)
+        done, not_done = concurrent.futures.wait(pending, timeout=timeout)
+        pool.shutdown(wait=not not_done)
+        if not_done:
+            log.warning("worker %s: %d callback(s) still running after %ss", self.name, len(not_done), timeout)
+        for fd in wake:
+            os.close(fd)
+        if self._register_thread is not None:
+            self._register_thread.join()
+            self._register_thread = None
+        if self._registered:
+            try:
+                self.client.unregister_executor(self.name)
+            except NotFound:
+                pass
+            except AxError as e:
+                log.warning("worker %s: unregister: %s", self.name, e)
+            self._registered = False
+        try:
+            os.unlink(self.listen_path)
+        except FileNotFoundError:
+            pass
+        self.client.close()  # idle connections only; the client stays usable
+        self._stopping.clear()  # ready for another start()
+        self._stopped.set()
+        log.info("worker %s: stopped", self.name)
+        return not not_done
+
+    def run(self) -> None:
+        """Start, then block until SIGTERM or SIGINT (or :meth:`stop` from
+        another thread), then stop cleanly (see :meth:`stop`). A second
+        signal during the shutdown gets the default behaviour (for SIGINT,
+        ``KeyboardInterrupt``). Signal handlers are installed only when
+        called from the main thread."""
+        installed: Dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            def on_signal(signum: int, frame: Any) -> None:
+                log.info("worker %s: %s, shutting down", self.name, signal.Signals(signum).name)
+                for s, prev in installed.items():
+                    signal.signal(s, prev)
+                self._stopping.set()
+
+            for s in (signal.SIGTERM, signal.SIGINT):
+                installed[s] = signal.signal(s, on_signal)
+        try:
+            self.start()
+            while not self._stopping.wait(3600):
+                pass
+        finally:
+            for s, prev in installed.items():
+                signal.signal(s, prev)
+            self.stop()
+            self._stopped.wait()  # when stop() was called from another thread
+
+    def __enter__(self) -> "Worker":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def _remove_stale_socket(path: str) -> None:
+    """Remove a socket file nobody listens on; refuse to touch a socket in
+    use or a file that is not a socket."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise OSError(errno.EEXIST, f"ax worker: {path} exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+    except ConnectionRefusedError:
+        pass
+    except FileNotFoundError:
+        return
+    else:
+        raise OSError(errno.EADDRINUSE, f"ax worker: socket {path} is in use by another process")
+    finally:
+        probe.close()
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

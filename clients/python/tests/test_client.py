@@ -1,0 +1,596 @@
+import base64
+import json
+import os
+import socket
+import sys
+import tempfile
+import threading
+import traceback
+import unittest
+from datetime import datetime, timedelta, timezone
+from unittest import mock
+
+import axsched
+from axsched import (
+    AxError,
+    BadRequest,
+    Client,
+    Conflict,
+    NoLeader,
+    NotFound,
+    NotReady,
+    QueueFull,
+    RawJSON,
+    State,
+    SubmitRequest,
+    Unavailable,
+)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # for stub_sidecar
+from stub_sidecar import NOW, StubSidecar, error_body  # noqa: E402
+
+IDS = {
+    "order|42": "order%7C42",
+    "a@b": "a%40b",
+    "A/B": "A%2FB",
+    "\u00fc\u65e5\u672c": "%C3%BC%E6%97%A5%E6%9C%AC",
+    "sp ace?#%": "sp%20ace%3F%23%25",
+}
+
+
+class ClientTestCase(unittest.TestCase):
+    def setUp(self):
+        self.stub = StubSidecar().start()
+        self.addCleanup(self.stub.stop)
+        self.client = Client(self.stub.path, timeout=5)
+        self.addCleanup(self.client.close)
+        self.sleeps = []
+        self.client._sleep = self.sleeps.append
+
+
+class ConfigTest(unittest.TestCase):
+    def test_socket_path_sources(self):
+        with mock.patch.dict(os.environ, {"AX_SOCKET": "/run/ax/ax.sock"}):
+            self.assertEqual(Client().socket_path, "/run/ax/ax.sock")
+            self.assertEqual(Client("/other.sock").socket_path, "/other.sock")
+        with mock.patch.dict(os.environ, {"AX_SOCKET": "unix:///run/ax/ax.sock"}):
+            self.assertEqual(Client().socket_path, "/run/ax/ax.sock")
+        with mock.patch.dict(os.environ, {}, clear=True):
+            self.assertEqual(Client().socket_path, "./ax.sock")
+            self.assertEqual(Client().timeout, 10.0)
+        self.assertEqual(Client("unix:///x.sock").socket_path, "/x.sock")
+
+    def test_bad_timeout(self):
+        with self.assertRaises(ValueError):
+            Client("/x.sock", timeout=0)
+
+
+class SubmitTest(ClientTestCase):
+    def test_submit_sends_every_field_and_parses_the_task(self):
+        run_at = datetime(2026, 1, 2, 16, 0, 0, 500000, tzinfo=timezone.utc)
+        task = self.client.submit(
+            "order.timeout",
+            {"order_id": 42, "note": "\u00fc"},
+            id="order|42",
+            run_at=run_at,
+            priority=0,
+            timeout=timedelta(seconds=45),
+            max_attempts=7,
+            overwrite=True,
+        )
+        req = self.stub.requests[-1]
+        self.assertEqual((req.method, req.path), ("POST", "/v1/tasks"))
+        self.assertEqual(req.headers["Content-Type"], "application/json")
+        self.assertEqual(
+            req.json(),
+            {
+                "id": "order|42",
+                "handler": "order.timeout",
+                "payload": {"order_id": 42, "note": "\u00fc"},
+                "run_at": "2026-01-02T16:00:00.5Z",
+                "priority": 0,
+                "timeout": "45s",
+                "max_attempts": 7,
+                "overwrite": True,
+            },
+        )
+        self.assertIn(b'"payload":{"order_id":42,"note":"\xc3\xbc"}', req.body)  # compact UTF-8
+        self.assertIsInstance(task, axsched.Task)
+        self.assertEqual(task.id, "order|42")
+        self.assertEqual(task.handler, "order.timeout")
+        self.assertIs(task.state, State.WAITING)
+        self.assertEqual(task.state, "WAITING")
+        self.assertFalse(task.terminal)
+        self.assertEqual(task.priority, 0)
+        self.assertEqual(task.max_attempts, 7)
+        self.assertEqual(task.timeout, timedelta(seconds=45))
+        self.assertEqual(task.run_at, run_at)
+        self.assertEqual(task.created_at, datetime(2026, 1, 2, 15, 4, 5, 123000, tzinfo=timezone.utc))
+        self.assertEqual(task.next_run_at.tzinfo, timezone.utc)
+        self.assertIsNone(task.finished_at)
+        self.assertEqual(task.payload, {"order_id": 42, "note": "\u00fc"})
+
+    def test_minimal_submit_omits_defaults(self):
+        task = self.client.submit("h")
+        self.assertEqual(self.stub.requests[-1].json(), {"handler": "h"})
+        self.assertEqual(task.id, "gen-1")
+        self.assertIsNone(task.payload)
+
+    def test_delay_formats(self):
+        for delay, want in ((1.5, "1.5s"), (timedelta(milliseconds=250), "250ms"), (1800, "30m0s")):
+            with self.subTest(delay=delay):
+                self.client.submit("h", delay=delay)
+                self.assertEqual(self.stub.requests[-1].json()["delay"], want)
+
+    def test_payload_round_trip(self):
+        payloads = [{"a": [1, 2.5, None, True]}, "text \u00fc", 0, [], {"nested": {"k": "\u65e5\u672c"}}]
+        for i, p in enumerate(payloads):
+            with self.subTest(payload=p):
+                self.client.submit("h", p, id=f"p{i}")
+                self.assertEqual(self.client.get(f"p{i}").payload, p)
+
+    def test_bytes_payload_round_trip(self):
+        data = bytes(range(256))
+        task = self.client.submit("h", payload_bytes=data, id="bin")
+        self.assertEqual(self.stub.requests[-1].json()["payload_base64"], base64.b64encode(data).decode())
+        self.assertEqual(task.payload, data)
+        self.assertEqual(self.client.get("bin").payload, data)
+
+    def test_raw_json_is_sent_byte_for_byte(self):
+        self.client.submit("h", RawJSON('{ "b" : 1,  "a":2 }'))
+        self.assertTrue(self.stub.requests[-1].body.endswith(b'"payload":{ "b" : 1,  "a":2 }}'))
+        with self.assertRaises(BadRequest):
+            RawJSON("{nope")
+
+    def test_client_side_validation(self):
+        cases = [
+            dict(handler=""),
+            dict(handler="h", payload={"a": 1}, payload_bytes=b"x"),
+            dict(handler="h", payload=b"raw bytes"),
+            dict(handler="h", delay=1, run_at=datetime.now(timezone.utc)),
+            dict(handler="h", id=""),
+            dict(handler="h", payload={"bad": object()}),
+        ]
+        for kw in cases:
+            with self.subTest(kw=kw), self.assertRaises(BadRequest) as cm:
+                self.client.submit(**kw)
+            self.assertIsNone(cm.exception.status)
+            self.assertEqual(cm.exception.code, "bad_request")
+            self.assertIsInstance(cm.exception, ValueError)
+        with self.assertRaises(ValueError):
+            self.client.submit("h", run_at=datetime(2026, 1, 2))  # naive
+        with self.assertRaises(TypeError):
+            self.client.submit("h", delay="5s")
+        self.assertEqual(self.stub.requests, [])
+
+    def test_idempotent_and_conflict(self):
+        first = self.client.submit("h", {"a": 1}, id="k")
+        again = self.client.submit("h", {"a": 1}, id="k")
+        self.assertEqual(first.id, again.id)
+        with self.assertRaises(Conflict) as cm:
+            self.client.submit("h", {"a": 2}, id="k")
+        e = cm.exception
+        self.assertEqual((e.status, e.code), (409, "conflict"))
+        self.assertIn("another spec", e.message)
+        self.client.submit("h", {"a": 2}, id="k", overwrite=True)
+
+
+class TaskCallsTest(ClientTestCase):
+    def test_id_escaping_for_every_task_call(self):
+        for tid, escaped in IDS.items():
+            with self.subTest(id=tid):
+                self.stub.put_task(id=tid, state="DEAD", attempts=1)
+                self.assertEqual(self.client.get(tid).id, tid)
+                self.assertEqual(self.client.retry(tid).state, State.WAITING)
+                self.assertEqual(self.client.cancel(tid).state, State.CANCELLED)
+                self.assertEqual(
+                    self.stub.paths()[-3:],
+                    [f"GET /v1/tasks/{escaped}", f"POST /v1/tasks/{escaped}/retry", f"DELETE /v1/tasks/{escaped}"],
+                )
+
+    def test_get_not_found(self):
+        with self.assertRaises(NotFound) as cm:
+            self.client.get("nope")
+        self.assertEqual((cm.exception.status, cm.exception.code), (404, "not_found"))
+        with self.assertRaises(BadRequest):
+            self.client.get("")
+
+    def test_retry_of_a_waiting_task_conflicts(self):
+        self.stub.put_task(id="w")
+        with self.assertRaises(Conflict):
+            self.client.retry("w")
+
+    def test_retry_with_empty_answer_gets_the_task(self):
+        self.stub.put_task(id="d", state="DEAD")
+        self.stub.enqueue(204, method="POST", path="/v1/tasks/d/retry")
+        self.assertEqual(self.client.retry("d").id, "d")
+        self.assertEqual(self.stub.paths()[-1], "GET /v1/tasks/d")
+
+    def test_heartbeat_and_result(self):
+        self.stub.put_task(id="order|42", state="RUNNING", attempts=2)
+        self.assertEqual(self.client.heartbeat("order|42", 2).state, State.RUNNING)
+        req = self.stub.requests[-1]
+        self.assertEqual((req.method, req.path, req.json()), ("POST", "/v1/tasks/order%7C42/heartbeat", {"attempt": 2}))
+        with self.assertRaises(Conflict):
+            self.client.heartbeat("order|42", 1)
+        self.assertEqual(self.client.report_result("order|42", 2, "failed", error="db down \u00fc").state, State.WAITING)
+        req = self.stub.requests[-1]
+        self.assertEqual(req.path, "/v1/tasks/order%7C42/result")
+        self.assertEqual(req.json(), {"attempt": 2, "status": "failed", "error": "db down \u00fc"})
+        self.client.report_result("order|42", 2)
+        self.assertEqual(self.stub.requests[-1].json(), {"attempt": 2, "status": "success"})
+        self.stub.enqueue(204, method="POST")  # an answer without a body
+        self.assertIsNone(self.client.report_result("order|42", 2))
+        with self.assertRaises(BadRequest):
+            self.client.report_result("order|42", 2, "done")
+        with self.assertRaises(BadRequest):
+            self.client.heartbeat("order|42", 0)
+
+    def test_list_iterates_pages(self):
+        for i in range(5):
+            self.stub.put_task(id=f"t{i}", handler="a" if i != 2 else "b")
+        self.assertEqual([t.id for t in self.client.list()], ["t0", "t1", "t2", "t3", "t4"])
+        self.assertEqual(
+            self.stub.paths()[-3:],
+            ["GET /v1/tasks", "GET /v1/tasks?cursor=2", "GET /v1/tasks?cursor=4"],
+        )
+        self.assertEqual([t.id for t in self.client.list(handler="a", page_size=3)], ["t0", "t1", "t3", "t4"])
+        self.assertEqual(self.stub.paths()[-2:], ["GET /v1/tasks?handler=a&limit=3", "GET /v1/tasks?handler=a&limit=3&cursor=3"])
+        self.assertEqual([t.id for t in self.client.list(limit=3)], ["t0", "t1", "t2"])
+        self.assertEqual(self.stub.paths()[-1], "GET /v1/tasks?limit=3")
+        self.assertEqual(list(self.client.list(limit=0)), [])
+
+    def test_list_filters_are_escaped(self):
+        self.stub.put_task(id="x", handler="order timeout/&", state="DEAD")
+        got = list(self.client.list(handler="order timeout/&", state=State.DEAD))
+        self.assertEqual([t.id for t in got], ["x"])
+        self.assertEqual(self.stub.paths()[-1], "GET /v1/tasks?handler=order%20timeout%2F%26&state=DEAD")
+
+    def test_list_page(self):
+        for i in range(3):
+            self.stub.put_task(id=f"t{i}")
+        page = self.client.list_page(limit=2)
+        self.assertEqual(([t.id for t in page.tasks], page.next_cursor), (["t0", "t1"], "2"))
+        page = self.client.list_page(limit=2, cursor=page.next_cursor)
+        self.assertEqual(([t.id for t in page.tasks], page.next_cursor), (["t2"], None))
+
+    def test_list_errors_surface_while_iterating(self):
+        it = self.client.list()
+        self.stub.enqueue_error(503, "not_ready", "catching up", method="GET", path="/v1/tasks")
+        with self.assertRaises(NotReady):
+            next(it)
+
+
+class BatchTest(ClientTestCase):
+    def test_batch(self):
+        self.stub.put_task(id="taken", _spec={"handler": "other"})
+        res = self.client.submit_batch(
+            [
+                {"handler": "h", "id": "b1", "payload": {"n": 1}, "delay": 5},
+                SubmitRequest("h", id="taken"),
+                SubmitRequest("h", payload_bytes=b"\x00"),
+            ]
+        )
+        req = self.stub.requests[-1]
+        self.assertEqual((req.method, req.path), ("POST", "/v1/tasks/batch"))
+        self.assertEqual(req.json()["tasks"][0], {"id": "b1", "handler": "h", "delay": "5s", "payload": {"n": 1}})
+        self.assertEqual(len(self.stub.requests), 1)
+        self.assertFalse(res.ok)
+        self.assertEqual(res.tasks[0].id, "b1")
+        self.assertIsNone(res.tasks[1])
+        self.assertIsInstance(res.errors[1], Conflict)
+        self.assertEqual(res.errors[1].status, 409)
+        self.assertEqual(res.tasks[2].payload, b"\x00")
+        self.assertEqual(res.errors[0], None)
+
+    def test_batch_results_with_other_errors(self):
+        body = {"results": [
+            {"status": 201, "task": {"id": "a", "handler": "h", "state": "WAITING"}},
+            {"status": 429, "error": {"code": "queue_full", "message": "backlog full"}},
+        ]}
+        self.stub.enqueue(200, json.dumps(body).encode(), path="/v1/tasks/batch")
+        res = self.client.submit_batch([{"handler": "h", "id": "a"}, {"handler": "h"}])
+        self.assertEqual(res.tasks[0].id, "a")
+        self.assertIsInstance(res.errors[1], QueueFull)
+        self.assertEqual((res.errors[1].status, res.errors[1].message), (429, "backlog full"))
+        self.stub.enqueue(200, json.dumps({"results": []}).encode(), path="/v1/tasks/batch")
+        with self.assertRaises(AxError):
+            self.client.submit_batch([{"handler": "h"}])
+
+    def test_batch_with_only_stored_tasks_listed(self):
+        ok = {"id": "a", "handler": "h", "state": "WAITING", "created_at": NOW, "updated_at": NOW}
+        body = json.dumps({"tasks": [ok], "errors": [{"index": 0, "error": {"code": "bad_request", "message": "x"}}]})
+        self.stub.enqueue(200, body.encode(), path="/v1/tasks/batch")
+        res = self.client.submit_batch([{"handler": "h", "id": "bad"}, {"handler": "h", "id": "a"}])
+        self.assertIsInstance(res.errors[0], BadRequest)
+        self.assertEqual(res.tasks[1].id, "a")
+
+    def test_falls_back_to_one_submit_per_task(self):
+        for status, code in ((404, "not_found"), (405, "method_not_allowed")):
+            with self.subTest(status=status):
+                client = Client(self.stub.path)
+                self.addCleanup(client.close)
+                self.stub.requests.clear()
+                self.stub.enqueue_error(status, code, "no route", path="/v1/tasks/batch")
+                self.stub.put_task(id="taken", _spec={"handler": "other"})
+                res = client.submit_batch([{"handler": "h", "id": f"f{status}"}, {"handler": "h", "id": "taken"}])
+                self.assertEqual(
+                    self.stub.paths(), ["POST /v1/tasks/batch", "POST /v1/tasks", "POST /v1/tasks"]
+                )
+                self.assertEqual(res.tasks[0].id, f"f{status}")
+                self.assertIsInstance(res.errors[1], Conflict)
+                # remembered: the next batch goes straight to one by one
+                client.submit_batch([{"handler": "h"}])
+                self.assertEqual(self.stub.paths()[-1], "POST /v1/tasks")
+
+    def test_invalid_item_sends_nothing(self):
+        with self.assertRaises(BadRequest) as cm:
+            self.client.submit_batch([{"handler": "h"}, {"handler": "h", "bogus": 1}])
+        self.assertIn("item 1", str(cm.exception))
+        with self.assertRaises(BadRequest) as cm:
+            self.client.submit_batch([{"handler": "h"}, {"handler": ""}])
+        self.assertIn("item 1", str(cm.exception))
+        self.assertEqual(self.stub.requests, [])
+        self.assertTrue(self.client.submit_batch([]).ok)
+
+    def test_whole_batch_errors_raise(self):
+        self.stub.enqueue_error(429, "queue_full", "backlog full", retry_after="3", path="/v1/tasks/batch")
+        with self.assertRaises(QueueFull) as cm:
+            self.client.submit_batch([{"handler": "h"}])
+        self.assertEqual(cm.exception.retry_after, 3.0)
+
+
+class ExecutorCallsTest(ClientTestCase):
+    def test_register_and_unregister(self):
+        out = self.client.register_executor(
+            "py/w 1", ["order.timeout", "*"], "unix:///abs/w.sock", max_concurrency=4, timeout=timedelta(seconds=20)
+        )
+        req = self.stub.requests[-1]
+        self.assertEqual((req.method, req.path), ("POST", "/v1/executors"))
+        want = {"name": "py/w 1", "handlers": ["order.timeout", "*"], "url": "unix:///abs/w.sock",
+                "max_concurrency": 4, "timeout": "20s"}
+        self.assertEqual(req.json(), want)
+        self.assertEqual(out, want)
+        self.assertEqual(self.client.executors(), [want])
+        self.client.register_executor("m", ["order.*"], "unix:///abs/m.sock", min_concurrency=1)
+        self.assertEqual(self.stub.requests[-1].json()["min_concurrency"], 1)
+        self.client.unregister_executor("py/w 1")
+        self.assertEqual(self.stub.paths()[-1], "DELETE /v1/executors/py%2Fw%201")
+        with self.assertRaises(NotFound):
+            self.client.unregister_executor("py/w 1")
+        with self.assertRaises(BadRequest):
+            self.client.register_executor("x", "order.timeout", "unix:///a")
+
+    def test_register_on_a_sidecar_without_the_route(self):
+        self.stub.executors_enabled = False
+        with self.assertRaises(NotFound) as cm:
+            self.client.register_executor("w", ["h"], "unix:///a")
+        self.assertIn("no route", cm.exception.message)
+
+
+class ClusterTest(ClientTestCase):
+    def test_cluster(self):
+        info = self.client.cluster()
+        self.assertEqual((info.node_id, info.state, info.leader, info.term), ("n1", "Leader", "n1", 3))
+        self.assertEqual(info.applied_index, 10)
+        self.assertEqual(len(info.members), 1)
+        m = info.members[0]
+        self.assertEqual((m.id, m.raft_addr, m.peer_addr, m.suffrage, m.leader), ("n1", "127.0.0.1:7420", "127.0.0.1:7421", "Voter", True))
+
+    def test_ready_and_health(self):
+        self.assertIsNone(self.client.ready())
+        self.assertIsNone(self.client.health())
+        self.stub.enqueue_error(503, "not_ready", "no leader known", retry_after="1", path="/readyz")
+        with self.assertRaises(NotReady) as cm:
+            self.client.ready()
+        self.assertEqual((cm.exception.status, cm.exception.retry_after), (503, 1.0))
+        self.stub.enqueue(503, b"starting", path="/readyz")  # no code: still NotReady
+        with self.assertRaises(NotReady):
+            self.client.ready()
+
+    def test_wait_ready(self):
+        self.stub.enqueue_error(503, "not_ready", "catching up", path="/readyz", times=2)
+        self.client.wait_ready(timeout=5, interval=0.01)
+        self.assertEqual(self.stub.paths().count("GET /readyz"), 3)
+        self.assertEqual(self.sleeps, [0.01, 0.01])
+
+
+class ErrorMappingTest(ClientTestCase):
+    def test_each_code_maps_to_its_exception(self):
+        for code, cls in axsched.ERROR_CODES.items():
+            if code == "no_leader":
+                continue  # retried; see NoLeaderTest
+            status = cls.default_status
+            with self.subTest(code=code):
+                self.stub.enqueue_error(status, code, f"message of {code}", retry_after="7", path="/v1/tasks/x")
+                with self.assertRaises(cls) as cm:
+                    self.client.get("x")
+                e = cm.exception
+                self.assertIs(type(e), cls)
+                self.assertEqual((e.status, e.code, e.message, e.retry_after), (status, code, f"message of {code}", 7.0))
+                self.assertEqual(str(e), f"ax: message of {code} ({code}, http {status})")
+
+    def test_queue_full_retry_after_and_no_retry(self):
+        self.stub.enqueue_error(429, "queue_full", 'backlog of "h" is full', retry_after="2", method="POST")
+        with self.assertRaises(QueueFull) as cm:
+            self.client.submit("h")
+        self.assertEqual(cm.exception.retry_after, 2.0)
+        self.assertEqual(cm.exception.status, 429)
+        self.assertEqual(len(self.stub.requests), 1)
+        self.assertEqual(self.sleeps, [])
+
+    def test_plain_text_and_unknown_codes(self):
+        self.stub.enqueue(404, b"404 page not found\n", {"Content-Type": "text/plain"})
+        with self.assertRaises(NotFound) as cm:
+            self.client.get("x")
+        self.assertEqual((cm.exception.code, cm.exception.message), (None, "404 page not found"))
+        self.stub.enqueue(418, error_body("teapot", "short and stout"))
+        with self.assertRaises(AxError) as cm:
+            self.client.get("x")
+        self.assertIs(type(cm.exception), AxError)
+        self.assertEqual((cm.exception.status, cm.exception.code), (418, "teapot"))
+        self.stub.enqueue(502, b"")
+        with self.assertRaises(AxError) as cm:
+            self.client.get("x")
+        self.assertEqual(cm.exception.message, "bad gateway")
+
+    def test_bad_answer(self):
+        self.stub.enqueue(200, b"not json")
+        with self.assertRaises(AxError) as cm:
+            self.client.get("x")
+        self.assertIn("cannot decode answer", str(cm.exception))
+
+    def test_exceptions_pickle(self):
+        import pickle
+
+        e = pickle.loads(pickle.dumps(QueueFull("full", status=429, retry_after=2.0)))
+        self.assertEqual((type(e), e.message, e.status, e.code, e.retry_after), (QueueFull, "full", 429, "queue_full", 2.0))
+
+
+class NoLeaderTest(ClientTestCase):
+    def test_retried_with_backoff_honouring_retry_after(self):
+        self.stub.enqueue_error(503, "no_leader", "election", retry_after="0", method="POST", times=1)
+        self.stub.enqueue_error(503, "no_leader", "election", retry_after="1", method="POST", times=1)
+        task = self.client.submit("h", id="nl")
+        self.assertEqual(task.id, "nl")
+        self.assertEqual(self.stub.paths(), ["POST /v1/tasks"] * 3)
+        self.assertEqual(self.sleeps, [0.1, 1.0])
+
+    def test_gives_up_after_three_retries(self):
+        self.stub.enqueue_error(503, "no_leader", "quorum lost", retry_after="1", times=10)
+        with self.assertRaises(NoLeader) as cm:
+            self.client.get("x")
+        e = cm.exception
+        self.assertEqual((e.status, e.code, e.message, e.retry_after), (503, "no_leader", "quorum lost", 1.0))
+        self.assertEqual(len(self.stub.requests), 4)
+        self.assertEqual(self.sleeps, [1.0, 1.0, 1.0])
+
+    def test_long_retry_after_is_not_waited_for(self):
+        self.stub.enqueue_error(503, "no_leader", "x", retry_after="60", times=10)
+        with self.assertRaises(NoLeader):
+            self.client.get("x")
+        self.assertEqual((len(self.stub.requests), self.sleeps), (1, []))
+
+    def test_not_ready_is_not_retried(self):
+        self.stub.enqueue_error(503, "not_ready", "x", retry_after="1", times=10)
+        with self.assertRaises(NotReady):
+            self.client.get("x")
+        self.assertEqual(len(self.stub.requests), 1)
+
+
+class UnavailableTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="axtest-")
+        self.addCleanup(lambda: __import__("shutil").rmtree(self.dir, ignore_errors=True))
+
+    def test_missing_socket(self):
+        path = os.path.join(self.dir, "ax.sock")
+        client = Client(path)
+        with self.assertRaises(Unavailable) as cm:
+            client.submit("h", {"a": 1})
+        e = cm.exception
+        self.assertEqual(str(e), f"ax: cannot reach sidecar at {path}: [Errno 2] No such file or directory")
+        self.assertEqual((e.socket_path, e.errno, e.request_sent, e.status, e.code), (path, 2, False, None, None))
+        self.assertIsInstance(e.cause, FileNotFoundError)
+        # The traceback shows our one line, not http.client's internals.
+        text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        self.assertNotIn("During handling", text)
+        self.assertNotIn("http/client.py", text)
+
+    def test_default_relative_socket_in_message(self):
+        old = os.getcwd()
+        os.chdir(self.dir)
+        self.addCleanup(os.chdir, old)
+        with mock.patch.dict(os.environ, {}, clear=True):
+            with self.assertRaises(Unavailable) as cm:
+                Client().get("x")
+        self.assertEqual(str(cm.exception), "ax: cannot reach sidecar at ./ax.sock: [Errno 2] No such file or directory")
+
+    def test_nobody_listening(self):
+        path = os.path.join(self.dir, "dead.sock")
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(path)
+        s.close()  # the file stays, nobody listens
+        with self.assertRaises(Unavailable) as cm:
+            Client(path).get("x")
+        self.assertEqual(str(cm.exception), f"ax: cannot reach sidecar at {path}: [Errno 111] Connection refused")
+
+    def test_no_answer_within_timeout(self):
+        path = os.path.join(self.dir, "mute.sock")
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(path)
+        s.listen(1)
+        self.addCleanup(s.close)
+        with self.assertRaises(Unavailable) as cm:
+            Client(path, timeout=0.05).get("x")
+        self.assertEqual(str(cm.exception), f"ax: no answer from sidecar at {path} within 0.05s")
+        self.assertTrue(cm.exception.request_sent)
+
+    def test_connection_closed_without_answer(self):
+        path = os.path.join(self.dir, "rude.sock")
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(path)
+        s.listen(1)
+        self.addCleanup(s.close)
+
+        def rude():
+            c, _ = s.accept()
+            c.recv(65536)
+            c.close()
+
+        t = threading.Thread(target=rude)
+        t.start()
+        with self.assertRaises(Unavailable) as cm:
+            Client(path).submit("h")
+        t.join()
+        # "the sidecar closed the connection without answering", or a broken
+        # pipe when it closed while the request was still being sent.
+        self.assertTrue(str(cm.exception).startswith(f"ax: lost connection to sidecar at {path}: "), str(cm.exception))
+        self.assertTrue(cm.exception.request_sent)
+
+
+class ConnectionReuseTest(unittest.TestCase):
+    def test_keep_alive_and_sidecar_restart(self):
+        stub = StubSidecar().start()
+        self.addCleanup(stub.stop)
+        client = Client(stub.path)
+        self.addCleanup(client.close)
+        stub.put_task(id="a")
+        accepted = []
+        stub.on_request = lambda r: accepted.append(threading.get_ident())
+        client.get("a")
+        client.get("a")
+        self.assertEqual(len(set(accepted)), 1, "the second call should reuse the connection")
+        # The sidecar restarts: the idle connection is dead; calls still work.
+        stub.stop(remove_dir=False)
+        stub2 = StubSidecar(stub.path).start()
+        self.addCleanup(stub2.stop)
+        stub2.put_task(id="a")
+        self.assertEqual(client.get("a").id, "a")
+        stub2.put_task(id="b")
+        stub.stop(remove_dir=False)
+        self.assertEqual(client.submit("h", id="c").id, "c")
+
+    def test_threads_share_a_client(self):
+        with StubSidecar() as stub:
+            client = Client(stub.path)
+            errors = []
+
+            def work(n):
+                try:
+                    for i in range(20):
+                        client.submit("h", {"n": n}, id=f"{n}-{i}")
+                except Exception as e:  # pragma: no cover
+                    errors.append(e)
+
+            threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            client.close()
+            self.assertEqual(errors, [])
+            self.assertEqual(len(stub.tasks), 160)
+
+
+if __name__ == "__main__":
+    unittest.main()
