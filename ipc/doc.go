@@ -30,12 +30,12 @@
 //	GET    /v1/cluster                ClusterInfo: members, leader, Raft state, indexes
 //	GET    /healthz                   200 {"status":"ok"} while the server runs
 //	GET    /readyz                    200 {"status":"ready"}, or 503 not_ready (Backend.Ready)
+//	GET    /metrics                   Prometheus text format (ServerOptions.Metrics)
 //
 // Every GET route answers HEAD too. A method the path does not have gets 405
 // with an Allow header. The table is the variable routes (routes.go);
 // openapi.yaml describes the same routes with their bodies, and a test keeps
-// the three in step. openapi.yaml also describes GET /metrics (Prometheus
-// text format), which is added separately.
+// the three in step.
 //
 // Task ids are opaque UTF-8 strings ("order|42", "a@b", "A/B", "ü日本"), at
 // most IDMaxBytes, without control characters. Clients URL-escape them in

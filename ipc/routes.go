@@ -40,6 +40,7 @@ var routes = []routeDef{
 	{"GET", "/v1/cluster", (*Server).cluster},
 	{"GET", "/healthz", (*Server).health},
 	{"GET", "/readyz", (*Server).ready},
+	{"GET", "/metrics", (*Server).metrics},
 }
 
 // methodOrder is the order of methods in an Allow header.

@@ -63,6 +63,8 @@ type ServerOptions struct {
 	// WriteTimeout bounds writing a response.
 	// Defaults to WriteTimeoutDefault (10s).
 	WriteTimeout time.Duration
+	// Metrics answers GET /metrics (Prometheus text format). Nil: 404.
+	Metrics fasthttp.RequestHandler
 }
 
 // WithDefaults returns a copy of o with zero fields set to their defaults.
@@ -269,6 +271,15 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx) {
 	if failure = def.handle(s, rctx, ctx, param); failure != nil {
 		s.writeError(ctx, failure)
 	}
+}
+
+// metrics answers GET /metrics with ServerOptions.Metrics.
+func (s *Server) metrics(_ context.Context, ctx *fasthttp.RequestCtx, _ string) error {
+	if s.opts.Metrics == nil {
+		return Errorf(ErrNotFound, "metrics are not served by this server")
+	}
+	s.opts.Metrics(ctx)
+	return nil
 }
 
 // health answers GET /healthz.

@@ -58,6 +58,12 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 // putTask stores t and keeps the due and running indexes in step with the
 // change from prev (nil when t is new).
 func putTask(w *writer, prev, t *Task) error {
+	if prev == nil || prev.State != t.State {
+		if prev != nil {
+			w.count(prev.State, -1)
+		}
+		w.count(t.State, 1)
+	}
 	if prev != nil {
 		switch prev.State {
 		case StateWaiting:
@@ -206,7 +212,7 @@ func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
 	if err := putTask(w, prev, &t); err != nil {
 		return Result{}, nil, err
 	}
-	return Result{Task: &t}, []Event{{Type: CmdComplete, Task: &t, Prev: prev.State, PrevNode: prev.Node}}, nil
+	return Result{Task: &t}, []Event{{Type: CmdComplete, Task: &t, Prev: prev.State, PrevNode: prev.Node, Outcome: c.Outcome}}, nil
 }
 
 // applyNode stores a node's record as the node states it at start. The

@@ -22,8 +22,10 @@ type Event struct {
 	Prev State
 	// PrevNode is the node that ran the task's attempt before the change.
 	PrevNode string
-	// Node is set for CmdNode events.
+	// Node is set for CmdNode and CmdExecutor events.
 	Node *Node
+	// Outcome is the reported outcome, for CmdComplete events.
+	Outcome Outcome
 }
 
 // Observer is told about every change once its entry is committed to
@@ -48,6 +50,7 @@ type FSM struct {
 	observer atomic.Pointer[observerBox]
 
 	applied atomic.Uint64
+	counts  [numStates]atomic.Int64 // tasks per state, as stored
 	mu      sync.Mutex
 	waitCh  chan struct{} // closed and replaced when applied moves
 
@@ -78,6 +81,9 @@ func Open(db *badger.DB) (*FSM, error) {
 		return nil, fmt.Errorf("read applied index: %w", err)
 	}
 	f.applied.Store(idx)
+	if err := f.loadCounts(); err != nil {
+		return nil, fmt.Errorf("read task counts: %w", err)
+	}
 	return f, nil
 }
 
@@ -142,7 +148,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	if err != nil {
 		panic(fmt.Sprintf("raftfsm: entry %d: %v", l.Index, err))
 	}
-	w := newWriter(f.db)
+	w := f.newWriter()
 	results := make([]Result, len(cmds))
 	var events []Event
 	for i := range cmds {
@@ -158,6 +164,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	if err := w.finish(l.Index); err != nil {
 		panic(fmt.Sprintf("raftfsm: entry %d: commit: %v", l.Index, err))
 	}
+	f.addCounts(&w.deltas)
 	f.setApplied(l.Index)
 	if b := f.observer.Load(); b != nil && len(events) > 0 {
 		b.o.Applied(l.Index, events)
@@ -174,7 +181,7 @@ func (f *FSM) StoreConfiguration(index uint64, _ raft.Configuration) {
 	if index <= f.applied.Load() {
 		return
 	}
-	w := newWriter(f.db)
+	w := f.newWriter()
 	if err := w.finish(index); err != nil {
 		panic(fmt.Sprintf("raftfsm: configuration entry %d: %v", index, err))
 	}
@@ -184,12 +191,38 @@ func (f *FSM) StoreConfiguration(index uint64, _ raft.Configuration) {
 // writer is a badger write transaction that splits itself when it grows past
 // badger's transaction limit. The applied index goes into the last part, so
 // a crash between parts re-applies the entry, whose commands are idempotent.
+//
+// It also keeps the per-state task counts: putTask records deltas, and every
+// commit (each part, and the last) writes the counts as they stand, so the
+// stored counts always match the stored tasks.
 type writer struct {
-	db  *badger.DB
-	txn *badger.Txn
+	db     *badger.DB
+	txn    *badger.Txn
+	base   [numStates]int64 // counts before this entry
+	deltas [numStates]int64
 }
 
-func newWriter(db *badger.DB) *writer { return &writer{db: db, txn: db.NewTransaction(true)} }
+func (f *FSM) newWriter() *writer {
+	w := &writer{db: f.db, txn: f.db.NewTransaction(true)}
+	for i := range w.base {
+		w.base[i] = f.counts[i].Load()
+	}
+	return w
+}
+
+// commitPart writes the counts and commits the current transaction.
+func (w *writer) commitPart() error {
+	for s, d := range w.deltas {
+		if d != 0 {
+			if err := w.txn.Set(countKey(State(s)), binary.BigEndian.AppendUint64(nil, uint64(w.base[s]+d))); err != nil {
+				return err
+			}
+		}
+	}
+	return w.txn.Commit()
+}
+
+func (w *writer) count(s State, d int64) { w.deltas[s] += d }
 
 func (w *writer) get(key []byte, v any) (bool, error) {
 	item, err := w.txn.Get(key)
@@ -205,7 +238,7 @@ func (w *writer) get(key []byte, v any) (bool, error) {
 func (w *writer) set(key, val []byte) error {
 	err := w.txn.Set(key, val)
 	if errors.Is(err, badger.ErrTxnTooBig) {
-		if err := w.txn.Commit(); err != nil {
+		if err := w.commitPart(); err != nil {
 			return err
 		}
 		w.txn = w.db.NewTransaction(true)
@@ -217,7 +250,7 @@ func (w *writer) set(key, val []byte) error {
 func (w *writer) del(key []byte) error {
 	err := w.txn.Delete(key)
 	if errors.Is(err, badger.ErrTxnTooBig) {
-		if err := w.txn.Commit(); err != nil {
+		if err := w.commitPart(); err != nil {
 			return err
 		}
 		w.txn = w.db.NewTransaction(true)
@@ -238,7 +271,7 @@ func (w *writer) finish(index uint64) error {
 	if err := w.set(keyApplied, binary.BigEndian.AppendUint64(nil, index)); err != nil {
 		return err
 	}
-	return w.txn.Commit()
+	return w.commitPart()
 }
 
 func (w *writer) discard() { w.txn.Discard() }
@@ -271,6 +304,55 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
 	f.broken.Store(false)
+	if err := f.loadCounts(); err != nil {
+		return fmt.Errorf("restore snapshot: read task counts: %w", err)
+	}
 	f.setApplied(idx)
 	return nil
+}
+
+// numStates sizes per-state arrays (index = State).
+const numStates = int(StateCancelled) + 1
+
+// Counts returns how many tasks are in each state, indexed by State
+// (index 0 is unused). O(1): the counts are kept with every apply.
+func (f *FSM) Counts() [numStates]int64 {
+	var c [numStates]int64
+	for i := range c {
+		c[i] = f.counts[i].Load()
+	}
+	return c
+}
+
+func (f *FSM) addCounts(d *[numStates]int64) {
+	for i, v := range d {
+		if v != 0 {
+			f.counts[i].Add(v)
+		}
+	}
+}
+
+func (f *FSM) loadCounts() error {
+	return f.db.View(func(txn *badger.Txn) error {
+		for s := StateWaiting; s <= StateCancelled; s++ {
+			var v int64
+			item, err := txn.Get(countKey(s))
+			if err == nil {
+				err = item.Value(func(b []byte) error {
+					if len(b) != 8 {
+						return fmt.Errorf("count of %d bytes: %w", len(b), ErrBadEntry)
+					}
+					v = int64(binary.BigEndian.Uint64(b))
+					return nil
+				})
+			} else if errors.Is(err, badger.ErrKeyNotFound) {
+				err = nil
+			}
+			if err != nil {
+				return err
+			}
+			f.counts[s].Store(v)
+		}
+		return nil
+	})
 }

@@ -367,7 +367,7 @@ func TestLargeEntrySplitsTransaction(t *testing.T) {
 // entry-count limit, then delete.
 func TestWriterSplitsOnDelete(t *testing.T) {
 	e := newEnv(t)
-	w := newWriter(e.db)
+	w := e.f.newWriter()
 	n := int(e.db.MaxBatchCount()) - 2 // a new transaction counts one entry for its end mark
 	for i := range n {
 		if err := w.set(fmt.Appendf(nil, "x/%06d", i), []byte("v")); err != nil {

@@ -9,6 +9,7 @@ import "encoding/binary"
 //	d/<due ms BE 8><id>       WAITING tasks by due time (value empty)
 //	r/<id>                    RUNNING tasks (value empty)
 //	n/<node id>               node record
+//	m/count/<state byte>      number of tasks in that state, uint64 big-endian
 var (
 	keyApplied = []byte("m/applied")
 	prefixTask = []byte("t/")
@@ -16,6 +17,8 @@ var (
 	prefixRun  = []byte("r/")
 	prefixNode = []byte("n/")
 )
+
+func countKey(s State) []byte { return []byte{'m', '/', 'c', 'o', 'u', 'n', 't', '/', byte(s)} }
 
 func taskKey(id string) []byte { return append(append([]byte{}, prefixTask...), id...) }
 func runKey(id string) []byte  { return append(append([]byte{}, prefixRun...), id...) }

@@ -1,6 +1,8 @@
 package raftfsm
 
 import (
+	"bytes"
+	"io"
 	"testing"
 	"time"
 )
@@ -156,4 +158,52 @@ func TestListFiltersAndPages(t *testing.T) {
 	if ParseState("WAITING") != StateWaiting || ParseState("nope") != 0 || ParseState("") != 0 {
 		t.Fatal("ParseState")
 	}
+}
+
+// Per-state counts follow every transition, survive a reopen and a
+// snapshot restore, and match a full scan.
+func TestCountsFollowStates(t *testing.T) {
+	e := newEnv(t)
+	e.apply(1, submitCmd("a", spec("h", `1`), 100, 10), submitCmd("b", spec("h", `2`), 100, 10), submitCmd("c", spec("h", `3`), 100, 10))
+	ep := e.task("a").Epoch
+	e.apply1(2, fireCmd("a", ep, 1, "n1", 100, 40000))
+	e.apply1(3, completeCmd("a", ep, 1, OutcomeSuccess, "", 0, 110))
+	e.apply1(4, cancelCmd("b", 120))
+	e.apply1(5, submitCmd("b", spec("h", `2`), 100, 10)) // same spec: no change
+	check := func(f *FSM) {
+		t.Helper()
+		c := f.Counts()
+		if c[StateWaiting] != 1 || c[StateSuccess] != 1 || c[StateCancelled] != 1 || c[StateRunning] != 0 {
+			t.Fatalf("counts %v", c)
+		}
+		var scan [numStates]int64
+		tasks, _, _, err := f.List("", 0, "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range tasks {
+			scan[tk.State]++
+		}
+		if scan != c {
+			t.Fatalf("counts %v, scan %v", c, scan)
+		}
+	}
+	check(e.f)
+	e.reopen()
+	check(e.f)
+	snap, err := e.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &bufSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	snap.Release()
+	e2 := newEnv(t)
+	e2.apply1(1, submitCmd("zzz", spec("h", `9`), 100, 10))
+	if err := e2.f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	check(e2.f)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/axsched/ax/ipc"
@@ -26,7 +27,7 @@ type delivery struct {
 
 	mu      sync.Mutex
 	running map[string]*attemptRun // task id → its attempt running here
-	sems    map[string]chan struct{}
+	slots   map[string]*slot       // executor name|URL → its concurrency slots
 	wg      sync.WaitGroup
 	stopped bool
 }
@@ -40,7 +41,7 @@ type attemptRun struct {
 func newDelivery(n *Node) *delivery {
 	return &delivery{
 		n: n, caller: ipc.NewCaller(ipc.CallerOptions{}),
-		running: map[string]*attemptRun{}, sems: map[string]chan struct{}{},
+		running: map[string]*attemptRun{}, slots: map[string]*slot{},
 	}
 }
 
@@ -103,35 +104,87 @@ func (d *delivery) start(t *raftfsm.Task) {
 	}()
 }
 
-// executorFor returns the URL of this node's executor for handler, from
-// the replicated node record (flags and API registrations alike).
-func (d *delivery) executorFor(handler string) string {
+// executorFor returns this node's executor for handler, from the
+// replicated node record (flags and API registrations alike), or nil.
+func (d *delivery) executorFor(handler string) *raftfsm.Executor {
 	rec, err := d.n.fsm.Node(d.n.cfg.NodeID)
 	if err != nil {
-		return ""
+		return nil
 	}
-	if x := rec.ExecutorFor(handler); x != nil {
-		return x.URL
-	}
-	return ""
+	return rec.ExecutorFor(handler)
 }
 
-func (d *delivery) sem(url string) chan struct{} {
+// slot bounds the callbacks in flight to one executor: its
+// MaxConcurrency, or Config.DeliveryConcurrency.
+type slot struct {
+	name    string
+	sem     chan struct{}
+	waiting atomic.Int64
+}
+
+func (d *delivery) slot(x *raftfsm.Executor) *slot {
+	key := x.Name + "|" + x.URL
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := d.sems[url]
+	s := d.slots[key]
 	if s == nil {
-		s = make(chan struct{}, d.n.cfg.DeliveryConcurrency)
-		d.sems[url] = s
+		limit := d.n.cfg.DeliveryConcurrency
+		if x.MaxConcurrency > 0 {
+			limit = x.MaxConcurrency
+		}
+		s = &slot{name: x.Name, sem: make(chan struct{}, limit)}
+		d.slots[key] = s
+		d.n.metrics.executorLimit.WithLabelValues(x.Name).Set(float64(limit))
 	}
 	return s
 }
 
+// acquire waits for a free slot; false when ctx ends first.
+func (s *slot) acquire(ctx context.Context, m *metrics) bool {
+	s.waiting.Add(1)
+	m.executorQueue.WithLabelValues(s.name).Inc()
+	defer func() {
+		s.waiting.Add(-1)
+		m.executorQueue.WithLabelValues(s.name).Dec()
+	}()
+	select {
+	case s.sem <- struct{}{}:
+		m.executorFlight.WithLabelValues(s.name).Inc()
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (s *slot) release(m *metrics) {
+	<-s.sem
+	m.executorFlight.WithLabelValues(s.name).Dec()
+}
+
+// outcomeLabel names an outcome in ax_attempts_total.
+func outcomeLabel(k ipc.OutcomeKind) string {
+	switch k {
+	case ipc.OutcomeSuccess:
+		return "success"
+	case ipc.OutcomeAccepted:
+		return "accepted"
+	case ipc.OutcomeBusy:
+		return "snoozed"
+	case ipc.OutcomePermanent:
+		return "permanent"
+	case ipc.OutcomeTimeout:
+		return "timeout"
+	case ipc.OutcomeCancelled:
+		return "cancelled"
+	}
+	return "failed"
+}
+
 func (d *delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 	log := d.n.log.With().Str("task_id", t.ID).Int("attempt", t.Attempts).Str("handler", t.Spec.Handler).Logger()
-	url := d.executorFor(t.Spec.Handler)
+	x := d.executorFor(t.Spec.Handler)
 	var out ipc.Outcome
-	if url == "" {
+	if x == nil {
 		out = ipc.Outcome{Kind: ipc.OutcomeRetryable, Error: "node " + d.n.cfg.NodeID + " has no executor for handler " + t.Spec.Handler}
 	} else {
 		// The Fire was committed up to FireLead before the due time: hold
@@ -146,18 +199,22 @@ func (d *delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 				return
 			}
 		}
-		sem := d.sem(url)
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
+		sl := d.slot(x)
+		if !sl.acquire(ctx, d.n.metrics) {
 			return
 		}
+		start := time.Now()
+		d.n.metrics.lateness.WithLabelValues(t.Spec.Handler).Observe(max(0, start.Sub(time.UnixMilli(max(t.FiredMs, t.DueMs))).Seconds()))
 		deadline := time.UnixMilli(t.FiredMs).Add(time.Duration(t.Spec.TimeoutNs))
-		out = d.caller.Execute(ctx, url, ipc.Callback{
+		out = d.caller.Execute(ctx, x.URL, ipc.Callback{
 			TaskID: t.ID, Handler: t.Spec.Handler, Attempt: t.Attempts, Run: 1,
 			Deadline: deadline, Payload: t.Spec.Payload,
 		})
-		<-sem
+		sl.release(d.n.metrics)
+		if ctx.Err() != nil {
+			out.Kind = ipc.OutcomeCancelled
+		}
+		d.n.metrics.attempt(t.Spec.Handler, outcomeLabel(out.Kind), out.Duration)
 	}
 	if ctx.Err() != nil { // aborted (cancel, replace, lease expiry) or stopping: nothing to report
 		log.Debug().Str("cause", context.Cause(ctx).Error()).Msg("attempt aborted")

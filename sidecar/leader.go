@@ -35,10 +35,12 @@ type leaderState struct {
 	done     chan struct{}
 	lastSeen map[string]time.Time // node id → last load report
 	rr       uint64
+	parked   map[string]int // due tasks with no live executor → priority
+	jumps    uint64         // clock jumps of earlier terms' timers
 }
 
 func newLeaderState(n *Node) *leaderState {
-	return &leaderState{n: n, lastSeen: map[string]time.Time{}}
+	return &leaderState{n: n, lastSeen: map[string]time.Time{}, parked: map[string]int{}}
 }
 
 // start begins leading: it arms timers from the store and runs them until
@@ -90,7 +92,11 @@ func (l *leaderState) start(parent context.Context) {
 func (l *leaderState) stop() {
 	l.mu.Lock()
 	cancel, done := l.cancel, l.done
+	if l.timers != nil {
+		l.jumps += l.timers.Stats().ClockJumps
+	}
 	l.timers, l.cancel, l.done = nil, nil, nil
+	clear(l.parked)
 	l.mu.Unlock()
 	if cancel != nil {
 		cancel()
@@ -114,6 +120,17 @@ func (l *leaderState) onEvent(ev *raftfsm.Event) {
 		return
 	}
 	t := ev.Task
+	if ev.Type == raftfsm.CmdComplete {
+		switch {
+		case t.State == raftfsm.StateDead:
+			l.n.metrics.dead.WithLabelValues(t.Spec.Handler).Inc()
+		case t.State == raftfsm.StateWaiting && ev.Outcome != raftfsm.OutcomeBusy:
+			l.n.metrics.retries.WithLabelValues(t.Spec.Handler).Inc()
+		}
+	}
+	if t.State != raftfsm.StateWaiting {
+		l.unpark(t.ID)
+	}
 	switch t.State {
 	case raftfsm.StateWaiting:
 		timers.Cancel(leaseKeyPrefix + t.ID)
@@ -169,6 +186,7 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 		node := l.pick(nodes, t.Spec.Handler, now)
 		if node == "" {
 			n.log.Debug().Str("task_id", id).Str("handler", t.Spec.Handler).Msg("no live executor for handler; waiting")
+			l.park(id, t.Spec.Priority)
 			l.rearm(dueKeyPrefix+id, now.Add(noExecutorRetry))
 			continue
 		}
@@ -243,4 +261,50 @@ func (l *leaderState) pick(nodes []raftfsm.Node, handler string, now time.Time) 
 	}
 	l.rr++
 	return live[l.rr%uint64(len(live))]
+}
+
+func (l *leaderState) park(id string, prio int) {
+	l.mu.Lock()
+	l.parked[id] = prio
+	l.mu.Unlock()
+}
+
+func (l *leaderState) unpark(id string) {
+	l.mu.Lock()
+	delete(l.parked, id)
+	l.mu.Unlock()
+}
+
+// backlog counts the runs this leader holds due but undelivered, by
+// priority (index 0 … 4).
+func (l *leaderState) backlog() []int {
+	out := make([]int, 5)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, p := range l.parked {
+		if p >= 0 && p < len(out) {
+			out[p]++
+		}
+	}
+	return out
+}
+
+// clockJumps counts the wall-clock jumps the leader's timers detected,
+// over every term this node led.
+func (l *leaderState) clockJumps() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	j := l.jumps
+	if l.timers != nil {
+		j += l.timers.Stats().ClockJumps
+	}
+	return j
+}
+
+// armed returns how many timers the leader has armed (0 when not leading).
+func (l *leaderState) armed() int {
+	if t := l.currentTimers(); t != nil {
+		return t.Len()
+	}
+	return 0
 }

@@ -43,6 +43,7 @@ type Node struct {
 	events   *eventQueue
 	leader   *leaderState
 	delivery *delivery
+	metrics  *metrics
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -132,11 +133,12 @@ func (n *Node) open() error {
 	n.leader = newLeaderState(n)
 	n.delivery = newDelivery(n)
 
+	n.metrics = newMetrics(n)
 	n.peer = newPeerServer(n)
 	if err := n.peer.listen(n.cfg.PeerAddr); err != nil {
 		return err
 	}
-	n.api = ipc.NewServer(n, n.log, ipc.ServerOptions{})
+	n.api = ipc.NewServer(n, n.log, ipc.ServerOptions{Metrics: n.metrics.handler()})
 	ln, err := listenUnix(n.cfg.Socket)
 	if err != nil {
 		return err
@@ -271,6 +273,7 @@ func (n *Node) watchLeadership(ctx context.Context, ch <-chan bool) {
 			n.leader.stop()
 			return
 		case isLeader := <-ch:
+			n.metrics.leaderChanges.Inc()
 			if isLeader {
 				n.log.Info().Uint64("term", n.term()).Msg("won leadership")
 				n.leader.start(ctx)

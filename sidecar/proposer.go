@@ -119,6 +119,7 @@ func (p *proposer) apply(batch []*proposal, ncmds int) {
 		fail(err)
 		return
 	}
+	start := time.Now()
 	f := p.n.raft.Apply(data, applyTimeout)
 	// Wait for the commit off this goroutine so that the next batch can be
 	// built and enqueued meanwhile (raft pipelines the entries).
@@ -130,6 +131,7 @@ func (p *proposer) apply(batch []*proposal, ncmds int) {
 			fail(err)
 			return
 		}
+		p.n.metrics.commitLatency.Observe(time.Since(start).Seconds())
 		results, ok := f.Response().([]raftfsm.Result)
 		if !ok || len(results) != len(all) {
 			fail(fmt.Errorf("entry %d: unexpected apply response %T", f.Index(), f.Response()))
