@@ -102,6 +102,9 @@ type Config struct {
 	// DeliveryConcurrency bounds callbacks in flight per executor. Defaults
 	// to DeliveryConcurrencyDefault.
 	DeliveryConcurrency int
+	// LogPayloads adds task payloads to the debug log lines of state
+	// changes. Off by default: payloads may hold personal data.
+	LogPayloads bool
 	// SnapshotThreshold and TrailingLogs bound the Raft log. Default to
 	// SnapshotThresholdDefault and TrailingLogsDefault.
 	SnapshotThreshold uint64

@@ -299,7 +299,11 @@ func (n *Node) dispatchEvents(ctx context.Context) {
 		if !ok {
 			return
 		}
+		debug := n.log.Debug().Enabled()
 		for i := range evs {
+			if debug {
+				n.logEvent(&evs[i])
+			}
 			n.leader.onEvent(&evs[i])
 			n.delivery.onEvent(&evs[i])
 		}
@@ -317,6 +321,40 @@ func raftLogLevel(l zerolog.Level) hclog.Level {
 	default:
 		return hclog.Error
 	}
+}
+
+var commandNames = map[raftfsm.CommandType]string{
+	raftfsm.CmdSubmit: "submit", raftfsm.CmdCancel: "cancel", raftfsm.CmdFire: "fire", raftfsm.CmdComplete: "complete",
+	raftfsm.CmdNode: "node", raftfsm.CmdExecutor: "executor", raftfsm.CmdRetry: "retry", raftfsm.CmdLease: "heartbeat",
+}
+
+// logEvent writes one debug line per applied change: every line about a
+// task carries task_id, attempt, handler and node. Payloads only with
+// Config.LogPayloads.
+func (n *Node) logEvent(ev *raftfsm.Event) {
+	e := n.log.Debug().Str("command", commandNames[ev.Type])
+	if t := ev.Task; t != nil {
+		e = e.Str("task_id", t.ID).Int("attempt", t.Attempts).Str("handler", t.Spec.Handler).
+			Str("state", t.State.String()).Str("attempt_node", t.Node)
+		if ev.Prev != 0 {
+			e = e.Str("prev_state", ev.Prev.String())
+		}
+		if ev.Outcome != 0 {
+			e = e.Str("outcome", ev.Outcome.String())
+		}
+		if t.State == raftfsm.StateWaiting {
+			e = e.Time("due", time.UnixMilli(t.DueMs).UTC())
+		}
+		if t.LastError != "" && ev.Type == raftfsm.CmdComplete {
+			e = e.Str("last_error", t.LastError)
+		}
+		if n.cfg.LogPayloads {
+			e = e.Bytes("payload", t.Spec.Payload)
+		}
+	} else if ev.Node != nil {
+		e = e.Str("member", ev.Node.ID).Int("executors", len(ev.Node.Executors))
+	}
+	e.Msg("state change")
 }
 
 // badgerLogger routes badger's logs into zerolog, keeping only warnings and

@@ -24,6 +24,7 @@ type nodeFlags struct {
 	executors                                   []string
 	logFormat, logLevel                         string
 	heartbeat, election, fireLead               time.Duration
+	logPayloads                                 bool
 }
 
 func (f *nodeFlags) register(cmd *cobra.Command) {
@@ -37,7 +38,8 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.StringSliceVar(&f.join, "join", nil, "peer addresses of other nodes, ADDR[,ADDR...]: the nodes to bootstrap with, or members of a cluster to join")
 	fl.StringArrayVar(&f.executors, "executor", nil, "HANDLER=URL: this node's app runs HANDLER (* = every handler) at URL (unix:///abs/path.sock or http://127.0.0.1:PORT); repeatable")
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or console")
-	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error (debug: one line per task state change)")
+	fl.BoolVar(&f.logPayloads, "log-payloads", false, "include task payloads in debug log lines (off: payloads are never logged)")
 	fl.DurationVar(&f.heartbeat, "raft-heartbeat-timeout", sidecar.HeartbeatTimeoutDefault, "Raft heartbeat timeout")
 	fl.DurationVar(&f.election, "raft-election-timeout", sidecar.ElectionTimeoutDefault, "Raft election timeout")
 	fl.DurationVar(&f.fireLead, "fire-lead", sidecar.FireLeadDefault, "how long before a run's due time the leader commits its fire (the delivering node waits for the due time); -1ns turns it off")
@@ -46,7 +48,7 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 func (f *nodeFlags) config() (sidecar.Config, error) {
 	cfg := sidecar.Config{
 		NodeID: f.nodeID, DataDir: f.dataDir, Socket: f.socket, RaftAddr: f.raftAddr, PeerAddr: f.peerAddr,
-		BootstrapExpect: f.bootstrapExpect, HeartbeatTimeout: f.heartbeat, ElectionTimeout: f.election, FireLead: f.fireLead,
+		BootstrapExpect: f.bootstrapExpect, HeartbeatTimeout: f.heartbeat, ElectionTimeout: f.election, FireLead: f.fireLead, LogPayloads: f.logPayloads,
 	}
 	for _, j := range f.join {
 		if j = strings.TrimSpace(j); j != "" {
