@@ -125,9 +125,10 @@ func (c *FakeClock) NewTimer(d time.Duration) Timer {
 
 // Advance moves both the wall and the monotonic time forward by d and fires,
 // in deadline order, every timer that is then due. Each fire is a
-// non-blocking send on the timer's one-slot channel, like [time.Timer], so
-// Advance never waits for the goroutines that own the timers. A negative d
-// panics.
+// non-blocking send of the new wall time on the timer's one-slot channel,
+// like [time.Timer], so Advance never waits for the goroutines that own the
+// timers; a goroutine that re-arms in response sees the clock already at
+// its new time. A negative d panics.
 func (c *FakeClock) Advance(d time.Duration) {
 	if d < 0 {
 		panic("engine: FakeClock.Advance with a negative duration")

@@ -12,4 +12,14 @@ var (
 	// ErrInvalidBackoff is returned (wrapped) by Backoff.Validate when a
 	// field is out of range; the message names the field and the bound.
 	ErrInvalidBackoff = errors.New("engine: invalid backoff")
+	// ErrBacklogFull is returned (wrapped, with the depth) by
+	// ReadyQueue.Push when the queue holds ReadyOptions.Capacity tasks;
+	// the API turns it into 429 with Retry-After.
+	ErrBacklogFull = errors.New("engine: backlog full")
+	// ErrAlreadyQueued is returned (wrapped) by ReadyQueue.Push and
+	// Requeue when the key is already in the queue.
+	ErrAlreadyQueued = errors.New("engine: already queued")
+	// ErrInvalidPriority is returned (wrapped) by ReadyQueue.Push and
+	// Requeue when the priority is outside 0..4.
+	ErrInvalidPriority = errors.New("engine: invalid priority")
 )

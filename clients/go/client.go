@@ -159,6 +159,20 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Task, error) {
 	return w.task()
 }
 
+// Retry re-runs a DEAD or FAILED task and returns it: WAITING again, due
+// now, with its attempts counted from zero. A task in another state gives an
+// error matching ErrConflict; an unknown id, ErrNotFound.
+func (c *Client) Retry(ctx context.Context, id string) (*Task, error) {
+	if id == "" {
+		return nil, fmt.Errorf("%w: empty task id", ErrInvalid)
+	}
+	var w wireTask
+	if err := c.do(ctx, http.MethodPost, taskPath(id)+"/retry", []byte("{}"), &w); err != nil {
+		return nil, err
+	}
+	return w.task()
+}
+
 // Cluster describes the Raft group as the local sidecar sees it: members,
 // leader, term and indexes.
 func (c *Client) Cluster(ctx context.Context) (*ClusterInfo, error) {

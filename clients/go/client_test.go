@@ -353,7 +353,7 @@ func Test_Client_ErrorMapping(t *testing.T) {
 	}
 	f.Inject(fakeAnswer{Status: 429, Code: "queue_full", Message: "handler h has 10000 due runs", RetryAfter: "2"})
 	_, err = c.Submit(ctx, ax.SubmitRequest{Handler: "h"})
-	if got := err.Error(); got != "ax: handler h has 10000 due runs (queue_full, http 429)" {
+	if got := err.Error(); got != "ax: handler h has 10000 due runs (queue_full, http 429, retry after 2s)" {
 		t.Fatalf("message %q", got)
 	}
 	if n := len(f.Requests()); n != len(cases)+2 {

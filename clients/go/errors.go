@@ -121,7 +121,9 @@ type APIError struct {
 	RetryAfter time.Duration
 }
 
-// Error returns "ax: <message> (<code>, http <status>)".
+// Error returns "ax: <message> (<code>, http <status>)", with ", retry
+// after <duration>" before the closing parenthesis when the answer carried
+// a Retry-After.
 func (e *APIError) Error() string {
 	msg := e.Message
 	if msg == "" {
@@ -130,6 +132,9 @@ func (e *APIError) Error() string {
 	code := e.Code
 	if code == "" {
 		code = "no code"
+	}
+	if e.RetryAfter > 0 {
+		return fmt.Sprintf("ax: %s (%s, http %d, retry after %v)", msg, code, e.Status, e.RetryAfter)
 	}
 	return fmt.Sprintf("ax: %s (%s, http %d)", msg, code, e.Status)
 }

@@ -33,6 +33,7 @@ type fakeSidecar struct {
 	notReady bool
 	nextID   int
 	hook     func(w http.ResponseWriter, r *http.Request) bool // true: answered
+	execs    map[string]json.RawMessage                        // registered executors by name
 }
 
 // fakeRequest is a request as the fake saw it.
@@ -104,6 +105,7 @@ func newFakeSidecar(dir string) (*fakeSidecar, error) {
 	f := &fakeSidecar{
 		Socket: filepath.Join(dir, "ax.sock"),
 		tasks:  make(map[string]*fakeTask),
+		execs:  make(map[string]json.RawMessage),
 		now:    func() time.Time { return time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC) },
 	}
 	l, err := net.Listen("unix", f.Socket)
@@ -114,6 +116,9 @@ func newFakeSidecar(dir string) (*fakeSidecar, error) {
 	mux.HandleFunc("POST /v1/tasks", f.submit)
 	mux.HandleFunc("GET /v1/tasks/{id}", f.get)
 	mux.HandleFunc("DELETE /v1/tasks/{id}", f.cancel)
+	mux.HandleFunc("POST /v1/tasks/{id}/retry", f.retry)
+	mux.HandleFunc("POST /v1/executors", f.registerExecutor)
+	mux.HandleFunc("DELETE /v1/executors/{name}", f.unregisterExecutor)
 	mux.HandleFunc("GET /v1/cluster", f.cluster)
 	mux.HandleFunc("GET /readyz", f.readyz)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
@@ -384,4 +389,80 @@ func (t *fakeTask) view() map[string]any {
 		v["payload"] = json.RawMessage(t.spec.Payload)
 	}
 	return v
+}
+
+// SetState sets the state of a stored task (DEAD, FAILED, ...).
+func (f *fakeSidecar) SetState(id, state string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tasks[id].state = state
+}
+
+// Executor returns the registration stored under name, nil when none.
+func (f *fakeSidecar) Executor(name string) json.RawMessage {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.execs[name]
+}
+
+func (f *fakeSidecar) retry(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := r.PathValue("id")
+	t, ok := f.tasks[id]
+	if !ok {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("task %q not found", id))
+		return
+	}
+	if t.state != "DEAD" && t.state != "FAILED" {
+		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("task %q is %s, not DEAD or FAILED", id, t.state))
+		return
+	}
+	t.state, t.finishedAt, t.updated = "WAITING", nil, f.now().Add(2*time.Second)
+	writeJSON(w, http.StatusOK, t.view())
+}
+
+func (f *fakeSidecar) registerExecutor(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Name           string   `json:"name"`
+		Handlers       []string `json:"handlers"`
+		URL            string   `json:"url"`
+		MinConcurrency int      `json:"min_concurrency"`
+		MaxConcurrency int      `json:"max_concurrency"`
+		Timeout        string   `json:"timeout"`
+	}
+	body, _ := io.ReadAll(r.Body)
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
+		return
+	}
+	if in.URL == "" {
+		writeError(w, http.StatusBadRequest, "bad_request", "url: required")
+		return
+	}
+	f.mu.Lock()
+	_, existed := f.execs[in.Name]
+	f.execs[in.Name] = body
+	f.mu.Unlock()
+	status := http.StatusCreated
+	if existed {
+		status = http.StatusOK
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+func (f *fakeSidecar) unregisterExecutor(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name := r.PathValue("name")
+	if _, ok := f.execs[name]; !ok {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("executor %q not found on node n1", name))
+		return
+	}
+	delete(f.execs, name)
+	w.WriteHeader(http.StatusNoContent)
 }

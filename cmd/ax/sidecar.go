@@ -25,6 +25,7 @@ type nodeFlags struct {
 	logFormat, logLevel                         string
 	heartbeat, election, fireLead               time.Duration
 	logPayloads                                 bool
+	deliveryConcurrency                         int
 }
 
 func (f *nodeFlags) register(cmd *cobra.Command) {
@@ -43,6 +44,7 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.heartbeat, "raft-heartbeat-timeout", sidecar.HeartbeatTimeoutDefault, "Raft heartbeat timeout")
 	fl.DurationVar(&f.election, "raft-election-timeout", sidecar.ElectionTimeoutDefault, "Raft election timeout")
 	fl.DurationVar(&f.fireLead, "fire-lead", sidecar.FireLeadDefault, "how long before a run's due time the leader commits its fire (the delivering node waits for the due time); -1ns turns it off")
+	fl.IntVar(&f.deliveryConcurrency, "delivery-concurrency", sidecar.DeliveryConcurrencyDefault, "most callbacks in flight at once per executor of this node")
 }
 
 func (f *nodeFlags) config() (sidecar.Config, error) {
@@ -50,6 +52,7 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 		NodeID: f.nodeID, DataDir: f.dataDir, Socket: f.socket, RaftAddr: f.raftAddr, PeerAddr: f.peerAddr,
 		BootstrapExpect: f.bootstrapExpect, HeartbeatTimeout: f.heartbeat, ElectionTimeout: f.election, FireLead: f.fireLead, LogPayloads: f.logPayloads,
 	}
+	cfg.DeliveryConcurrency = f.deliveryConcurrency
 	for _, j := range f.join {
 		if j = strings.TrimSpace(j); j != "" {
 			cfg.Join = append(cfg.Join, j)

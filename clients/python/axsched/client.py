@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -103,6 +104,28 @@ def _task_path(id: str, suffix: str = "") -> str:
     if not isinstance(id, str) or not id:
         raise BadRequest("task id must be a non-empty string")
     return f"{_TASKS}/{urllib.parse.quote(id, safe='')}{suffix}"
+
+
+#: Executor names the sidecar accepts: 1 to 128 characters of
+#: ``A-Z a-z 0-9 . _ : -``, but not ``.`` or ``..``.
+_EXECUTOR_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def executor_name_problem(name: Any) -> Optional[str]:
+    """Return why ``name`` is not an executor name the sidecar accepts, or
+    ``None`` when it is one."""
+    if not isinstance(name, str) or not name:
+        return "executor name must be a non-empty string"
+    if not _EXECUTOR_NAME.fullmatch(name) or name in (".", ".."):
+        return f"executor name {name!r}: use 1 to 128 characters of A-Z a-z 0-9 . _ : - (not . or ..)"
+    return None
+
+
+def _check_executor_name(name: Any) -> str:
+    problem = executor_name_problem(name)
+    if problem is not None:
+        raise BadRequest(problem)
+    return name
 
 
 def _check_attempt(attempt: int) -> int:
@@ -485,8 +508,7 @@ class Client:
         Raises :class:`NotFound` from a sidecar without this API (older
         versions take executors only from ``--executor`` flags).
         """
-        if not isinstance(name, str) or not name:
-            raise BadRequest("executor name must be a non-empty string")
+        _check_executor_name(name)
         if isinstance(handlers, str):
             raise BadRequest("handlers must be a list of handler names, not a string")
         doc: Dict[str, Any] = {"name": name, "handlers": list(handlers), "url": url}
@@ -512,8 +534,7 @@ class Client:
     def unregister_executor(self, name: str) -> None:
         """Remove the executor registered under ``name`` from the local node.
         Raises :class:`NotFound` when there is none."""
-        if not isinstance(name, str) or not name:
-            raise BadRequest("executor name must be a non-empty string")
+        _check_executor_name(name)
         self._request("DELETE", "/v1/executors/" + urllib.parse.quote(name, safe=""), replayable=True)
 
     # --------------------------------------------------------------- cluster
@@ -742,69 +763,43 @@ class Client:
 
 
 def _batch_error(item: Mapping[str, Any]) -> AxError:
-    detail = item.get("error") if isinstance(item.get("error"), Mapping) else item
-    status = item.get("status") if isinstance(item.get("status"), int) else _status_of(detail.get("code"))
+    """The error of one failed batch item: ``{"status": 409, "error":
+    {"code", "message"}}``."""
+    detail = item.get("error") if isinstance(item.get("error"), Mapping) else {}
+    status = item.get("status")
+    if isinstance(status, bool) or not isinstance(status, int):
+        status = _status_of(detail.get("code"))
     body = json.dumps({"error": {"code": detail.get("code", ""), "message": detail.get("message", "")}})
     return error_from_response(status, body.encode())
 
 
 def _batch_result(doc: Any, n: int) -> BatchResult:
-    """Read the answer of ``POST /v1/tasks/batch``. Two shapes are
-    understood:
-
-    * ``{"results": [...]}``, one per request in order:
-      ``{"status": 201, "task": {...}}`` or
-      ``{"status": 409, "error": {"code", "message"}}``;
-    * ``{"tasks": [...], "errors": [...]}``: ``tasks`` holds one entry per
-      request (``null`` for a failed one) or only the stored tasks, in
-      order; each error names its request by ``index`` and carries
-      ``code``/``message`` (directly or under ``error``) and optionally
-      ``status``.
-    """
-    if not isinstance(doc, Mapping):
+    """Read the answer of ``POST /v1/tasks/batch``: ``{"results": [...]}``
+    with one result per request, in order, either
+    ``{"status": 201 or 200, "task": {...}}`` or
+    ``{"status": 409, "error": {"code", "message"}}``."""
+    results = doc.get("results") if isinstance(doc, Mapping) else None
+    if not isinstance(results, list):
         raise AxError(f"POST /v1/tasks/batch: unexpected answer: {str(doc)[:200]}")
-    if isinstance(doc.get("results"), list):
-        results = doc["results"]
-        if len(results) != n:
-            raise AxError(f"POST /v1/tasks/batch: {len(results)} results for {n} tasks")
-        out_tasks: List[Optional[Task]] = []
-        out_errors: List[Optional[AxError]] = []
-        try:
-            for r in results:
-                if isinstance(r, Mapping) and isinstance(r.get("task"), Mapping):
-                    out_tasks.append(Task.from_json(r["task"]))
-                    out_errors.append(None)
-                else:
-                    out_tasks.append(None)
-                    out_errors.append(_batch_error(r if isinstance(r, Mapping) else {}))
-        except ValueError as e:
-            raise AxError(f"POST /v1/tasks/batch: cannot decode answer: {e}") from None
-        return BatchResult(tasks=out_tasks, errors=out_errors)
-    raw_tasks = doc.get("tasks") or []
-    raw_errors = doc.get("errors") or []
-    errors: List[Optional[AxError]] = [None] * n
-    for pos, e in enumerate(raw_errors):
-        if not isinstance(e, Mapping):
-            continue
-        idx = e.get("index", pos)
-        if not isinstance(idx, int) or not 0 <= idx < n:
-            continue
-        errors[idx] = _batch_error(e)
-    tasks: List[Optional[Task]] = [None] * n
+    if len(results) != n:
+        raise AxError(f"POST /v1/tasks/batch: {len(results)} results for {n} tasks")
+    tasks: List[Optional[Task]] = []
+    errors: List[Optional[AxError]] = []
     try:
-        if len(raw_tasks) == n:
-            for i, t in enumerate(raw_tasks):
-                if t is not None and errors[i] is None:
-                    tasks[i] = Task.from_json(t)
-        else:
-            ok = [i for i in range(n) if errors[i] is None]
-            for i, t in zip(ok, [t for t in raw_tasks if t is not None]):
-                tasks[i] = Task.from_json(t)
+        for r in results:
+            if not isinstance(r, Mapping):
+                r = {}
+            if isinstance(r.get("task"), Mapping):
+                tasks.append(Task.from_json(r["task"]))
+                errors.append(None)
+            elif isinstance(r.get("error"), Mapping):
+                tasks.append(None)
+                errors.append(_batch_error(r))
+            else:
+                tasks.append(None)
+                errors.append(AxError(f"POST /v1/tasks/batch: a result with neither task nor error: {str(r)[:200]}"))
     except ValueError as e:
         raise AxError(f"POST /v1/tasks/batch: cannot decode answer: {e}") from None
-    for i in range(n):
-        if tasks[i] is None and errors[i] is None:
-            errors[i] = AxError("the sidecar returned neither a task nor an error for this request")
     return BatchResult(tasks=tasks, errors=errors)
 
 

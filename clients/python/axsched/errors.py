@@ -81,11 +81,13 @@ class AxError(Exception):
         self.retry_after = retry_after
 
     def __str__(self) -> str:
+        """One line: ``ax: <message> (<code>, http <status>[, retry after <n>s])``."""
         if self.status is None:
             if self.code is None:
                 return f"ax: {self.message}"
             return f"ax: {self.message} ({self.code})"
-        return f"ax: {self.message} ({self.code or 'no code'}, http {self.status})"
+        after = f", retry after {self.retry_after:g}s" if self.retry_after is not None else ""
+        return f"ax: {self.message} ({self.code or 'no code'}, http {self.status}{after})"
 
     def __repr__(self) -> str:
         return (

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar, Union
 
 from ._wire import decode_header_value, parse_time
-from .client import RESULT_SUCCESS, Client
+from .client import RESULT_SUCCESS, Client, executor_name_problem
 from .errors import AxError, MethodNotAllowed, NotFound, Unavailable
 
 __all__ = [
@@ -404,7 +404,10 @@ class Worker:
             listen = listen[len("unix://") :]
         self.client: Client = client if client is not None else Client(socket_path)
         self.listen_path: str = os.path.abspath(listen)
-        self.name: str = name or _default_name(self.listen_path)
+        self.name: str = name if name is not None else _default_name(self.listen_path)
+        problem = executor_name_problem(self.name)
+        if problem is not None:
+            raise ValueError(problem)
         self.max_threads = max_threads
         self.register = register
         self._handlers: Dict[str, Handler] = {}
@@ -414,6 +417,8 @@ class Worker:
         self._thread: Optional[threading.Thread] = None
         self._wake: Optional[Tuple[int, int]] = None
         self._registered = False
+        # Set when a stop is asked for (stop(), SIGTERM/SIGINT in run()):
+        # ends run()'s wait and the background registration.
         self._stopping = threading.Event()
         self._stopped = threading.Event()  # set while not serving
         self._stopped.set()
@@ -554,7 +559,7 @@ class Worker:
         with selectors.DefaultSelector() as sel:
             sel.register(server.socket, selectors.EVENT_READ, "accept")
             sel.register(wake[0], selectors.EVENT_READ, "wake")
-            while not self._stopping.is_set():
+            while True:  # until stop() writes to the wake pipe
                 for key, _ in sel.select():
                     if key.data == "wake":
                         return
@@ -597,17 +602,37 @@ class Worker:
             wait = min(wait * 2, _REGISTER_BACKOFF_MAX)
 
     def stop(self, timeout: Optional[float] = 30.0) -> bool:
-        """Stop cleanly: stop accepting callbacks, wait up to ``timeout``
-        seconds (default 30; ``None`` waits forever) for the running ones to
-        finish, unregister from the sidecar and remove the socket file.
+        """Stop cleanly, in this order:
+
+        1. unregister from the sidecar (``DELETE /v1/executors/{name}``), so
+           that the leader stops sending new attempts here, while callbacks
+           already on their way are still accepted and run;
+        2. stop accepting callbacks;
+        3. wait up to ``timeout`` seconds (default 30; ``None`` waits
+           forever) for the running handlers to finish;
+        4. remove the socket file.
+
         Returns ``False`` when handlers were still running at the timeout
-        (their answers may be lost). Safe to call more than once."""
+        (their answers may be lost). Safe to call more than once, and from
+        another thread than :meth:`run`'s."""
         with self._lock:
             server, pool, thread, wake = self._server, self._pool, self._thread, self._wake
             self._server = self._pool = self._thread = self._wake = None
         if server is None or pool is None:
             return True
-        self._stopping.set()
+        self._stopping.set()  # ends run()'s wait and the background registration
+        if self._register_thread is not None:
+            self._register_thread.join()
+            self._register_thread = None
+        if self._registered:
+            try:
+                self.client.unregister_executor(self.name)
+                log.info("worker %s: unregistered from the sidecar at %s", self.name, self.client.socket_path)
+            except NotFound:
+                pass
+            except AxError as e:
+                log.warning("worker %s: unregister: %s", self.name, e)
+            self._registered = False
         assert wake is not None
         os.write(wake[1], b"x")
         if thread is not None and thread is not threading.current_thread():
@@ -621,17 +646,6 @@ class Worker:
             log.warning("worker %s: %d callback(s) still running after %ss", self.name, len(not_done), timeout)
         for fd in wake:
             os.close(fd)
-        if self._register_thread is not None:
-            self._register_thread.join()
-            self._register_thread = None
-        if self._registered:
-            try:
-                self.client.unregister_executor(self.name)
-            except NotFound:
-                pass
-            except AxError as e:
-                log.warning("worker %s: unregister: %s", self.name, e)
-            self._registered = False
         try:
             os.unlink(self.listen_path)
         except FileNotFoundError:

@@ -296,13 +296,24 @@ class BatchTest(ClientTestCase):
         with self.assertRaises(AxError):
             self.client.submit_batch([{"handler": "h"}])
 
-    def test_batch_with_only_stored_tasks_listed(self):
+    def test_batch_answer_shape(self):
+        # ipc's shape, 200 for an existing task with the same spec
         ok = {"id": "a", "handler": "h", "state": "WAITING", "created_at": NOW, "updated_at": NOW}
-        body = json.dumps({"tasks": [ok], "errors": [{"index": 0, "error": {"code": "bad_request", "message": "x"}}]})
-        self.stub.enqueue(200, body.encode(), path="/v1/tasks/batch")
-        res = self.client.submit_batch([{"handler": "h", "id": "bad"}, {"handler": "h", "id": "a"}])
-        self.assertIsInstance(res.errors[0], BadRequest)
-        self.assertEqual(res.tasks[1].id, "a")
+        body = {"results": [{"status": 200, "task": ok}, {"status": 400, "error": {"code": "bad_request", "message": "x"}}, {}]}
+        self.stub.enqueue(200, json.dumps(body).encode(), path="/v1/tasks/batch")
+        res = self.client.submit_batch([{"handler": "h", "id": "a"}, {"handler": "h"}, {"handler": "h"}])
+        self.assertEqual(res.tasks[0].id, "a")
+        self.assertIsInstance(res.errors[1], BadRequest)
+        self.assertEqual((res.errors[1].status, res.errors[1].message), (400, "x"))
+        self.assertIsNone(res.tasks[2])
+        self.assertIn("neither task nor error", str(res.errors[2]))
+        # anything else is not a batch answer
+        for other in ({"tasks": [ok], "errors": []}, [], {"results": {}}):
+            with self.subTest(answer=other):
+                self.stub.enqueue(200, json.dumps(other).encode(), path="/v1/tasks/batch")
+                with self.assertRaises(AxError) as cm:
+                    self.client.submit_batch([{"handler": "h", "id": "a"}])
+                self.assertIn("unexpected answer", str(cm.exception))
 
     def test_falls_back_to_one_submit_per_task(self):
         for status, code in ((404, "not_found"), (405, "method_not_allowed")):
@@ -342,23 +353,35 @@ class BatchTest(ClientTestCase):
 class ExecutorCallsTest(ClientTestCase):
     def test_register_and_unregister(self):
         out = self.client.register_executor(
-            "py/w 1", ["order.timeout", "*"], "unix:///abs/w.sock", max_concurrency=4, timeout=timedelta(seconds=20)
+            "py-w:1.a_b", ["order.timeout", "*"], "unix:///abs/w.sock", max_concurrency=4, timeout=timedelta(seconds=20)
         )
         req = self.stub.requests[-1]
         self.assertEqual((req.method, req.path), ("POST", "/v1/executors"))
-        want = {"name": "py/w 1", "handlers": ["order.timeout", "*"], "url": "unix:///abs/w.sock",
+        want = {"name": "py-w:1.a_b", "handlers": ["order.timeout", "*"], "url": "unix:///abs/w.sock",
                 "max_concurrency": 4, "timeout": "20s"}
         self.assertEqual(req.json(), want)
         self.assertEqual(out, want)
         self.assertEqual(self.client.executors(), [want])
         self.client.register_executor("m", ["order.*"], "unix:///abs/m.sock", min_concurrency=1)
         self.assertEqual(self.stub.requests[-1].json()["min_concurrency"], 1)
-        self.client.unregister_executor("py/w 1")
-        self.assertEqual(self.stub.paths()[-1], "DELETE /v1/executors/py%2Fw%201")
+        self.client.unregister_executor("py-w:1.a_b")
+        self.assertEqual(self.stub.paths()[-1], "DELETE /v1/executors/py-w%3A1.a_b")
         with self.assertRaises(NotFound):
-            self.client.unregister_executor("py/w 1")
+            self.client.unregister_executor("py-w:1.a_b")
         with self.assertRaises(BadRequest):
             self.client.register_executor("x", "order.timeout", "unix:///a")
+
+    def test_executor_names_the_sidecar_refuses_are_refused_before_sending(self):
+        n = len(self.stub.requests)
+        for name in ("", "py/w 1", "a b", ".", "..", "x" * 129, "caf\u00e9", None):
+            with self.subTest(name=name):
+                with self.assertRaises(BadRequest) as cm:
+                    self.client.register_executor(name, ["h"], "unix:///a")
+                self.assertIsNone(cm.exception.status)
+                with self.assertRaises(BadRequest):
+                    self.client.unregister_executor(name)
+        self.assertEqual(len(self.stub.requests), n)
+        self.client.register_executor("x" * 128, ["h"], "unix:///a")
 
     def test_register_on_a_sidecar_without_the_route(self):
         self.stub.executors_enabled = False
@@ -407,7 +430,7 @@ class ErrorMappingTest(ClientTestCase):
                 e = cm.exception
                 self.assertIs(type(e), cls)
                 self.assertEqual((e.status, e.code, e.message, e.retry_after), (status, code, f"message of {code}", 7.0))
-                self.assertEqual(str(e), f"ax: message of {code} ({code}, http {status})")
+                self.assertEqual(str(e), f"ax: message of {code} ({code}, http {status}, retry after 7s)")
 
     def test_queue_full_retry_after_and_no_retry(self):
         self.stub.enqueue_error(429, "queue_full", 'backlog of "h" is full', retry_after="2", method="POST")
@@ -415,6 +438,7 @@ class ErrorMappingTest(ClientTestCase):
             self.client.submit("h")
         self.assertEqual(cm.exception.retry_after, 2.0)
         self.assertEqual(cm.exception.status, 429)
+        self.assertEqual(str(cm.exception), 'ax: backlog of "h" is full (queue_full, http 429, retry after 2s)')
         self.assertEqual(len(self.stub.requests), 1)
         self.assertEqual(self.sleeps, [])
 

@@ -217,7 +217,7 @@ class AnswersTest(WorkerTestCase):
 
 
 class LifecycleTest(WorkerTestCase):
-    def test_stop_finishes_in_flight_then_unregisters_and_removes_the_socket(self):
+    def test_stop_unregisters_first_then_stops_accepting_and_finishes_in_flight(self):
         w = self.worker()
         entered, release = threading.Event(), threading.Event()
 
@@ -229,6 +229,14 @@ class LifecycleTest(WorkerTestCase):
         w.handle("ok", lambda d: None)
         w.start()
         result = {}
+
+        def on_request(req):
+            # While the sidecar handles the unregistration, attempts it sent
+            # before are still on their way: the worker must still take them.
+            if req.method == "DELETE":
+                result["during_unregister"] = call(self.sock, callback_headers(handler="ok"))[0]
+
+        self.stub.on_request = on_request
         t = threading.Thread(target=lambda: result.setdefault("answer", call(self.sock, callback_headers(handler="slow"))))
         t.start()
         self.assertTrue(entered.wait(5))
@@ -245,17 +253,28 @@ class LifecycleTest(WorkerTestCase):
             return False
 
         wait_for(refused, "the worker to stop accepting")
+        self.assertEqual(self.stub.paths()[-1], "DELETE /v1/executors/w1", "unregistered before it stops accepting")
+        self.assertEqual(result.get("during_unregister"), 200)
+        self.assertFalse(w.registered)
         self.assertTrue(os.path.exists(self.sock), "the socket file stays until in-flight callbacks finish")
-        self.assertNotIn("DELETE /v1/executors/w1", self.stub.paths())
         release.set()
         t.join(5)
         stopper.join(5)
         self.assertEqual(result["answer"][0], 200)
         self.assertIs(result["stop"], True)
         self.assertFalse(os.path.exists(self.sock))
-        self.assertEqual(self.stub.paths()[-1], "DELETE /v1/executors/w1")
-        self.assertFalse(w.registered)
         self.assertTrue(w.stop())  # again: nothing to do
+
+    def test_stop_with_the_sidecar_gone_still_stops(self):
+        w = self.worker()
+        w.handle("ok", lambda d: None)
+        w.start()
+        self.assertTrue(w.registered)
+        self.stub.stop()
+        with self.assertLogs("axsched.worker", "WARNING") as logs:
+            self.assertTrue(w.stop(timeout=5))
+        self.assertIn("unregister: ax: cannot reach sidecar at", "\n".join(logs.output))
+        self.assertFalse(os.path.exists(self.sock))
 
     def test_context_manager_and_restart(self):
         w = self.worker()
@@ -325,6 +344,10 @@ class LifecycleTest(WorkerTestCase):
             w.handle("a*b", fn)
         with self.assertRaises(ValueError):
             Worker(listen=self.sock, max_threads=0)
+        for bad in ("", "py/w 1", "a b", "..", "x" * 129):
+            with self.subTest(name=bad), self.assertRaises(ValueError):
+                Worker(listen=self.sock, name=bad)
+        Worker(listen=self.sock, name="billing-worker:1.v2_a")
         self.assertEqual(w.handlers, ["x"])
 
     def test_default_name_is_stable(self):
@@ -332,6 +355,11 @@ class LifecycleTest(WorkerTestCase):
         b = Worker(socket_path=self.stub.path, listen="unix://" + self.sock)
         self.assertEqual(a.name, b.name)
         self.assertRegex(a.name, r"^w-[0-9a-f]{6}$")
+        for listen in ("my worker (1).sock", "..sock", "\u65e5\u672c.sock", ".hidden", "a" * 200 + ".sock"):
+            with self.subTest(listen=listen):
+                name = Worker(socket_path=self.stub.path, listen=os.path.join(self.dir, listen)).name
+                self.assertRegex(name, r"^[A-Za-z0-9._:-]{1,128}$")
+                self.assertNotIn(name, (".", ".."))
 
     def test_sidecar_without_executor_api_warns(self):
         self.stub.executors_enabled = False
