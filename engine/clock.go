@@ -61,14 +61,24 @@ type realClock struct{}
 // processStart anchors realClock's monotonic readings.
 var processStart = time.Now()
 
-func (realClock) Now() time.Time                 { return time.Now() }
-func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
-func (realClock) mono() time.Duration            { return time.Since(processStart) }
+// Now returns time.Now().
+func (realClock) Now() time.Time { return time.Now() }
 
+// NewTimer returns a time.Timer.
+func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+func (realClock) mono() time.Duration { return time.Since(processStart) }
+
+// realTimer adapts *time.Timer to Timer.
 type realTimer struct{ t *time.Timer }
 
-func (r realTimer) C() <-chan time.Time        { return r.t.C }
-func (r realTimer) Stop() bool                 { return r.t.Stop() }
+// C returns the timer's channel.
+func (r realTimer) C() <-chan time.Time { return r.t.C }
+
+// Stop is time.Timer.Stop.
+func (r realTimer) Stop() bool { return r.t.Stop() }
+
+// Reset is time.Timer.Reset.
 func (r realTimer) Reset(d time.Duration) bool { return r.t.Reset(d) }
 
 // FakeClock is a [Clock] whose time moves only when the test says so. It
@@ -231,8 +241,10 @@ type fakeTimer struct {
 	seq      int
 }
 
+// C returns the timer's one-slot channel.
 func (t *fakeTimer) C() <-chan time.Time { return t.ch }
 
+// Stop disarms the timer and drops a fired, unreceived value.
 func (t *fakeTimer) Stop() bool {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
@@ -245,6 +257,7 @@ func (t *fakeTimer) Stop() bool {
 	return active
 }
 
+// Reset drops a fired, unreceived value and re-arms the timer d from now.
 func (t *fakeTimer) Reset(d time.Duration) bool {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
