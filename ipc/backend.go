@@ -115,13 +115,66 @@ type TaskSpec struct {
 	Timeout     time.Duration // per attempt
 	MaxAttempts int           // >= 1
 	Overwrite   bool          // replace an existing task with the same id
+
+	// Recurring tasks: Cron (with Timezone, an IANA name; "" = UTC) or
+	// Every, not both. Delay or RunAt, when given, set the first run;
+	// otherwise the first run is the schedule's first slot after the
+	// submit. Repeats (0 = unlimited) and Until (zero = none) end the
+	// schedule.
+	Cron     string
+	Timezone string
+	Every    time.Duration
+	Repeats  int
+	Until    time.Time
+	// Backoff overrides the retry backoff; nil uses the default (2s × 2
+	// up to 30s, ±20 % jitter).
+	Backoff *BackoffSpec
+	// RouteKey routes the task's attempts by consistent hashing (hash
+	// routing); "" = the default routing.
+	RouteKey string
+	// Labels are free-form key/value pairs kept with the task.
+	Labels map[string]string
 }
+
+// BackoffSpec is the retry backoff of a task: the n-th retry waits
+// Initial × Multiplier^(n-1), at most Max, with ±Jitter (a fraction) of
+// random spread.
+type BackoffSpec struct {
+	Initial    time.Duration
+	Max        time.Duration
+	Multiplier float64
+	Jitter     float64
+}
+
+// Recurring reports whether the spec has a schedule.
+func (s TaskSpec) Recurring() bool { return s.Cron != "" || s.Every > 0 }
 
 // SameSpec reports whether a and b describe the same task, ignoring Overwrite.
 func SameSpec(a, b TaskSpec) bool {
 	return a.ID == b.ID && a.Handler == b.Handler && string(a.Payload) == string(b.Payload) &&
 		a.PayloadBase64 == b.PayloadBase64 && a.Delay == b.Delay && a.RunAt.Equal(b.RunAt) &&
-		a.Priority == b.Priority && a.Timeout == b.Timeout && a.MaxAttempts == b.MaxAttempts
+		a.Priority == b.Priority && a.Timeout == b.Timeout && a.MaxAttempts == b.MaxAttempts &&
+		a.Cron == b.Cron && a.Timezone == b.Timezone && a.Every == b.Every && a.Repeats == b.Repeats &&
+		a.Until.Equal(b.Until) && sameBackoff(a.Backoff, b.Backoff) && a.RouteKey == b.RouteKey && sameLabels(a.Labels, b.Labels)
+}
+
+func sameBackoff(a, b *BackoffSpec) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func sameLabels(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Defaults for submit fields the client leaves out.
@@ -169,14 +222,36 @@ type Task struct {
 	// LastError describes the last failed attempt ("http 500: ...").
 	LastError string `json:"last_error,omitempty"`
 	// Node runs the current attempt while the task is RUNNING.
-	Node       string     `json:"node,omitempty"`
-	CreatedAt  time.Time  `json:"created_at"`
-	UpdatedAt  time.Time  `json:"updated_at"`
-	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	Node string `json:"node,omitempty"`
+	// Recurring tasks: the schedule as submitted and the number of runs
+	// started so far (Ax-Run of the current or last run).
+	Cron     string     `json:"cron,omitempty"`
+	Timezone string     `json:"timezone,omitempty"`
+	Every    string     `json:"every,omitempty"`
+	Repeats  int        `json:"repeats,omitempty"`
+	Until    *time.Time `json:"until,omitempty"`
+	Run      int        `json:"run"`
+	// Snoozes counts busy answers (429/503), which are not attempts.
+	Snoozes    int               `json:"snoozes"`
+	Backoff    *BackoffView      `json:"backoff,omitempty"`
+	RouteKey   string            `json:"route_key,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	CreatedAt  time.Time         `json:"created_at"`
+	UpdatedAt  time.Time         `json:"updated_at"`
+	FinishedAt *time.Time        `json:"finished_at,omitempty"`
 	// Payload is the payload when it was submitted as JSON; PayloadBase64
 	// when it was submitted as payload_base64.
 	Payload       []byte `json:"-"`
 	PayloadBase64 bool   `json:"-"`
+}
+
+// BackoffView is a task's retry backoff in the API (durations as Go
+// duration strings).
+type BackoffView struct {
+	Initial    string  `json:"initial"`
+	Max        string  `json:"max"`
+	Multiplier float64 `json:"multiplier"`
+	Jitter     float64 `json:"jitter"`
 }
 
 // ClusterInfo is the reply of GET /v1/cluster.

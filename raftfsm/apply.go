@@ -121,7 +121,7 @@ func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {
 	}
 	t := &Task{
 		ID: s.ID, Spec: s.Spec, Epoch: index, State: StateWaiting, DueMs: s.DueMs,
-		CreatedMs: s.AtMs, UpdatedMs: s.AtMs,
+		Run: 1, SlotMs: s.SlotMs, CreatedMs: s.AtMs, UpdatedMs: s.AtMs,
 	}
 	ev := Event{Type: CmdSubmit, Task: t}
 	if prev != nil {
@@ -189,6 +189,7 @@ func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
 	switch c.Outcome {
 	case OutcomeSuccess:
 		t.State, t.FinishedMs, t.LastError = StateSuccess, c.AtMs, ""
+		nextRun(&t, c)
 	case OutcomePermanent:
 		t.State, t.FinishedMs, t.LastError = StateFailed, c.AtMs, c.Error
 	case OutcomeBusy:
@@ -200,6 +201,10 @@ func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
 		t.LastError = c.Error
 		if t.Attempts >= t.Spec.MaxAttempts {
 			t.State, t.FinishedMs = StateDead, c.AtMs
+			if t.Spec.Recurring() && c.NextSlotMs != 0 {
+				t.FailedRuns++
+			}
+			nextRun(&t, c)
 		} else {
 			t.State, t.DueMs = StateWaiting, c.RetryDueMs
 		}
@@ -288,7 +293,9 @@ func applyRetry(w *writer, r *Retry) (Result, []Event, error) {
 		return Result{Code: CodeState, Task: prev}, nil, nil
 	}
 	t := *prev
-	t.State, t.Attempts, t.DueMs = StateWaiting, 0, r.AtMs
+	// A re-run is a new run: (id, run, attempt) stays unique, so an
+	// executor that de-duplicates on it does not drop the re-run.
+	t.State, t.Attempts, t.DueMs, t.Run = StateWaiting, 0, r.AtMs, max(t.Run, 1)+1
 	t.UpdatedMs, t.FinishedMs, t.LeaseMs = r.AtMs, 0, 0
 	if err := putTask(w, prev, &t); err != nil {
 		return Result{}, nil, err
@@ -314,4 +321,17 @@ func applyLease(w *writer, l *Lease) (Result, []Event, error) {
 		return Result{}, nil, err
 	}
 	return Result{Task: &t}, []Event{{Type: CmdLease, Task: &t, Prev: prev.State, PrevNode: prev.Node}}, nil
+}
+
+// nextRun moves a recurring task whose run ended (SUCCESS or DEAD) to its
+// next run when the leader gave one: WAITING, due at NextDueMs, attempts
+// reset. A one-off task, or a schedule that ended (NextSlotMs 0), keeps
+// its terminal state.
+func nextRun(t *Task, c *Complete) {
+	if !t.Spec.Recurring() || c.NextSlotMs == 0 {
+		return
+	}
+	t.State, t.DueMs, t.SlotMs = StateWaiting, c.NextDueMs, c.NextSlotMs
+	t.Run++
+	t.Attempts, t.FinishedMs = 0, 0
 }

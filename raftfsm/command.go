@@ -69,11 +69,14 @@ type Lease struct {
 // an equal spec; a different spec is a conflict unless Overwrite is set.
 // The leader fills DueMs (RunAt, or its clock plus Delay) and AtMs.
 type Submit struct {
-	ID        string `msgpack:"id"`
-	Spec      Spec   `msgpack:"s"`
-	DueMs     int64  `msgpack:"du"`
-	AtMs      int64  `msgpack:"at"`
-	Overwrite bool   `msgpack:"o,omitempty"`
+	ID    string `msgpack:"id"`
+	Spec  Spec   `msgpack:"s"`
+	DueMs int64  `msgpack:"du"`
+	// SlotMs is the schedule slot of the first run of a recurring task
+	// (equal to DueMs), 0 for a one-off task.
+	SlotMs    int64 `msgpack:"sl,omitempty"`
+	AtMs      int64 `msgpack:"at"`
+	Overwrite bool  `msgpack:"o,omitempty"`
 }
 
 // Cancel moves a WAITING or RUNNING task to CANCELLED. A terminal task is
@@ -109,7 +112,13 @@ type Complete struct {
 	// RetryAfterMs is the executor's Retry-After with a busy outcome; the
 	// leader turns it into RetryDueMs.
 	RetryAfterMs int64 `msgpack:"ra,omitempty"`
-	AtMs         int64 `msgpack:"at"`
+	// NextSlotMs, for a recurring task whose run ends (success, or its
+	// attempts exhausted), is the slot of its next run, decided by the
+	// leader from the schedule and the misfire rule; 0 ends the schedule.
+	// NextDueMs is when that run is due (the slot, or now for a catch-up).
+	NextSlotMs int64 `msgpack:"ns,omitempty"`
+	NextDueMs  int64 `msgpack:"nd,omitempty"`
+	AtMs       int64 `msgpack:"at"`
 }
 
 // Result is what one applied command did.

@@ -26,6 +26,9 @@ func TestRetryDeadOrFailedOnly(t *testing.T) {
 	if r.Code != CodeOK || r.Task.State != StateWaiting || r.Task.Attempts != 0 || r.Task.DueMs != 200 || r.Task.FinishedMs != 0 {
 		t.Fatalf("retry: %+v %+v", r, r.Task)
 	}
+	if r.Task.Run != 2 {
+		t.Fatalf("a retry is a new run: run %d, want 2", r.Task.Run)
+	}
 	if r.Task.LastError != "http 500" {
 		t.Fatalf("retry must keep the last error, got %q", r.Task.LastError)
 	}

@@ -69,13 +69,57 @@ type Spec struct {
 	Priority      int    `msgpack:"pr"`
 	TimeoutNs     int64  `msgpack:"to"`
 	MaxAttempts   int    `msgpack:"ma"`
+
+	// Recurring: Cron (in Timezone) or EveryNs; Repeats (0 = unlimited)
+	// and UntilMs (0 = none) end the schedule.
+	Cron     string `msgpack:"cr,omitempty"`
+	Timezone string `msgpack:"tz,omitempty"`
+	EveryNs  int64  `msgpack:"ev,omitempty"`
+	Repeats  int    `msgpack:"rp,omitempty"`
+	UntilMs  int64  `msgpack:"un,omitempty"`
+	// Backoff overrides the default retry backoff when set.
+	Backoff  *Backoff          `msgpack:"bo,omitempty"`
+	RouteKey string            `msgpack:"rk,omitempty"`
+	Labels   map[string]string `msgpack:"lb,omitempty"`
 }
+
+// Backoff is a task's retry backoff (engine.Backoff in nanoseconds).
+type Backoff struct {
+	InitialNs  int64   `msgpack:"i"`
+	MaxNs      int64   `msgpack:"m"`
+	Multiplier float64 `msgpack:"x"`
+	Jitter     float64 `msgpack:"j"`
+}
+
+// Recurring reports whether the task has a schedule.
+func (a *Spec) Recurring() bool { return a.Cron != "" || a.EveryNs > 0 }
 
 // Equal reports whether a and b are the same spec.
 func (a Spec) Equal(b Spec) bool {
 	return a.Handler == b.Handler && string(a.Payload) == string(b.Payload) &&
 		a.PayloadBase64 == b.PayloadBase64 && a.DelayNs == b.DelayNs && a.RunAtMs == b.RunAtMs &&
-		a.Priority == b.Priority && a.TimeoutNs == b.TimeoutNs && a.MaxAttempts == b.MaxAttempts
+		a.Priority == b.Priority && a.TimeoutNs == b.TimeoutNs && a.MaxAttempts == b.MaxAttempts &&
+		a.Cron == b.Cron && a.Timezone == b.Timezone && a.EveryNs == b.EveryNs && a.Repeats == b.Repeats &&
+		a.UntilMs == b.UntilMs && equalBackoff(a.Backoff, b.Backoff) && a.RouteKey == b.RouteKey && equalLabels(a.Labels, b.Labels)
+}
+
+func equalBackoff(a, b *Backoff) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func equalLabels(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Task is the stored record of a task. Times are Unix milliseconds, UTC;
@@ -88,9 +132,16 @@ type Task struct {
 	// an overwritten task cannot touch its replacement.
 	Epoch    uint64 `msgpack:"e"`
 	State    State  `msgpack:"st"`
-	Attempts int    `msgpack:"a"`  // attempts started so far; the current one while RUNNING
-	Snoozes  int    `msgpack:"sn"` // busy answers (429/503), not counted as attempts
-	DueMs    int64  `msgpack:"du"` // when the next attempt is due (WAITING only)
+	Attempts int    `msgpack:"a"` // attempts of the current run started so far; the current one while RUNNING
+	// Run is the number of the current (or last) run, from 1; a one-off
+	// task has one run. SlotMs is the scheduled slot of that run.
+	Run    int   `msgpack:"rn,omitempty"`
+	SlotMs int64 `msgpack:"sl,omitempty"`
+	// FailedRuns counts runs of a recurring task that ended DEAD (their
+	// attempts exhausted) while the schedule went on.
+	FailedRuns int   `msgpack:"fr,omitempty"`
+	Snoozes    int   `msgpack:"sn"` // busy answers (429/503), not counted as attempts
+	DueMs      int64 `msgpack:"du"` // when the next attempt is due (WAITING only)
 	// Node runs the current attempt while RUNNING; afterwards it names the
 	// node of the latest attempt.
 	Node string `msgpack:"n,omitempty"`

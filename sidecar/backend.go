@@ -139,8 +139,20 @@ func taskView(t *raftfsm.Task) ipc.Task {
 		CreatedAt: time.UnixMilli(t.CreatedMs).UTC(), UpdatedAt: time.UnixMilli(t.UpdatedMs).UTC(),
 		FinishedAt: msTime(t.FinishedMs), Payload: t.Spec.Payload, PayloadBase64: t.Spec.PayloadBase64,
 	}
-	if t.Spec.RunAtMs == 0 {
+	if t.Spec.RunAtMs == 0 && (t.Spec.DelayNs != 0 || !t.Spec.Recurring()) {
 		v.Delay = time.Duration(t.Spec.DelayNs).String()
+	}
+	v.Run, v.Snoozes = t.Run, t.Snoozes
+	if v.Run == 0 {
+		v.Run = 1
+	}
+	v.Cron, v.Timezone, v.Repeats, v.RouteKey, v.Labels = t.Spec.Cron, t.Spec.Timezone, t.Spec.Repeats, t.Spec.RouteKey, t.Spec.Labels
+	if t.Spec.EveryNs > 0 {
+		v.Every = time.Duration(t.Spec.EveryNs).String()
+	}
+	v.Until = msTime(t.Spec.UntilMs)
+	if b := t.Spec.Backoff; b != nil {
+		v.Backoff = &ipc.BackoffView{Initial: time.Duration(b.InitialNs).String(), Max: time.Duration(b.MaxNs).String(), Multiplier: b.Multiplier, Jitter: b.Jitter}
 	}
 	switch t.State {
 	case raftfsm.StateWaiting:

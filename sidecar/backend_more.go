@@ -19,6 +19,14 @@ func submitCommand(spec ipc.TaskSpec) raftfsm.Command {
 	if !spec.RunAt.IsZero() {
 		s.Spec.RunAtMs = ceilMs(spec.RunAt)
 	}
+	s.Spec.Cron, s.Spec.Timezone, s.Spec.EveryNs, s.Spec.Repeats = spec.Cron, spec.Timezone, int64(spec.Every), spec.Repeats
+	if !spec.Until.IsZero() {
+		s.Spec.UntilMs = spec.Until.UnixMilli()
+	}
+	if b := spec.Backoff; b != nil {
+		s.Spec.Backoff = &raftfsm.Backoff{InitialNs: int64(b.Initial), MaxNs: int64(b.Max), Multiplier: b.Multiplier, Jitter: b.Jitter}
+	}
+	s.Spec.RouteKey, s.Spec.Labels = spec.RouteKey, spec.Labels
 	return raftfsm.Command{Type: raftfsm.CmdSubmit, Submit: s}
 }
 

@@ -185,7 +185,10 @@ func (d *delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 	x := d.executorFor(t.Spec.Handler)
 	var out ipc.Outcome
 	if x == nil {
-		out = ipc.Outcome{Kind: ipc.OutcomeRetryable, Error: "node " + d.n.cfg.NodeID + " has no executor for handler " + t.Spec.Handler}
+		// The executor went away (unregistered) after the leader chose this
+		// node: not the task's fault, so a busy answer, not a failed attempt;
+		// the leader routes the retry to a node that has one.
+		out = ipc.Outcome{Kind: ipc.OutcomeBusy, RetryAfter: time.Second, Error: "node " + d.n.cfg.NodeID + " has no executor for handler " + t.Spec.Handler}
 	} else {
 		// The Fire was committed up to FireLead before the due time: hold
 		// the attempt until then, by this node's clock, so that a run is
@@ -207,7 +210,7 @@ func (d *delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 		d.n.metrics.lateness.WithLabelValues(t.Spec.Handler).Observe(max(0, start.Sub(time.UnixMilli(max(t.FiredMs, t.DueMs))).Seconds()))
 		deadline := time.UnixMilli(t.FiredMs).Add(time.Duration(t.Spec.TimeoutNs))
 		out = d.caller.Execute(ctx, x.URL, ipc.Callback{
-			TaskID: t.ID, Handler: t.Spec.Handler, Attempt: t.Attempts, Run: 1,
+			TaskID: t.ID, Handler: t.Spec.Handler, Attempt: t.Attempts, Run: max(t.Run, 1),
 			Deadline: deadline, Payload: t.Spec.Payload,
 		})
 		sl.release(d.n.metrics)

@@ -4,9 +4,10 @@ next to each application process. The application submits tasks to its local
 sidecar over a Unix socket; the sidecars of a cluster replicate them with Raft
 and, when a task is due, call an executor of the application back over HTTP.
 
-The package has two halves: a Client that submits, looks up and cancels
-tasks, and an Executor that receives the callbacks and runs Handlers. It uses
-the standard library only.
+The package has two halves: a Client that submits, looks up, cancels and
+re-runs tasks (and registers executors with the sidecar), and an Executor
+that receives the callbacks and runs Handlers. It uses the standard library
+only.
 
 	import ax "github.com/axsched/ax/clients/go"
 
@@ -42,6 +43,8 @@ per attempt, 4 attempts.
 
 	task, err = client.Cancel(ctx, "order-timeout|42") // task.State == ax.StateCancelled
 
+	task, err = client.Retry(ctx, "order-timeout|42") // a DEAD or FAILED task runs again
+
 Task ids are opaque strings: any UTF-8, including "/", "|" and "@". The
 client escapes them in request paths.
 
@@ -64,8 +67,17 @@ An Executor maps handler names to Handlers. It answers the sidecar's callback
 	go ex.ListenAndServeUnix("/run/app/app.sock")
 	defer ex.Shutdown(context.Background())
 
-The sidecar learns about the executor from its configuration, by the
-socket's absolute path:
+Tell the local sidecar where the executor listens, by the socket's absolute
+path, and take the registration back before shutting the executor down, so
+that the leader stops sending attempts to it first:
+
+	reg := ax.ExecutorRegistration{Name: "orders", Handlers: []string{"order.timeout"}, URL: "unix:///run/app/app.sock"}
+	if err := client.RegisterExecutor(ctx, reg); err != nil {
+		log.Fatal(err)
+	}
+	defer client.UnregisterExecutor(context.Background(), "orders")
+
+or give the sidecar the same in its configuration:
 
 	ax dev --executor 'order.timeout=unix:///run/app/app.sock'
 

@@ -3,6 +3,7 @@ socket)."""
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import os
@@ -12,7 +13,7 @@ import threading
 import time
 import urllib.parse
 from datetime import datetime
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union, cast
 
 from ._wire import Duration, format_duration, parse_retry_after
 from .errors import (
@@ -94,6 +95,25 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
             sock.close()
             raise
         self.sock = sock
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _public(fn: _F) -> _F:
+    """Decorate a public method: an :class:`AxError` it raises leaves with
+    a traceback that starts here, so that an uncaught one shows the caller's
+    line and this one, not the client's internals (the low-level exception
+    of an :class:`Unavailable` stays reachable as ``e.cause``)."""
+
+    @functools.wraps(fn)
+    def _call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except AxError as err:
+            raise err.with_traceback(None)  # trimmed to your call; e.cause has the low-level error
+
+    return cast(_F, _call)
 
 
 class _Stale(Exception):
@@ -210,6 +230,7 @@ class Client:
 
     # ----------------------------------------------------------------- tasks
 
+    @_public
     def submit(
         self,
         handler: str,
@@ -269,6 +290,7 @@ class Client:
         body = req.encode()
         return self._task("POST", _TASKS, body, replayable=req.id is not None)
 
+    @_public
     def submit_batch(self, requests: Iterable[Union[SubmitRequest, Mapping[str, Any]]]) -> BatchResult:
         """Submit many tasks in one request (one Raft round trip).
 
@@ -328,11 +350,13 @@ class Client:
                 errors.append(e)
         return BatchResult(tasks=tasks, errors=errors)
 
+    @_public
     def get(self, id: str) -> Task:
         """Return the task with this id: its state, attempts, next run and
         last error. Raises :class:`NotFound` for an unknown id."""
         return self._task("GET", _task_path(id))
 
+    @_public
     def cancel(self, id: str) -> Task:
         """Cancel the task and return it in its new state. A waiting task
         becomes CANCELLED at once; for a running task the sidecar also aborts
@@ -340,6 +364,7 @@ class Client:
         unchanged. Raises :class:`NotFound` for an unknown id."""
         return self._task("DELETE", _task_path(id), replayable=True)
 
+    @_public
     def retry(self, id: str) -> Task:
         """Re-run a DEAD or FAILED task and return it (WAITING again, with a
         fresh attempt budget). Raises :class:`NotFound` for an unknown id and
@@ -398,6 +423,7 @@ class Client:
             seen_cursors.add(page.next_cursor)
             cursor = page.next_cursor
 
+    @_public
     def list_page(
         self,
         handler: Optional[str] = None,
@@ -437,6 +463,7 @@ class Client:
 
     # ------------------------------------------------------------- executors
 
+    @_public
     def heartbeat(self, id: str, attempt: int) -> Optional[Task]:
         """Extend the deadline of a running attempt (``attempt`` is the
         ``Ax-Attempt`` of the callback) and return the task (``None`` if the
@@ -449,6 +476,7 @@ class Client:
         _, _, data = self._request("POST", path, body, replayable=True)
         return self._maybe_task("POST", path, data)
 
+    @_public
     def report_result(
         self, id: str, attempt: int, status: str = RESULT_SUCCESS, error: Optional[str] = None
     ) -> Optional[Task]:
@@ -477,6 +505,7 @@ class Client:
         _, _, data = self._request("POST", path, body, replayable=True)
         return self._maybe_task("POST", path, data)
 
+    @_public
     def register_executor(
         self,
         name: str,
@@ -522,6 +551,7 @@ class Client:
         out = self._json("POST", "/v1/executors", body, replayable=True, allow_empty=True)
         return dict(out) if isinstance(out, Mapping) else {}
 
+    @_public
     def executors(self) -> List[Dict[str, Any]]:
         """The executors registered on the local node (``GET /v1/executors``),
         as JSON objects (``name``, ``handlers``, ``url``, ...)."""
@@ -531,6 +561,7 @@ class Client:
             raise AxError(f"GET /v1/executors: unexpected answer: {str(doc)[:200]}")
         return [dict(e) for e in items if isinstance(e, Mapping)]
 
+    @_public
     def unregister_executor(self, name: str) -> None:
         """Remove the executor registered under ``name`` from the local node.
         Raises :class:`NotFound` when there is none."""
@@ -539,6 +570,7 @@ class Client:
 
     # --------------------------------------------------------------- cluster
 
+    @_public
     def cluster(self) -> ClusterInfo:
         """Describe the Raft group as the local sidecar sees it: members,
         leader, term and indexes."""
@@ -547,6 +579,7 @@ class Client:
             raise AxError(f"GET /v1/cluster: unexpected answer: {str(doc)[:200]}")
         return ClusterInfo.from_json(doc)
 
+    @_public
     def ready(self) -> None:
         """Return when the sidecar is ready to serve (a leader is known and
         the local state has caught up). Raises :class:`NotReady` when the
@@ -557,6 +590,7 @@ class Client:
         except NoLeader as e:  # not ready, whatever the reason
             raise NotReady(e.message, status=e.status, retry_after=e.retry_after) from None
 
+    @_public
     def wait_ready(self, timeout: float = 30.0, interval: float = 0.1) -> None:
         """Poll :meth:`ready` every ``interval`` seconds (default 0.1) until
         the sidecar is ready, for at most ``timeout`` seconds (default 30),
@@ -572,6 +606,7 @@ class Client:
                     raise
             self._sleep(interval)
 
+    @_public
     def health(self) -> None:
         """Return when the sidecar process answers ``GET /healthz``
         (liveness only); raise :class:`Unavailable` otherwise."""

@@ -229,6 +229,13 @@ class Unavailable(AxError):
         return getattr(self.cause, "errno", None)
 
 
+# Tracebacks and reprs name the classes as the package exports them
+# (axsched.Unavailable, not axsched.errors.Unavailable).
+for _cls in (AxError, BadRequest, InvalidJSON, NotFound, MethodNotAllowed, Conflict, PayloadTooLarge,
+             QueueFull, NoLeader, NotReady, InternalError, Unavailable):
+    _cls.__module__ = "axsched"
+del _cls
+
 #: Every error code the sidecar sends, mapped to its exception class, in the
 #: order of the sidecar's error table (``ipc/errors.go``).
 ERROR_CODES: Dict[str, Type[AxError]] = {

@@ -1,13 +1,13 @@
 """Close the order if it is still unpaid: the ax example in Python.
 
-It runs a worker for the handler ``order.timeout`` on a Unix socket, submits
-one task with a 3 second delay through the local sidecar, waits for the
-callback and prints the task's final state.
+It runs a worker for the handler ``order.timeout`` on a Unix socket (the
+worker registers itself with the sidecar), submits one task with a 3 second
+delay through the local sidecar, waits for the callback and prints the
+task's final state.
 
-Start a sidecar first, in the same directory, telling it where the worker
-listens (an absolute path):
+Start a sidecar first, in the same directory:
 
-    ax dev --executor "order.timeout=unix://$PWD/worker.sock"
+    ax dev
 
 then:
 
@@ -53,7 +53,7 @@ client = worker.client
 try:
     client.wait_ready(timeout=10)
 except axsched.Unavailable as e:
-    sys.exit(f"{e}\nstart the sidecar first: ax dev --executor 'order.timeout={worker.url}'")
+    sys.exit(f"{e}\nstart the sidecar first: ax dev")
 worker.start()
 try:
     task = client.submit("order.timeout", {"order_id": 42}, delay=args.delay)
@@ -61,7 +61,7 @@ try:
 
     # 3. Wait for the callback, then for the sidecar to record the outcome.
     if not delivered.wait(args.delay + 60):
-        sys.exit(f"no callback; is the sidecar started with --executor 'order.timeout={worker.url}'?")
+        sys.exit(f"no callback; did the worker register (see its log), or is the sidecar started with --executor 'order.timeout={worker.url}'?")
     while not task.terminal:
         time.sleep(0.1)
         task = client.get(task.id)

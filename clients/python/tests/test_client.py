@@ -509,16 +509,22 @@ class UnavailableTest(unittest.TestCase):
     def test_missing_socket(self):
         path = os.path.join(self.dir, "ax.sock")
         client = Client(path)
-        with self.assertRaises(Unavailable) as cm:
+        try:
             client.submit("h", {"a": 1})
-        e = cm.exception
+        except Unavailable as exc:  # not assertRaises: it drops the traceback
+            e = exc
+        else:
+            self.fail("no Unavailable")
         self.assertEqual(str(e), f"ax: cannot reach sidecar at {path}: [Errno 2] No such file or directory")
         self.assertEqual((e.socket_path, e.errno, e.request_sent, e.status, e.code), (path, 2, False, None, None))
         self.assertIsInstance(e.cause, FileNotFoundError)
-        # The traceback shows our one line, not http.client's internals.
+        # The traceback shows our one line, not http.client's internals:
+        # the test's frame, then the client method's.
         text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
         self.assertNotIn("During handling", text)
         self.assertNotIn("http/client.py", text)
+        self.assertEqual(len(traceback.extract_tb(e.__traceback__)), 2, text)
+        self.assertTrue(text.rstrip().endswith(f"axsched.Unavailable: {e}"), text)
 
     def test_default_relative_socket_in_message(self):
         old = os.getcwd()

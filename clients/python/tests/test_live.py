@@ -150,6 +150,26 @@ class LiveSidecarTest(unittest.TestCase):
         self.assertIn(t.id, ids)
         self.assertTrue(self.worker.registered)
 
+    def test_worker_registered_through_the_api(self):
+        # A second worker that the sidecar knows only from its own
+        # registration (POST /v1/executors): an exact handler name wins over
+        # the --executor "*" flag, so its tasks go there.
+        got = []
+        w = Worker(socket_path=self.sock, listen=os.path.join(self.dir, "registered.sock"))
+        w.handle("live.registered", lambda d: got.append(d.task_id))
+        w.start()
+        try:
+            self.assertTrue(w.registered)
+            names = {e["name"]: e for e in self.client.executors()}
+            self.assertIn(w.name, names)
+            self.assertEqual(names[w.name]["url"], w.url)
+            t = self.client.submit("live.registered", {"n": 1})
+            self.assertEqual(self.wait_terminal(t.id).state, State.SUCCESS)
+            self.assertEqual(got, [t.id])
+        finally:
+            w.stop(timeout=5)
+        self.assertNotIn(w.name, {e["name"] for e in self.client.executors()})
+
     def test_cluster_and_ready(self):
         self.client.ready()
         info = self.client.cluster()

@@ -1,12 +1,11 @@
 // Command ordertimeout is the "close the order if it is still unpaid" example
 // of ax: it runs an executor for the handler order.timeout on a Unix socket,
-// submits one task with a 3 second delay through the local sidecar, waits for
-// the callback and prints the task's final state.
+// registers it with the local sidecar, submits one task with a 3 second delay,
+// waits for the callback and prints the task's final state.
 //
-// Start a sidecar first, registering this program's executor socket by its
-// absolute path:
+// Start a sidecar first:
 //
-//	ax dev --executor "order.timeout=unix://$PWD/app.sock"
+//	ax dev
 //
 // then, in the same directory:
 //
@@ -90,11 +89,12 @@ func run(ctx context.Context, socket, executorSocket string, delay, wait time.Du
 		<-served // the socket file is gone once ListenAndServeUnix has returned
 	}()
 
-	// 2. The client: check the sidecar, then submit.
+	// 2. The client: check the sidecar, tell it where the executor
+	// listens, then submit.
 	client := ax.New(ax.Config{SocketPath: socket})
 	if err := waitReady(ctx, client); err != nil {
 		if errors.Is(err, ax.ErrUnavailable) {
-			return fmt.Errorf("%w\nstart the sidecar first: ax dev --executor 'order.timeout=unix://%s'", err, absExecutor)
+			return fmt.Errorf("%w\nstart the sidecar first: ax dev", err)
 		}
 		return err
 	}
@@ -103,6 +103,17 @@ func run(ctx context.Context, socket, executorSocket string, delay, wait time.Du
 		return err
 	default:
 		fmt.Printf("executor listening on unix://%s\n", absExecutor)
+	}
+	reg := ax.ExecutorRegistration{Name: "ordertimeout", Handlers: []string{"order.timeout"}, URL: "unix://" + absExecutor}
+	switch err := client.RegisterExecutor(ctx, reg); {
+	case errors.Is(err, ax.ErrNotFound): // a sidecar without POST /v1/executors
+		log.Printf("cannot register with the sidecar (%v); start it with --executor 'order.timeout=%s'", err, reg.URL)
+	case err != nil:
+		return fmt.Errorf("register the executor: %w", err)
+	default:
+		// Unregister first when leaving, so that the leader stops sending
+		// attempts here before the executor stops answering.
+		defer client.UnregisterExecutor(context.WithoutCancel(ctx), reg.Name)
 	}
 	task, err := client.Submit(ctx, ax.SubmitRequest{
 		Handler: "order.timeout", // no ID: the sidecar generates one, so every run is a new task
@@ -121,7 +132,7 @@ func run(ctx context.Context, socket, executorSocket string, delay, wait time.Du
 	case err := <-serveErr:
 		return err
 	case <-time.After(wait):
-		return fmt.Errorf("no callback within %v; is the sidecar started with --executor 'order.timeout=unix://%s'?", wait, absExecutor)
+		return fmt.Errorf("no callback within %v; does the sidecar log show the executor %q registered?", wait, reg.Name)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
