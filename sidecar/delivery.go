@@ -3,10 +3,11 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/ipc"
 	"github.com/axsched/ax/raftfsm"
 )
@@ -114,13 +115,25 @@ func (d *delivery) executorFor(handler string) *raftfsm.Executor {
 	return rec.ExecutorFor(handler)
 }
 
-// slot bounds the callbacks in flight to one executor: its
-// MaxConcurrency, or Config.DeliveryConcurrency.
+// slot bounds the callbacks in flight to one executor (its
+// MaxConcurrency, or Config.DeliveryConcurrency) and decides, when it is
+// full, which waiting attempt goes next: engine.ReadyQueue's priorities
+// with weighted round robin and a wait budget, FIFO within a priority.
+// This is where priorities matter: a due attempt waits here only when its
+// executor is saturated.
 type slot struct {
-	name    string
-	sem     chan struct{}
-	waiting atomic.Int64
+	name  string
+	m     *metrics
+	mu    sync.Mutex
+	limit int
+	busy  int                      // callbacks in flight
+	ready *engine.ReadyQueue       // waiting attempts, by key
+	wait  map[string]chan struct{} // key → closed when granted
 }
+
+// readyCapacity bounds the attempts one executor queues. Far above any
+// sane backlog: backpressure is applied at submit, not here.
+const readyCapacity = 10_000_000
 
 func (d *delivery) slot(x *raftfsm.Executor) *slot {
 	key := x.Name + "|" + x.URL
@@ -132,33 +145,101 @@ func (d *delivery) slot(x *raftfsm.Executor) *slot {
 		if x.MaxConcurrency > 0 {
 			limit = x.MaxConcurrency
 		}
-		s = &slot{name: x.Name, sem: make(chan struct{}, limit)}
+		s = &slot{
+			name: x.Name, m: d.n.metrics, limit: limit, wait: map[string]chan struct{}{},
+			ready: engine.NewReadyQueue(d.n.clock, engine.ReadyOptions{Capacity: readyCapacity}),
+		}
 		d.slots[key] = s
 		d.n.metrics.executorLimit.WithLabelValues(x.Name).Set(float64(limit))
 	}
 	return s
 }
 
-// acquire waits for a free slot; false when ctx ends first.
-func (s *slot) acquire(ctx context.Context, m *metrics) bool {
-	s.waiting.Add(1)
-	m.executorQueue.WithLabelValues(s.name).Inc()
-	defer func() {
-		s.waiting.Add(-1)
-		m.executorQueue.WithLabelValues(s.name).Dec()
-	}()
+// acquire waits for a free slot for the attempt key of the given priority;
+// false when ctx ends first.
+func (s *slot) acquire(ctx context.Context, key string, prio int) bool {
+	s.mu.Lock()
+	if s.busy < s.limit && s.ready.Len() == 0 {
+		s.busy++
+		s.gauges()
+		s.mu.Unlock()
+		return true
+	}
+	ch := make(chan struct{})
+	if err := s.ready.Push(key, prio); err != nil {
+		// Already queued (cannot happen: keys hold the attempt) or over
+		// capacity: wait behind everyone at the lowest priority.
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
+			return s.acquire(ctx, key, prio)
+		}
+	}
+	s.wait[key] = ch
+	s.gauges()
+	s.mu.Unlock()
 	select {
-	case s.sem <- struct{}{}:
-		m.executorFlight.WithLabelValues(s.name).Inc()
+	case <-ch:
 		return true
 	case <-ctx.Done():
+		s.mu.Lock()
+		if s.ready.Remove(key) {
+			delete(s.wait, key)
+			s.gauges()
+			s.mu.Unlock()
+			return false
+		}
+		s.mu.Unlock()
+		// Granted meanwhile: hand the slot on.
+		s.release()
 		return false
 	}
 }
 
-func (s *slot) release(m *metrics) {
-	<-s.sem
-	m.executorFlight.WithLabelValues(s.name).Dec()
+// release frees a slot and grants it to the next waiting attempt.
+func (s *slot) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.busy--
+	for s.busy < s.limit {
+		it, ok := s.ready.Pop()
+		if !ok {
+			break
+		}
+		ch := s.wait[it.Key]
+		delete(s.wait, it.Key)
+		s.busy++
+		close(ch)
+	}
+	s.gauges()
+}
+
+// depths returns the waiting attempts by priority.
+func (s *slot) depths() [engine.Priorities]int { return s.ready.Depths() }
+
+// gauges updates the executor's metrics; s.mu is held.
+func (s *slot) gauges() {
+	s.m.executorFlight.WithLabelValues(s.name).Set(float64(s.busy))
+	s.m.executorQueue.WithLabelValues(s.name).Set(float64(s.ready.Len()))
+}
+
+// backlog returns the attempts waiting for a slot on this node, by priority.
+func (d *delivery) backlog() [engine.Priorities]int {
+	d.mu.Lock()
+	slots := make([]*slot, 0, len(d.slots))
+	for _, s := range d.slots {
+		slots = append(slots, s)
+	}
+	d.mu.Unlock()
+	var out [engine.Priorities]int
+	for _, s := range slots {
+		for p, n := range s.depths() {
+			out[p] += n
+		}
+	}
+	return out
 }
 
 // outcomeLabel names an outcome in ax_attempts_total.
@@ -203,7 +284,7 @@ func (d *delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 			}
 		}
 		sl := d.slot(x)
-		if !sl.acquire(ctx, d.n.metrics) {
+		if !sl.acquire(ctx, t.ID+"#"+strconv.FormatUint(r.epoch, 10)+"#"+strconv.Itoa(r.attempt), t.Spec.Priority) {
 			return
 		}
 		start := time.Now()
@@ -213,7 +294,7 @@ func (d *delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 			TaskID: t.ID, Handler: t.Spec.Handler, Attempt: t.Attempts, Run: max(t.Run, 1),
 			Deadline: deadline, Payload: t.Spec.Payload,
 		})
-		sl.release(d.n.metrics)
+		sl.release()
 		if ctx.Err() != nil {
 			out.Kind = ipc.OutcomeCancelled
 		}

@@ -97,9 +97,12 @@ func newMetrics(n *Node) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ax_timers", Help: "Timers armed on the leader (due times and leases); 0 on followers."},
 			func() float64 { return float64(n.leader.armed()) }),
 	)
-	readyDesc := prometheus.NewDesc("ax_ready_backlog", "Runs the leader holds due but undelivered (no live executor yet), per priority.", []string{"priority"}, nil)
+	readyDesc := prometheus.NewDesc("ax_ready_backlog", "Due runs not yet delivered, per priority: held by the leader (no live executor) or waiting on this node for an executor slot.", []string{"priority"}, nil)
 	m.reg.MustRegister(collectorFunc(func(ch chan<- prometheus.Metric) {
 		byPrio := n.leader.backlog()
+		for p, v := range n.delivery.backlog() {
+			byPrio[p] += v
+		}
 		for p, v := range byPrio {
 			ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, float64(v), strconv.Itoa(p))
 		}
