@@ -413,10 +413,13 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
 	if retryAfter > 0 {
 		ctx.Response.Header.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(retryAfter), 10))
 	}
-	b, _ := json.Marshal(errorBody{Error: errorDetail{Code: code, Message: msg}})
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf) // ends the body with a newline
+	enc.SetEscapeHTML(false)     // "> 0", not "\u003e 0", in messages
+	_ = enc.Encode(errorBody{Error: errorDetail{Code: code, Message: msg}})
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
-	ctx.SetBody(append(b, '\n'))
+	ctx.SetBody(buf.Bytes())
 }
 
 // handleParseError answers requests fasthttp could not read.

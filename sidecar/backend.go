@@ -32,9 +32,28 @@ func (n *Node) Submit(ctx context.Context, spec ipc.TaskSpec) (ipc.Task, bool, e
 	}
 }
 
-// Task implements ipc.Backend: a local read.
-func (n *Node) Task(_ context.Context, id string) (ipc.Task, error) {
+// Task implements ipc.Backend: a local read, unless this node is catching
+// up with the leader (just restarted, or partitioned) or does not have the
+// task: then the leader's copy is read, so that a lagging node never
+// answers "not found" for a task that exists, nor an old state.
+func (n *Node) Task(ctx context.Context, id string) (ipc.Task, error) {
 	t, err := n.fsm.Task(id)
+	if err != nil && !errors.Is(err, raftfsm.ErrNotFound) {
+		return ipc.Task{}, err
+	}
+	if (err != nil || !n.caughtUp()) && n.raft.State() != raft.Leader {
+		if addr := n.leaderPeerAddr(); addr != "" {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			lt, lerr := n.peers.task(rctx, addr, id)
+			cancel()
+			if lerr == nil {
+				t, err = lt, nil
+				if lt == nil {
+					err = raftfsm.ErrNotFound
+				}
+			}
+		}
+	}
 	if errors.Is(err, raftfsm.ErrNotFound) {
 		return ipc.Task{}, ipc.Errorf(ipc.ErrNotFound, "task %q not found", id)
 	}
@@ -73,35 +92,25 @@ func (n *Node) Cluster(context.Context) (ipc.ClusterInfo, error) {
 
 // Ready implements ipc.Backend: a leader is known, this node's record is
 // committed, and this node has applied everything the leader had committed
-// when asked (a follower asks the leader for its commit index: its own may
-// still be 0 right after a restart, before the first append from the
-// leader, rqlite's "Committed").
+// at its last load report (a follower's own commit index may still be 0
+// right after a restart, before the first append from the leader; rqlite's
+// "Committed" does the same).
 func (n *Node) Ready(ctx context.Context) error {
 	_, id := n.raft.LeaderWithID()
 	if id == "" {
-		return ipc.Errorf(ipc.ErrNotReady, "no leader known yet")
+		return ipc.Errorf(ipc.ErrNotReady, "no leader known yet").WithRetryAfter(time.Second)
 	}
 	if !n.registered.Load() {
-		return ipc.Errorf(ipc.ErrNotReady, "node not registered with the leader yet")
+		return ipc.Errorf(ipc.ErrNotReady, "node not registered with the leader yet").WithRetryAfter(time.Second)
 	}
 	if n.raft.State() == raft.Leader {
 		if n.leader.currentTimers() == nil {
-			return ipc.Errorf(ipc.ErrNotReady, "leader is starting")
+			return ipc.Errorf(ipc.ErrNotReady, "leader is starting").WithRetryAfter(time.Second)
 		}
 		return nil
 	}
-	addr := n.leaderPeerAddr()
-	if addr == "" {
-		return ipc.Errorf(ipc.ErrNotReady, "leader %s: peer address not known yet", id)
-	}
-	rctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	li, err := n.peers.info(rctx, addr)
-	if err != nil {
-		return ipc.Errorf(ipc.ErrNotReady, "leader %s unreachable: %v", id, err)
-	}
-	if applied := n.fsm.AppliedIndex(); applied < li.CommitIndex {
-		return ipc.Errorf(ipc.ErrNotReady, "catching up: applied %d of the leader's %d", applied, li.CommitIndex)
+	if !n.caughtUp() {
+		return ipc.Errorf(ipc.ErrNotReady, "catching up: applied %d of the leader's %d", n.fsm.AppliedIndex(), n.leaderCommit.Load()).WithRetryAfter(time.Second)
 	}
 	return nil
 }

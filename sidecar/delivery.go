@@ -326,8 +326,21 @@ func (d *delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 	}
 	rctx, cancel := context.WithTimeout(d.n.ctx, reportTimeout)
 	defer cancel()
-	if _, err := d.n.propose(rctx, []raftfsm.Command{{Type: raftfsm.CmdComplete, Complete: c}}); err != nil {
-		log.Warn().Err(err).Msg("could not report the outcome; the lease will expire and the leader retries")
+	for {
+		_, err := d.n.propose(rctx, []raftfsm.Command{{Type: raftfsm.CmdComplete, Complete: c}})
+		if err == nil {
+			return
+		}
+		if rctx.Err() != nil {
+			log.Warn().Err(err).Msg("could not report the outcome; the lease will expire and the leader retries")
+			return
+		}
+		// No leader for a while (no quorum): keep trying until the
+		// report deadline; the report is idempotent.
+		select {
+		case <-rctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }
 

@@ -25,6 +25,11 @@ import (
 func (n *Node) propose(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
 	backoff := 10 * time.Millisecond
 	var lastErr error
+	// Without a leader for noLeaderWait, give up early: an election takes
+	// about one election timeout, so longer means no quorum, and the
+	// client should hear 503 no_leader now rather than at its deadline.
+	giveUp := time.NewTimer(n.noLeaderWait())
+	defer giveUp.Stop()
 	for {
 		if n.raft.State() == raft.Leader {
 			res, err := n.proposer.propose(ctx, cmds)
@@ -50,10 +55,19 @@ func (n *Node) propose(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.R
 				n.log.Debug().Err(lastErr).Msg("no leader before deadline")
 			}
 			return nil, ErrNoLeader
+		case <-giveUp.C:
+			n.log.Debug().Err(lastErr).Msg("no leader: giving up")
+			return nil, ErrNoLeader
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 200*time.Millisecond)
 	}
+}
+
+// noLeaderWait is how long propose waits for a leader: several election
+// timeouts (an election usually ends within one or two).
+func (n *Node) noLeaderWait() time.Duration {
+	return max(4*n.cfg.ElectionTimeout, 2*time.Second)
 }
 
 func maxIndex(rs []raftfsm.Result) uint64 {

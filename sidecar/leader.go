@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -183,7 +184,11 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 			l.rearm(dueKeyPrefix+id, l.fireAt(t.DueMs))
 			continue
 		}
-		node := l.pick(nodes, t.Spec.Handler, now)
+		avoid := ""
+		if t.Attempts > 0 {
+			avoid = t.Node // a retry goes elsewhere when it can
+		}
+		node := l.pick(nodes, t.Spec.Handler, avoid, now)
 		if node == "" {
 			n.log.Debug().Str("task_id", id).Str("handler", t.Spec.Handler).Msg("no live executor for handler; waiting")
 			l.park(id, t.Spec.Priority)
@@ -242,7 +247,10 @@ func (l *leaderState) rearm(key string, at time.Time) {
 // node or it reported within nodeLiveness; right after an election the
 // other nodes count only once their first report arrives (within
 // reportInterval), so a dead former leader never gets an attempt.
-func (l *leaderState) pick(nodes []raftfsm.Node, handler string, now time.Time) string {
+//
+// A retry avoids the node whose attempt failed (avoid) when another live
+// node can run the handler: its executor may be the cause.
+func (l *leaderState) pick(nodes []raftfsm.Node, handler, avoid string, now time.Time) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var live []string
@@ -254,6 +262,11 @@ func (l *leaderState) pick(nodes []raftfsm.Node, handler string, now time.Time) 
 		seen, ok := l.lastSeen[nd.ID]
 		if nd.ID == l.n.cfg.NodeID || (ok && now.Sub(seen) < nodeLiveness) {
 			live = append(live, nd.ID)
+		}
+	}
+	if len(live) > 1 && avoid != "" {
+		if i := slices.Index(live, avoid); i >= 0 {
+			live = slices.Delete(live, i, i+1)
 		}
 	}
 	if len(live) == 0 {

@@ -130,14 +130,18 @@ func (n *Node) reportLoop(ctx context.Context) {
 		r := loadReport{ID: n.cfg.NodeID, InFlight: n.delivery.inFlight()}
 		if n.raft.State() == raft.Leader {
 			n.leader.report(r)
+			n.leaderCommit.Store(parseUint(n.raft.Stats()["commit_index"]))
 			continue
 		}
 		if addr := n.leaderPeerAddr(); addr != "" {
 			rctx, cancel := context.WithTimeout(ctx, reportInterval)
-			if err := n.peers.report(rctx, addr, r); err != nil {
-				n.log.Debug().Err(err).Msg("load report failed")
-			}
+			rr, err := n.peers.report(rctx, addr, r)
 			cancel()
+			if err != nil {
+				n.log.Debug().Err(err).Msg("load report failed")
+				continue
+			}
+			n.leaderCommit.Store(rr.CommitIndex)
 		}
 	}
 }

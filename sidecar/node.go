@@ -50,7 +50,8 @@ type Node struct {
 	wg     sync.WaitGroup
 
 	shutdownOnce sync.Once
-	registered   atomic.Bool // this node's record is committed
+	registered   atomic.Bool   // this node's record is committed
+	leaderCommit atomic.Uint64 // the leader's commit index at the last load report
 }
 
 // Start opens the node's stores, starts Raft, the peer API and the
@@ -203,6 +204,12 @@ func listenUnix(path string) (net.Listener, error) {
 		return nil, err
 	}
 	return ln, nil
+}
+
+// caughtUp reports whether this node has applied everything the leader
+// had committed at the last load report (every reportInterval).
+func (n *Node) caughtUp() bool {
+	return n.leaderCommit.Load() != 0 && n.fsm.AppliedIndex() >= n.leaderCommit.Load()
 }
 
 // ID returns the node id.

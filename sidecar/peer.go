@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"sync"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 //	GET  /peer/v1/info     this node's id, addresses and the leader it knows (JSON)
 //	POST /peer/v1/join     add the node in the JSON body to the cluster (the leader does it; others forward)
 //	POST /peer/v1/propose  body: a raftfsm entry; the leader commits it and answers the msgpack results
-//	POST /peer/v1/report   a node's load report to the leader (JSON)
+//	POST /peer/v1/report   a node's load report to the leader (JSON); answers the leader's commit index
+//	GET  /peer/v1/task?id= a task as this node has it (msgpack), for a follower that is catching up
 //
 // A proposal that reaches a node that does not lead gets 421 (misdirected)
 // and the caller looks the leader up again.
@@ -29,6 +31,7 @@ const (
 	peerPathJoin    = "/peer/v1/join"
 	peerPathPropose = "/peer/v1/propose"
 	peerPathReport  = "/peer/v1/report"
+	peerPathTask    = "/peer/v1/task"
 	// peerTimeout bounds one peer request.
 	peerTimeout = 10 * time.Second
 )
@@ -44,6 +47,11 @@ type peerInfo struct {
 	InCluster bool `json:"in_cluster"`
 	// CommitIndex is the node's Raft commit index; on the leader, the
 	// index a follower must apply before it is ready (readiness).
+	CommitIndex uint64 `json:"commit_index"`
+}
+
+// reportReply is the leader's answer to a load report.
+type reportReply struct {
 	CommitIndex uint64 `json:"commit_index"`
 }
 
@@ -138,7 +146,27 @@ func (p *peerServer) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		n.leader.report(r)
-		ctx.SetStatusCode(204)
+		// The answer tells the follower how far the leader has committed,
+		// so it knows whether it has caught up (readiness, reads).
+		writeJSON(ctx, 200, reportReply{CommitIndex: parseUint(n.raft.Stats()["commit_index"])})
+	case peerPathTask:
+		id := string(ctx.QueryArgs().Peek("id"))
+		t, err := n.fsm.Task(id)
+		if errors.Is(err, raftfsm.ErrNotFound) {
+			writeJSON(ctx, 404, map[string]string{"error": "task not found"})
+			return
+		}
+		if err != nil {
+			writeJSON(ctx, 500, map[string]string{"error": err.Error()})
+			return
+		}
+		b, err := raftfsm.EncodeResults([]raftfsm.Result{{Task: t, Index: n.fsm.AppliedIndex()}})
+		if err != nil {
+			writeJSON(ctx, 500, map[string]string{"error": err.Error()})
+			return
+		}
+		ctx.SetContentType("application/msgpack")
+		ctx.SetBody(b)
 	default:
 		writeJSON(ctx, 404, map[string]string{"error": "no such peer route"})
 	}
@@ -311,14 +339,35 @@ func (p *peerClient) propose(ctx context.Context, addr string, cmds []raftfsm.Co
 	}
 }
 
-func (p *peerClient) report(ctx context.Context, addr string, r loadReport) error {
+func (p *peerClient) report(ctx context.Context, addr string, r loadReport) (reportReply, error) {
+	var rr reportReply
 	b, _ := json.Marshal(r)
 	status, body, err := p.do(ctx, "POST", addr, peerPathReport, "application/json", b)
 	if err != nil {
-		return err
+		return rr, err
 	}
-	if status != 204 {
-		return fmt.Errorf("peer %s: report: http %d: %s", addr, status, body)
+	if status != 200 {
+		return rr, fmt.Errorf("peer %s: report: http %d: %s", addr, status, body)
 	}
-	return nil
+	err = json.Unmarshal(body, &rr)
+	return rr, err
+}
+
+// task reads a task from the node at addr; nil, nil when it has none.
+func (p *peerClient) task(ctx context.Context, addr, id string) (*raftfsm.Task, error) {
+	status, body, err := p.do(ctx, "GET", addr, peerPathTask+"?id="+url.QueryEscape(id), "", nil)
+	if err != nil {
+		return nil, err
+	}
+	switch status {
+	case 200:
+		rs, err := raftfsm.DecodeResults(body)
+		if err != nil || len(rs) != 1 || rs[0].Task == nil {
+			return nil, fmt.Errorf("peer %s: task: bad answer", addr)
+		}
+		return rs[0].Task, nil
+	case 404:
+		return nil, nil
+	}
+	return nil, fmt.Errorf("peer %s: task: http %d: %s", addr, status, body)
 }
