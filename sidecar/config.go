@@ -33,8 +33,9 @@ const (
 	// commits its Fire, so that the commit latency does not add to the
 	// lateness; the delivering node waits for the due time.
 	FireLeadDefault = 50 * time.Millisecond
-	// DeliveryConcurrencyDefault bounds the callbacks in flight per executor.
-	DeliveryConcurrencyDefault = 64
+	// DeliveryConcurrencyDefault is the most callbacks in flight per
+	// executor: the adaptive limit's maximum (seed 004's burst needs 200).
+	DeliveryConcurrencyDefault = 200
 	// SnapshotThresholdDefault is how many log entries trigger a snapshot.
 	SnapshotThresholdDefault = 8192
 	// TrailingLogsDefault is how many entries stay in the log after a snapshot.
@@ -99,9 +100,14 @@ type Config struct {
 	// Fire (the delivering node holds the attempt until the due time).
 	// -1 turns it off. Defaults to FireLeadDefault.
 	FireLead time.Duration
-	// DeliveryConcurrency bounds callbacks in flight per executor. Defaults
-	// to DeliveryConcurrencyDefault.
+	// DeliveryConcurrency is the most callbacks in flight per executor (the
+	// adaptive limit's maximum), unless the executor's registration sets
+	// max_concurrency. Defaults to DeliveryConcurrencyDefault.
 	DeliveryConcurrency int
+	// DeliveryMinConcurrency is the adaptive limit's minimum per executor,
+	// unless the registration sets min_concurrency; set it equal to
+	// DeliveryConcurrency for a fixed limit. Defaults to LimiterMinDefault.
+	DeliveryMinConcurrency int
 	// LogPayloads adds task payloads to the debug log lines of state
 	// changes. Off by default: payloads may hold personal data.
 	LogPayloads bool
@@ -146,6 +152,9 @@ func (c Config) WithDefaults() Config {
 	if c.DeliveryConcurrency == 0 {
 		c.DeliveryConcurrency = DeliveryConcurrencyDefault
 	}
+	if c.DeliveryMinConcurrency == 0 {
+		c.DeliveryMinConcurrency = min(LimiterMinDefault, c.DeliveryConcurrency)
+	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = SnapshotThresholdDefault
 	}
@@ -178,8 +187,11 @@ func (c Config) Validate() error {
 	if c.FireLead > 10*time.Second {
 		return fmt.Errorf("fire lead %v: at most 10s", c.FireLead)
 	}
-	if c.DeliveryConcurrency < 1 {
-		return fmt.Errorf("delivery concurrency %d: must be at least 1", c.DeliveryConcurrency)
+	if c.DeliveryConcurrency < 1 || c.DeliveryConcurrency > 10000 {
+		return fmt.Errorf("delivery concurrency %d: must be between 1 and 10000", c.DeliveryConcurrency)
+	}
+	if c.DeliveryMinConcurrency < 1 || c.DeliveryMinConcurrency > c.DeliveryConcurrency {
+		return fmt.Errorf("delivery min concurrency %d: must be between 1 and the delivery concurrency %d", c.DeliveryMinConcurrency, c.DeliveryConcurrency)
 	}
 	if c.HeartbeatTimeout < 5*time.Millisecond || c.ElectionTimeout < 5*time.Millisecond {
 		return fmt.Errorf("heartbeat and election timeouts must be at least 5ms")

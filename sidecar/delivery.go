@@ -115,105 +115,164 @@ func (d *delivery) executorFor(handler string) *raftfsm.Executor {
 	return rec.ExecutorFor(handler)
 }
 
-// slot bounds the callbacks in flight to one executor (its
-// MaxConcurrency, or Config.DeliveryConcurrency) and decides, when it is
-// full, which waiting attempt goes next: engine.ReadyQueue's priorities
-// with weighted round robin and a wait budget, FIFO within a priority.
-// This is where priorities matter: a due attempt waits here only when its
-// executor is saturated.
+// slot bounds the callbacks in flight to one executor with an adaptive
+// limit (engine.Limiter: between the executor's MinConcurrency and
+// MaxConcurrency, default LimiterMin and Config.DeliveryConcurrency; equal
+// bounds give a fixed limit) and decides, when it is full, which waiting
+// attempt goes next: engine.ReadyQueue's priorities with weighted round
+// robin and a wait budget, FIFO within a priority. This is where priorities
+// matter: a due attempt waits here only when its executor is saturated.
 type slot struct {
 	name  string
 	m     *metrics
+	lim   *engine.Limiter
 	mu    sync.Mutex
-	limit int
-	busy  int                      // callbacks in flight
-	ready *engine.ReadyQueue       // waiting attempts, by key
-	wait  map[string]chan struct{} // key → closed when granted
+	ready *engine.ReadyQueue            // waiting attempts, by key
+	wait  map[string]chan *engine.Token // key → receives its token when granted
 }
 
 // readyCapacity bounds the attempts one executor queues. Far above any
 // sane backlog: backpressure is applied at submit, not here.
 const readyCapacity = 10_000_000
 
+// LimiterMinDefault is the lowest concurrency an executor's adaptive limit
+// goes down to, unless its registration says otherwise.
+const LimiterMinDefault = 4
+
 func (d *delivery) slot(x *raftfsm.Executor) *slot {
 	key := x.Name + "|" + x.URL
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := d.slots[key]
-	if s == nil {
-		limit := d.n.cfg.DeliveryConcurrency
-		if x.MaxConcurrency > 0 {
-			limit = x.MaxConcurrency
-		}
-		s = &slot{
-			name: x.Name, m: d.n.metrics, limit: limit, wait: map[string]chan struct{}{},
-			ready: engine.NewReadyQueue(d.n.clock, engine.ReadyOptions{Capacity: readyCapacity}),
-		}
-		d.slots[key] = s
-		d.n.metrics.executorLimit.WithLabelValues(x.Name).Set(float64(limit))
+	if s != nil {
+		return s
 	}
+	maxC := d.n.cfg.DeliveryConcurrency
+	if x.MaxConcurrency > 0 {
+		maxC = x.MaxConcurrency
+	}
+	minC := d.n.cfg.DeliveryMinConcurrency
+	if x.MinConcurrency > 0 {
+		minC = x.MinConcurrency
+	}
+	minC = min(minC, maxC)
+	name := x.Name
+	log := d.n.log
+	m := d.n.metrics
+	s = &slot{
+		name: name, m: m, wait: map[string]chan *engine.Token{},
+		ready: engine.NewReadyQueue(d.n.clock, engine.ReadyOptions{Capacity: readyCapacity}),
+	}
+	s.lim = engine.NewLimiter(d.n.clock, engine.LimiterOptions{Min: minC, Max: maxC, OnChange: func(old, new int, reason string) {
+		m.executorLimit.WithLabelValues(name).Set(float64(new))
+		log.Debug().Str("executor", name).Int("from", old).Int("to", new).Str("reason", reason).Msg("concurrency limit changed")
+	}})
+	m.executorLimit.WithLabelValues(name).Set(float64(s.lim.Limit()))
+	d.slots[key] = s
+	go s.loop(d.n.ctx)
 	return s
 }
 
-// acquire waits for a free slot for the attempt key of the given priority;
-// false when ctx ends first.
-func (s *slot) acquire(ctx context.Context, key string, prio int) bool {
-	s.mu.Lock()
-	if s.busy < s.limit && s.ready.Len() == 0 {
-		s.busy++
-		s.gauges()
-		s.mu.Unlock()
-		return true
+// loop grants slots when the limiter says one was freed or its limit rose.
+func (s *slot) loop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.lim.Changed():
+			s.grant()
+		}
 	}
-	ch := make(chan struct{})
-	if err := s.ready.Push(key, prio); err != nil {
-		// Already queued (cannot happen: keys hold the attempt) or over
-		// capacity: wait behind everyone at the lowest priority.
+}
+
+// acquire waits for a slot for the attempt key of the given priority and
+// returns its token; false when ctx ends first.
+func (s *slot) acquire(ctx context.Context, key string, prio int) (*engine.Token, bool) {
+	s.mu.Lock()
+	if s.ready.Len() == 0 {
+		s.lim.Observe(0)
+		if tok, ok := s.lim.TryAcquire(); ok {
+			s.gauges()
+			s.mu.Unlock()
+			return tok, true
+		}
+	}
+	ch := make(chan *engine.Token, 1)
+	for s.ready.Push(key, prio) != nil {
+		// Already queued (cannot happen: keys name the attempt) or over
+		// capacity: wait and try again.
 		s.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return false
+			return nil, false
 		case <-time.After(10 * time.Millisecond):
-			return s.acquire(ctx, key, prio)
 		}
+		s.mu.Lock()
 	}
 	s.wait[key] = ch
+	s.lim.Observe(s.ready.Len())
 	s.gauges()
 	s.mu.Unlock()
+	s.grant() // a slot may have been freed meanwhile
 	select {
-	case <-ch:
-		return true
+	case tok := <-ch:
+		return tok, true
 	case <-ctx.Done():
 		s.mu.Lock()
 		if s.ready.Remove(key) {
 			delete(s.wait, key)
+			s.lim.Observe(s.ready.Len())
 			s.gauges()
 			s.mu.Unlock()
-			return false
+			return nil, false
 		}
 		s.mu.Unlock()
-		// Granted meanwhile: hand the slot on.
-		s.release()
-		return false
+		// Granted meanwhile: give the slot back.
+		(<-ch).Done(engine.LimitDropped, 0)
+		s.grant()
+		return nil, false
 	}
 }
 
-// release frees a slot and grants it to the next waiting attempt.
-func (s *slot) release() {
+// grant hands free slots to the waiting attempts, by priority.
+func (s *slot) grant() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.busy--
-	for s.busy < s.limit {
-		it, ok := s.ready.Pop()
+	for s.ready.Len() > 0 {
+		tok, ok := s.lim.TryAcquire()
 		if !ok {
 			break
 		}
+		it, _ := s.ready.Pop()
 		ch := s.wait[it.Key]
 		delete(s.wait, it.Key)
-		s.busy++
-		close(ch)
+		ch <- tok
 	}
+	s.lim.Observe(s.ready.Len())
 	s.gauges()
+}
+
+// release reports how the attempt that held tok ended and frees its slot.
+func (s *slot) release(tok *engine.Token, out ipc.Outcome) {
+	tok.Done(limitOutcome(out.Kind), out.Duration)
+	s.grant()
+}
+
+// limitOutcome maps a callback's outcome to the limiter's: a 429/503 is
+// busy, a time-out or a connection error a time-out (the executor is
+// overloaded or gone), a 5xx a failure; any other answer measures latency.
+func limitOutcome(k ipc.OutcomeKind) engine.LimitOutcome {
+	switch k {
+	case ipc.OutcomeBusy:
+		return engine.LimitBusy
+	case ipc.OutcomeTimeout:
+		return engine.LimitTimeout
+	case ipc.OutcomeRetryable:
+		return engine.LimitFailure
+	case ipc.OutcomeCancelled:
+		return engine.LimitDropped
+	}
+	return engine.LimitSuccess
 }
 
 // depths returns the waiting attempts by priority.
@@ -221,7 +280,7 @@ func (s *slot) depths() [engine.Priorities]int { return s.ready.Depths() }
 
 // gauges updates the executor's metrics; s.mu is held.
 func (s *slot) gauges() {
-	s.m.executorFlight.WithLabelValues(s.name).Set(float64(s.busy))
+	s.m.executorFlight.WithLabelValues(s.name).Set(float64(s.lim.InFlight()))
 	s.m.executorQueue.WithLabelValues(s.name).Set(float64(s.ready.Len()))
 }
 
@@ -284,7 +343,8 @@ func (d *delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 			}
 		}
 		sl := d.slot(x)
-		if !sl.acquire(ctx, t.ID+"#"+strconv.FormatUint(r.epoch, 10)+"#"+strconv.Itoa(r.attempt), t.Spec.Priority) {
+		tok, ok := sl.acquire(ctx, t.ID+"#"+strconv.FormatUint(r.epoch, 10)+"#"+strconv.Itoa(r.attempt), t.Spec.Priority)
+		if !ok {
 			return
 		}
 		start := time.Now()
@@ -294,10 +354,10 @@ func (d *delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 			TaskID: t.ID, Handler: t.Spec.Handler, Attempt: t.Attempts, Run: max(t.Run, 1),
 			Deadline: deadline, Payload: t.Spec.Payload,
 		})
-		sl.release()
 		if ctx.Err() != nil {
 			out.Kind = ipc.OutcomeCancelled
 		}
+		sl.release(tok, out)
 		d.n.metrics.attempt(t.Spec.Handler, outcomeLabel(out.Kind), out.Duration)
 	}
 	if ctx.Err() != nil { // aborted (cancel, replace, lease expiry) or stopping: nothing to report

@@ -9,23 +9,29 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/ipc"
 )
 
+// testSlot returns a slot with a fixed limit (min = max).
 func testSlot(limit int) *slot {
 	m := &metrics{
 		executorFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "f"}, []string{"executor"}),
 		executorQueue:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "q"}, []string{"executor"}),
 	}
-	return &slot{name: "x", m: m, limit: limit, wait: map[string]chan struct{}{},
+	return &slot{name: "x", m: m, wait: map[string]chan *engine.Token{},
+		lim:   engine.NewLimiter(engine.RealClock(), engine.LimiterOptions{Min: limit, Max: limit}),
 		ready: engine.NewReadyQueue(engine.RealClock(), engine.ReadyOptions{Capacity: 100})}
 }
+
+var okOutcome = ipc.Outcome{Kind: ipc.OutcomeSuccess, Duration: time.Millisecond}
 
 // When an executor is saturated, waiting attempts get its slots by
 // priority (0 first), FIFO within a priority.
 func TestSlotGrantsByPriority(t *testing.T) {
 	s := testSlot(1)
 	ctx := context.Background()
-	if !s.acquire(ctx, "running", 2) {
+	first, ok := s.acquire(ctx, "running", 2)
+	if !ok {
 		t.Fatal("first acquire must not wait")
 	}
 	var mu sync.Mutex
@@ -35,11 +41,11 @@ func TestSlotGrantsByPriority(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if s.acquire(ctx, key, prio) {
+			if tok, ok := s.acquire(ctx, key, prio); ok {
 				mu.Lock()
 				order = append(order, key)
 				mu.Unlock()
-				s.release()
+				s.release(tok, okOutcome)
 			}
 		}()
 		// Wait until it is queued, so that the arrival order is known.
@@ -63,7 +69,7 @@ func TestSlotGrantsByPriority(t *testing.T) {
 	if d := s.depths(); d[0] != 2 || d[2] != 1 || d[4] != 1 {
 		t.Fatalf("depths %v", d)
 	}
-	s.release() // the running attempt ends: the queue drains one at a time
+	s.release(first, okOutcome) // the running attempt ends: the queue drains one at a time
 	wg.Wait()
 	want := []string{"high-1", "high-2", "mid", "low"}
 	for i := range want {
@@ -71,8 +77,8 @@ func TestSlotGrantsByPriority(t *testing.T) {
 			t.Fatalf("grant order %v, want %v", order, want)
 		}
 	}
-	if s.busy != 0 || s.ready.Len() != 0 {
-		t.Fatalf("busy %d, queued %d after draining", s.busy, s.ready.Len())
+	if s.lim.InFlight() != 0 || s.ready.Len() != 0 {
+		t.Fatalf("in flight %d, queued %d after draining", s.lim.InFlight(), s.ready.Len())
 	}
 }
 
@@ -80,12 +86,13 @@ func TestSlotGrantsByPriority(t *testing.T) {
 // and takes no slot.
 func TestSlotAbandonedWaitFreesNothing(t *testing.T) {
 	s := testSlot(1)
-	if !s.acquire(context.Background(), "a", 2) {
+	first, ok := s.acquire(context.Background(), "a", 2)
+	if !ok {
 		t.Fatal("first acquire")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan bool)
-	go func() { done <- s.acquire(ctx, "b", 2) }()
+	go func() { _, ok := s.acquire(ctx, "b", 2); done <- ok }()
 	for s.ready.Len() == 0 {
 		time.Sleep(time.Millisecond)
 	}
@@ -93,11 +100,11 @@ func TestSlotAbandonedWaitFreesNothing(t *testing.T) {
 	if <-done {
 		t.Fatal("a cancelled wait must not get a slot")
 	}
-	if s.ready.Len() != 0 || s.busy != 1 {
-		t.Fatalf("queued %d busy %d", s.ready.Len(), s.busy)
+	if s.ready.Len() != 0 || s.lim.InFlight() != 1 {
+		t.Fatalf("queued %d in flight %d", s.ready.Len(), s.lim.InFlight())
 	}
-	s.release()
-	if s.busy != 0 {
-		t.Fatalf("busy %d", s.busy)
+	s.release(first, okOutcome)
+	if s.lim.InFlight() != 0 {
+		t.Fatalf("in flight %d", s.lim.InFlight())
 	}
 }
