@@ -36,6 +36,13 @@ type Task struct {
 	FinishedAt    *time.Time      `json:"finished_at,omitempty"`
 	Payload       json.RawMessage `json:"payload,omitempty"`
 	PayloadBase64 *string         `json:"payload_base64,omitempty"`
+	// Recurring tasks.
+	Cron     string `json:"cron,omitempty"`
+	Timezone string `json:"timezone,omitempty"`
+	Every    string `json:"every,omitempty"`
+	Repeats  int    `json:"repeats,omitempty"`
+	Run      int    `json:"run"`
+	Snoozes  int    `json:"snoozes"`
 }
 
 // PayloadBytes returns the payload as the executor should receive it.

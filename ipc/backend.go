@@ -243,6 +243,10 @@ type Task struct {
 	// when it was submitted as payload_base64.
 	Payload       []byte `json:"-"`
 	PayloadBase64 bool   `json:"-"`
+	// BacklogWarning, set on a submit's answer when the handler's backlog
+	// is at 80 % of its bound or more ("depth/limit"), is sent as the
+	// Ax-Backlog-Warning header.
+	BacklogWarning string `json:"-"`
 }
 
 // BackoffView is a task's retry backoff in the API (durations as Go

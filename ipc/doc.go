@@ -50,9 +50,10 @@
 // its default and its bounds. payload is any JSON value, kept byte for byte
 // and delivered as the callback body; payload_base64 carries binary. The
 // task view (Task.MarshalJSON) gives the payload back the way it came:
-// "payload" as raw JSON, or "payload_base64". Fields of later versions
-// (cron, timezone, every, repeats, until, backoff, route_key, labels) are
-// refused with 400 "not supported yet"; any other unknown field with 400.
+// "payload" as raw JSON, or "payload_base64". Recurring tasks take cron
+// (+ timezone) or every, with repeats and until; backoff overrides the
+// retry backoff; route_key and labels are kept with the task. An unknown
+// field is refused with 400.
 //
 // POST /v1/tasks/batch takes {"tasks": [<submit body>, ...]}; every item is
 // decoded as by DecodeSubmit, and one invalid item refuses the whole batch

@@ -28,6 +28,9 @@ type Error struct {
 	// RetryAfter is sent as the Retry-After header, in whole seconds
 	// (rounded up), when positive.
 	RetryAfter time.Duration
+	// Depth and Limit, for queue_full, are the backlog that was full and
+	// its bound (sent as error.depth and error.limit, seed 004's hints).
+	Depth, Limit int
 
 	cause error // the error wrapped by Errorf's %w, if any
 }
@@ -110,6 +113,13 @@ func (e *Error) WithRetryAfter(d time.Duration) *Error {
 	return &c
 }
 
+// WithBacklog returns a copy of e carrying a backlog's depth and limit.
+func (e *Error) WithBacklog(depth, limit int) *Error {
+	c := *e
+	c.Depth, c.Limit = depth, limit
+	return &c
+}
+
 // Errorf returns an error with kind's code, status and Retry-After and a
 // message formatted as by fmt.Errorf; a %w verb in format is unwrapped by
 // errors.Is and errors.As.
@@ -171,6 +181,9 @@ type errorBody struct {
 type errorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Depth and Limit come with queue_full: the backlog and its bound.
+	Depth int `json:"depth,omitempty"`
+	Limit int `json:"limit,omitempty"`
 }
 
 // retryAfterSeconds renders d for the Retry-After header: whole seconds,

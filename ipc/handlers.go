@@ -79,6 +79,9 @@ func (s *Server) submitBatch(rctx context.Context, ctx *fasthttp.RequestCtx, _ s
 		if it.Created {
 			status = fasthttp.StatusCreated
 		}
+		if it.Task.BacklogWarning != "" {
+			ctx.Response.Header.Set(HeaderBacklogWarning, it.Task.BacklogWarning)
+		}
 		b, err := it.Task.MarshalJSON()
 		if err != nil {
 			return fmt.Errorf("encode task view %q: %w", it.Task.ID, err)

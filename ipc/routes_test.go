@@ -320,7 +320,7 @@ func TestServer_BatchInvalid(t *testing.T) {
 		{"item unknown field", `{"tasks":[{"handler":"h","colour":"red"}]}`, 400, "bad_request", `tasks[0]: unknown field "colour"`},
 		{"item bad delay", `{"tasks":[{"handler":"h"},{"handler":"h","delay":"-1s"}]}`, 400, "bad_request", `tasks[1]: delay: must not be negative`},
 		{"item priority type", `{"tasks":[{"handler":"h","priority":"high"}]}`, 400, "bad_request", "tasks[0]: priority: must be an integer from 0 to 4"},
-		{"item cron", `{"tasks":[{"handler":"h","cron":"* * * * *"}]}`, 400, "bad_request", "tasks[0]: cron: not supported yet"},
+		{"item cron", `{"tasks":[{"handler":"h","cron":"61 * * * *"}]}`, 400, "bad_request", "tasks[0]: cron: "},
 		{"item string", `{"tasks":[{"handler":"h"},"h"]}`, 400, "bad_request", "tasks[1]: must be a JSON object, got a string"},
 		{"item null", `{"tasks":[null]}`, 400, "bad_request", "tasks[0]: must be a JSON object, got null"},
 		{"item array", `{"tasks":[[]]}`, 400, "bad_request", "tasks[0]: must be a JSON object, got an array"},

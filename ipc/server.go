@@ -22,8 +22,13 @@ import (
 const (
 	// RequestTimeoutDefault bounds the Backend call of one request.
 	RequestTimeoutDefault = 30 * time.Second
-	// ReadTimeoutDefault bounds reading one request, headers and body.
-	ReadTimeoutDefault = 10 * time.Second
+	// ReadTimeoutDefault bounds reading one request, headers and body, and
+	// the wait for the first request on a new connection. It is as long as
+	// IdleTimeoutDefault on purpose: HTTP clients (Go's among them) open
+	// spare connections that stay idle before their first request, and
+	// fasthttp answers a first-request timeout with an error response the
+	// client never asked for ("unsolicited response on idle channel").
+	ReadTimeoutDefault = 2 * time.Minute
 	// WriteTimeoutDefault bounds writing one response.
 	WriteTimeoutDefault = 10 * time.Second
 	// IdleTimeoutDefault closes keep-alive connections idle for this long.
@@ -51,7 +56,7 @@ type ServerOptions struct {
 	// 1.4 MiB: room for a PayloadMaxBytes payload in base64).
 	MaxRequestBodyBytes int
 	// ReadTimeout bounds reading a request (headers and body).
-	// Defaults to ReadTimeoutDefault (10s).
+	// Defaults to ReadTimeoutDefault (2m).
 	ReadTimeout time.Duration
 	// RequestTimeout bounds the work of one request: it is the timeout of
 	// the context passed to the Backend. When it expires the client gets 503
@@ -330,9 +335,17 @@ func (s *Server) submit(rctx context.Context, ctx *fasthttp.RequestCtx, _ string
 		status = fasthttp.StatusCreated
 		ctx.Response.Header.Set("Location", "/v1/tasks/"+url.PathEscape(task.ID))
 	}
+	if task.BacklogWarning != "" {
+		ctx.Response.Header.Set(HeaderBacklogWarning, task.BacklogWarning)
+	}
 	s.writeTask(ctx, status, task)
 	return nil
 }
+
+// HeaderBacklogWarning is set on a submit's answer when the handler's
+// backlog is at 80 % of its bound or more: "depth/limit". Producers should
+// slow down before they get 429 queue_full.
+const HeaderBacklogWarning = "Ax-Backlog-Warning"
 
 // getTask answers GET /v1/tasks/{id}.
 func (s *Server) getTask(rctx context.Context, ctx *fasthttp.RequestCtx, rawID string) error {
@@ -416,7 +429,12 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf) // ends the body with a newline
 	enc.SetEscapeHTML(false)     // "> 0", not "\u003e 0", in messages
-	_ = enc.Encode(errorBody{Error: errorDetail{Code: code, Message: msg}})
+	detail := errorDetail{Code: code, Message: msg}
+	var e *Error
+	if errors.As(err, &e) {
+		detail.Depth, detail.Limit = e.Depth, e.Limit
+	}
+	_ = enc.Encode(errorBody{Error: detail})
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(buf.Bytes())

@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/axsched/ax/engine"
 )
 
 // submitRequest is the JSON body of POST /v1/tasks. Pointers tell "absent"
@@ -29,31 +31,34 @@ type submitRequest struct {
 	MaxAttempts   *int            `json:"max_attempts"`
 	Overwrite     bool            `json:"overwrite"`
 
-	// Fields of DESIGN.md section 5 that later issues implement. They are
-	// decoded only to be refused with a clear message (see unsupportedFields).
-	Cron     json.RawMessage `json:"cron"`
-	Timezone json.RawMessage `json:"timezone"`
-	Every    json.RawMessage `json:"every"`
-	Repeats  json.RawMessage `json:"repeats"`
-	Until    json.RawMessage `json:"until"`
-	Backoff  json.RawMessage `json:"backoff"`
-	RouteKey json.RawMessage `json:"route_key"`
-	Labels   json.RawMessage `json:"labels"`
+	Cron     *string           `json:"cron"`
+	Timezone *string           `json:"timezone"`
+	Every    *string           `json:"every"`
+	Repeats  *int              `json:"repeats"`
+	Until    *string           `json:"until"`
+	Backoff  *backoffRequest   `json:"backoff"`
+	RouteKey *string           `json:"route_key"`
+	Labels   map[string]string `json:"labels"`
 }
 
-// unsupportedFields lists the reserved fields in the order they are checked.
-func (r *submitRequest) unsupportedFields() []struct {
-	name string
-	raw  json.RawMessage
-} {
-	return []struct {
-		name string
-		raw  json.RawMessage
-	}{
-		{"cron", r.Cron}, {"timezone", r.Timezone}, {"every", r.Every}, {"repeats", r.Repeats},
-		{"until", r.Until}, {"backoff", r.Backoff}, {"route_key", r.RouteKey}, {"labels", r.Labels},
-	}
+// backoffRequest is the "backoff" object of a submit request.
+type backoffRequest struct {
+	Initial    *string  `json:"initial"`
+	Max        *string  `json:"max"`
+	Multiplier *float64 `json:"multiplier"`
+	Jitter     *float64 `json:"jitter"`
 }
+
+// Limits of the recurring and routing fields.
+const (
+	// EveryMin is the shortest interval of an "every" schedule.
+	EveryMin = time.Second
+	// LabelsMax bounds the labels of a task; LabelMaxBytes each key and value.
+	LabelsMax     = 32
+	LabelMaxBytes = 256
+	// RouteKeyMaxBytes bounds a route_key.
+	RouteKeyMaxBytes = 256
+)
 
 // fieldTypes names the JSON type each request field expects, for messages.
 var fieldTypes = map[string]string{
@@ -66,6 +71,18 @@ var fieldTypes = map[string]string{
 	"timeout":        `a Go duration string like "30s"`,
 	"max_attempts":   "an integer",
 	"overwrite":      "true or false",
+	"cron":           `a cron expression like "0 2 * * *"`,
+	"timezone":       `an IANA time zone like "Europe/Berlin"`,
+	"every":          `a Go duration string like "5m"`,
+	"repeats":        "an integer >= 0",
+	"until":          `an RFC 3339 time string like "2026-01-02T15:04:05Z"`,
+	"backoff":        `an object {"initial", "max", "multiplier", "jitter"}`,
+	"initial":        `a Go duration string like "2s"`,
+	"max":            `a Go duration string like "30s"`,
+	"multiplier":     "a number >= 1",
+	"jitter":         "a number from 0 to 1",
+	"route_key":      "a string",
+	"labels":         "an object of string values",
 
 	// The other request bodies (requests.go).
 	"tasks":           "an array of submit requests",
@@ -156,11 +173,6 @@ func isNull(raw json.RawMessage) bool {
 }
 
 func (r *submitRequest) spec() (TaskSpec, error) {
-	for _, f := range r.unsupportedFields() {
-		if !isNull(f.raw) {
-			return TaskSpec{}, Errorf(ErrInvalid, "%s: not supported yet by this version of ax", f.name)
-		}
-	}
 	s := TaskSpec{
 		ID:          r.ID,
 		Handler:     r.Handler,
@@ -252,7 +264,113 @@ func (r *submitRequest) spec() (TaskSpec, error) {
 		}
 		s.MaxAttempts = *r.MaxAttempts
 	}
+	if err := r.recurring(&s); err != nil {
+		return TaskSpec{}, err
+	}
+	if err := r.routing(&s); err != nil {
+		return TaskSpec{}, err
+	}
 	return s, nil
+}
+
+// recurring decodes cron, timezone, every, repeats, until and backoff.
+func (r *submitRequest) recurring(s *TaskSpec) error {
+	if r.Cron != nil && r.Every != nil {
+		return Errorf(ErrInvalid, "cron and every: give at most one")
+	}
+	if r.Cron != nil {
+		s.Cron = strings.TrimSpace(*r.Cron)
+		if r.Timezone != nil {
+			s.Timezone = *r.Timezone
+		}
+		if _, err := engine.ParseCron(s.Cron, s.Timezone); err != nil {
+			return Errorf(ErrInvalid, "cron: %v", err)
+		}
+	} else if r.Timezone != nil {
+		return Errorf(ErrInvalid, "timezone: only with cron")
+	}
+	if r.Every != nil {
+		d, err := time.ParseDuration(*r.Every)
+		if err != nil {
+			return Errorf(ErrInvalid, "every: must be a Go duration like \"5m\", got %q", *r.Every)
+		}
+		if d < EveryMin {
+			return Errorf(ErrInvalid, "every: must be at least %s, got %q", EveryMin, *r.Every)
+		}
+		s.Every = d
+	}
+	if r.Repeats != nil {
+		if !s.Recurring() {
+			return Errorf(ErrInvalid, "repeats: only with cron or every")
+		}
+		if *r.Repeats < 0 {
+			return Errorf(ErrInvalid, "repeats: must not be negative, got %d", *r.Repeats)
+		}
+		s.Repeats = *r.Repeats
+	}
+	if r.Until != nil {
+		if !s.Recurring() {
+			return Errorf(ErrInvalid, "until: only with cron or every")
+		}
+		t, err := time.Parse(time.RFC3339Nano, *r.Until)
+		if err != nil {
+			return Errorf(ErrInvalid, "until: must be an RFC 3339 time like \"2026-01-02T15:04:05Z\", got %q", *r.Until)
+		}
+		s.Until = t.UTC()
+	}
+	if b := r.Backoff; b != nil {
+		d := engine.BackoffDefault
+		var err error
+		if b.Initial != nil {
+			if d.Initial, err = time.ParseDuration(*b.Initial); err != nil {
+				return Errorf(ErrInvalid, "backoff.initial: must be a Go duration like \"2s\", got %q", *b.Initial)
+			}
+		}
+		if b.Max != nil {
+			if d.Max, err = time.ParseDuration(*b.Max); err != nil {
+				return Errorf(ErrInvalid, "backoff.max: must be a Go duration like \"30s\", got %q", *b.Max)
+			}
+		}
+		if b.Multiplier != nil {
+			d.Multiplier = *b.Multiplier
+		}
+		if b.Jitter != nil {
+			d.Jitter = *b.Jitter
+		}
+		if err := d.Validate(); err != nil {
+			return Errorf(ErrInvalid, "backoff: %v", err)
+		}
+		s.Backoff = &BackoffSpec{Initial: d.Initial, Max: d.Max, Multiplier: d.Multiplier, Jitter: d.Jitter}
+	}
+	return nil
+}
+
+// routing decodes route_key and labels.
+func (r *submitRequest) routing(s *TaskSpec) error {
+	if r.RouteKey != nil {
+		if err := checkName("route_key", *r.RouteKey, RouteKeyMaxBytes); err != nil {
+			return err
+		}
+		s.RouteKey = *r.RouteKey
+	}
+	if len(r.Labels) > LabelsMax {
+		return Errorf(ErrInvalid, "labels: %d labels, the limit is %d", len(r.Labels), LabelsMax)
+	}
+	for k, v := range r.Labels {
+		if k == "" {
+			return Errorf(ErrInvalid, "labels: empty key")
+		}
+		if err := checkName("labels key", k, LabelMaxBytes); err != nil {
+			return err
+		}
+		if err := checkName("labels["+k+"]", v, LabelMaxBytes); err != nil {
+			return err
+		}
+	}
+	if len(r.Labels) > 0 {
+		s.Labels = r.Labels
+	}
+	return nil
 }
 
 // ValidateID checks a client-given task id: non-empty, valid UTF-8, at most

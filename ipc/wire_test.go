@@ -70,12 +70,22 @@ func TestDecodeSubmit_Invalid(t *testing.T) {
 		{`{"handler":"h","timeout":"25h"}`, ErrInvalid, "timeout: must be > 0 and <= 24h0m0s"},
 		{`{"handler":"h","max_attempts":1001}`, ErrInvalid, "max_attempts: must be between 1 and 1000, got 1001"},
 		{`{"handler":"h","overwrite":"yes"}`, ErrInvalid, "overwrite: must be true or false"},
-		{`{"handler":"h","every":"5s"}`, ErrInvalid, "every: not supported yet"},
-		{`{"handler":"h","timezone":"UTC"}`, ErrInvalid, "timezone: not supported yet"},
-		{`{"handler":"h","repeats":3}`, ErrInvalid, "repeats: not supported yet"},
-		{`{"handler":"h","until":"2027-01-01T00:00:00Z"}`, ErrInvalid, "until: not supported yet"},
-		{`{"handler":"h","backoff":{"initial":"1s"}}`, ErrInvalid, "backoff: not supported yet"},
-		{`{"handler":"h","route_key":"k"}`, ErrInvalid, "route_key: not supported yet"},
+		{`{"handler":"h","every":"500ms"}`, ErrInvalid, "every: must be at least 1s"},
+		{`{"handler":"h","every":"soon"}`, ErrInvalid, "every: must be a Go duration"},
+		{`{"handler":"h","cron":"0 2 * * *","every":"5s"}`, ErrInvalid, "cron and every: give at most one"},
+		{`{"handler":"h","cron":"0 2 * * *","timezone":"Mars/Olympus"}`, ErrInvalid, "cron: "},
+		{`{"handler":"h","cron":"not a cron"}`, ErrInvalid, "cron: "},
+		{`{"handler":"h","timezone":"UTC"}`, ErrInvalid, "timezone: only with cron"},
+		{`{"handler":"h","repeats":3}`, ErrInvalid, "repeats: only with cron or every"},
+		{`{"handler":"h","every":"5s","repeats":-1}`, ErrInvalid, "repeats: must not be negative"},
+		{`{"handler":"h","until":"2027-01-01T00:00:00Z"}`, ErrInvalid, "until: only with cron or every"},
+		{`{"handler":"h","every":"5s","until":"tomorrow"}`, ErrInvalid, "until: must be an RFC 3339 time"},
+		{`{"handler":"h","backoff":{"initial":"soon"}}`, ErrInvalid, "backoff.initial: must be a Go duration"},
+		{`{"handler":"h","backoff":{"multiplier":0.5}}`, ErrInvalid, "backoff: "},
+		{`{"handler":"h","backoff":{"jitter":2}}`, ErrInvalid, "backoff: "},
+		{`{"handler":"h","backoff":{"initial":"1s","delay":"2s"}}`, ErrInvalid, "unknown field"},
+		{`{"handler":"h","labels":{"":"x"}}`, ErrInvalid, "labels: empty key"},
+		{`{"handler":"h","route_key":"a\u0000b"}`, ErrInvalid, "route_key: control character"},
 		{`{"handler":"h","payload_base64":"` + strings.Repeat("A", (PayloadMaxBytes+3)/3*4+8) + `"}`, ErrTooLarge, "payload_base64: about"},
 		{`{"handler":"h","payload":"` + strings.Repeat("x", PayloadMaxBytes-1) + `"}`, ErrTooLarge, "payload: 1048577 bytes, the limit is 1048576"},
 		{`{"handler":"h"`, ErrInvalidJSON, "unexpected end of input"},
@@ -165,5 +175,41 @@ func TestTaskJSON(t *testing.T) {
 	back = Task{Payload: []byte("stale"), PayloadBase64: true}
 	if err := json.Unmarshal(b, &back); err != nil || back.Payload != nil || back.PayloadBase64 {
 		t.Errorf("round trip of empty payload = %+v (%v)", back, err)
+	}
+}
+
+// Recurring and routing fields decode into the spec, and take part in
+// "the same spec".
+func TestDecodeSubmit_RecurringFields(t *testing.T) {
+	s, err := DecodeSubmit([]byte(`{"id":"r","handler":"h","cron":" 0 2 * * * ","timezone":"Europe/Berlin","repeats":3,
+		"until":"2027-01-01T00:00:00Z","backoff":{"initial":"1s","max":"10s","multiplier":3,"jitter":0},
+		"route_key":"customer-7","labels":{"team":"orders"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Cron != "0 2 * * *" || s.Timezone != "Europe/Berlin" || s.Repeats != 3 || !s.Until.Equal(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)) ||
+		s.Backoff == nil || *s.Backoff != (BackoffSpec{Initial: time.Second, Max: 10 * time.Second, Multiplier: 3, Jitter: 0}) ||
+		s.RouteKey != "customer-7" || s.Labels["team"] != "orders" || !s.Recurring() {
+		t.Fatalf("spec %+v", s)
+	}
+	e, err := DecodeSubmit([]byte(`{"id":"r","handler":"h","every":"90s","backoff":{"initial":"5s"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Every != 90*time.Second || e.Backoff.Initial != 5*time.Second || e.Backoff.Max != 30*time.Second || e.Backoff.Multiplier != 2 {
+		t.Fatalf("every spec %+v backoff %+v", e, e.Backoff)
+	}
+	other := s
+	other.Labels = map[string]string{"team": "billing"}
+	if SameSpec(s, other) {
+		t.Fatal("labels must take part in the spec")
+	}
+	other = s
+	other.Backoff = nil
+	if SameSpec(s, other) {
+		t.Fatal("backoff must take part in the spec")
+	}
+	if !SameSpec(s, s) {
+		t.Fatal("a spec must equal itself")
 	}
 }

@@ -128,6 +128,9 @@ type Result struct {
 	Task    *Task  `msgpack:"t,omitempty"`
 	// Index is the Raft index of the entry that held the command.
 	Index uint64 `msgpack:"i"`
+	// Warning is not the FSM's: the leader adds it to a submit's result
+	// when the handler's backlog is near its bound ("depth/limit").
+	Warning string `msgpack:"w,omitempty"`
 }
 
 // EncodeEntry encodes commands as one Raft log entry.

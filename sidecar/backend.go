@@ -24,7 +24,9 @@ func (n *Node) Submit(ctx context.Context, spec ipc.TaskSpec) (ipc.Task, bool, e
 	r := res[0]
 	switch r.Code {
 	case raftfsm.CodeOK:
-		return taskView(r.Task), r.Created, nil
+		v := taskView(r.Task)
+		v.BacklogWarning = r.Warning
+		return v, r.Created, nil
 	case raftfsm.CodeConflict:
 		return ipc.Task{}, false, conflictError(spec.ID, r.Task)
 	default:
@@ -122,6 +124,10 @@ func parseUint(s string) uint64 {
 
 // apiError maps a proposal error to the API's error model.
 func apiError(err error) error {
+	var be *BacklogError
+	if errors.As(err, &be) {
+		return ipc.Errorf(ipc.ErrQueueFull, "%s; retry later", be.Error()).WithRetryAfter(time.Second).WithBacklog(be.Depth, be.Limit)
+	}
 	switch {
 	case errors.Is(err, ErrNoLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, ErrNotLeader):
 		return ipc.Errorf(ipc.ErrNoLeader, "no leader: the cluster is electing one or has no quorum; retry")

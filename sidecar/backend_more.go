@@ -49,7 +49,9 @@ func (n *Node) SubmitBatch(ctx context.Context, specs []ipc.TaskSpec) ([]ipc.Bat
 	for i, r := range res {
 		switch r.Code {
 		case raftfsm.CodeOK:
-			items[i] = ipc.BatchItem{Task: taskView(r.Task), Created: r.Created}
+			v := taskView(r.Task)
+			v.BacklogWarning = r.Warning
+			items[i] = ipc.BatchItem{Task: v, Created: r.Created}
 		case raftfsm.CodeConflict:
 			items[i] = ipc.BatchItem{Err: conflictError(specs[i].ID, r.Task)}
 		default:

@@ -36,6 +36,9 @@ const (
 	// DeliveryConcurrencyDefault is the most callbacks in flight per
 	// executor: the adaptive limit's maximum (seed 004's burst needs 200).
 	DeliveryConcurrencyDefault = 200
+	// BacklogLimitDefault bounds each handler's backlog: due runs not yet
+	// delivered (no executor, or executors saturated).
+	BacklogLimitDefault = 100_000
 	// SnapshotThresholdDefault is how many log entries trigger a snapshot.
 	SnapshotThresholdDefault = 8192
 	// TrailingLogsDefault is how many entries stay in the log after a snapshot.
@@ -108,6 +111,12 @@ type Config struct {
 	// unless the registration sets min_concurrency; set it equal to
 	// DeliveryConcurrency for a fixed limit. Defaults to LimiterMinDefault.
 	DeliveryMinConcurrency int
+	// BacklogLimit bounds each handler's backlog of due runs not yet
+	// delivered; a submit due within a second that would pass it gets 429
+	// queue_full (and from 80 % of it, an Ax-Backlog-Warning header).
+	// Tasks due later are not counted until they are due. -1 turns it off.
+	// Defaults to BacklogLimitDefault.
+	BacklogLimit int
 	// LogPayloads adds task payloads to the debug log lines of state
 	// changes. Off by default: payloads may hold personal data.
 	LogPayloads bool
@@ -151,6 +160,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.DeliveryConcurrency == 0 {
 		c.DeliveryConcurrency = DeliveryConcurrencyDefault
+	}
+	switch {
+	case c.BacklogLimit == 0:
+		c.BacklogLimit = BacklogLimitDefault
+	case c.BacklogLimit < 0:
+		c.BacklogLimit = 0
 	}
 	if c.DeliveryMinConcurrency == 0 {
 		c.DeliveryMinConcurrency = min(LimiterMinDefault, c.DeliveryConcurrency)

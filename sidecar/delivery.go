@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/axsched/ax/engine"
@@ -29,6 +30,7 @@ type delivery struct {
 	mu      sync.Mutex
 	running map[string]*attemptRun // task id → its attempt running here
 	slots   map[string]*slot       // executor name|URL → its concurrency slots
+	queued  map[string]int         // handler → attempts waiting for a slot
 	wg      sync.WaitGroup
 	stopped bool
 }
@@ -37,12 +39,18 @@ type attemptRun struct {
 	epoch   uint64
 	attempt int
 	cancel  context.CancelCauseFunc
+	timeout time.Duration
+	// leaseMs is the attempt's lease as this node last knew it (Unix ms);
+	// renewLeases extends it while the attempt waits for a slot.
+	leaseMs atomic.Int64
+	// startMs is when its callback started (Unix ms); 0 while it waits.
+	startMs atomic.Int64
 }
 
 func newDelivery(n *Node) *delivery {
 	return &delivery{
 		n: n, caller: ipc.NewCaller(ipc.CallerOptions{}),
-		running: map[string]*attemptRun{}, slots: map[string]*slot{},
+		running: map[string]*attemptRun{}, slots: map[string]*slot{}, queued: map[string]int{},
 	}
 }
 
@@ -80,7 +88,8 @@ func (d *delivery) abort(id string) {
 
 func (d *delivery) start(t *raftfsm.Task) {
 	ctx, cancel := context.WithCancelCause(d.n.ctx)
-	r := &attemptRun{epoch: t.Epoch, attempt: t.Attempts, cancel: cancel}
+	r := &attemptRun{epoch: t.Epoch, attempt: t.Attempts, cancel: cancel, timeout: time.Duration(t.Spec.TimeoutNs)}
+	r.leaseMs.Store(t.LeaseMs)
 	d.mu.Lock()
 	if d.stopped {
 		d.mu.Unlock()
@@ -284,6 +293,30 @@ func (s *slot) gauges() {
 	s.m.executorQueue.WithLabelValues(s.name).Set(float64(s.ready.Len()))
 }
 
+// queue counts attempts of handler waiting for a slot.
+func (d *delivery) queue(handler string, delta int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.queued[handler] += delta
+	if d.queued[handler] <= 0 {
+		delete(d.queued, handler)
+	}
+}
+
+// queuedByHandler copies the per-handler counts for a load report.
+func (d *delivery) queuedByHandler() map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.queued) == 0 {
+		return nil
+	}
+	out := make(map[string]int, len(d.queued))
+	for h, n := range d.queued {
+		out[h] = n
+	}
+	return out
+}
+
 // backlog returns the attempts waiting for a slot on this node, by priority.
 func (d *delivery) backlog() [engine.Priorities]int {
 	d.mu.Lock()
@@ -343,13 +376,20 @@ func (d *delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 			}
 		}
 		sl := d.slot(x)
+		d.queue(t.Spec.Handler, 1)
 		tok, ok := sl.acquire(ctx, t.ID+"#"+strconv.FormatUint(r.epoch, 10)+"#"+strconv.Itoa(r.attempt), t.Spec.Priority)
+		d.queue(t.Spec.Handler, -1)
 		if !ok {
 			return
 		}
 		start := time.Now()
-		d.n.metrics.lateness.WithLabelValues(t.Spec.Handler).Observe(max(0, start.Sub(time.UnixMilli(max(t.FiredMs, t.DueMs))).Seconds()))
-		deadline := time.UnixMilli(t.FiredMs).Add(time.Duration(t.Spec.TimeoutNs))
+		r.startMs.Store(start.UnixMilli())
+		// Lateness: from the run's due time (not from the Fire: a late
+		// timer or a slow commit is lateness too).
+		d.n.metrics.lateness.WithLabelValues(t.Spec.Handler).Observe(max(0, start.Sub(time.UnixMilli(t.DueMs)).Seconds()))
+		// The attempt's timeout counts from its start, not from the Fire:
+		// it may have waited for a slot (its lease was renewed meanwhile).
+		deadline := start.Add(time.Duration(t.Spec.TimeoutNs))
 		out = d.caller.Execute(ctx, x.URL, ipc.Callback{
 			TaskID: t.ID, Handler: t.Spec.Handler, Attempt: t.Attempts, Run: max(t.Run, 1),
 			Deadline: deadline, Payload: t.Spec.Payload,
@@ -400,6 +440,62 @@ func (d *delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 		select {
 		case <-rctx.Done():
 		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// renewInterval is how often a node renews the leases of its attempts that
+// still wait for an executor slot.
+const renewInterval = time.Second
+
+// renewLeases keeps alive the leases of attempts assigned to this node
+// that wait for an executor slot: the leader gives an attempt timeout +
+// grace from its Fire, and without renewal an attempt queued behind a
+// saturated executor would be timed out and fired again (a duplicate, and
+// a lost attempt). Every renewInterval, the attempts whose lease would not
+// cover a start now (less than timeout + grace/2 left) get one batched
+// heartbeat (CmdLease) to now + timeout + grace.
+func (d *delivery) renewLeases(ctx context.Context) {
+	t := time.NewTicker(renewInterval)
+	defer t.Stop()
+	grace := d.n.cfg.LeaseGrace
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		var cmds []raftfsm.Command
+		var runs []*attemptRun
+		d.mu.Lock()
+		for id, r := range d.running {
+			// A waiting attempt needs a lease that covers a start now; a
+			// started one, a lease that covers its deadline.
+			need := now.Add(r.timeout + grace/2)
+			if s := r.startMs.Load(); s != 0 {
+				need = time.UnixMilli(s).Add(r.timeout + grace/2)
+			}
+			if time.UnixMilli(r.leaseMs.Load()).Before(need) {
+				cmds = append(cmds, raftfsm.Command{Type: raftfsm.CmdLease, Lease: &raftfsm.Lease{ID: id, Attempt: r.attempt}})
+				runs = append(runs, r)
+			}
+		}
+		d.mu.Unlock()
+		if len(cmds) == 0 {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, renewInterval*5)
+		res, err := d.n.propose(rctx, cmds)
+		cancel()
+		if err != nil {
+			d.n.log.Warn().Err(err).Int("attempts", len(cmds)).Msg("renewing leases of queued attempts failed")
+			continue
+		}
+		for i, r := range res {
+			if r.Code == raftfsm.CodeOK && r.Task != nil {
+				runs[i].leaseMs.Store(r.Task.LeaseMs)
+			}
 		}
 	}
 }

@@ -1,6 +1,9 @@
 package sidecar
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrNotLeader is returned when a proposal reaches a node that is not
@@ -10,3 +13,16 @@ var (
 	// deadline (an election is running, or no quorum).
 	ErrNoLeader = errors.New("no leader")
 )
+
+// BacklogError is returned when a submit would grow a handler's backlog
+// (due runs not yet delivered) past Config.BacklogLimit: the task is not
+// stored, and the client should try again later (seed 004's ErrQueueFull).
+type BacklogError struct {
+	Handler string `json:"handler"`
+	Depth   int    `json:"depth"`
+	Limit   int    `json:"limit"`
+}
+
+func (e *BacklogError) Error() string {
+	return fmt.Sprintf("backlog of handler %q is full: %d due runs waiting for executors, the bound is %d", e.Handler, e.Depth, e.Limit)
+}

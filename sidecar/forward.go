@@ -46,6 +46,10 @@ func (n *Node) propose(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.R
 				n.waitApplied(ctx, maxIndex(res), time.Second)
 				return res, nil
 			}
+			var be *BacklogError
+			if errors.As(err, &be) {
+				return nil, err // the leader's answer: do not retry
+			}
 			lastErr = err
 			n.log.Debug().Err(err).Str("leader", addr).Msg("forward to leader failed; retrying")
 		}

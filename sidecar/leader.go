@@ -36,12 +36,17 @@ type leaderState struct {
 	done     chan struct{}
 	lastSeen map[string]time.Time // node id → last load report
 	rr       uint64
-	parked   map[string]int // due tasks with no live executor → priority
-	jumps    uint64         // clock jumps of earlier terms' timers
+	// due holds the runs that are due (or within FireLead of it) but not
+	// yet fired: waiting for a live executor, or for their Fire to
+	// commit. With the nodes' queued reports it is the handler backlog
+	// that submits are admitted against (backpressure).
+	due    map[string]dueRun
+	queued map[string]map[string]int // node id → handler → attempts waiting for an executor slot
+	jumps  uint64                    // clock jumps of earlier terms' timers
 }
 
 func newLeaderState(n *Node) *leaderState {
-	return &leaderState{n: n, lastSeen: map[string]time.Time{}, parked: map[string]int{}}
+	return &leaderState{n: n, lastSeen: map[string]time.Time{}, due: map[string]dueRun{}, queued: map[string]map[string]int{}}
 }
 
 // start begins leading: it arms timers from the store and runs them until
@@ -97,7 +102,7 @@ func (l *leaderState) stop() {
 		l.jumps += l.timers.Stats().ClockJumps
 	}
 	l.timers, l.cancel, l.done = nil, nil, nil
-	clear(l.parked)
+	clear(l.due)
 	l.mu.Unlock()
 	if cancel != nil {
 		cancel()
@@ -129,7 +134,9 @@ func (l *leaderState) onEvent(ev *raftfsm.Event) {
 			l.n.metrics.retries.WithLabelValues(t.Spec.Handler).Inc()
 		}
 	}
-	if t.State != raftfsm.StateWaiting {
+	if t.State == raftfsm.StateWaiting && t.DueMs <= time.Now().Add(l.n.cfg.FireLead).UnixMilli() {
+		l.park(t.ID, t.Spec.Handler, t.Spec.Priority)
+	} else {
 		l.unpark(t.ID)
 	}
 	switch t.State {
@@ -149,6 +156,7 @@ func (l *leaderState) onEvent(ev *raftfsm.Event) {
 func (l *leaderState) report(r loadReport) {
 	l.mu.Lock()
 	l.lastSeen[r.ID] = time.Now()
+	l.queued[r.ID] = r.Queued
 	l.mu.Unlock()
 }
 
@@ -191,7 +199,7 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 		node := l.pick(nodes, t.Spec.Handler, avoid, now)
 		if node == "" {
 			n.log.Debug().Str("task_id", id).Str("handler", t.Spec.Handler).Msg("no live executor for handler; waiting")
-			l.park(id, t.Spec.Priority)
+			l.park(id, t.Spec.Handler, t.Spec.Priority)
 			l.rearm(dueKeyPrefix+id, now.Add(noExecutorRetry))
 			continue
 		}
@@ -276,16 +284,40 @@ func (l *leaderState) pick(nodes []raftfsm.Node, handler, avoid string, now time
 	return live[l.rr%uint64(len(live))]
 }
 
-func (l *leaderState) park(id string, prio int) {
+// dueRun is a run in leaderState.due.
+type dueRun struct {
+	handler  string
+	priority int
+}
+
+func (l *leaderState) park(id, handler string, prio int) {
 	l.mu.Lock()
-	l.parked[id] = prio
+	l.due[id] = dueRun{handler, prio}
 	l.mu.Unlock()
 }
 
 func (l *leaderState) unpark(id string) {
 	l.mu.Lock()
-	delete(l.parked, id)
+	delete(l.due, id)
 	l.mu.Unlock()
+}
+
+// depth returns the backlog of handler: its due runs not yet fired, plus
+// the attempts waiting for an executor slot on every node (from their last
+// load reports).
+func (l *leaderState) depth(handler string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.due {
+		if r.handler == handler {
+			n++
+		}
+	}
+	for _, q := range l.queued {
+		n += q[handler]
+	}
+	return n
 }
 
 // backlog counts the runs this leader holds due but undelivered, by
@@ -294,9 +326,9 @@ func (l *leaderState) backlog() []int {
 	out := make([]int, 5)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, p := range l.parked {
-		if p >= 0 && p < len(out) {
-			out[p]++
+	for _, r := range l.due {
+		if r.priority >= 0 && r.priority < len(out) {
+			out[r.priority]++
 		}
 	}
 	return out

@@ -127,7 +127,7 @@ func (n *Node) reportLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		r := loadReport{ID: n.cfg.NodeID, InFlight: n.delivery.inFlight()}
+		r := loadReport{ID: n.cfg.NodeID, InFlight: n.delivery.inFlight(), Queued: n.delivery.queuedByHandler()}
 		if n.raft.State() == raft.Leader {
 			n.leader.report(r)
 			n.leaderCommit.Store(parseUint(n.raft.Stats()["commit_index"]))

@@ -149,6 +149,7 @@ func (n *Node) open() error {
 	n.goRun(func() { n.dispatchEvents(n.ctx) })
 	n.goRun(func() { n.watchLeadership(n.ctx, leaderCh) })
 	n.goRun(func() { n.reportLoop(n.ctx) })
+	n.goRun(func() { n.delivery.renewLeases(n.ctx) })
 	n.goRun(func() { n.register(n.ctx) })
 	n.goRun(func() {
 		if err := n.api.Serve(ln); err != nil && n.ctx.Err() == nil {

@@ -60,6 +60,9 @@ type reportReply struct {
 type loadReport struct {
 	ID       string `json:"id"`
 	InFlight int    `json:"in_flight"`
+	// Queued counts, per handler, the attempts waiting for an executor
+	// slot on the node (part of the handler's backlog).
+	Queued map[string]int `json:"queued,omitempty"`
 }
 
 type peerServer struct {
@@ -124,6 +127,11 @@ func (p *peerServer) handle(ctx *fasthttp.RequestCtx) {
 		c, cancel := context.WithTimeout(context.Background(), peerTimeout)
 		defer cancel()
 		res, err := n.proposer.propose(c, cmds)
+		var be *BacklogError
+		if errors.As(err, &be) {
+			writeJSON(ctx, 429, be)
+			return
+		}
 		if errors.Is(err, ErrNotLeader) {
 			writeJSON(ctx, fasthttp.StatusMisdirectedRequest, map[string]string{"error": "not the leader"})
 			return
@@ -334,6 +342,12 @@ func (p *peerClient) propose(ctx context.Context, addr string, cmds []raftfsm.Co
 		return res, nil
 	case fasthttp.StatusMisdirectedRequest:
 		return nil, ErrNotLeader
+	case 429:
+		var be BacklogError
+		if err := json.Unmarshal(body, &be); err != nil {
+			return nil, fmt.Errorf("peer %s: propose: http 429: %s", addr, body)
+		}
+		return nil, &be
 	default:
 		return nil, fmt.Errorf("peer %s: propose: http %d: %s", addr, status, body)
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -23,8 +25,9 @@ const (
 )
 
 type proposal struct {
-	cmds []raftfsm.Command
-	done chan proposalResult
+	cmds     []raftfsm.Command
+	done     chan proposalResult
+	warnings map[int]string // command index → backlog warning
 }
 
 type proposalResult struct {
@@ -39,9 +42,22 @@ type proposalResult struct {
 type proposer struct {
 	n  *Node
 	ch chan *proposal
+	// task reads a task from the local store (nil when absent), for the
+	// decisions that depend on it: a retry's backoff, a recurring task's
+	// next slot. A stale read is harmless: the FSM checks epoch and attempt.
+	task      func(id string) *raftfsm.Task
+	schedules scheduleCache
 }
 
-func newProposer(n *Node) *proposer { return &proposer{n: n, ch: make(chan *proposal, 1024)} }
+func newProposer(n *Node) *proposer {
+	return &proposer{n: n, ch: make(chan *proposal, 1024), task: func(id string) *raftfsm.Task {
+		t, err := n.fsm.Task(id)
+		if err != nil {
+			return nil
+		}
+		return t
+	}}
+}
 
 // propose applies cmds on this node, which must lead. It returns one result
 // per command once the entry is committed and applied, ErrNotLeader when
@@ -51,7 +67,11 @@ func (p *proposer) propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 	if p.n.raft.State() != raft.Leader {
 		return nil, ErrNotLeader
 	}
-	pr := &proposal{cmds: cmds, done: make(chan proposalResult, 1)}
+	warnings, err := p.admit(cmds)
+	if err != nil {
+		return nil, err
+	}
+	pr := &proposal{cmds: cmds, done: make(chan proposalResult, 1), warnings: warnings}
 	select {
 	case p.ch <- pr:
 	case <-ctx.Done():
@@ -88,6 +108,55 @@ func (p *proposer) run(ctx context.Context) {
 		}
 		p.apply(batch, ncmds)
 	}
+}
+
+// admitWindow: a submit due within it counts against its handler's
+// backlog bound at once.
+const admitWindow = time.Second
+
+// admit applies backpressure (DESIGN.md section 9): a submit due within
+// admitWindow whose handler's backlog of due, undelivered runs is at
+// Config.BacklogLimit fails with *BacklogError, and nothing of cmds is
+// proposed. From 80 % of the bound the admitted submits get a warning.
+func (p *proposer) admit(cmds []raftfsm.Command) (map[int]string, error) {
+	limit := p.n.cfg.BacklogLimit
+	if limit <= 0 {
+		return nil, nil
+	}
+	now := p.n.clock.Now()
+	var warnings map[int]string
+	var added map[string]int
+	for i := range cmds {
+		s := cmds[i].Submit
+		if cmds[i].Type != raftfsm.CmdSubmit || s == nil {
+			continue
+		}
+		due := now.Add(time.Duration(s.Spec.DelayNs))
+		if s.Spec.RunAtMs != 0 {
+			due = time.UnixMilli(s.Spec.RunAtMs)
+		} else if s.Spec.DelayNs == 0 && s.Spec.Recurring() {
+			continue // its first slot is later
+		}
+		if due.Sub(now) > admitWindow {
+			continue
+		}
+		h := s.Spec.Handler
+		if added == nil {
+			added = map[string]int{}
+		}
+		depth := p.n.leader.depth(h) + added[h]
+		if depth >= limit {
+			return nil, &BacklogError{Handler: h, Depth: depth, Limit: limit}
+		}
+		added[h]++
+		if (depth+1)*5 >= limit*4 {
+			if warnings == nil {
+				warnings = map[int]string{}
+			}
+			warnings[i] = strconv.Itoa(depth+1) + "/" + strconv.Itoa(limit)
+		}
+	}
+	return warnings, nil
 }
 
 func cmdBytes(cmds []raftfsm.Command) int {
@@ -138,7 +207,11 @@ func (p *proposer) apply(batch []*proposal, ncmds int) {
 			return
 		}
 		for _, pr := range batch {
-			pr.done <- proposalResult{results: results[:len(pr.cmds):len(pr.cmds)]}
+			mine := results[:len(pr.cmds):len(pr.cmds)]
+			for i, w := range pr.warnings {
+				mine[i].Warning = w
+			}
+			pr.done <- proposalResult{results: mine}
 			results = results[len(pr.cmds):]
 		}
 	}()
@@ -154,10 +227,23 @@ func (p *proposer) prepare(c *raftfsm.Command, now time.Time) {
 	case raftfsm.CmdSubmit:
 		s := c.Submit
 		s.AtMs = nowMs
-		if s.Spec.RunAtMs != 0 {
+		switch {
+		case s.Spec.RunAtMs != 0:
 			s.DueMs = s.Spec.RunAtMs
-		} else {
+		case s.Spec.DelayNs > 0 || !s.Spec.Recurring():
 			s.DueMs = ceilMs(now.Add(time.Duration(s.Spec.DelayNs)))
+		default: // a recurring task without a start: its first slot
+			sched, err := p.schedules.get(&s.Spec)
+			if err != nil { // validated by the API: cannot happen
+				p.n.log.Error().Err(err).Str("task_id", s.ID).Msg("invalid schedule")
+				s.DueMs = nowMs
+				break
+			}
+			s.DueMs = ceilMs(sched.Next(now))
+		}
+		s.SlotMs = 0
+		if s.Spec.Recurring() {
+			s.SlotMs = s.DueMs
 		}
 	case raftfsm.CmdCancel:
 		c.Cancel.AtMs = nowMs
@@ -168,9 +254,21 @@ func (p *proposer) prepare(c *raftfsm.Command, now time.Time) {
 	case raftfsm.CmdComplete:
 		x := c.Complete
 		x.AtMs = nowMs
+		x.NextSlotMs, x.NextDueMs = 0, 0
+		t := p.task(x.ID)
 		switch x.Outcome {
+		case raftfsm.OutcomeSuccess:
+			p.nextRun(x, t, now)
 		case raftfsm.OutcomeRetryable, raftfsm.OutcomeTimeout:
-			x.RetryDueMs = ceilMs(now.Add(engine.BackoffDefault.Delay(x.Attempt, rand.Float64())))
+			b := engine.BackoffDefault
+			if t != nil && t.Spec.Backoff != nil {
+				sb := t.Spec.Backoff
+				b = engine.Backoff{Initial: time.Duration(sb.InitialNs), Max: time.Duration(sb.MaxNs), Multiplier: sb.Multiplier, Jitter: sb.Jitter}
+			}
+			x.RetryDueMs = ceilMs(now.Add(b.Delay(x.Attempt, rand.Float64())))
+			if t != nil && x.Attempt >= t.Spec.MaxAttempts {
+				p.nextRun(x, t, now) // the run is DEAD: a recurring task goes on
+			}
 		case raftfsm.OutcomeBusy:
 			// Computed from RetryAfterMs, never from RetryDueMs: prepare must
 			// be idempotent, because propose resends the same commands
@@ -188,6 +286,72 @@ func (p *proposer) prepare(c *raftfsm.Command, now time.Time) {
 		c.Lease.AtMs = nowMs
 		c.Lease.GraceMs = p.n.cfg.LeaseGrace.Milliseconds()
 	}
+}
+
+// nextRun decides the next run of a recurring task whose run ends now:
+// the schedule's next slot after the run's slot, with the misfire rule
+// (missed slots fire once, then the schedule goes on; engine.NextRun),
+// unless repeats or until end it.
+func (p *proposer) nextRun(x *raftfsm.Complete, t *raftfsm.Task, now time.Time) {
+	if t == nil || !t.Spec.Recurring() || t.Attempts != x.Attempt {
+		return
+	}
+	sched, err := p.schedules.get(&t.Spec)
+	if err != nil {
+		p.n.log.Error().Err(err).Str("task_id", t.ID).Msg("recurring task has an invalid schedule; ending it")
+		return
+	}
+	prev := time.UnixMilli(t.SlotMs)
+	if t.SlotMs == 0 {
+		prev = time.UnixMilli(t.DueMs)
+	}
+	slot, skipped := sched.NextRun(prev, now)
+	limits := engine.Limits{Repeats: t.Spec.Repeats}
+	if t.Spec.UntilMs != 0 {
+		limits.Until = time.UnixMilli(t.Spec.UntilMs)
+	}
+	if limits.Done(max(t.Run, 1), slot) {
+		return
+	}
+	if skipped > 0 {
+		p.n.log.Info().Str("task_id", t.ID).Int("skipped", skipped).Time("slot", slot).Msg("recurring task missed slots: firing once for all of them")
+	}
+	x.NextSlotMs = ceilMs(slot)
+	x.NextDueMs = x.NextSlotMs
+}
+
+// scheduleCache keeps parsed schedules by their spec, so that a busy
+// recurring task is not parsed at every run.
+type scheduleCache struct {
+	mu sync.Mutex
+	m  map[string]*engine.Schedule
+}
+
+// scheduleCacheMax bounds the cache; it is cleared when full.
+const scheduleCacheMax = 4096
+
+func (c *scheduleCache) get(s *raftfsm.Spec) (*engine.Schedule, error) {
+	key := s.Cron + "\x00" + s.Timezone + "\x00" + strconv.FormatInt(s.EveryNs, 10)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if sc := c.m[key]; sc != nil {
+		return sc, nil
+	}
+	var sc *engine.Schedule
+	var err error
+	if s.Cron != "" {
+		sc, err = engine.ParseCron(s.Cron, s.Timezone)
+	} else {
+		sc, err = engine.Every(time.Duration(s.EveryNs))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if c.m == nil || len(c.m) >= scheduleCacheMax {
+		c.m = map[string]*engine.Schedule{}
+	}
+	c.m[key] = sc
+	return sc, nil
 }
 
 // ceilMs returns t in Unix milliseconds, rounded up.

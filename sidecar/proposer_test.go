@@ -12,7 +12,7 @@ import (
 // Retry-After into a due time in place, and the second prepare read that
 // due time (~1.8e12 ms) as a Retry-After: the task snoozed for 57 years.
 func TestPrepareIsIdempotent(t *testing.T) {
-	p := &proposer{n: &Node{cfg: Config{LeaseGrace: 5 * time.Second}}}
+	p := &proposer{n: &Node{cfg: Config{LeaseGrace: 5 * time.Second}}, task: func(string) *raftfsm.Task { return nil }}
 	now := time.UnixMilli(1_700_000_000_000)
 	c := raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{ID: "a", Attempt: 1, Outcome: raftfsm.OutcomeBusy, RetryAfterMs: 2000}}
 	p.prepare(&c, now)

@@ -44,18 +44,23 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 			return nil
 		}
 		if len(args) < len(names) {
-			return usagef("%s: missing %s (usage: %s)", cmd.CommandPath(), strings.Join(names[len(args):], " "), cmd.UseLine())
+			return usagef("%s: missing %s (usage: %s)", cmdName(cmd), strings.Join(names[len(args):], " "), cmd.UseLine())
 		}
-		return usagef("%s: too many arguments (usage: %s)", cmd.CommandPath(), cmd.UseLine())
+		return usagef("%s: too many arguments (usage: %s)", cmdName(cmd), cmd.UseLine())
 	}
 }
 
 // noArgs is cobra.NoArgs with a usage error.
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return usagef("%s: unexpected argument %q (usage: %s)", cmd.CommandPath(), args[0], cmd.UseLine())
+		return usagef("%s: unexpected argument %q (usage: %s)", cmdName(cmd), args[0], cmd.UseLine())
 	}
 	return nil
+}
+
+// cmdName is the command's path without the program name: "cluster status".
+func cmdName(cmd *cobra.Command) string {
+	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
 }
 
 // apiFlags are the flags every command that talks to a sidecar has.

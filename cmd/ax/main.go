@@ -47,7 +47,7 @@ else $AX_SOCKET, else ./ax.sock. Each has --json for scripts. Exit codes:
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return &usageError{fmt.Errorf("%s: %w (see %s --help)", cmd.CommandPath(), err, cmd.CommandPath())}
+		return &usageError{fmt.Errorf("%s: %w (see %s --help)", cmdName(cmd), err, cmd.CommandPath())}
 	})
 	root.AddGroup(
 		&cobra.Group{ID: "tasks", Title: "Tasks:"},

@@ -25,7 +25,8 @@ type nodeFlags struct {
 	logFormat, logLevel                         string
 	heartbeat, election, fireLead               time.Duration
 	logPayloads                                 bool
-	deliveryConcurrency                         int
+	deliveryConcurrency, deliveryMinConcurrency int
+	backlogLimit                                int
 }
 
 func (f *nodeFlags) register(cmd *cobra.Command) {
@@ -44,7 +45,9 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.heartbeat, "raft-heartbeat-timeout", sidecar.HeartbeatTimeoutDefault, "Raft heartbeat timeout")
 	fl.DurationVar(&f.election, "raft-election-timeout", sidecar.ElectionTimeoutDefault, "Raft election timeout")
 	fl.DurationVar(&f.fireLead, "fire-lead", sidecar.FireLeadDefault, "how long before a run's due time the leader commits its fire (the delivering node waits for the due time); -1ns turns it off")
-	fl.IntVar(&f.deliveryConcurrency, "delivery-concurrency", sidecar.DeliveryConcurrencyDefault, "most callbacks in flight at once per executor of this node")
+	fl.IntVar(&f.deliveryConcurrency, "delivery-concurrency", sidecar.DeliveryConcurrencyDefault, "most callbacks in flight at once per executor of this node: the adaptive limit's maximum")
+	fl.IntVar(&f.backlogLimit, "backlog-limit", sidecar.BacklogLimitDefault, "bound on each handler's backlog of due, undelivered runs: a submit due within 1s past it gets 429 queue_full; -1 turns it off")
+	fl.IntVar(&f.deliveryMinConcurrency, "delivery-min-concurrency", sidecar.LimiterMinDefault, "the adaptive concurrency limit's minimum per executor; equal to --delivery-concurrency for a fixed limit")
 }
 
 func (f *nodeFlags) config() (sidecar.Config, error) {
@@ -53,6 +56,8 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 		BootstrapExpect: f.bootstrapExpect, HeartbeatTimeout: f.heartbeat, ElectionTimeout: f.election, FireLead: f.fireLead, LogPayloads: f.logPayloads,
 	}
 	cfg.DeliveryConcurrency = f.deliveryConcurrency
+	cfg.BacklogLimit = f.backlogLimit
+	cfg.DeliveryMinConcurrency = min(f.deliveryMinConcurrency, f.deliveryConcurrency)
 	for _, j := range f.join {
 		if j = strings.TrimSpace(j); j != "" {
 			cfg.Join = append(cfg.Join, j)
@@ -89,6 +94,7 @@ func (f *nodeFlags) logger() (zerolog.Logger, error) {
 
 func sidecarCmd() *cobra.Command {
 	var f nodeFlags
+	var pprofAddr string
 	cmd := &cobra.Command{
 		Use:   "sidecar",
 		Short: "Run one ax node: the Unix-socket API, a Raft member, timers on the leader, callbacks to this node's executors",
@@ -105,6 +111,9 @@ func sidecarCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := startPprof(pprofAddr, cmd.ErrOrStderr()); err != nil {
+				return err
+			}
 			n, err := sidecar.Start(cfg, log)
 			if err != nil {
 				return err
@@ -113,17 +122,31 @@ func sidecarCmd() *cobra.Command {
 		},
 	}
 	f.register(cmd)
+	registerPprofFlag(cmd, &pprofAddr)
 	return cmd
 }
 
 // waitForSignal blocks until SIGINT or SIGTERM, then shuts the node down
-// (handing leadership over first when it leads).
+// (handing leadership over first when it leads). Shutdown is bounded: a
+// second signal, or shutdownTimeout, ends the process at once (Raft state
+// is on disk; a restart recovers it).
 func waitForSignal(n *sidecar.Node) error {
-	sig := make(chan os.Signal, 1)
+	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	<-sig
-	signal.Stop(sig)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	return n.Shutdown(ctx)
+	done := make(chan error, 1)
+	go func() { done <- n.Shutdown(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-sig:
+		return fmt.Errorf("second signal: stopped without a clean shutdown")
+	case <-ctx.Done():
+		return fmt.Errorf("shutdown took longer than %s: stopped without a clean shutdown", shutdownTimeout)
+	}
 }
+
+// shutdownTimeout bounds a graceful shutdown.
+const shutdownTimeout = 15 * time.Second

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -98,6 +99,9 @@ spec it fails unless --overwrite is given.`,
 			ctx, cancel := cmdContext(cmd)
 			defer cancel()
 			t, err := f.client().Submit(ctx, req)
+			if errors.Is(err, ax.ErrConflict) {
+				return errors.New(strings.Replace(errorLine(err), `set "overwrite": true`, "use --overwrite", 1))
+			}
 			if err != nil {
 				return err
 			}
@@ -370,16 +374,15 @@ func retryCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := cmdContext(cmd)
 			defer cancel()
-			c := f.caller()
-			defer c.Close()
-			raw, t, err := c.Retry(ctx, args[0])
+			t, err := f.client().Retry(ctx, args[0])
 			if err != nil {
 				return notFoundTask(err, args[0])
 			}
+			v := axapi.TaskFromClient(t)
 			if f.json {
-				return writeJSON(cmd.OutOrStdout(), raw)
+				return writeJSON(cmd.OutOrStdout(), v)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "retrying %s: %s, %s\n", t.ID, t.State, whenText(t, time.Now()))
+			fmt.Fprintf(cmd.OutOrStdout(), "retrying %s: %s, %s\n", t.ID, t.State, whenText(&v, time.Now()))
 			return nil
 		},
 	}
