@@ -117,6 +117,15 @@ type Config struct {
 	// Tasks due later are not counted until they are due. -1 turns it off.
 	// Defaults to BacklogLimitDefault.
 	BacklogLimit int
+	// Routing chooses among the nodes with an executor for a handler:
+	// RoutingLeastLoaded (from the nodes' load reports), RoutingRoundRobin
+	// or RoutingHash (on the handler name). A task with a route_key is
+	// always routed by hash of its key. Defaults to RoutingLeastLoaded.
+	Routing string
+	// HandlerLimits caps, per handler, the attempts RUNNING at once across
+	// the whole cluster (seed 000's concurrency_limit); the leader's
+	// setting applies, so give every node the same. Absent: no cap.
+	HandlerLimits map[string]int
 	// LogPayloads adds task payloads to the debug log lines of state
 	// changes. Off by default: payloads may hold personal data.
 	LogPayloads bool
@@ -167,6 +176,9 @@ func (c Config) WithDefaults() Config {
 	case c.BacklogLimit < 0:
 		c.BacklogLimit = 0
 	}
+	if c.Routing == "" {
+		c.Routing = RoutingLeastLoaded
+	}
 	if c.DeliveryMinConcurrency == 0 {
 		c.DeliveryMinConcurrency = min(LimiterMinDefault, c.DeliveryConcurrency)
 	}
@@ -198,6 +210,16 @@ func (c Config) Validate() error {
 	}
 	if c.BootstrapExpect > 1 && len(c.Join) == 0 {
 		return fmt.Errorf("bootstrap-expect %d needs --join with the other nodes' peer addresses", c.BootstrapExpect)
+	}
+	switch c.Routing {
+	case RoutingLeastLoaded, RoutingRoundRobin, RoutingHash:
+	default:
+		return fmt.Errorf("routing %q: want least_loaded, round_robin or hash", c.Routing)
+	}
+	for h, n := range c.HandlerLimits {
+		if h == "" || n < 1 {
+			return fmt.Errorf("handler limit %s=%d: want HANDLER=N with N >= 1", h, n)
+		}
 	}
 	if c.FireLead > 10*time.Second {
 		return fmt.Errorf("fire lead %v: at most 10s", c.FireLead)

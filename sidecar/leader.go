@@ -2,7 +2,7 @@ package sidecar
 
 import (
 	"context"
-	"slices"
+	"hash/fnv"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +19,9 @@ const (
 	// noExecutorRetry is how long a due task with no live executor node
 	// waits before the leader looks again.
 	noExecutorRetry = 500 * time.Millisecond
+	// handlerCapRetry is how soon a due task held back by its handler's
+	// cluster-wide cap is looked at again.
+	handlerCapRetry = 50 * time.Millisecond
 )
 
 // leaderState is the work only the leader does: it keeps a timer per
@@ -42,11 +45,19 @@ type leaderState struct {
 	// that submits are admitted against (backpressure).
 	due    map[string]dueRun
 	queued map[string]map[string]int // node id → handler → attempts waiting for an executor slot
-	jumps  uint64                    // clock jumps of earlier terms' timers
+	// load is each node's callbacks in flight and queued at its last
+	// report; assigned, the attempts given to it since (least_loaded).
+	load, assigned map[string]int
+	// running counts RUNNING attempts per handler, runningIDs their tasks
+	// (the cluster-wide per-handler cap).
+	running    map[string]int
+	runningIDs map[string]string
+	jumps      uint64 // clock jumps of earlier terms' timers
 }
 
 func newLeaderState(n *Node) *leaderState {
-	return &leaderState{n: n, lastSeen: map[string]time.Time{}, due: map[string]dueRun{}, queued: map[string]map[string]int{}}
+	return &leaderState{n: n, lastSeen: map[string]time.Time{}, due: map[string]dueRun{}, queued: map[string]map[string]int{},
+		load: map[string]int{}, assigned: map[string]int{}, running: map[string]int{}, runningIDs: map[string]string{}}
 }
 
 // start begins leading: it arms timers from the store and runs them until
@@ -80,6 +91,7 @@ func (l *leaderState) start(parent context.Context) {
 		})
 		if err == nil {
 			err = l.n.fsm.Running(func(t *raftfsm.Task) bool {
+				l.trackRunning(t)
 				timers.Arm(leaseKeyPrefix+t.ID, time.UnixMilli(t.LeaseMs))
 				running++
 				return true
@@ -103,6 +115,8 @@ func (l *leaderState) stop() {
 	}
 	l.timers, l.cancel, l.done = nil, nil, nil
 	clear(l.due)
+	clear(l.running)
+	clear(l.runningIDs)
 	l.mu.Unlock()
 	if cancel != nil {
 		cancel()
@@ -134,6 +148,7 @@ func (l *leaderState) onEvent(ev *raftfsm.Event) {
 			l.n.metrics.retries.WithLabelValues(t.Spec.Handler).Inc()
 		}
 	}
+	l.trackRunning(t)
 	if t.State == raftfsm.StateWaiting && t.DueMs <= time.Now().Add(l.n.cfg.FireLead).UnixMilli() {
 		l.park(t.ID, t.Spec.Handler, t.Spec.Priority)
 	} else {
@@ -157,6 +172,11 @@ func (l *leaderState) report(r loadReport) {
 	l.mu.Lock()
 	l.lastSeen[r.ID] = time.Now()
 	l.queued[r.ID] = r.Queued
+	q := 0
+	for _, n := range r.Queued {
+		q += n
+	}
+	l.load[r.ID], l.assigned[r.ID] = r.InFlight+q, 0
 	l.mu.Unlock()
 }
 
@@ -183,6 +203,7 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 		n.log.Error().Err(err).Msg("reading nodes failed")
 	}
 	var cmds []raftfsm.Command
+	fired := map[string]int{} // per handler, in this batch
 	for _, id := range due {
 		t, err := n.fsm.Task(id)
 		if err != nil || t.State != raftfsm.StateWaiting {
@@ -196,13 +217,20 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 		if t.Attempts > 0 {
 			avoid = t.Node // a retry goes elsewhere when it can
 		}
-		node := l.pick(nodes, t.Spec.Handler, avoid, now)
+		if limit := n.cfg.HandlerLimits[t.Spec.Handler]; limit > 0 && l.runningOf(t.Spec.Handler)+fired[t.Spec.Handler] >= limit {
+			// The handler's cluster-wide cap is reached: wait for a slot.
+			l.park(id, t.Spec.Handler, t.Spec.Priority)
+			l.rearm(dueKeyPrefix+id, now.Add(handlerCapRetry))
+			continue
+		}
+		node := l.pick(nodes, t.Spec.Handler, avoid, t.Spec.RouteKey, now)
 		if node == "" {
 			n.log.Debug().Str("task_id", id).Str("handler", t.Spec.Handler).Msg("no live executor for handler; waiting")
 			l.park(id, t.Spec.Handler, t.Spec.Priority)
 			l.rearm(dueKeyPrefix+id, now.Add(noExecutorRetry))
 			continue
 		}
+		fired[t.Spec.Handler]++
 		// The attempt starts at the due time, or now when late; the node
 		// that delivers waits for it (see fireAt).
 		startMs := max(nowMs, t.DueMs)
@@ -250,15 +278,33 @@ func (l *leaderState) rearm(key string, at time.Time) {
 	}
 }
 
-// pick chooses the node for an attempt of handler: round robin among the
-// live nodes that have an executor for it. A node is live when it is this
-// node or it reported within nodeLiveness; right after an election the
-// other nodes count only once their first report arrives (within
-// reportInterval), so a dead former leader never gets an attempt.
+// Routing modes (Config.Routing); a task with a route_key is always
+// routed by hash.
+const (
+	RoutingLeastLoaded = "least_loaded"
+	RoutingRoundRobin  = "round_robin"
+	RoutingHash        = "hash"
+)
+
+// pick chooses the node for an attempt of handler among the live nodes
+// that have an executor for it. A node is live when it is this node or it
+// reported within nodeLiveness; right after an election the other nodes
+// count only once their first report arrives (within reportInterval), so
+// a dead former leader never gets an attempt.
 //
-// A retry avoids the node whose attempt failed (avoid) when another live
-// node can run the handler: its executor may be the cause.
-func (l *leaderState) pick(nodes []raftfsm.Node, handler, avoid string, now time.Time) string {
+// A node whose executor is saturated for the handler (attempts waiting for
+// a slot in its last report) is skipped while another is not (seed 000's
+// resource watermark), and a retry avoids the node whose attempt failed
+// (avoid): its executor may be the cause. Among the rest:
+//
+//   - routeKey != "": rendezvous (highest random weight) hashing of the key
+//     over the candidates, so one key goes to one node while membership is
+//     stable, and only the keys of a node that leaves move (Thaler and
+//     Ravishankar, 1998);
+//   - least_loaded (default): the fewest callbacks in flight and queued by
+//     the last report, plus attempts assigned since;
+//   - round_robin: in turn.
+func (l *leaderState) pick(nodes []raftfsm.Node, handler, avoid, routeKey string, now time.Time) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var live []string
@@ -272,16 +318,82 @@ func (l *leaderState) pick(nodes []raftfsm.Node, handler, avoid string, now time
 			live = append(live, nd.ID)
 		}
 	}
-	if len(live) > 1 && avoid != "" {
-		if i := slices.Index(live, avoid); i >= 0 {
-			live = slices.Delete(live, i, i+1)
+	drop := func(keep func(string) bool) {
+		var kept []string
+		for _, id := range live {
+			if keep(id) {
+				kept = append(kept, id)
+			}
+		}
+		if len(kept) > 0 {
+			live = kept
 		}
 	}
+	if avoid != "" {
+		drop(func(id string) bool { return id != avoid })
+	}
+	drop(func(id string) bool { return l.queued[id][handler] == 0 })
 	if len(live) == 0 {
 		return ""
 	}
-	l.rr++
-	return live[l.rr%uint64(len(live))]
+	var chosen string
+	switch {
+	case routeKey != "" || l.n.cfg.Routing == RoutingHash:
+		key := routeKey
+		if key == "" {
+			key = handler
+		}
+		var best uint64
+		for _, id := range live {
+			h := fnv.New64a()
+			h.Write([]byte(key))
+			h.Write([]byte{0})
+			h.Write([]byte(id))
+			if w := h.Sum64(); chosen == "" || w > best {
+				chosen, best = id, w
+			}
+		}
+	case l.n.cfg.Routing == RoutingRoundRobin:
+		l.rr++
+		chosen = live[l.rr%uint64(len(live))]
+	default: // least loaded; ties in turn
+		l.rr++
+		bestLoad := -1
+		for k := range live {
+			id := live[(int(l.rr)+k)%len(live)]
+			load := l.load[id] + l.assigned[id]
+			if bestLoad < 0 || load < bestLoad {
+				chosen, bestLoad = id, load
+			}
+		}
+	}
+	l.assigned[chosen]++
+	return chosen
+}
+
+// running counts the RUNNING attempts of handler (for Config.HandlerLimits).
+func (l *leaderState) runningOf(handler string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.running[handler]
+}
+
+// trackRunning keeps the per-handler count of RUNNING attempts.
+func (l *leaderState) trackRunning(t *raftfsm.Task) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h, was := l.runningIDs[t.ID]
+	is := t.State == raftfsm.StateRunning
+	switch {
+	case is && !was:
+		l.runningIDs[t.ID] = t.Spec.Handler
+		l.running[t.Spec.Handler]++
+	case !is && was:
+		delete(l.runningIDs, t.ID)
+		if l.running[h]--; l.running[h] <= 0 {
+			delete(l.running, h)
+		}
+	}
 }
 
 // dueRun is a run in leaderState.due.

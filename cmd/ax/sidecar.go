@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +28,8 @@ type nodeFlags struct {
 	logPayloads                                 bool
 	deliveryConcurrency, deliveryMinConcurrency int
 	backlogLimit                                int
+	routing                                     string
+	handlerLimits                               []string
 }
 
 func (f *nodeFlags) register(cmd *cobra.Command) {
@@ -46,6 +49,8 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.election, "raft-election-timeout", sidecar.ElectionTimeoutDefault, "Raft election timeout")
 	fl.DurationVar(&f.fireLead, "fire-lead", sidecar.FireLeadDefault, "how long before a run's due time the leader commits its fire (the delivering node waits for the due time); -1ns turns it off")
 	fl.IntVar(&f.deliveryConcurrency, "delivery-concurrency", sidecar.DeliveryConcurrencyDefault, "most callbacks in flight at once per executor of this node: the adaptive limit's maximum")
+	fl.StringVar(&f.routing, "routing", sidecar.RoutingLeastLoaded, "how the leader picks among the nodes that run a handler: least_loaded, round_robin or hash (a task's route_key always hashes)")
+	fl.StringArrayVar(&f.handlerLimits, "handler-limit", nil, "HANDLER=N: at most N attempts of HANDLER running at once across the cluster (give every node the same); repeatable")
 	fl.IntVar(&f.backlogLimit, "backlog-limit", sidecar.BacklogLimitDefault, "bound on each handler's backlog of due, undelivered runs: a submit due within 1s past it gets 429 queue_full; -1 turns it off")
 	fl.IntVar(&f.deliveryMinConcurrency, "delivery-min-concurrency", sidecar.LimiterMinDefault, "the adaptive concurrency limit's minimum per executor; equal to --delivery-concurrency for a fixed limit")
 }
@@ -57,6 +62,18 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 	}
 	cfg.DeliveryConcurrency = f.deliveryConcurrency
 	cfg.BacklogLimit = f.backlogLimit
+	cfg.Routing = f.routing
+	for _, hl := range f.handlerLimits {
+		h, v, ok := strings.Cut(hl, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || h == "" || err != nil || n < 1 {
+			return cfg, fmt.Errorf("--handler-limit %q: want HANDLER=N with N >= 1", hl)
+		}
+		if cfg.HandlerLimits == nil {
+			cfg.HandlerLimits = map[string]int{}
+		}
+		cfg.HandlerLimits[h] = n
+	}
 	cfg.DeliveryMinConcurrency = min(f.deliveryMinConcurrency, f.deliveryConcurrency)
 	for _, j := range f.join {
 		if j = strings.TrimSpace(j); j != "" {
