@@ -23,6 +23,9 @@ type Backend interface {
 	Cancel(ctx context.Context, id string) (Task, error)
 	// Cluster describes the Raft group as this node sees it.
 	Cluster(ctx context.Context) (ClusterInfo, error)
+	// RemoveMember removes a node from the Raft configuration (a dead
+	// one, typically). Unknown id: ErrNotFound.
+	RemoveMember(ctx context.Context, id string) error
 	// Ready returns nil when a leader is known and the local state has
 	// caught up with it; otherwise an error saying why (ErrNotReady).
 	Ready(ctx context.Context) error

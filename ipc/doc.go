@@ -28,6 +28,7 @@
 //	POST   /v1/executors              register (201) or replace by name (200) an executor
 //	DELETE /v1/executors/{name}       remove an executor; 204
 //	GET    /v1/cluster                ClusterInfo: members, leader, Raft state, indexes
+//	DELETE /v1/cluster/members/{id}   204: remove a (dead) node from the Raft configuration
 //	GET    /healthz                   200 {"status":"ok"} while the server runs
 //	GET    /readyz                    200 {"status":"ready"}, or 503 not_ready (Backend.Ready)
 //	GET    /metrics                   Prometheus text format (ServerOptions.Metrics)

@@ -138,6 +138,18 @@ func (f *fakeBackend) Cancel(ctx context.Context, id string) (Task, error) {
 	return t, nil
 }
 
+func (f *fakeBackend) RemoveMember(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, m := range f.cluster.Members {
+		if m.ID == id {
+			f.cluster.Members = append(f.cluster.Members[:i], f.cluster.Members[i+1:]...)
+			return nil
+		}
+	}
+	return Errorf(ErrNotFound, "member %q not found", id)
+}
+
 func (f *fakeBackend) Cluster(ctx context.Context) (ClusterInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

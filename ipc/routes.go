@@ -38,6 +38,7 @@ var routes = []routeDef{
 	{"POST", "/v1/executors", (*Server).registerExecutor},
 	{"DELETE", "/v1/executors/{name}", (*Server).unregisterExecutor},
 	{"GET", "/v1/cluster", (*Server).cluster},
+	{"DELETE", "/v1/cluster/members/{id}", (*Server).removeMember},
 	{"GET", "/healthz", (*Server).health},
 	{"GET", "/readyz", (*Server).ready},
 	{"GET", "/metrics", (*Server).metrics},

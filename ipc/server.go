@@ -320,6 +320,19 @@ func (s *Server) cluster(rctx context.Context, ctx *fasthttp.RequestCtx, _ strin
 	return nil
 }
 
+// removeMember answers DELETE /v1/cluster/members/{id}: 204.
+func (s *Server) removeMember(rctx context.Context, ctx *fasthttp.RequestCtx, rawID string) error {
+	id, err := url.PathUnescape(rawID)
+	if err != nil || id == "" {
+		return Errorf(ErrInvalid, "member id: bad URL escape in %q", rawID)
+	}
+	if err := s.backend.RemoveMember(rctx, id); err != nil {
+		return err
+	}
+	ctx.SetStatusCode(fasthttp.StatusNoContent)
+	return nil
+}
+
 // submit answers POST /v1/tasks.
 func (s *Server) submit(rctx context.Context, ctx *fasthttp.RequestCtx, _ string) error {
 	spec, err := DecodeSubmit(ctx.PostBody())
@@ -353,12 +366,34 @@ func (s *Server) getTask(rctx context.Context, ctx *fasthttp.RequestCtx, rawID s
 	if err != nil {
 		return err
 	}
+	switch c := string(ctx.QueryArgs().Peek("consistency")); c {
+	case "", "local":
+	case "strong":
+		rctx = WithStrongRead(rctx)
+	default:
+		return Errorf(ErrInvalid, "consistency %q: want local (the default) or strong", c)
+	}
 	task, err := s.backend.Task(rctx, id)
 	if err != nil {
 		return err
 	}
 	s.writeTask(ctx, fasthttp.StatusOK, task)
 	return nil
+}
+
+type strongReadKey struct{}
+
+// WithStrongRead marks a read as linearizable (?consistency=strong): the
+// Backend answers only with state that includes every write acknowledged
+// before the read began.
+func WithStrongRead(ctx context.Context) context.Context {
+	return context.WithValue(ctx, strongReadKey{}, true)
+}
+
+// StrongRead reports whether ctx asks for a linearizable read.
+func StrongRead(ctx context.Context) bool {
+	v, _ := ctx.Value(strongReadKey{}).(bool)
+	return v
 }
 
 // cancelTask answers DELETE /v1/tasks/{id}.

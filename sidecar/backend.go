@@ -39,6 +39,13 @@ func (n *Node) Submit(ctx context.Context, spec ipc.TaskSpec) (ipc.Task, bool, e
 // task: then the leader's copy is read, so that a lagging node never
 // answers "not found" for a task that exists, nor an old state.
 func (n *Node) Task(ctx context.Context, id string) (ipc.Task, error) {
+	if ipc.StrongRead(ctx) {
+		t, err := n.strongTask(ctx, id)
+		if err != nil {
+			return ipc.Task{}, err
+		}
+		return taskView(t), nil
+	}
 	t, err := n.fsm.Task(id)
 	if err != nil && !errors.Is(err, raftfsm.ErrNotFound) {
 		return ipc.Task{}, err
@@ -63,6 +70,48 @@ func (n *Node) Task(ctx context.Context, id string) (ipc.Task, error) {
 		return ipc.Task{}, err
 	}
 	return taskView(t), nil
+}
+
+// strongTask is a linearizable read (rqlite's recipe): on the leader, after
+// this term's barrier (the leader's timers run only once it passed), take
+// the commit index, verify leadership with a quorum round, wait until the
+// FSM has applied that index, then read. A follower asks the leader.
+func (n *Node) strongTask(ctx context.Context, id string) (*raftfsm.Task, error) {
+	notFound := ipc.Errorf(ipc.ErrNotFound, "task %q not found", id)
+	if n.raft.State() != raft.Leader {
+		addr := n.leaderPeerAddr()
+		if addr == "" {
+			return nil, ipc.Errorf(ipc.ErrNoLeader, "strong read: no leader known")
+		}
+		t, err := n.peers.strongTask(ctx, addr, id)
+		if err != nil {
+			return nil, ipc.Errorf(ipc.ErrNoLeader, "strong read through the leader failed: %v", err)
+		}
+		if t == nil {
+			return nil, notFound
+		}
+		return t, nil
+	}
+	t, err := n.leaderRead(ctx, id)
+	if errors.Is(err, raftfsm.ErrNotFound) {
+		return nil, notFound
+	}
+	return t, err
+}
+
+// leaderRead is the leader's side of a strong read.
+func (n *Node) leaderRead(ctx context.Context, id string) (*raftfsm.Task, error) {
+	if n.leader.currentTimers() == nil {
+		return nil, ipc.Errorf(ipc.ErrNoLeader, "strong read: the leader is still starting (barrier)")
+	}
+	commit := parseUint(n.raft.Stats()["commit_index"])
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		return nil, ipc.Errorf(ipc.ErrNoLeader, "strong read: not the leader any more: %v", err)
+	}
+	if !n.waitApplied(ctx, commit, 5*time.Second) {
+		return nil, ipc.Errorf(ipc.ErrNotReady, "strong read: applying up to %d took too long", commit)
+	}
+	return n.fsm.Task(id)
 }
 
 // Cancel implements ipc.Backend.

@@ -234,3 +234,15 @@ func (n *Node) waitRegistered(ctx context.Context) error {
 	}
 	return nil
 }
+
+// RemoveMember implements ipc.Backend.
+func (n *Node) RemoveMember(ctx context.Context, id string) error {
+	err := n.removeMember(ctx, id)
+	switch {
+	case errors.Is(err, errNoSuchMember):
+		return ipc.Errorf(ipc.ErrNotFound, "member %q is not in the cluster", id)
+	case err != nil:
+		return apiError(err)
+	}
+	return nil
+}

@@ -117,6 +117,15 @@ type Config struct {
 	// Tasks due later are not counted until they are due. -1 turns it off.
 	// Defaults to BacklogLimitDefault.
 	BacklogLimit int
+	// ClusterToken, when set, must be sent by every peer API request (the
+	// nodes' own join, forwarding and reports); others get 401. Give every
+	// node the same. Raft's own transport is not covered: keep it on a
+	// private network.
+	ClusterToken string
+	// LeaveOnShutdown removes this node from the Raft configuration when it
+	// shuts down gracefully (after handing leadership over), so that a
+	// cluster scaled down keeps its quorum size right.
+	LeaveOnShutdown bool
 	// Routing chooses among the nodes with an executor for a handler:
 	// RoutingLeastLoaded (from the nodes' load reports), RoutingRoundRobin
 	// or RoutingHash (on the handler name). A task with a route_key is

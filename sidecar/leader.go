@@ -202,6 +202,7 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 	if err != nil {
 		n.log.Error().Err(err).Msg("reading nodes failed")
 	}
+	nodes = n.members(nodes)
 	var cmds []raftfsm.Command
 	fired := map[string]int{} // per handler, in this batch
 	for _, id := range due {

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 
@@ -17,7 +18,7 @@ const (
 	// reportInterval is how often a node reports its load to the leader; the
 	// leader routes attempts only to nodes heard from within nodeLiveness.
 	reportInterval = 300 * time.Millisecond
-	nodeLiveness   = 2 * time.Second
+	nodeLiveness   = time.Second // three reports missed
 )
 
 // joinOrBootstrap runs on a node with no Raft state that was given --join.
@@ -144,4 +145,59 @@ func (n *Node) reportLoop(ctx context.Context) {
 			n.leaderCommit.Store(rr.CommitIndex)
 		}
 	}
+}
+
+// errNoSuchMember is returned when a removal names a node that is not in
+// the Raft configuration.
+var errNoSuchMember = errors.New("no such member")
+
+// removeMember removes node id from the Raft configuration: on the leader
+// directly, else through the leader's peer API. Removing the leader itself
+// makes it step down first (raft transfers nothing; an election follows).
+func (n *Node) removeMember(ctx context.Context, id string) error {
+	for {
+		if n.raft.State() == raft.Leader {
+			f := n.raft.GetConfiguration()
+			if err := f.Error(); err != nil {
+				return err
+			}
+			found := false
+			for _, s := range f.Configuration().Servers {
+				found = found || string(s.ID) == id
+			}
+			if !found {
+				return fmt.Errorf("%w: %q", errNoSuchMember, id)
+			}
+			n.log.Info().Str("member", id).Msg("removing member")
+			return n.raft.RemoveServer(raft.ServerID(id), 0, peerTimeout).Error()
+		}
+		if addr := n.leaderPeerAddr(); addr != "" && addr != n.cfg.PeerAddr {
+			return n.peers.remove(ctx, addr, id)
+		}
+		select {
+		case <-ctx.Done():
+			return ErrNoLeader
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// members keeps the nodes that are in the Raft configuration: a removed
+// node's record stays in the store, but it gets no attempts.
+func (n *Node) members(nodes []raftfsm.Node) []raftfsm.Node {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nodes
+	}
+	in := map[string]bool{}
+	for _, s := range f.Configuration().Servers {
+		in[string(s.ID)] = true
+	}
+	kept := nodes[:0]
+	for _, nd := range nodes {
+		if in[nd.ID] {
+			kept = append(kept, nd)
+		}
+	}
+	return kept
 }

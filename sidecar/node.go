@@ -129,7 +129,7 @@ func (n *Node) open() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 
-	n.peers = newPeerClient()
+	n.peers = newPeerClient(n.cfg.ClusterToken)
 	n.proposer = newProposer(n)
 	n.leader = newLeaderState(n)
 	n.delivery = newDelivery(n)
@@ -234,6 +234,15 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			if terr := n.raft.LeadershipTransfer().Error(); terr != nil {
 				n.log.Warn().Err(terr).Msg("leadership transfer failed")
 			}
+		}
+		if n.raft != nil && n.cfg.LeaveOnShutdown && n.numServers() > 1 {
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if lerr := n.removeMember(lctx, n.cfg.NodeID); lerr != nil {
+				n.log.Warn().Err(lerr).Msg("leaving the cluster failed")
+			} else {
+				n.log.Info().Msg("left the cluster")
+			}
+			cancel()
 		}
 		n.cancel()
 		if n.peer != nil {

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,10 @@ import (
 //	POST /peer/v1/propose  body: a raftfsm entry; the leader commits it and answers the msgpack results
 //	POST /peer/v1/report   a node's load report to the leader (JSON); answers the leader's commit index
 //	GET  /peer/v1/task?id= a task as this node has it (msgpack), for a follower that is catching up
+//	POST /peer/v1/remove   remove the node in the JSON body {id} from the configuration (the leader does it)
+//
+// With a cluster token (Config.ClusterToken), every request must carry it in
+// the Ax-Cluster-Token header; others get 401.
 //
 // A proposal that reaches a node that does not lead gets 421 (misdirected)
 // and the caller looks the leader up again.
@@ -32,6 +37,9 @@ const (
 	peerPathPropose = "/peer/v1/propose"
 	peerPathReport  = "/peer/v1/report"
 	peerPathTask    = "/peer/v1/task"
+	peerPathRemove  = "/peer/v1/remove"
+	// peerTokenHeader carries the cluster token (Config.ClusterToken).
+	peerTokenHeader = "Ax-Cluster-Token"
 	// peerTimeout bounds one peer request.
 	peerTimeout = 10 * time.Second
 )
@@ -102,7 +110,30 @@ func (p *peerServer) close() {
 
 func (p *peerServer) handle(ctx *fasthttp.RequestCtx) {
 	n := p.n
+	if tok := n.cfg.ClusterToken; tok != "" && subtle.ConstantTimeCompare(ctx.Request.Header.Peek(peerTokenHeader), []byte(tok)) != 1 {
+		writeJSON(ctx, 401, map[string]string{"error": "missing or wrong cluster token (" + peerTokenHeader + ")"})
+		return
+	}
 	switch string(ctx.Path()) {
+	case peerPathRemove:
+		var req struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(ctx.PostBody(), &req); err != nil || req.ID == "" {
+			writeJSON(ctx, 400, map[string]string{"error": "want JSON {id}"})
+			return
+		}
+		c, cancel := context.WithTimeout(context.Background(), peerTimeout)
+		defer cancel()
+		err := n.removeMember(c, req.ID)
+		switch {
+		case errors.Is(err, errNoSuchMember):
+			writeJSON(ctx, 404, map[string]string{"error": err.Error()})
+		case err != nil:
+			writeJSON(ctx, 503, map[string]string{"error": err.Error()})
+		default:
+			ctx.SetStatusCode(204)
+		}
 	case peerPathInfo:
 		writeJSON(ctx, 200, n.info())
 	case peerPathJoin:
@@ -159,7 +190,19 @@ func (p *peerServer) handle(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, 200, reportReply{CommitIndex: parseUint(n.raft.Stats()["commit_index"])})
 	case peerPathTask:
 		id := string(ctx.QueryArgs().Peek("id"))
-		t, err := n.fsm.Task(id)
+		var t *raftfsm.Task
+		var err error
+		if string(ctx.QueryArgs().Peek("consistency")) == "strong" {
+			if n.raft.State() != raft.Leader {
+				writeJSON(ctx, fasthttp.StatusMisdirectedRequest, map[string]string{"error": "not the leader"})
+				return
+			}
+			c, cancel := context.WithTimeout(context.Background(), peerTimeout)
+			t, err = n.leaderRead(c, id)
+			cancel()
+		} else {
+			t, err = n.fsm.Task(id)
+		}
 		if errors.Is(err, raftfsm.ErrNotFound) {
 			writeJSON(ctx, 404, map[string]string{"error": "task not found"})
 			return
@@ -224,15 +267,17 @@ func (n *Node) join(ctx context.Context, req peerInfo) error {
 
 // peerClient calls other nodes' peer APIs and remembers their addresses.
 type peerClient struct {
-	c *fasthttp.Client
+	c     *fasthttp.Client
+	token string // Config.ClusterToken, sent with every request
 
 	mu     sync.Mutex
 	byID   map[string]string // node id → peer addr
 	byRaft map[string]string // raft addr → peer addr
 }
 
-func newPeerClient() *peerClient {
+func newPeerClient(token string) *peerClient {
 	return &peerClient{
+		token: token,
 		c: &fasthttp.Client{
 			Name:                "ax-peer",
 			MaxConnsPerHost:     64,
@@ -277,6 +322,9 @@ func (p *peerClient) do(ctx context.Context, method, addr, path, ctype string, b
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI("http://" + addr + path)
 	req.Header.SetMethod(method)
+	if p.token != "" {
+		req.Header.Set(peerTokenHeader, p.token)
+	}
 	if body != nil {
 		req.Header.SetContentType(ctype)
 		req.SetBody(body)
@@ -353,6 +401,23 @@ func (p *peerClient) propose(ctx context.Context, addr string, cmds []raftfsm.Co
 	}
 }
 
+// remove asks the node at addr (which forwards to the leader) to remove
+// node id from the configuration.
+func (p *peerClient) remove(ctx context.Context, addr, id string) error {
+	b, _ := json.Marshal(map[string]string{"id": id})
+	status, body, err := p.do(ctx, "POST", addr, peerPathRemove, "application/json", b)
+	if err != nil {
+		return err
+	}
+	switch status {
+	case 204:
+		return nil
+	case 404:
+		return fmt.Errorf("%w: %s", errNoSuchMember, body)
+	}
+	return fmt.Errorf("peer %s: remove: http %d: %s", addr, status, body)
+}
+
 func (p *peerClient) report(ctx context.Context, addr string, r loadReport) (reportReply, error) {
 	var rr reportReply
 	b, _ := json.Marshal(r)
@@ -369,7 +434,16 @@ func (p *peerClient) report(ctx context.Context, addr string, r loadReport) (rep
 
 // task reads a task from the node at addr; nil, nil when it has none.
 func (p *peerClient) task(ctx context.Context, addr, id string) (*raftfsm.Task, error) {
-	status, body, err := p.do(ctx, "GET", addr, peerPathTask+"?id="+url.QueryEscape(id), "", nil)
+	return p.readTask(ctx, addr, "?id="+url.QueryEscape(id))
+}
+
+// strongTask is a linearizable read of a task on the leader at addr.
+func (p *peerClient) strongTask(ctx context.Context, addr, id string) (*raftfsm.Task, error) {
+	return p.readTask(ctx, addr, "?consistency=strong&id="+url.QueryEscape(id))
+}
+
+func (p *peerClient) readTask(ctx context.Context, addr, query string) (*raftfsm.Task, error) {
+	status, body, err := p.do(ctx, "GET", addr, peerPathTask+query, "", nil)
 	if err != nil {
 		return nil, err
 	}

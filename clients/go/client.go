@@ -112,9 +112,13 @@ func New(cfg Config) *Client {
 // state) and creates nothing. When the existing task has a different spec,
 // Submit fails with an error matching ErrConflict, unless Overwrite is set.
 //
+// When the handler's backlog nears its bound, the returned task's
+// BacklogWarning is set ("depth/limit"): slow down.
+//
 // Other errors: ErrInvalid for a request the sidecar rejects (the message
-// says which field), ErrTooLarge, ErrQueueFull (see APIError.RetryAfter),
-// ErrNoLeader after a few retries, ErrUnavailable.
+// says which field), ErrTooLarge, ErrQueueFull (see APIError.RetryAfter,
+// APIError.Depth and APIError.Limit), ErrNoLeader after a few retries,
+// ErrUnavailable.
 func (c *Client) Submit(ctx context.Context, req SubmitRequest) (*Task, error) {
 	if req.Handler == "" {
 		return nil, fmt.Errorf("%w: Handler is required", ErrInvalid)
@@ -124,10 +128,16 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (*Task, error) {
 		return nil, err
 	}
 	var w wireTask
-	if err := c.do(ctx, http.MethodPost, "/v1/tasks", body, &w); err != nil {
+	hdr, err := c.doHeader(ctx, http.MethodPost, "/v1/tasks", body, &w)
+	if err != nil {
 		return nil, err
 	}
-	return w.task()
+	t, err := w.task()
+	if err != nil {
+		return nil, err
+	}
+	t.BacklogWarning = hdr.Get(HeaderBacklogWarning)
+	return t, nil
 }
 
 // Get returns the task with the given id: its state, attempts, next run
@@ -189,7 +199,7 @@ func (c *Client) Cluster(ctx context.Context) (*ClusterInfo, error) {
 // ErrUnavailable (no answer). Ready does not retry; poll it to wait for a
 // sidecar that is starting.
 func (c *Client) Ready(ctx context.Context) error {
-	err := c.doOnce(ctx, http.MethodGet, "/readyz", nil, nil)
+	_, err := c.doOnce(ctx, http.MethodGet, "/readyz", nil, nil)
 	var apiErr *APIError
 	if errors.As(err, &apiErr) && apiErr.Code == "" && apiErr.Status == http.StatusServiceUnavailable {
 		apiErr.Code = CodeNotReady
@@ -205,36 +215,46 @@ func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 // "/", "|", "@", spaces or any UTF-8.
 func taskPath(id string) string { return "/v1/tasks/" + url.PathEscape(id) }
 
+// HeaderBacklogWarning is the header of a submit's answer that warns of a
+// backlog at 80 % of its bound or more: "depth/limit" (Task.BacklogWarning).
+const HeaderBacklogWarning = "Ax-Backlog-Warning"
+
 // do runs one API call, retrying "no_leader" answers a few times.
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
+	_, err := c.doHeader(ctx, method, path, body, out)
+	return err
+}
+
+// doHeader is do that also returns the headers of a 2xx answer.
+func (c *Client) doHeader(ctx context.Context, method, path string, body []byte, out any) (http.Header, error) {
 	backoff := noLeaderBackoff
 	for retry := 0; ; retry++ {
-		err := c.doOnce(ctx, method, path, body, out)
+		hdr, err := c.doOnce(ctx, method, path, body, out)
 		var apiErr *APIError
 		if retry >= noLeaderRetries || !errors.As(err, &apiErr) || apiErr.Code != CodeNoLeader {
-			return err
+			return hdr, err
 		}
 		wait := max(apiErr.RetryAfter, backoff)
 		if wait > noLeaderMaxWait {
-			return err
+			return nil, err
 		}
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
-			return err
+			return nil, err
 		}
 		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return err
+			return nil, err
 		case <-timer.C:
 		}
 		backoff *= 2
 	}
 }
 
-// doOnce sends one request. A 2xx answer is decoded into out (when not nil);
-// any other answer becomes an *APIError.
-func (c *Client) doOnce(ctx context.Context, method, path string, body []byte, out any) error {
+// doOnce sends one request. A 2xx answer is decoded into out (when not nil)
+// and its headers returned; any other answer becomes an *APIError.
+func (c *Client) doOnce(ctx context.Context, method, path string, body []byte, out any) (http.Header, error) {
 	reqCtx := ctx
 	if c.timeout > 0 {
 		var cancel context.CancelFunc
@@ -248,7 +268,7 @@ func (c *Client) doOnce(ctx context.Context, method, path string, body []byte, o
 	// The host is never resolved: every connection goes to the socket.
 	req, err := http.NewRequestWithContext(reqCtx, method, "http://ax"+path, rd)
 	if err != nil {
-		return fmt.Errorf("ax: %s %s: %w", method, path, err)
+		return nil, fmt.Errorf("ax: %s %s: %w", method, path, err)
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "ax-go")
@@ -257,23 +277,23 @@ func (c *Client) doOnce(ctx context.Context, method, path string, body []byte, o
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return c.transportError(ctx, reqCtx, method, path, err)
+		return nil, c.transportError(ctx, reqCtx, method, path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, responseMaxBytes))
 	if err != nil {
-		return c.transportError(ctx, reqCtx, method, path, err)
+		return nil, c.transportError(ctx, reqCtx, method, path, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		return newAPIError(resp, data)
+		return nil, newAPIError(resp, data)
 	}
 	if out == nil {
-		return nil
+		return resp.Header, nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("ax: %s %s: decode answer: %w", method, path, err)
+		return nil, fmt.Errorf("ax: %s %s: decode answer: %w", method, path, err)
 	}
-	return nil
+	return resp.Header, nil
 }
 
 // transportError explains a request that got no (complete) answer.
@@ -297,13 +317,10 @@ func newAPIError(resp *http.Response, body []byte) *APIError {
 		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 	}
 	var wire struct {
-		Error *struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
+		Error *wireErrorDetail `json:"error"`
 	}
 	if json.Unmarshal(body, &wire) == nil && wire.Error != nil {
-		e.Code, e.Message = wire.Error.Code, wire.Error.Message
+		wire.Error.fill(e)
 		return e
 	}
 	msg := strings.TrimSpace(string(body))
@@ -312,4 +329,17 @@ func newAPIError(resp *http.Response, body []byte) *APIError {
 	}
 	e.Message = msg
 	return e
+}
+
+// wireErrorDetail is the "error" object of an error answer, and of a failed
+// batch item.
+type wireErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Depth   int    `json:"depth"`
+	Limit   int    `json:"limit"`
+}
+
+func (w *wireErrorDetail) fill(e *APIError) {
+	e.Code, e.Message, e.Depth, e.Limit = w.Code, w.Message, w.Depth, w.Limit
 }

@@ -4,10 +4,10 @@ next to each application process. The application submits tasks to its local
 sidecar over a Unix socket; the sidecars of a cluster replicate them with Raft
 and, when a task is due, call an executor of the application back over HTTP.
 
-The package has two halves: a Client that submits, looks up, cancels and
-re-runs tasks (and registers executors with the sidecar), and an Executor
-that receives the callbacks and runs Handlers. It uses the standard library
-only.
+The package has two halves: a Client that submits (one by one or in
+batches), looks up, lists, cancels and re-runs tasks (and registers
+executors with the sidecar), and an Executor that receives the callbacks and
+runs Handlers through Middleware. It uses the standard library only.
 
 	import ax "github.com/axsched/ax/clients/go"
 
@@ -34,7 +34,41 @@ that is unsure whether a submit went through (a timeout, a crash) can simply
 submit again. The payload is any value encoding/json can marshal, a
 json.RawMessage sent byte for byte, or binary data in PayloadBytes. Zero
 fields take the sidecar's defaults: priority 2 (PriorityDefault), timeout 30s
-per attempt, 4 attempts.
+per attempt, 4 attempts, and a retry backoff from 2s to 30s
+(BackoffDefault).
+
+# Recurring tasks, backoff and routing
+
+A task with Cron (in Timezone) or Every runs once per slot; each run has its
+own attempts and shows as Delivery.Run in the executor. Repeats and Until
+end it:
+
+	client.Submit(ctx, ax.SubmitRequest{
+		ID:       "report|nightly",
+		Handler:  "report.build",
+		Cron:     "0 2 * * *",
+		Timezone: "Europe/Berlin",
+		Until:    time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC),
+		Backoff:  &ax.Backoff{Initial: 10 * time.Second, Max: 10 * time.Minute}, // zero fields keep the default
+		RouteKey: "tenant-7", // the tasks of a key go to one node
+		Labels:   map[string]string{"team": "billing"},
+	})
+
+# Batches
+
+SubmitBatch submits up to BatchMaxTasks tasks in one request and one Raft
+round trip. Each item succeeds or fails on its own (BatchResult.Err, for
+example ErrConflict); the returned error is for the batch as a whole:
+
+	results, err := client.SubmitBatch(ctx, reqs)
+	if err != nil {
+		return err // invalid item, queue full, sidecar down: nothing submitted
+	}
+	for i, r := range results {
+		if r.Err != nil {
+			log.Printf("task %s: %v", reqs[i].ID, r.Err)
+		}
+	}
 
 # Looking up and cancelling tasks
 
@@ -47,6 +81,20 @@ per attempt, 4 attempts.
 
 Task ids are opaque strings: any UTF-8, including "/", "|" and "@". The
 client escapes them in request paths.
+
+# Listing tasks
+
+List is an iterator (Go 1.23 range-over-func) that fetches pages lazily;
+ListPage fetches one page for those who carry the cursor themselves:
+
+	for task, err := range client.List(ctx, ax.ListOptions{Handler: "order.timeout", State: ax.StateDead}) {
+		if err != nil {
+			return err
+		}
+		fmt.Println(task.ID, task.LastError)
+	}
+
+	page, err := client.ListPage(ctx, ax.ListOptions{PageSize: 50}, cursor) // "" first, then page.NextCursor
 
 # Running an executor
 
@@ -91,6 +139,38 @@ after a node or network failure mid-attempt the same run may be delivered
 again, so handlers should be idempotent or de-duplicate on
 Delivery.TaskID, Delivery.Run and Delivery.Attempt.
 
+# Middleware, context, heartbeats and async results
+
+Use wraps every handler in Middleware (func(Handler) Handler); the first one
+given is the outermost. DeliveryFromContext returns the running attempt (task
+id, handler, attempt, run, deadline) to code that only has the context.
+
+A handler whose work outlives the callback returns Async(): the executor
+answers 202, and the work reports its outcome later with Report. While it
+runs, Heartbeat keeps the attempt's lease alive (call it more often than the
+task's timeout). Both reach the sidecar through the Executor's Client, given
+with WithClient, and work from the handler's context or one derived from it:
+
+	ex := ax.NewExecutor(ax.WithClient(client))
+	ex.Use(logging, metrics)
+	ex.HandleFunc("video.encode", func(ctx context.Context, d *ax.Delivery) error {
+		bg := context.WithoutCancel(ctx) // outlives the callback, keeps the attempt
+		go func() {
+			err := encode(bg, d.Payload, func() { ax.Heartbeat(bg) }) // heartbeat from the progress callback
+			ax.Report(bg, err) // nil: success; ax.Permanent(err): FAILED; other: retried
+		}()
+		return ax.Async()
+	})
+
+Client.Heartbeat and Client.ReportResult do the same for work that runs in
+another process, given the task id and attempt. A heartbeat or report for an
+attempt that is no longer running (timed out, cancelled) fails with
+ErrConflict.
+
+Shutdown is graceful: it stops accepting callbacks (new ones are answered
+"busy", so the sidecar tries again later without counting a failure), waits
+for running handlers, and cancels them if its context ends first.
+
 # Errors
 
 Errors returned by a Client match sentinel errors with errors.Is:
@@ -105,17 +185,23 @@ Errors returned by a Client match sentinel errors with errors.Is:
 		return err
 	}
 
-The sentinels are ErrNotFound, ErrConflict (same id, different spec),
-ErrInvalid (a request the sidecar rejects; the message names the field),
-ErrTooLarge, ErrQueueFull (backpressure), ErrNoLeader (no Raft leader),
-ErrNotReady and ErrUnavailable (no answer at all). Every answer of the sidecar
-with an error status is an *APIError, which carries the HTTP status, the error
-code, the message and the Retry-After delay:
+The sentinels are ErrNotFound, ErrConflict (same id, different spec; a
+stale attempt), ErrInvalid (a request the sidecar rejects; the message names
+the field), ErrTooLarge, ErrQueueFull (backpressure), ErrNoLeader (no Raft
+leader), ErrNotReady and ErrUnavailable (no answer at all). Every answer of
+the sidecar with an error status is an *APIError, which carries the HTTP
+status, the error code, the message, the Retry-After delay and, for a full
+backlog, its depth and limit:
 
 	var apiErr *ax.APIError
 	if errors.As(err, &apiErr) && errors.Is(err, ax.ErrQueueFull) {
+		log.Printf("backlog %d/%d", apiErr.Depth, apiErr.Limit)
 		time.Sleep(apiErr.RetryAfter)
 	}
+
+Before the backlog is full, from 80 % of its bound, a successful Submit or
+SubmitBatch says so in Task.BacklogWarning ("812/1000"; Task.Backlog parses
+it), so producers can slow down early.
 
 The client retries "no leader" answers a few times with backoff, honouring
 Retry-After and the context, because an election normally ends within a

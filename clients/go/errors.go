@@ -18,9 +18,12 @@ var (
 	// exist: code "not_found", HTTP 404.
 	ErrNotFound = errors.New("ax: not found")
 
-	// ErrConflict is returned by Submit when a task with the same id exists
-	// with a different spec and SubmitRequest.Overwrite is not set: code
-	// "conflict", HTTP 409.
+	// ErrConflict is returned by Submit (and as a SubmitBatch item's error)
+	// when a task with the same id exists with a different spec and
+	// SubmitRequest.Overwrite is not set; by Retry for a task that is not
+	// DEAD or FAILED; and by Heartbeat and ReportResult when the attempt is
+	// not the task's current running attempt (it timed out, was cancelled,
+	// or was already reported): code "conflict", HTTP 409.
 	ErrConflict = errors.New("ax: conflict")
 
 	// ErrInvalid is returned when the sidecar rejects a request as malformed
@@ -107,6 +110,9 @@ var statusSentinels = map[int]error{
 //	if errors.As(err, &apiErr) && apiErr.RetryAfter > 0 {
 //		time.Sleep(apiErr.RetryAfter)
 //	}
+//
+// A failed item of SubmitBatch is an *APIError too (BatchResult.Err), with
+// the item's status and code and no RetryAfter.
 type APIError struct {
 	// Status is the HTTP status code (404, 409, 429, 503, ...).
 	Status int
@@ -119,6 +125,10 @@ type APIError struct {
 	// RetryAfter is the Retry-After header of the answer (sent with 429 and
 	// 503), zero when absent.
 	RetryAfter time.Duration
+	// Depth and Limit come with "queue_full" (ErrQueueFull) when a handler's
+	// backlog is full: the due runs not yet delivered, and the bound
+	// (the sidecar's --backlog-limit). Zero otherwise.
+	Depth, Limit int
 }
 
 // Error returns "ax: <message> (<code>, http <status>)", with ", retry

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -26,6 +27,9 @@ const (
 	HeaderAttempt  = "Ax-Attempt"
 	HeaderRun      = "Ax-Run"
 	HeaderDeadline = "Ax-Deadline"
+	// HeaderTraceParent carries the W3C trace context of the task, when it
+	// has one.
+	HeaderTraceParent = "traceparent"
 )
 
 // FallbackHandler is the handler name that receives deliveries for handlers
@@ -53,6 +57,9 @@ type Delivery struct {
 	// Payload is the task's payload, byte for byte: the JSON of
 	// SubmitRequest.Payload or the bytes of SubmitRequest.PayloadBytes.
 	Payload []byte
+	// TraceParent is the W3C traceparent of the task, empty when it has
+	// none; a tracing Middleware can continue the trace from it.
+	TraceParent string
 }
 
 // Handler runs the tasks of one handler name.
@@ -64,12 +71,17 @@ type Delivery struct {
 //     and is not retried.
 //   - an error made by Snooze: the executor is busy; the attempt is tried
 //     again after the given time and is not counted as a failed attempt.
+//   - the error of Async: the work goes on after Handle returns; it is
+//     reported later with Report (or Client.ReportResult), with heartbeats
+//     meanwhile when it may outlast the task's timeout.
 //   - any other error: a failed attempt; the task is retried with backoff
 //     until its attempts are exhausted (then DEAD). The error's message is
 //     recorded as the task's last error.
 //
 // The context is cancelled when the Delivery's deadline passes, when the task
-// is cancelled, and when the sidecar gives up the request. A handler that
+// is cancelled, when the sidecar gives up the request, and when
+// Executor.Shutdown runs out of time. It carries the Delivery
+// (DeliveryFromContext) and what Heartbeat and Report need. A handler that
 // panics fails the attempt, like an error.
 type Handler interface {
 	Handle(ctx context.Context, d *Delivery) error
@@ -109,21 +121,88 @@ type snoozeError struct{ d time.Duration }
 
 func (e *snoozeError) Error() string { return fmt.Sprintf("snoozed for %v", e.d) }
 
-// Executor receives task callbacks from the sidecar and dispatches them to
-// Handlers by handler name. It is an http.Handler: mount it at ExecutePath
-// on any HTTP server, or let it serve its own with ListenAndServeUnix or
-// Serve. Register handlers before the sidecar can call; registering later is
-// safe but racy from the sidecar's point of view (unknown handlers fail
-// permanently).
-type Executor struct {
-	mu       sync.RWMutex
-	handlers map[string]Handler
-	srv      *http.Server
+// Async, returned by a handler, answers the callback with 202 Accepted: the
+// attempt stays RUNNING and the handler's work goes on elsewhere (a
+// goroutine, another process), which reports the outcome later with Report
+// or Client.ReportResult and, when the work may outlast the task's timeout,
+// sends heartbeats meanwhile (Heartbeat, Client.Heartbeat). Without a report
+// or a heartbeat before the lease ends, the sidecar counts the attempt as
+// timed out and retries it.
+//
+// The handler's context ends when Handle returns; give the work
+// context.WithoutCancel(ctx), which keeps the values Heartbeat and Report
+// need:
+//
+//	ex.HandleFunc("video.encode", func(ctx context.Context, d *ax.Delivery) error {
+//		bg := context.WithoutCancel(ctx)
+//		go func() { ax.Report(bg, encode(bg, d.Payload)) }()
+//		return ax.Async()
+//	})
+//
+// Executor.Shutdown does not wait for such work.
+func Async() error { return errAsync }
+
+var errAsync = errors.New("accepted: the result is reported later")
+
+// Middleware wraps a Handler, for logging, metrics, tracing, recovery or
+// de-duplication around every handler of an Executor. It sees the Delivery
+// and the handler's result, and may change the result:
+//
+//	func logAttempts(next ax.Handler) ax.Handler {
+//		return ax.HandlerFunc(func(ctx context.Context, d *ax.Delivery) error {
+//			start := time.Now()
+//			err := next.Handle(ctx, d)
+//			log.Printf("%s %s attempt %d: %v in %v", d.Handler, d.TaskID, d.Attempt, err, time.Since(start))
+//			return err
+//		})
+//	}
+type Middleware func(Handler) Handler
+
+// ExecutorOption configures an Executor in NewExecutor.
+type ExecutorOption func(*Executor)
+
+// WithClient gives the Executor the Client that Heartbeat and Report use,
+// from a handler's context, to reach the local sidecar. Without it they
+// fail with an error saying so; the rest of the Executor works without one.
+func WithClient(c *Client) ExecutorOption {
+	return func(e *Executor) { e.client = c }
 }
 
-// NewExecutor returns an Executor with no handlers.
-func NewExecutor() *Executor {
+// Executor receives task callbacks from the sidecar and dispatches them to
+// Handlers by handler name, through its Middleware. It is an http.Handler:
+// mount it at ExecutePath on any HTTP server, or let it serve its own with
+// ListenAndServeUnix or Serve. Register handlers before the sidecar can
+// call; registering later is safe but racy from the sidecar's point of view
+// (unknown handlers fail permanently).
+type Executor struct {
+	mu          sync.RWMutex
+	handlers    map[string]Handler
+	middlewares []Middleware
+	client      *Client
+	srv         *http.Server
+
+	// Shutdown: draining is closed once every callback in flight has
+	// returned after Shutdown began; abort cancels the contexts of the
+	// handlers still running when Shutdown runs out of time.
+	drainMu  sync.Mutex
+	inflight int
+	draining chan struct{} // nil until Shutdown
+	abortCtx context.Context
+	abort    context.CancelCauseFunc
+}
+
+// errShutdownAbort is the cause of a handler's context cancelled because
+// Executor.Shutdown ran out of time.
+var errShutdownAbort = errors.New("ax: executor shut down before the handler returned")
+
+// NewExecutor returns an Executor with no handlers, configured by opts (see
+// WithClient).
+func NewExecutor(opts ...ExecutorOption) *Executor {
 	e := &Executor{handlers: make(map[string]Handler)}
+	e.abortCtx, e.abort = context.WithCancelCause(context.Background())
+	for _, opt := range opts {
+		opt(e)
+	}
 	mux := http.NewServeMux()
 	mux.Handle(ExecutePath, e)
 	e.srv = &http.Server{
@@ -131,6 +210,21 @@ func NewExecutor() *Executor {
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	return e
+}
+
+// Use appends middleware around every handler of the Executor, including
+// those registered before. The first middleware given is the outermost:
+// after Use(a, b), a callback runs a, then b, then the handler, and the
+// result goes back through b, then a. Use panics on a nil Middleware.
+func (e *Executor) Use(mw ...Middleware) {
+	for _, m := range mw {
+		if m == nil {
+			panic("ax: Executor.Use: nil middleware")
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.middlewares = append(slices.Clip(e.middlewares), mw...)
 }
 
 // Handle registers h for the handler name. The name FallbackHandler ("*")
@@ -159,23 +253,38 @@ func (e *Executor) HandleFunc(name string, fn func(ctx context.Context, d *Deliv
 	e.Handle(name, HandlerFunc(fn))
 }
 
-// handler returns the Handler for name, or nil.
+// handler returns the Handler for name wrapped in the middleware, or nil.
 func (e *Executor) handler(name string) Handler {
 	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if h, ok := e.handlers[name]; ok {
-		return h
+	h, ok := e.handlers[name]
+	if !ok {
+		h = e.handlers[FallbackHandler]
 	}
-	return e.handlers[FallbackHandler]
+	mws := e.middlewares
+	e.mu.RUnlock()
+	if h == nil {
+		return nil
+	}
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
+		if h == nil {
+			return HandlerFunc(func(context.Context, *Delivery) error {
+				return fmt.Errorf("ax: middleware %d of %d returned a nil Handler", i+1, len(mws))
+			})
+		}
+	}
+	return h
 }
 
 // ServeHTTP serves one callback (POST with the payload as body and the Ax-*
 // headers). It answers:
 //
 //   - 200 when the handler returns nil;
+//   - 202 for Async (the result is reported later);
 //   - 422 for Permanent errors, 404 for an unknown handler name and 400 for
 //     a malformed callback (permanent failures: no retry);
-//   - 503 with Retry-After for Snooze (busy, retried later);
+//   - 503 with Retry-After for Snooze (busy, retried later), and once
+//     Shutdown has begun (Retry-After: 1);
 //   - 500 with the error's message for any other error or a panic (a failed
 //     attempt, retried with backoff);
 //   - 405 for a method other than POST.
@@ -188,6 +297,12 @@ func (e *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusMethodNotAllowed, "method not allowed: use POST")
 		return
 	}
+	if !e.enter() {
+		w.Header().Set("Retry-After", "1")
+		writeText(w, http.StatusServiceUnavailable, "executor is shutting down")
+		return
+	}
+	defer e.leave()
 	d, err := parseDelivery(r)
 	if err != nil {
 		writeText(w, http.StatusBadRequest, err.Error())
@@ -198,12 +313,16 @@ func (e *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusNotFound, "no handler registered for "+strconv.Quote(d.Handler))
 		return
 	}
-	ctx := r.Context()
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(e.abortCtx, func() { cancel(context.Cause(e.abortCtx)) })
+	defer stop()
 	if !d.Deadline.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, d.Deadline)
-		defer cancel()
+		var cancelDeadline context.CancelFunc
+		ctx, cancelDeadline = context.WithDeadline(ctx, d.Deadline)
+		defer cancelDeadline()
 	}
+	ctx = context.WithValue(ctx, attemptKey{}, &attemptInfo{d: d, client: e.client})
 	err = runHandler(ctx, h, d)
 
 	var perm *permanentError
@@ -211,6 +330,8 @@ func (e *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 		writeText(w, http.StatusOK, "ok")
+	case errors.Is(err, errAsync):
+		writeText(w, http.StatusAccepted, "accepted")
 	case errors.As(err, &snooze):
 		secs := max(1, int64((snooze.d+time.Second-1)/time.Second))
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
@@ -238,8 +359,9 @@ func runHandler(ctx context.Context, h Handler, d *Delivery) (err error) {
 // parseDelivery reads the callback headers and body.
 func parseDelivery(r *http.Request) (*Delivery, error) {
 	d := &Delivery{
-		TaskID:  r.Header.Get(HeaderTaskID),
-		Handler: r.Header.Get(HeaderHandler),
+		TaskID:      r.Header.Get(HeaderTaskID),
+		Handler:     r.Header.Get(HeaderHandler),
+		TraceParent: r.Header.Get(HeaderTraceParent),
 	}
 	if d.TaskID == "" {
 		return nil, fmt.Errorf("missing %s header", HeaderTaskID)
@@ -312,12 +434,61 @@ func (e *Executor) Serve(l net.Listener) error {
 	return e.srv.Serve(l)
 }
 
-// Shutdown stops the servers started by ListenAndServeUnix and Serve: it
-// closes their listeners, then waits for running handlers to return or ctx
-// to end, whichever comes first. It does not affect an Executor mounted on
-// another server through ServeHTTP.
+// Shutdown stops the Executor gracefully: it closes the listeners of
+// ListenAndServeUnix and Serve, answers new callbacks with 503 and
+// Retry-After (busy: the sidecar tries again later, without counting a
+// failed attempt; this also holds for an Executor mounted on another server),
+// then waits until every handler running has returned. It returns nil once
+// they have.
+//
+// When ctx ends first, Shutdown cancels the contexts of the handlers still
+// running (their context.Cause says the executor shut down) and returns
+// ctx's error without waiting further; their attempts end as failures and
+// are retried. Work continued after Async is not waited for.
+//
+// Unregister the executor from the sidecar (Client.UnregisterExecutor)
+// before Shutdown, so that new attempts go elsewhere. Shutdown may be called
+// more than once; an Executor cannot serve again after it.
 func (e *Executor) Shutdown(ctx context.Context) error {
-	return e.srv.Shutdown(ctx)
+	e.drainMu.Lock()
+	if e.draining == nil {
+		e.draining = make(chan struct{})
+		if e.inflight == 0 {
+			close(e.draining)
+		}
+	}
+	drained := e.draining
+	e.drainMu.Unlock()
+
+	err := e.srv.Shutdown(ctx)
+	select {
+	case <-drained:
+		return err
+	case <-ctx.Done():
+		e.abort(errShutdownAbort)
+		return ctx.Err()
+	}
+}
+
+// enter counts a callback in flight; false once Shutdown has begun.
+func (e *Executor) enter() bool {
+	e.drainMu.Lock()
+	defer e.drainMu.Unlock()
+	if e.draining != nil {
+		return false
+	}
+	e.inflight++
+	return true
+}
+
+// leave ends a callback counted by enter.
+func (e *Executor) leave() {
+	e.drainMu.Lock()
+	defer e.drainMu.Unlock()
+	e.inflight--
+	if e.inflight == 0 && e.draining != nil {
+		close(e.draining)
+	}
 }
 
 // removeStaleSocket removes a socket file nobody listens on.

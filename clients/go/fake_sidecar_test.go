@@ -2,24 +2,29 @@ package ax_test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 )
 
 // fakeSidecar emulates the application API of an ax sidecar on a Unix
-// socket: submit (idempotent by id, 409 on a different spec), get, cancel,
-// cluster, readyz. It records every request and can be told to answer the
-// next requests with canned errors.
+// socket: submit and batch submit (idempotent by id, 409 on a different
+// spec), list with cursors, get, cancel, retry, heartbeat and result of a
+// running attempt, executors, cluster, readyz. It records every request and
+// can be told to answer the next requests with canned errors.
 type fakeSidecar struct {
 	Socket string
 
@@ -34,6 +39,7 @@ type fakeSidecar struct {
 	nextID   int
 	hook     func(w http.ResponseWriter, r *http.Request) bool // true: answered
 	execs    map[string]json.RawMessage                        // registered executors by name
+	warning  string                                            // Ax-Backlog-Warning of submits, "" for none
 }
 
 // fakeRequest is a request as the fake saw it.
@@ -50,6 +56,8 @@ type fakeAnswer struct {
 	Body       string // raw body; when empty, an error body from Code and Message
 	Code       string
 	Message    string
+	Depth      int // error.depth, 0 for none
+	Limit      int // error.limit, 0 for none
 }
 
 // fakeSpec is the stored submit request, compared for idempotency.
@@ -62,12 +70,23 @@ type fakeSpec struct {
 	Priority      int
 	Timeout       string
 	MaxAttempts   int
+	Cron          string
+	Timezone      string
+	Every         string
+	Repeats       int
+	Until         string
+	Backoff       string // the backoff in force, JSON; "" for the default
+	RouteKey      string
+	Labels        string // JSON object (sorted keys), "" for none
 }
 
 type fakeTask struct {
 	id         string
 	spec       fakeSpec
 	state      string
+	attempts   int
+	run        int
+	lastError  string
 	created    time.Time
 	updated    time.Time
 	finishedAt *time.Time
@@ -114,6 +133,10 @@ func newFakeSidecar(dir string) (*fakeSidecar, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/tasks", f.submit)
+	mux.HandleFunc("GET /v1/tasks", f.list)
+	mux.HandleFunc("POST /v1/tasks/batch", f.submitBatch)
+	mux.HandleFunc("POST /v1/tasks/{id}/heartbeat", f.heartbeat)
+	mux.HandleFunc("POST /v1/tasks/{id}/result", f.result)
 	mux.HandleFunc("GET /v1/tasks/{id}", f.get)
 	mux.HandleFunc("DELETE /v1/tasks/{id}", f.cancel)
 	mux.HandleFunc("POST /v1/tasks/{id}/retry", f.retry)
@@ -193,7 +216,7 @@ func (f *fakeSidecar) record(next http.Handler) http.Handler {
 				io.WriteString(w, answer.Body)
 				return
 			}
-			writeError(w, answer.Status, answer.Code, answer.Message)
+			writeErrorDetail(w, answer.Status, map[string]any{"code": answer.Code, "message": answer.Message, "depth": answer.Depth, "limit": answer.Limit})
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -210,7 +233,109 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
 }
 
+// writeErrorDetail writes an error body; zero depth and limit are left out.
+func writeErrorDetail(w http.ResponseWriter, status int, detail map[string]any) {
+	for _, k := range []string{"depth", "limit"} {
+		if detail[k] == 0 {
+			delete(detail, k)
+		}
+	}
+	writeJSON(w, status, map[string]any{"error": detail})
+}
+
+// SetBacklogWarning makes submits answer with an Ax-Backlog-Warning header
+// ("" for none).
+func (f *fakeSidecar) SetBacklogWarning(v string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.warning = v
+}
+
+// SetRunning makes a stored task RUNNING its given attempt.
+func (f *fakeSidecar) SetRunning(id string, attempt int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.tasks[id]
+	t.state, t.attempts = "RUNNING", attempt
+}
+
+// fakeError is an error answer of the fake.
+type fakeError struct {
+	status        int
+	code, message string
+}
+
+// fakeSubmit is a validated submit request.
+type fakeSubmit struct {
+	id        string
+	overwrite bool
+	spec      fakeSpec
+}
+
 func (f *fakeSidecar) submit(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	sub, ferr := parseSubmit(body)
+	if ferr != nil {
+		writeError(w, ferr.status, ferr.code, ferr.message)
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	status, view, ferr := f.applySubmit(sub)
+	if ferr != nil {
+		writeError(w, ferr.status, ferr.code, ferr.message)
+		return
+	}
+	if f.warning != "" {
+		w.Header().Set("Ax-Backlog-Warning", f.warning)
+	}
+	writeJSON(w, status, view)
+}
+
+// submitBatch answers POST /v1/tasks/batch like the server: an invalid item
+// refuses the whole batch; otherwise one result per item.
+func (f *fakeSidecar) submitBatch(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Tasks []json.RawMessage `json:"tasks"`
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
+		return
+	}
+	if len(in.Tasks) == 0 || len(in.Tasks) > 1000 {
+		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("tasks: 1 to 1000 tasks, got %d", len(in.Tasks)))
+		return
+	}
+	subs := make([]*fakeSubmit, len(in.Tasks))
+	for i, raw := range in.Tasks {
+		sub, ferr := parseSubmit(raw)
+		if ferr != nil {
+			writeError(w, ferr.status, ferr.code, fmt.Sprintf("tasks[%d]: %s", i, ferr.message))
+			return
+		}
+		subs[i] = sub
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	results := make([]map[string]any, len(subs))
+	for i, sub := range subs {
+		status, view, ferr := f.applySubmit(sub)
+		if ferr != nil {
+			results[i] = map[string]any{"status": ferr.status, "error": map[string]string{"code": ferr.code, "message": ferr.message}}
+			continue
+		}
+		results[i] = map[string]any{"status": status, "task": view}
+	}
+	if f.warning != "" {
+		w.Header().Set("Ax-Backlog-Warning", f.warning)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": results})
+}
+
+// parseSubmit decodes and validates one submit request.
+func parseSubmit(body []byte) (*fakeSubmit, *fakeError) {
 	var in struct {
 		ID            string          `json:"id"`
 		Handler       string          `json:"handler"`
@@ -222,24 +347,43 @@ func (f *fakeSidecar) submit(w http.ResponseWriter, r *http.Request) {
 		Timeout       string          `json:"timeout"`
 		MaxAttempts   int             `json:"max_attempts"`
 		Overwrite     bool            `json:"overwrite"`
+		Cron          string          `json:"cron"`
+		Timezone      string          `json:"timezone"`
+		Every         string          `json:"every"`
+		Repeats       int             `json:"repeats"`
+		Until         string          `json:"until"`
+		Backoff       *struct {
+			Initial    *string  `json:"initial"`
+			Max        *string  `json:"max"`
+			Multiplier *float64 `json:"multiplier"`
+			Jitter     *float64 `json:"jitter"`
+		} `json:"backoff"`
+		RouteKey string            `json:"route_key"`
+		Labels   map[string]string `json:"labels"`
 	}
-	dec := json.NewDecoder(r.Body)
+	bad := func(format string, args ...any) (*fakeSubmit, *fakeError) {
+		return nil, &fakeError{http.StatusBadRequest, "bad_request", fmt.Sprintf(format, args...)}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
-		return
+		return nil, &fakeError{http.StatusBadRequest, "invalid_json", err.Error()}
 	}
-	spec := fakeSpec{Handler: in.Handler, Delay: in.Delay, RunAt: in.RunAt, Priority: 2, Timeout: "30s", MaxAttempts: 4}
+	spec := fakeSpec{Handler: in.Handler, Delay: in.Delay, RunAt: in.RunAt, Priority: 2, Timeout: "30s", MaxAttempts: 4,
+		Cron: in.Cron, Timezone: in.Timezone, Every: in.Every, Repeats: in.Repeats, Until: in.Until, RouteKey: in.RouteKey}
 	switch {
 	case in.Handler == "":
-		writeError(w, http.StatusBadRequest, "bad_request", "handler is required")
-		return
+		return bad("handler is required")
 	case in.Payload != nil && in.PayloadBase64 != nil:
-		writeError(w, http.StatusBadRequest, "bad_request", "payload and payload_base64 are exclusive")
-		return
+		return bad("payload and payload_base64 are exclusive")
 	case in.Delay != "" && in.RunAt != "":
-		writeError(w, http.StatusBadRequest, "bad_request", "delay and run_at are exclusive")
-		return
+		return bad("delay and run_at are exclusive")
+	case in.Cron != "" && in.Every != "":
+		return bad("cron and every: give at most one")
+	case in.Timezone != "" && in.Cron == "":
+		return bad("timezone: only with cron")
+	case (in.Repeats != 0 || in.Until != "") && in.Cron == "" && in.Every == "":
+		return bad("repeats, until: only with cron or every")
 	}
 	if in.Payload != nil {
 		spec.Payload = string(in.Payload)
@@ -247,31 +391,30 @@ func (f *fakeSidecar) submit(w http.ResponseWriter, r *http.Request) {
 	if in.PayloadBase64 != nil {
 		b, err := base64.StdEncoding.DecodeString(*in.PayloadBase64)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "bad_request", "payload_base64: "+err.Error())
-			return
+			return bad("payload_base64: %v", err)
 		}
 		spec.Payload, spec.PayloadBase64 = string(b), true
 	}
 	if len(spec.Payload) > 1<<20 {
-		writeError(w, http.StatusRequestEntityTooLarge, "payload_too_large", "payload exceeds 1048576 bytes")
-		return
+		return nil, &fakeError{http.StatusRequestEntityTooLarge, "payload_too_large", "payload exceeds 1048576 bytes"}
 	}
-	if in.Delay != "" {
-		if _, err := time.ParseDuration(in.Delay); err != nil {
-			writeError(w, http.StatusBadRequest, "bad_request", "delay: "+err.Error())
-			return
+	for field, v := range map[string]string{"delay": in.Delay, "every": in.Every} {
+		if v != "" {
+			if _, err := time.ParseDuration(v); err != nil {
+				return bad("%s: %v", field, err)
+			}
 		}
 	}
-	if in.RunAt != "" {
-		if _, err := time.Parse(time.RFC3339Nano, in.RunAt); err != nil {
-			writeError(w, http.StatusBadRequest, "bad_request", "run_at: "+err.Error())
-			return
+	for field, v := range map[string]string{"run_at": in.RunAt, "until": in.Until} {
+		if v != "" {
+			if _, err := time.Parse(time.RFC3339Nano, v); err != nil {
+				return bad("%s: %v", field, err)
+			}
 		}
 	}
 	if in.Priority != nil {
 		if *in.Priority < 0 || *in.Priority > 4 {
-			writeError(w, http.StatusBadRequest, "bad_request", "priority must be 0..4, got "+strconv.Itoa(*in.Priority))
-			return
+			return bad("priority must be 0..4, got %d", *in.Priority)
 		}
 		spec.Priority = *in.Priority
 	}
@@ -281,26 +424,190 @@ func (f *fakeSidecar) submit(w http.ResponseWriter, r *http.Request) {
 	if in.MaxAttempts != 0 {
 		spec.MaxAttempts = in.MaxAttempts
 	}
+	if b := in.Backoff; b != nil {
+		view := map[string]any{"initial": "2s", "max": "30s", "multiplier": 2.0, "jitter": 0.2}
+		if b.Initial != nil {
+			view["initial"] = *b.Initial
+		}
+		if b.Max != nil {
+			view["max"] = *b.Max
+		}
+		if b.Multiplier != nil {
+			view["multiplier"] = *b.Multiplier
+		}
+		if b.Jitter != nil {
+			view["jitter"] = *b.Jitter
+		}
+		j, _ := json.Marshal(view)
+		spec.Backoff = string(j)
+	}
+	if len(in.Labels) > 0 {
+		j, _ := json.Marshal(in.Labels)
+		spec.Labels = string(j)
+	}
+	return &fakeSubmit{id: in.ID, overwrite: in.Overwrite, spec: spec}, nil
+}
 
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	id := in.ID
+// applySubmit stores a submit; f.mu is held.
+func (f *fakeSidecar) applySubmit(sub *fakeSubmit) (int, map[string]any, *fakeError) {
+	id := sub.id
 	if id == "" {
 		f.nextID++
 		id = fmt.Sprintf("task-%d", f.nextID)
 	}
-	if old, ok := f.tasks[id]; ok && !in.Overwrite {
-		if old.spec == spec {
-			writeJSON(w, http.StatusOK, old.view())
-			return
+	if old, ok := f.tasks[id]; ok && !sub.overwrite {
+		if old.spec == sub.spec {
+			return http.StatusOK, old.view(), nil
 		}
-		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("task %q exists with a different spec", id))
-		return
+		return 0, nil, &fakeError{http.StatusConflict, "conflict", fmt.Sprintf("task %q exists with a different spec", id)}
 	}
 	now := f.now()
-	t := &fakeTask{id: id, spec: spec, state: "WAITING", created: now, updated: now}
+	t := &fakeTask{id: id, spec: sub.spec, state: "WAITING", run: 1, created: now, updated: now}
 	f.tasks[id] = t
-	writeJSON(w, http.StatusCreated, t.view())
+	return http.StatusCreated, t.view(), nil
+}
+
+// list answers GET /v1/tasks: tasks in id order after the cursor ("after:"
+// and the last id of the previous page).
+func (f *fakeSidecar) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k, v := range q {
+		switch k {
+		case "handler", "state", "limit", "cursor":
+		default:
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("unknown query parameter %q", k))
+			return
+		}
+		if len(v) > 1 {
+			writeError(w, http.StatusBadRequest, "bad_request", k+": give it at most once")
+			return
+		}
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit: must be an integer from 1 to 1000, got %q", v))
+			return
+		}
+		limit = n
+	}
+	after := ""
+	if c := q.Get("cursor"); c != "" {
+		var ok bool
+		if after, ok = strings.CutPrefix(c, "after:"); !ok {
+			writeError(w, http.StatusBadRequest, "bad_request", "cursor: not a cursor of this server")
+			return
+		}
+	}
+	handler, state := q.Get("handler"), strings.ToUpper(q.Get("state"))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ids := slices.Sorted(maps.Keys(f.tasks))
+	tasks := []map[string]any{}
+	next := ""
+	for _, id := range ids {
+		t := f.tasks[id]
+		if id <= after || handler != "" && t.spec.Handler != handler || state != "" && t.state != state {
+			continue
+		}
+		if len(tasks) == limit {
+			next = "after:" + tasks[len(tasks)-1]["id"].(string)
+			break
+		}
+		tasks = append(tasks, t.view())
+	}
+	out := map[string]any{"tasks": tasks}
+	if next != "" {
+		out["next_cursor"] = next
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// runningTask returns the task of an attempt request when attempt is its
+// running attempt; otherwise it answers the error itself. f.mu is held.
+func (f *fakeSidecar) runningTask(w http.ResponseWriter, id string, attempt int, what string) *fakeTask {
+	t, ok := f.tasks[id]
+	if !ok {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("task %q not found", id))
+		return nil
+	}
+	if t.state != "RUNNING" || t.attempts != attempt {
+		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("%s: that attempt of task %q is not the current one (task is %s)", what, id, t.state))
+		return nil
+	}
+	return t
+}
+
+func (f *fakeSidecar) heartbeat(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Attempt int `json:"attempt"`
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
+		return
+	}
+	if in.Attempt < 1 {
+		writeError(w, http.StatusBadRequest, "bad_request", "attempt: required, >= 1")
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.runningTask(w, r.PathValue("id"), in.Attempt, "heartbeat")
+	if t == nil {
+		return
+	}
+	t.updated = t.updated.Add(time.Second)
+	writeJSON(w, http.StatusOK, t.view())
+}
+
+func (f *fakeSidecar) result(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Attempt int    `json:"attempt"`
+		Status  string `json:"status"`
+		Error   string `json:"error"`
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
+		return
+	}
+	switch {
+	case in.Attempt < 1:
+		writeError(w, http.StatusBadRequest, "bad_request", "attempt: required, >= 1")
+		return
+	case in.Status != "success" && in.Status != "failed" && in.Status != "permanent":
+		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("status: must be one of success, failed, permanent, got %q", in.Status))
+		return
+	case in.Error != "" && in.Status == "success":
+		writeError(w, http.StatusBadRequest, "bad_request", `error: only with status "failed" or "permanent"`)
+		return
+	case len(in.Error) > 4096:
+		writeError(w, http.StatusBadRequest, "bad_request", "error: over 4096 bytes")
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.runningTask(w, r.PathValue("id"), in.Attempt, "result")
+	if t == nil {
+		return
+	}
+	now := f.now().Add(5 * time.Second)
+	t.updated, t.lastError = now, in.Error
+	switch {
+	case in.Status == "success":
+		t.state, t.finishedAt = "SUCCESS", &now
+	case in.Status == "permanent":
+		t.state, t.finishedAt = "FAILED", &now
+	case t.attempts >= t.spec.MaxAttempts:
+		t.state, t.finishedAt = "DEAD", &now
+	default:
+		t.state = "WAITING"
+	}
+	writeJSON(w, http.StatusOK, t.view())
 }
 
 func (f *fakeSidecar) get(w http.ResponseWriter, r *http.Request) {
@@ -360,13 +667,32 @@ func (t *fakeTask) view() map[string]any {
 		"handler":      t.spec.Handler,
 		"state":        t.state,
 		"priority":     t.spec.Priority,
-		"attempts":     0,
+		"attempts":     t.attempts,
 		"max_attempts": t.spec.MaxAttempts,
 		"timeout":      t.spec.Timeout,
 		"created_at":   t.created,
 		"updated_at":   t.updated,
+		"run":          t.run,
+		"snoozes":      0,
+	}
+	for k, val := range map[string]string{"cron": t.spec.Cron, "timezone": t.spec.Timezone, "every": t.spec.Every, "until": t.spec.Until, "route_key": t.spec.RouteKey, "last_error": t.lastError} {
+		if val != "" {
+			v[k] = val
+		}
+	}
+	if t.spec.Repeats != 0 {
+		v["repeats"] = t.spec.Repeats
+	}
+	if t.spec.Backoff != "" {
+		v["backoff"] = json.RawMessage(t.spec.Backoff)
+	}
+	if t.spec.Labels != "" {
+		v["labels"] = json.RawMessage(t.spec.Labels)
 	}
 	due := t.created
+	if t.spec.Delay != "" || t.spec.Cron == "" && t.spec.Every == "" && t.spec.RunAt == "" {
+		v["delay"] = cmp.Or(t.spec.Delay, "0s")
+	}
 	if t.spec.Delay != "" {
 		v["delay"] = t.spec.Delay
 		d, _ := time.ParseDuration(t.spec.Delay)
@@ -418,7 +744,7 @@ func (f *fakeSidecar) retry(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "conflict", fmt.Sprintf("task %q is %s, not DEAD or FAILED", id, t.state))
 		return
 	}
-	t.state, t.finishedAt, t.updated = "WAITING", nil, f.now().Add(2*time.Second)
+	t.state, t.finishedAt, t.updated, t.attempts, t.run = "WAITING", nil, f.now().Add(2*time.Second), 0, t.run+1
 	writeJSON(w, http.StatusOK, t.view())
 }
 

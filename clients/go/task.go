@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -109,7 +111,74 @@ type SubmitRequest struct {
 	// Overwrite replaces an existing task with the same ID instead of failing
 	// with ErrConflict.
 	Overwrite bool
+
+	// Cron makes the task recurring on a cron schedule: 5 fields ("0 2 * * *"),
+	// 6 with seconds, or a descriptor such as "@daily", evaluated in
+	// Timezone. Each slot is a run (Delivery.Run) with its own attempts. At
+	// most one of Cron and Every may be set.
+	Cron string
+
+	// Timezone is the IANA time zone of Cron ("Europe/Berlin"); empty means
+	// UTC. Only with Cron. A local time skipped by a DST change fires once at
+	// the next valid instant; a repeated one fires once.
+	Timezone string
+
+	// Every makes the task recurring at a fixed interval (at least 1s),
+	// without drift.
+	//
+	// The first run of a recurring task is at RunAt or after Delay when one
+	// is set, else at the schedule's first slot after the submit.
+	Every time.Duration
+
+	// Repeats stops a recurring task after this many runs; 0 means no limit.
+	// Only with Cron or Every.
+	Repeats int
+
+	// Until stops a recurring task: no run is due after this time. Zero means
+	// no end. Only with Cron or Every.
+	Until time.Time
+
+	// Backoff overrides the retry backoff of failed attempts; nil keeps the
+	// sidecar's default (BackoffDefault).
+	Backoff *Backoff
+
+	// RouteKey routes the task's attempts by consistent hashing: the tasks
+	// of one key go to the same node while the membership is stable (at most
+	// 256 bytes).
+	RouteKey string
+
+	// Labels are free-form key/value pairs kept with the task and returned
+	// by Get and List (at most 32, each key and value at most 256 bytes).
+	Labels map[string]string
 }
+
+// Backoff is the retry backoff of a task: the n-th retry of a run waits
+// Initial × Multiplier^(n-1), at most Max, spread by ±Jitter (a fraction).
+//
+// In a SubmitRequest, a zero field keeps the sidecar's default for that
+// field (see BackoffDefault); since a zero Jitter therefore means "default",
+// ask for no jitter with a negative Jitter (NoJitter). In a Task, every field
+// is the value in force and Jitter 0 means none.
+type Backoff struct {
+	// Initial is the wait before the first retry (> 0).
+	Initial time.Duration
+	// Max bounds every wait (>= Initial).
+	Max time.Duration
+	// Multiplier grows the wait after each retry (>= 1).
+	Multiplier float64
+	// Jitter is the random spread, a fraction from 0 to 1 (0.2 is ±20 %).
+	Jitter float64
+}
+
+// NoJitter, as SubmitRequest.Backoff.Jitter, asks for retries without random
+// spread (a zero Jitter keeps the default).
+const NoJitter = -1.0
+
+// BackoffDefault is the backoff the sidecar applies when a SubmitRequest has
+// no Backoff, and the value of each field a Backoff leaves at zero. It is
+// for reference (start from a copy of it); changing it changes nothing on
+// the sidecar.
+var BackoffDefault = Backoff{Initial: 2 * time.Second, Max: 30 * time.Second, Multiplier: 2, Jitter: 0.2}
 
 // Task is a task as the sidecar reports it.
 type Task struct {
@@ -143,6 +212,49 @@ type Task struct {
 	// PayloadBytes is the payload when it was submitted as binary
 	// (SubmitRequest.PayloadBytes), nil otherwise.
 	PayloadBytes []byte
+
+	// Cron, Timezone, Every, Repeats and Until are the recurring schedule as
+	// submitted (see SubmitRequest); all zero for a one-off task.
+	Cron     string
+	Timezone string
+	Every    time.Duration
+	Repeats  int
+	Until    time.Time
+	// Run numbers the current (or last) run of the task, from 1; it is the
+	// Delivery.Run of its attempts. A recurring task starts a run per slot,
+	// and Client.Retry starts a new run.
+	Run int
+	// Snoozes counts the busy answers (Snooze, 429 or 503) so far; they are
+	// not attempts.
+	Snoozes int
+	// Backoff is the task's retry backoff when it was submitted with one,
+	// nil when it uses the sidecar's default.
+	Backoff *Backoff
+	// RouteKey and Labels are as submitted.
+	RouteKey string
+	Labels   map[string]string
+
+	// BacklogWarning is set by Submit and SubmitBatch when the sidecar sent
+	// an Ax-Backlog-Warning header: the handler's backlog (due runs not yet
+	// delivered) is at 80 % of its bound or more, as "depth/limit" ("812/1000").
+	// Slow down before submits fail with ErrQueueFull; Backlog parses it.
+	// Always empty from Get, List, Cancel and Retry.
+	BacklogWarning string
+}
+
+// Backlog parses BacklogWarning: the handler's backlog and its bound. ok is
+// false when the task carries no (well-formed) warning.
+func (t *Task) Backlog() (depth, limit int, ok bool) {
+	d, l, found := strings.Cut(t.BacklogWarning, "/")
+	if !found {
+		return 0, 0, false
+	}
+	depth, err1 := strconv.Atoi(strings.TrimSpace(d))
+	limit, err2 := strconv.Atoi(strings.TrimSpace(l))
+	if err1 != nil || err2 != nil {
+		return 0, 0, false
+	}
+	return depth, limit, true
 }
 
 // ClusterInfo describes the Raft group as the local sidecar sees it.
@@ -182,6 +294,32 @@ type wireSubmit struct {
 	Timeout       string `json:"timeout,omitempty"`
 	MaxAttempts   int    `json:"max_attempts,omitempty"`
 	Overwrite     bool   `json:"overwrite,omitempty"`
+
+	Cron     string            `json:"cron,omitempty"`
+	Timezone string            `json:"timezone,omitempty"`
+	Every    string            `json:"every,omitempty"`
+	Repeats  int               `json:"repeats,omitempty"`
+	Until    string            `json:"until,omitempty"`
+	Backoff  *wireBackoffReq   `json:"backoff,omitempty"`
+	RouteKey string            `json:"route_key,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+}
+
+// wireBackoffReq is the "backoff" object of a submit: absent fields keep
+// the sidecar's default.
+type wireBackoffReq struct {
+	Initial    string   `json:"initial,omitempty"`
+	Max        string   `json:"max,omitempty"`
+	Multiplier *float64 `json:"multiplier,omitempty"`
+	Jitter     *float64 `json:"jitter,omitempty"`
+}
+
+// wireBackoff is the "backoff" object of a task view.
+type wireBackoff struct {
+	Initial    string  `json:"initial"`
+	Max        string  `json:"max"`
+	Multiplier float64 `json:"multiplier"`
+	Jitter     float64 `json:"jitter"`
 }
 
 // encodeSubmit builds the JSON body of a submit. The payload is spliced in
@@ -209,6 +347,32 @@ func encodeSubmit(req SubmitRequest) ([]byte, error) {
 	}
 	if req.Timeout != 0 {
 		w.Timeout = req.Timeout.String()
+	}
+	w.Cron, w.Timezone, w.Repeats, w.RouteKey, w.Labels = req.Cron, req.Timezone, req.Repeats, req.RouteKey, req.Labels
+	if req.Every != 0 {
+		w.Every = req.Every.String()
+	}
+	if !req.Until.IsZero() {
+		w.Until = req.Until.UTC().Format(time.RFC3339Nano)
+	}
+	if b := req.Backoff; b != nil {
+		wb := &wireBackoffReq{}
+		if b.Initial != 0 {
+			wb.Initial = b.Initial.String()
+		}
+		if b.Max != 0 {
+			wb.Max = b.Max.String()
+		}
+		if b.Multiplier != 0 {
+			wb.Multiplier = &b.Multiplier
+		}
+		switch {
+		case b.Jitter < 0:
+			wb.Jitter = new(0.0)
+		case b.Jitter > 0:
+			wb.Jitter = &b.Jitter
+		}
+		w.Backoff = wb
 	}
 	body, err := json.Marshal(w)
 	if err != nil {
@@ -272,6 +436,17 @@ type wireTask struct {
 	FinishedAt    *time.Time      `json:"finished_at"`
 	Payload       json.RawMessage `json:"payload"`
 	PayloadBase64 *string         `json:"payload_base64"`
+
+	Cron     string            `json:"cron"`
+	Timezone string            `json:"timezone"`
+	Every    string            `json:"every"`
+	Repeats  int               `json:"repeats"`
+	Until    *time.Time        `json:"until"`
+	Run      int               `json:"run"`
+	Snoozes  int               `json:"snoozes"`
+	Backoff  *wireBackoff      `json:"backoff"`
+	RouteKey string            `json:"route_key"`
+	Labels   map[string]string `json:"labels"`
 }
 
 // task converts the wire view to a Task.
@@ -290,8 +465,28 @@ func (w *wireTask) task() (*Task, error) {
 		RunAt:       deref(w.RunAt),
 		NextRunAt:   deref(w.NextRunAt),
 		FinishedAt:  deref(w.FinishedAt),
+		Cron:        w.Cron,
+		Timezone:    w.Timezone,
+		Repeats:     w.Repeats,
+		Until:       deref(w.Until),
+		Run:         w.Run,
+		Snoozes:     w.Snoozes,
+		RouteKey:    w.RouteKey,
+		Labels:      w.Labels,
 	}
 	var err error
+	if t.Every, err = parseDuration("every", w.Every); err != nil {
+		return nil, err
+	}
+	if b := w.Backoff; b != nil {
+		t.Backoff = &Backoff{Multiplier: b.Multiplier, Jitter: b.Jitter}
+		if t.Backoff.Initial, err = parseDuration("backoff.initial", b.Initial); err != nil {
+			return nil, err
+		}
+		if t.Backoff.Max, err = parseDuration("backoff.max", b.Max); err != nil {
+			return nil, err
+		}
+	}
 	if t.Timeout, err = parseDuration("timeout", w.Timeout); err != nil {
 		return nil, err
 	}

@@ -29,6 +29,8 @@ type nodeFlags struct {
 	deliveryConcurrency, deliveryMinConcurrency int
 	backlogLimit                                int
 	routing                                     string
+	clusterToken, clusterTokenFile              string
+	leaveOnShutdown                             bool
 	handlerLimits                               []string
 }
 
@@ -49,6 +51,9 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.election, "raft-election-timeout", sidecar.ElectionTimeoutDefault, "Raft election timeout")
 	fl.DurationVar(&f.fireLead, "fire-lead", sidecar.FireLeadDefault, "how long before a run's due time the leader commits its fire (the delivering node waits for the due time); -1ns turns it off")
 	fl.IntVar(&f.deliveryConcurrency, "delivery-concurrency", sidecar.DeliveryConcurrencyDefault, "most callbacks in flight at once per executor of this node: the adaptive limit's maximum")
+	fl.StringVar(&f.clusterToken, "cluster-token", "", "shared secret every peer API request must carry (default: $AX_CLUSTER_TOKEN); give every node the same")
+	fl.StringVar(&f.clusterTokenFile, "cluster-token-file", "", "file holding the cluster token (instead of --cluster-token)")
+	fl.BoolVar(&f.leaveOnShutdown, "leave-on-shutdown", false, "remove this node from the cluster on a graceful shutdown (SIGTERM)")
 	fl.StringVar(&f.routing, "routing", sidecar.RoutingLeastLoaded, "how the leader picks among the nodes that run a handler: least_loaded, round_robin or hash (a task's route_key always hashes)")
 	fl.StringArrayVar(&f.handlerLimits, "handler-limit", nil, "HANDLER=N: at most N attempts of HANDLER running at once across the cluster (give every node the same); repeatable")
 	fl.IntVar(&f.backlogLimit, "backlog-limit", sidecar.BacklogLimitDefault, "bound on each handler's backlog of due, undelivered runs: a submit due within 1s past it gets 429 queue_full; -1 turns it off")
@@ -63,6 +68,24 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 	cfg.DeliveryConcurrency = f.deliveryConcurrency
 	cfg.BacklogLimit = f.backlogLimit
 	cfg.Routing = f.routing
+	cfg.LeaveOnShutdown = f.leaveOnShutdown
+	cfg.ClusterToken = f.clusterToken
+	if cfg.ClusterToken == "" {
+		cfg.ClusterToken = os.Getenv("AX_CLUSTER_TOKEN")
+	}
+	if f.clusterTokenFile != "" {
+		if f.clusterToken != "" {
+			return cfg, fmt.Errorf("--cluster-token and --cluster-token-file: give at most one")
+		}
+		b, err := os.ReadFile(f.clusterTokenFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--cluster-token-file: %w", err)
+		}
+		cfg.ClusterToken = strings.TrimSpace(string(b))
+		if cfg.ClusterToken == "" {
+			return cfg, fmt.Errorf("--cluster-token-file %s is empty", f.clusterTokenFile)
+		}
+	}
 	for _, hl := range f.handlerLimits {
 		h, v, ok := strings.Cut(hl, "=")
 		n, err := strconv.Atoi(v)

@@ -1,0 +1,117 @@
+package ax
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// BatchMaxTasks is the most tasks one SubmitBatch may carry.
+const BatchMaxTasks = 1000
+
+// BatchResult is the outcome of one task of a SubmitBatch, at the same index
+// as its SubmitRequest.
+type BatchResult struct {
+	// Task is the task as stored: new (Created) or the existing one with the
+	// same id and spec. Nil when Err is set.
+	Task *Task
+	// Created is true when the task was created, false when a task with the
+	// same id and spec existed already (or on error).
+	Created bool
+	// Status is the HTTP status of the item: 201 (created), 200 (existed),
+	// or the error's status (409 for a conflict).
+	Status int
+	// Err is the item's error, an *APIError: it matches ErrConflict when a
+	// task with the same id exists with a different spec and Overwrite is not
+	// set. The other items are unaffected.
+	Err error
+}
+
+// SubmitBatch submits many tasks in one request and one Raft round trip,
+// which is much faster than as many Submit calls. Results are in the order
+// of reqs, one per task; each item is idempotent by id like Submit.
+//
+// The error is for the batch as a whole: nothing is submitted when one
+// request is invalid (ErrInvalid naming the item: "tasks[3]: ..."), when
+// there are more than BatchMaxTasks, or when the sidecar refuses the batch
+// (ErrQueueFull, ErrNoLeader after a few retries, ErrTooLarge,
+// ErrUnavailable). Otherwise, look at each BatchResult.Err: an item can fail
+// (ErrConflict) while the others are submitted.
+//
+// An empty reqs returns no results and sends nothing. When the sidecar sent
+// an Ax-Backlog-Warning with the answer, it is copied to the BacklogWarning
+// of every returned task.
+func (c *Client) SubmitBatch(ctx context.Context, reqs []SubmitRequest) ([]BatchResult, error) {
+	if len(reqs) == 0 {
+		return []BatchResult{}, nil
+	}
+	if len(reqs) > BatchMaxTasks {
+		return nil, fmt.Errorf("%w: %d tasks in one batch, the limit is %d", ErrInvalid, len(reqs), BatchMaxTasks)
+	}
+	var body bytes.Buffer
+	body.WriteString(`{"tasks":[`)
+	for i, req := range reqs {
+		if req.Handler == "" {
+			return nil, fmt.Errorf("%w: tasks[%d]: Handler is required", ErrInvalid, i)
+		}
+		item, err := encodeSubmit(req)
+		if err != nil {
+			return nil, batchItemError(i, err)
+		}
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.Write(item)
+	}
+	body.WriteString(`]}`)
+
+	var w struct {
+		Results []struct {
+			Status int              `json:"status"`
+			Task   *wireTask        `json:"task"`
+			Error  *wireErrorDetail `json:"error"`
+		} `json:"results"`
+	}
+	hdr, err := c.doHeader(ctx, http.MethodPost, "/v1/tasks/batch", body.Bytes(), &w)
+	if err != nil {
+		return nil, err
+	}
+	if len(w.Results) != len(reqs) {
+		return nil, fmt.Errorf("ax: POST /v1/tasks/batch: %d results for %d tasks", len(w.Results), len(reqs))
+	}
+	warning := hdr.Get(HeaderBacklogWarning)
+	out := make([]BatchResult, len(reqs))
+	for i, r := range w.Results {
+		out[i].Status = r.Status
+		switch {
+		case r.Error != nil || r.Status/100 != 2:
+			e := &APIError{Status: r.Status}
+			if r.Error != nil {
+				r.Error.fill(e)
+			}
+			out[i].Err = e
+		case r.Task == nil:
+			return nil, fmt.Errorf("ax: POST /v1/tasks/batch: result %d has status %d and no task", i, r.Status)
+		default:
+			t, err := r.Task.task()
+			if err != nil {
+				return nil, err
+			}
+			t.BacklogWarning = warning
+			out[i].Task, out[i].Created = t, r.Status == http.StatusCreated
+		}
+	}
+	return out, nil
+}
+
+// batchItemError names the item in an error of encodeSubmit.
+func batchItemError(i int, err error) error {
+	if errors.Is(err, ErrInvalid) {
+		msg := strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")
+		return fmt.Errorf("%w: tasks[%d]: %s", ErrInvalid, i, msg)
+	}
+	return fmt.Errorf("ax: tasks[%d]: %w", i, err)
+}

@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestMembership_TokenRemoveLeaveStrongRead covers the operator side of a
+// cluster: the peer API refuses requests without the cluster token; a
+// strong read through a follower sees a write acknowledged just before; a
+// dead node is removed with DELETE /v1/cluster/members/{id} and the two
+// others keep working; a node started with --leave-on-shutdown leaves the
+// configuration when it gets SIGTERM.
+func TestMembership_TokenRemoveLeaveStrongRead(t *testing.T) {
+	skipShort(t)
+	c := NewCluster(t, WithSize(3), WithArgs("--cluster-token", "s3cret", "--leave-on-shutdown"))
+	c.WaitReady()
+	leader := c.Leader()
+	follower := c.Followers()[0]
+
+	// Peer API without the token: 401; with it: 200.
+	for _, tok := range []string{"", "wrong"} {
+		req, _ := http.NewRequest("GET", "http://"+follower.PeerAddr+"/peer/v1/info", nil)
+		if tok != "" {
+			req.Header.Set("Ax-Cluster-Token", tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 401 {
+			t.Fatalf("peer API with token %q: %d, want 401", tok, resp.StatusCode)
+		}
+	}
+
+	// Strong read through a follower right after a write through the leader.
+	mustSubmit(t, leader, SubmitRequest{ID: "strong-1", Handler: handlerOK, Delay: "1h"}, 201)
+	resp, err := follower.Client.Do(reqCtx(t), "GET", TaskPath("strong-1")+"?consistency=strong", nil)
+	if err != nil || resp.Status != 200 {
+		t.Fatalf("strong read via follower: %v %v", resp, err)
+	}
+	resp, _ = follower.Client.Do(reqCtx(t), "GET", TaskPath("strong-1")+"?consistency=eventual", nil)
+	wantError(t, resp, 400, "bad_request")
+
+	// Remove a dead follower.
+	dead := c.Followers()[1]
+	if err := dead.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = follower.Client.Do(reqCtx(t), "DELETE", "/v1/cluster/members/"+dead.ID, nil)
+	if err != nil || resp.Status != 204 {
+		t.Fatalf("remove %s via %s: %v %v", dead.ID, follower.ID, resp, err)
+	}
+	resp, _ = follower.Client.Do(reqCtx(t), "DELETE", "/v1/cluster/members/"+dead.ID, nil)
+	wantError(t, resp, 404, "not_found")
+	waitFor(t, 10*time.Second, 50*time.Millisecond, "two members", func() error {
+		info, err := leader.Client.Cluster(reqCtx(t))
+		if err != nil {
+			return err
+		}
+		if len(info.Members) != 2 {
+			return fmt.Errorf("members %+v", info.Members)
+		}
+		return nil
+	})
+	// Two of two voters: writes and callbacks go on.
+	mustSubmit(t, follower, SubmitRequest{ID: "after-remove", Handler: handlerOK}, 201)
+	waitState(t, leader, "after-remove", "SUCCESS")
+
+	// --leave-on-shutdown: SIGTERM on the follower removes it.
+	if err := follower.Stop(); err != nil {
+		t.Fatalf("stop %s: %v", follower.ID, err)
+	}
+	waitFor(t, 10*time.Second, 50*time.Millisecond, "one member after a leave", func() error {
+		info, err := leader.Client.Cluster(reqCtx(t))
+		if err != nil {
+			return err
+		}
+		if len(info.Members) != 1 || info.Members[0].ID != leader.ID {
+			return fmt.Errorf("members %+v", info.Members)
+		}
+		return nil
+	})
+	mustSubmit(t, leader, SubmitRequest{ID: "after-leave", Handler: handlerOK}, 201)
+	waitState(t, leader, "after-leave", "SUCCESS")
+}
