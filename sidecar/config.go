@@ -126,6 +126,12 @@ type Config struct {
 	// shuts down gracefully (after handing leadership over), so that a
 	// cluster scaled down keeps its quorum size right.
 	LeaveOnShutdown bool
+	// BreakerFailures is how many failed attempts in a row open a
+	// handler's circuit: its due runs then wait (not fail) for
+	// BreakerCoolDown, and a single probe decides. Default to 5 and 30s
+	// (engine.BreakerFailuresDefault, engine.BreakerCoolDownDefault).
+	BreakerFailures int
+	BreakerCoolDown time.Duration
 	// Routing chooses among the nodes with an executor for a handler:
 	// RoutingLeastLoaded (from the nodes' load reports), RoutingRoundRobin
 	// or RoutingHash (on the handler name). A task with a route_key is
@@ -219,6 +225,9 @@ func (c Config) Validate() error {
 	}
 	if c.BootstrapExpect > 1 && len(c.Join) == 0 {
 		return fmt.Errorf("bootstrap-expect %d needs --join with the other nodes' peer addresses", c.BootstrapExpect)
+	}
+	if c.BreakerFailures < 0 || c.BreakerCoolDown < 0 {
+		return fmt.Errorf("breaker failures %d and cool-down %v must not be negative", c.BreakerFailures, c.BreakerCoolDown)
 	}
 	switch c.Routing {
 	case RoutingLeastLoaded, RoutingRoundRobin, RoutingHash:

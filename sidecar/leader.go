@@ -2,7 +2,9 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"hash/fnv"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -52,12 +54,18 @@ type leaderState struct {
 	// (the cluster-wide per-handler cap).
 	running    map[string]int
 	runningIDs map[string]string
-	jumps      uint64 // clock jumps of earlier terms' timers
+	// breakers is the circuit breaker per handler; probes holds the
+	// report function of each fired attempt ("id#attempt"), called when
+	// its outcome commits.
+	breakers *engine.Breakers
+	probes   map[string]func(success bool)
+	jumps    uint64 // clock jumps of earlier terms' timers
 }
 
 func newLeaderState(n *Node) *leaderState {
 	return &leaderState{n: n, lastSeen: map[string]time.Time{}, due: map[string]dueRun{}, queued: map[string]map[string]int{},
-		load: map[string]int{}, assigned: map[string]int{}, running: map[string]int{}, runningIDs: map[string]string{}}
+		load: map[string]int{}, assigned: map[string]int{}, running: map[string]int{}, runningIDs: map[string]string{},
+		breakers: newBreakers(n), probes: map[string]func(bool){}}
 }
 
 // start begins leading: it arms timers from the store and runs them until
@@ -115,6 +123,7 @@ func (l *leaderState) stop() {
 	}
 	l.timers, l.cancel, l.done = nil, nil, nil
 	clear(l.due)
+	clear(l.probes)
 	clear(l.running)
 	clear(l.runningIDs)
 	l.mu.Unlock()
@@ -140,6 +149,11 @@ func (l *leaderState) onEvent(ev *raftfsm.Event) {
 		return
 	}
 	t := ev.Task
+	if ev.Prev == raftfsm.StateRunning && (ev.Type != raftfsm.CmdLease) {
+		// The attempt ended (or was cancelled / replaced): report it to
+		// the handler's circuit breaker.
+		l.reportProbe(t.ID, t, ev)
+	}
 	if ev.Type == raftfsm.CmdComplete {
 		switch {
 		case t.State == raftfsm.StateDead:
@@ -224,14 +238,31 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 			l.rearm(dueKeyPrefix+id, now.Add(handlerCapRetry))
 			continue
 		}
+		done, cerr := l.breakers.Allow(t.Spec.Handler)
+		if cerr != nil {
+			// The handler's circuit is open: the run waits (not fails)
+			// until the cool-down ends and a probe decides.
+			var open *engine.CircuitOpenError
+			retry := now.Add(noExecutorRetry)
+			if errors.As(cerr, &open) && !open.Until.IsZero() {
+				retry = open.Until
+			}
+			l.park(id, t.Spec.Handler, t.Spec.Priority)
+			l.rearm(dueKeyPrefix+id, retry)
+			continue
+		}
 		node := l.pick(nodes, t.Spec.Handler, avoid, t.Spec.RouteKey, now)
 		if node == "" {
+			done(true) // no attempt: not the handler's failure
 			n.log.Debug().Str("task_id", id).Str("handler", t.Spec.Handler).Msg("no live executor for handler; waiting")
 			l.park(id, t.Spec.Handler, t.Spec.Priority)
 			l.rearm(dueKeyPrefix+id, now.Add(noExecutorRetry))
 			continue
 		}
 		fired[t.Spec.Handler]++
+		l.mu.Lock()
+		l.probes[probeKey(id, t.Attempts+1)] = done
+		l.mu.Unlock()
 		// The attempt starts at the due time, or now when late; the node
 		// that delivers waits for it (see fireAt).
 		startMs := max(nowMs, t.DueMs)
@@ -377,6 +408,39 @@ func (l *leaderState) runningOf(handler string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.running[handler]
+}
+
+func probeKey(id string, attempt int) string { return id + "#" + strconv.Itoa(attempt) }
+
+// reportProbe tells the handler's breaker how the attempt that just left
+// RUNNING ended: a failed or timed-out attempt counts as a failure; a
+// success, a permanent (4xx) answer, a busy answer or a cancel does not.
+func (l *leaderState) reportProbe(id string, t *raftfsm.Task, ev *raftfsm.Event) {
+	attempt := t.Attempts
+	if ev.Type == raftfsm.CmdComplete && ev.Outcome == raftfsm.OutcomeBusy {
+		attempt++ // a busy answer gave its attempt number back
+	}
+	l.mu.Lock()
+	done := l.probes[probeKey(id, attempt)]
+	delete(l.probes, probeKey(id, attempt))
+	l.mu.Unlock()
+	if done == nil {
+		return
+	}
+	failed := ev.Type == raftfsm.CmdComplete && (ev.Outcome == raftfsm.OutcomeRetryable || ev.Outcome == raftfsm.OutcomeTimeout)
+	done(!failed)
+}
+
+// newBreakers makes the leader's per-handler circuit breakers; state
+// changes are logged and counted.
+func newBreakers(n *Node) *engine.Breakers {
+	return engine.NewBreakers(n.clock, engine.BreakerOptions{
+		ConsecutiveFailures: n.cfg.BreakerFailures,
+		CoolDown:            n.cfg.BreakerCoolDown,
+		OnStateChange: func(handler string, from, to engine.BreakerState) {
+			n.log.Warn().Str("handler", handler).Str("from", from.String()).Str("to", to.String()).Msg("circuit breaker state changed")
+		},
+	})
 }
 
 // trackRunning keeps the per-handler count of RUNNING attempts.

@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/raftfsm"
 )
 
@@ -97,6 +98,16 @@ func newMetrics(n *Node) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ax_timers", Help: "Timers armed on the leader (due times and leases); 0 on followers."},
 			func() float64 { return float64(n.leader.armed()) }),
 	)
+	circuitDesc := prometheus.NewDesc("ax_circuit_open", "1 when a handler's circuit breaker is open or half-open on the leader (its due runs wait), else 0.", []string{"handler", "state"}, nil)
+	m.reg.MustRegister(collectorFunc(func(ch chan<- prometheus.Metric) {
+		for _, st := range n.leader.breakers.Snapshot() {
+			v := 1.0
+			if st.State == engine.BreakerClosed {
+				v = 0
+			}
+			ch <- prometheus.MustNewConstMetric(circuitDesc, prometheus.GaugeValue, v, st.Handler, st.State.String())
+		}
+	}, circuitDesc))
 	readyDesc := prometheus.NewDesc("ax_ready_backlog", "Due runs not yet delivered, per priority: held by the leader (no live executor) or waiting on this node for an executor slot.", []string{"priority"}, nil)
 	m.reg.MustRegister(collectorFunc(func(ch chan<- prometheus.Metric) {
 		byPrio := n.leader.backlog()

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/sidecar"
 )
 
@@ -31,6 +32,8 @@ type nodeFlags struct {
 	routing                                     string
 	clusterToken, clusterTokenFile              string
 	leaveOnShutdown                             bool
+	breakerFailures                             int
+	breakerCoolDown                             time.Duration
 	handlerLimits                               []string
 }
 
@@ -54,6 +57,8 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.clusterToken, "cluster-token", "", "shared secret every peer API request must carry (default: $AX_CLUSTER_TOKEN); give every node the same")
 	fl.StringVar(&f.clusterTokenFile, "cluster-token-file", "", "file holding the cluster token (instead of --cluster-token)")
 	fl.BoolVar(&f.leaveOnShutdown, "leave-on-shutdown", false, "remove this node from the cluster on a graceful shutdown (SIGTERM)")
+	fl.IntVar(&f.breakerFailures, "breaker-failures", engine.BreakerFailuresDefault, "failed attempts in a row that open a handler's circuit (its due runs then wait for the cool-down, and one probe decides)")
+	fl.DurationVar(&f.breakerCoolDown, "breaker-cooldown", engine.BreakerCoolDownDefault, "how long an open circuit holds a handler's runs before a probe")
 	fl.StringVar(&f.routing, "routing", sidecar.RoutingLeastLoaded, "how the leader picks among the nodes that run a handler: least_loaded, round_robin or hash (a task's route_key always hashes)")
 	fl.StringArrayVar(&f.handlerLimits, "handler-limit", nil, "HANDLER=N: at most N attempts of HANDLER running at once across the cluster (give every node the same); repeatable")
 	fl.IntVar(&f.backlogLimit, "backlog-limit", sidecar.BacklogLimitDefault, "bound on each handler's backlog of due, undelivered runs: a submit due within 1s past it gets 429 queue_full; -1 turns it off")
@@ -69,6 +74,7 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 	cfg.BacklogLimit = f.backlogLimit
 	cfg.Routing = f.routing
 	cfg.LeaveOnShutdown = f.leaveOnShutdown
+	cfg.BreakerFailures, cfg.BreakerCoolDown = f.breakerFailures, f.breakerCoolDown
 	cfg.ClusterToken = f.clusterToken
 	if cfg.ClusterToken == "" {
 		cfg.ClusterToken = os.Getenv("AX_CLUSTER_TOKEN")
