@@ -43,6 +43,8 @@ const (
 	SnapshotThresholdDefault = 8192
 	// TrailingLogsDefault is how many entries stay in the log after a snapshot.
 	TrailingLogsDefault = 10240
+	// SnapshotIntervalDefault is how often Raft checks whether to snapshot.
+	SnapshotIntervalDefault = 30 * time.Second
 )
 
 // Executor is an app endpoint on this node that runs the handlers matching
@@ -148,6 +150,9 @@ type Config struct {
 	// SnapshotThresholdDefault and TrailingLogsDefault.
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
+	// SnapshotInterval is how often Raft checks SnapshotThreshold.
+	// Defaults to SnapshotIntervalDefault.
+	SnapshotInterval time.Duration
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -203,6 +208,7 @@ func (c Config) WithDefaults() Config {
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = TrailingLogsDefault
 	}
+	dur(&c.SnapshotInterval, SnapshotIntervalDefault)
 	return c
 }
 

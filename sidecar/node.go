@@ -115,6 +115,7 @@ func (n *Node) open() error {
 	rc.CommitTimeout = 5 * time.Millisecond
 	rc.SnapshotThreshold = n.cfg.SnapshotThreshold
 	rc.TrailingLogs = n.cfg.TrailingLogs
+	rc.SnapshotInterval = n.cfg.SnapshotInterval
 	rc.BatchApplyCh = true
 	rc.Logger = hlog
 	leaderCh := make(chan bool, 16)
@@ -123,6 +124,21 @@ func (n *Node) open() error {
 	hasState, err := raft.HasExistingState(n.logStore, n.logStore, snaps)
 	if err != nil {
 		return err
+	}
+	// The applied-index rule at boot: raft would restore its newest
+	// snapshot into the FSM (wipe badger, load the stream) and replay the
+	// log after it. When badger already holds that snapshot's index or
+	// more, the restore is pure waste: skip it, and let the FSM skip the
+	// replayed entries it holds. When badger is behind the snapshot (or the
+	// snapshot cannot be read), restore as usual — never adopt a snapshot
+	// index the store does not hold.
+	if metas, lerr := snaps.List(); lerr == nil && len(metas) > 0 {
+		if applied := n.fsm.AppliedIndex(); applied >= metas[0].Index {
+			rc.NoSnapshotRestoreOnStart = true
+			n.log.Info().Uint64("applied", applied).Uint64("snapshot", metas[0].Index).Msg("badger is at or past the newest snapshot: no restore at start")
+		} else {
+			n.log.Info().Uint64("applied", applied).Uint64("snapshot", metas[0].Index).Msg("badger is behind the newest snapshot: restoring it")
+		}
 	}
 	n.raft, err = raft.NewRaft(rc, n.fsm, n.logStore, n.logStore, snaps, n.transport)
 	if err != nil {

@@ -34,6 +34,8 @@ type nodeFlags struct {
 	leaveOnShutdown                             bool
 	breakerFailures                             int
 	breakerCoolDown                             time.Duration
+	snapshotThreshold, trailingLogs             uint64
+	snapshotInterval                            time.Duration
 	handlerLimits                               []string
 }
 
@@ -59,6 +61,9 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.leaveOnShutdown, "leave-on-shutdown", false, "remove this node from the cluster on a graceful shutdown (SIGTERM)")
 	fl.IntVar(&f.breakerFailures, "breaker-failures", engine.BreakerFailuresDefault, "failed attempts in a row that open a handler's circuit (its due runs then wait for the cool-down, and one probe decides)")
 	fl.DurationVar(&f.breakerCoolDown, "breaker-cooldown", engine.BreakerCoolDownDefault, "how long an open circuit holds a handler's runs before a probe")
+	fl.Uint64Var(&f.snapshotThreshold, "snapshot-threshold", sidecar.SnapshotThresholdDefault, "Raft log entries since the last snapshot that trigger a new one")
+	fl.Uint64Var(&f.trailingLogs, "trailing-logs", sidecar.TrailingLogsDefault, "Raft log entries kept after a snapshot (for followers that lag)")
+	fl.DurationVar(&f.snapshotInterval, "snapshot-interval", sidecar.SnapshotIntervalDefault, "how often Raft checks --snapshot-threshold")
 	fl.StringVar(&f.routing, "routing", sidecar.RoutingLeastLoaded, "how the leader picks among the nodes that run a handler: least_loaded, round_robin or hash (a task's route_key always hashes)")
 	fl.StringArrayVar(&f.handlerLimits, "handler-limit", nil, "HANDLER=N: at most N attempts of HANDLER running at once across the cluster (give every node the same); repeatable")
 	fl.IntVar(&f.backlogLimit, "backlog-limit", sidecar.BacklogLimitDefault, "bound on each handler's backlog of due, undelivered runs: a submit due within 1s past it gets 429 queue_full; -1 turns it off")
@@ -74,6 +79,7 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 	cfg.BacklogLimit = f.backlogLimit
 	cfg.Routing = f.routing
 	cfg.LeaveOnShutdown = f.leaveOnShutdown
+	cfg.SnapshotThreshold, cfg.TrailingLogs, cfg.SnapshotInterval = f.snapshotThreshold, f.trailingLogs, f.snapshotInterval
 	cfg.BreakerFailures, cfg.BreakerCoolDown = f.breakerFailures, f.breakerCoolDown
 	cfg.ClusterToken = f.clusterToken
 	if cfg.ClusterToken == "" {
