@@ -101,6 +101,7 @@ func (n *Node) register(ctx context.Context) {
 		_, err := n.propose(rctx, []raftfsm.Command{{Type: raftfsm.CmdNode, Node: &node}})
 		cancel()
 		if err == nil {
+			n.abandonOrphans(ctx)
 			n.registered.Store(true)
 			n.log.Info().Strs("handlers", handlers).Msg("node registered")
 			return
@@ -200,4 +201,32 @@ func (n *Node) members(nodes []raftfsm.Node) []raftfsm.Node {
 		}
 	}
 	return kept
+}
+
+// abandonOrphans reports, once this node is registered after a start, the
+// attempts that the store says run here: this process never started them
+// (a restart replays no delivery), so they were lost with the previous
+// process. Reporting them as failed lets the leader retry them now instead
+// of at their lease's end (timeout + grace).
+func (n *Node) abandonOrphans(ctx context.Context) {
+	var cmds []raftfsm.Command
+	err := n.fsm.Running(func(t *raftfsm.Task) bool {
+		if t.Node == n.cfg.NodeID {
+			cmds = append(cmds, raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{
+				ID: t.ID, Epoch: t.Epoch, Attempt: t.Attempts, Outcome: raftfsm.OutcomeRetryable,
+				Error: "node " + n.cfg.NodeID + " restarted during the attempt",
+			}})
+		}
+		return true
+	})
+	if err != nil || len(cmds) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := n.propose(rctx, cmds); err != nil {
+		n.log.Warn().Err(err).Int("attempts", len(cmds)).Msg("could not report the attempts lost in the restart; their leases will expire")
+		return
+	}
+	n.log.Info().Int("attempts", len(cmds)).Msg("reported the attempts lost in the restart for retry")
 }
