@@ -55,7 +55,7 @@ func (c *Client) SubmitBatch(ctx context.Context, reqs []SubmitRequest) ([]Batch
 	body.WriteString(`{"tasks":[`)
 	for i, req := range reqs {
 		if req.Handler == "" {
-			return nil, fmt.Errorf("%w: tasks[%d]: Handler is required", ErrInvalid, i)
+			return nil, fmt.Errorf("%w: tasks[%d]: handler: required", ErrInvalid, i)
 		}
 		item, err := encodeSubmit(req)
 		if err != nil {

@@ -121,7 +121,7 @@ func New(cfg Config) *Client {
 // ErrUnavailable.
 func (c *Client) Submit(ctx context.Context, req SubmitRequest) (*Task, error) {
 	if req.Handler == "" {
-		return nil, fmt.Errorf("%w: Handler is required", ErrInvalid)
+		return nil, fmt.Errorf("%w: handler: required", ErrInvalid)
 	}
 	body, err := encodeSubmit(req)
 	if err != nil {

@@ -240,7 +240,7 @@ func Test_Client_SubmitBatch(t *testing.T) {
 	// Invalid requests: nothing is sent.
 	before := len(f.Requests())
 	_, err = c.SubmitBatch(ctx, []ax.SubmitRequest{{Handler: "h"}, {ID: "x"}})
-	if !errors.Is(err, ax.ErrInvalid) || err.Error() != "ax: invalid request: tasks[1]: Handler is required" {
+	if !errors.Is(err, ax.ErrInvalid) || err.Error() != "ax: invalid request: tasks[1]: handler: required" {
 		t.Fatalf("missing handler: %v", err)
 	}
 	_, err = c.SubmitBatch(ctx, []ax.SubmitRequest{{Handler: "h"}, {Handler: "h", Payload: []byte("x")}})

@@ -336,6 +336,11 @@ func encodeSubmit(req SubmitRequest) ([]byte, error) {
 		MaxAttempts: req.MaxAttempts,
 		Overwrite:   req.Overwrite,
 	}
+	if len(req.PayloadBytes) > PayloadMaxBytes {
+		// Checked here: the sidecar would close the connection while the
+		// body is still being sent, and the caller would see a broken pipe.
+		return nil, fmt.Errorf("%w: payload is %d bytes; the limit is 1 MiB", ErrTooLarge, len(req.PayloadBytes))
+	}
 	if req.PayloadBytes != nil {
 		w.PayloadBase64 = base64.StdEncoding.EncodeToString(req.PayloadBytes)
 	}
