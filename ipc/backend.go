@@ -279,4 +279,13 @@ type Member struct {
 	PeerAddr string `json:"peer_addr,omitempty"`
 	Suffrage string `json:"suffrage"` // Voter, Nonvoter
 	Leader   bool   `json:"leader"`
+	// Reachable says whether the leader heard from the member within the
+	// liveness window (about a second); LastContactMs is how long ago, in
+	// milliseconds (-1: never since this leader was elected), and
+	// AppliedIndex the member's applied index at its last report. All three
+	// are the leader's view (a follower asks the leader); absent when no
+	// leader is known.
+	Reachable     *bool  `json:"reachable,omitempty"`
+	LastContactMs *int64 `json:"last_contact_ms,omitempty"`
+	AppliedIndex  uint64 `json:"applied_index,omitempty"`
 }

@@ -124,6 +124,10 @@ type Outcome struct {
 	Error string
 	// Duration is how long Execute took.
 	Duration time.Duration
+	// Unreachable is set when the executor could not be connected to at
+	// all (its socket is missing or refuses): the request never reached
+	// it, so the callback certainly did not run.
+	Unreachable bool
 }
 
 // CallerOptions configures a Caller. The zero value gives the defaults.
@@ -273,7 +277,9 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return Outcome{Kind: OutcomeRetryable, Error: err.Error()}
+		var oe *net.OpError
+		unreachable := errors.As(err, &oe) && oe.Op == "dial"
+		return Outcome{Kind: OutcomeRetryable, Error: err.Error(), Unreachable: unreachable}
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyMaxBytes))
 	_ = resp.Body.Close()

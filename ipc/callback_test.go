@@ -409,3 +409,20 @@ func TestOutcomeKindString(t *testing.T) {
 		}
 	}
 }
+
+// A callback that cannot connect at all is marked Unreachable (the request
+// never reached the executor); an executor that answers 500 is not.
+func TestCaller_Unreachable(t *testing.T) {
+	c := NewCaller(CallerOptions{})
+	defer c.Close()
+	out := c.Execute(context.Background(), "unix://"+filepath.Join(t.TempDir(), "gone.sock"), Callback{TaskID: "t", Handler: "h", Attempt: 1, Run: 1})
+	if out.Kind != OutcomeRetryable || !out.Unreachable {
+		t.Fatalf("missing socket: %+v, want retryable and unreachable", out)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) }))
+	defer srv.Close()
+	out = c.Execute(context.Background(), srv.URL, Callback{TaskID: "t", Handler: "h", Attempt: 1, Run: 1})
+	if out.Kind != OutcomeRetryable || out.Unreachable {
+		t.Fatalf("500: %+v, want retryable and reachable", out)
+	}
+}

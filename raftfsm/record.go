@@ -208,6 +208,33 @@ func (n *Node) Runs(handler string) bool {
 	return n.ExecutorFor(handler) != nil
 }
 
+// ExecutorsFor returns the executors of n that run handler, best first:
+// an exact match before a prefix pattern before "*" (registration order
+// within a rank).
+func (n *Node) ExecutorsFor(handler string) []*Executor {
+	var ranked [4][]*Executor
+	for i := range n.Executors {
+		e := &n.Executors[i]
+		best := 0
+		for _, h := range e.Handlers {
+			rank := 0
+			switch {
+			case h == handler:
+				rank = 3
+			case h != "*" && MatchHandler(h, handler):
+				rank = 2
+			case h == "*":
+				rank = 1
+			}
+			best = max(best, rank)
+		}
+		if best > 0 {
+			ranked[best] = append(ranked[best], e)
+		}
+	}
+	return append(append(ranked[3], ranked[2]...), ranked[1]...)
+}
+
 // ExecutorFor returns the executor of n for handler: an exact match before
 // a prefix pattern before "*"; nil when there is none.
 func (n *Node) ExecutorFor(handler string) *Executor {

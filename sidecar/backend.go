@@ -120,7 +120,7 @@ func (n *Node) Cancel(ctx context.Context, id string) (ipc.Task, error) {
 }
 
 // Cluster implements ipc.Backend.
-func (n *Node) Cluster(context.Context) (ipc.ClusterInfo, error) {
+func (n *Node) Cluster(ctx context.Context) (ipc.ClusterInfo, error) {
 	leaderAddr, leaderID := n.raft.LeaderWithID()
 	stats := n.raft.Stats()
 	info := ipc.ClusterInfo{
@@ -131,12 +131,30 @@ func (n *Node) Cluster(context.Context) (ipc.ClusterInfo, error) {
 	if err := f.Error(); err != nil {
 		return info, err
 	}
+	// The leader's view of the members: its own, or asked from it.
+	var views map[string]memberView
+	if n.raft.State() == raft.Leader {
+		views = n.leader.memberViews()
+	} else if addr := n.leaderPeerAddr(); addr != "" {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		views, _ = n.peers.members(rctx, addr)
+		cancel()
+	}
 	for _, s := range f.Configuration().Servers {
-		info.Members = append(info.Members, ipc.Member{
+		m := ipc.Member{
 			ID: string(s.ID), RaftAddr: string(s.Address),
 			PeerAddr: n.peerAddrOf(string(s.ID), string(s.Address)),
 			Suffrage: s.Suffrage.String(), Leader: s.Address == leaderAddr && leaderID != "",
-		})
+		}
+		if views != nil {
+			v, ok := views[m.ID]
+			reach, last := v.Reachable, v.LastContactMs
+			if !ok {
+				last = -1
+			}
+			m.Reachable, m.LastContactMs, m.AppliedIndex = &reach, &last, v.AppliedIndex
+		}
+		info.Members = append(info.Members, m)
 	}
 	return info, nil
 }

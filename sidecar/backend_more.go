@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/axsched/ax/ipc"
@@ -241,6 +242,8 @@ func (n *Node) RemoveMember(ctx context.Context, id string) error {
 	switch {
 	case errors.Is(err, errNoSuchMember):
 		return ipc.Errorf(ipc.ErrNotFound, "member %q is not in the cluster", id)
+	case errors.Is(err, errLastVoter) || (err != nil && strings.Contains(err.Error(), "last voter")):
+		return ipc.Errorf(ipc.ErrConflict, "member %q is the last voter: removing it would leave no cluster", id)
 	case err != nil:
 		return apiError(err)
 	}

@@ -31,6 +31,7 @@ type delivery struct {
 	running map[string]*attemptRun // task id → its attempt running here
 	slots   map[string]*slot       // executor name|URL → its concurrency slots
 	queued  map[string]int         // handler → attempts waiting for a slot
+	down    map[string]downState   // executor name|URL → unreachable lately
 	wg      sync.WaitGroup
 	stopped bool
 }
@@ -50,7 +51,7 @@ type attemptRun struct {
 func newDelivery(n *Node) *delivery {
 	return &delivery{
 		n: n, caller: ipc.NewCaller(ipc.CallerOptions{}),
-		running: map[string]*attemptRun{}, slots: map[string]*slot{}, queued: map[string]int{},
+		running: map[string]*attemptRun{}, slots: map[string]*slot{}, queued: map[string]int{}, down: map[string]downState{},
 	}
 }
 
@@ -114,14 +115,110 @@ func (d *delivery) start(t *raftfsm.Task) {
 	}()
 }
 
-// executorFor returns this node's executor for handler, from the
-// replicated node record (flags and API registrations alike), or nil.
-func (d *delivery) executorFor(handler string) *raftfsm.Executor {
+// executorsFor returns this node's executors for handler, from the
+// replicated node record (flags and API registrations alike), best match
+// first, those marked down (unreachable lately) last.
+func (d *delivery) executorsFor(handler string) []*raftfsm.Executor {
 	rec, err := d.n.fsm.Node(d.n.cfg.NodeID)
 	if err != nil {
 		return nil
 	}
-	return rec.ExecutorFor(handler)
+	xs := rec.ExecutorsFor(handler)
+	now := time.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var up, down []*raftfsm.Executor
+	for _, x := range xs {
+		if st, ok := d.down[x.Name+"|"+x.URL]; ok && now.Before(st.until) {
+			down = append(down, x)
+		} else {
+			up = append(up, x)
+		}
+	}
+	return append(up, down...)
+}
+
+// downState is an executor that could not be reached.
+type downState struct {
+	since, until time.Time
+	dropped      bool
+}
+
+// Executors that cannot be reached are tried last for downFor; an
+// API-registered one unreachable for staleExecutorAfter is unregistered
+// (its app died without unregistering).
+const (
+	downFor            = 5 * time.Second
+	staleExecutorAfter = time.Minute
+)
+
+// markDown notes that executor x could not be reached, and unregisters it
+// when that has lasted staleExecutorAfter (never one from a flag).
+func (d *delivery) markDown(x *raftfsm.Executor) {
+	key := x.Name + "|" + x.URL
+	now := time.Now()
+	d.mu.Lock()
+	st, ok := d.down[key]
+	if !ok || now.Sub(st.until) > staleExecutorAfter {
+		st = downState{since: now} // first failure, or an old streak
+	}
+	st.until = now.Add(downFor)
+	drop := !x.FromFlag && !st.dropped && now.Sub(st.since) >= staleExecutorAfter
+	st.dropped = st.dropped || drop
+	d.down[key] = st
+	d.mu.Unlock()
+	if !drop {
+		return
+	}
+	d.n.log.Warn().Str("executor", x.Name).Str("url", x.URL).Msg("executor unreachable for a minute: unregistering it")
+	go func() {
+		ctx, cancel := context.WithTimeout(d.n.ctx, 10*time.Second)
+		defer cancel()
+		if _, err := d.n.propose(ctx, []raftfsm.Command{{Type: raftfsm.CmdExecutor, Executor: &raftfsm.ExecutorChange{
+			Node: d.n.cfg.NodeID, Executor: raftfsm.Executor{Name: x.Name}, Remove: true}}}); err != nil {
+			d.n.log.Warn().Err(err).Str("executor", x.Name).Msg("unregistering an unreachable executor failed")
+		}
+	}()
+}
+
+// markUp forgets that x was unreachable.
+func (d *delivery) markUp(x *raftfsm.Executor) {
+	d.mu.Lock()
+	delete(d.down, x.Name+"|"+x.URL)
+	d.mu.Unlock()
+}
+
+// deliver runs one callback of the attempt on executor x, within its
+// concurrency slot; false when ctx ended first (nothing to report).
+func (d *delivery) deliver(ctx context.Context, t *raftfsm.Task, r *attemptRun, x *raftfsm.Executor) (ipc.Outcome, bool) {
+	sl := d.slot(x)
+	d.queue(t.Spec.Handler, 1)
+	tok, ok := sl.acquire(ctx, t.ID+"#"+strconv.FormatUint(r.epoch, 10)+"#"+strconv.Itoa(r.attempt), t.Spec.Priority)
+	d.queue(t.Spec.Handler, -1)
+	if !ok {
+		return ipc.Outcome{}, false
+	}
+	start := time.Now()
+	r.startMs.Store(start.UnixMilli())
+	// Lateness: from the run's due time (not from the Fire: a late timer
+	// or a slow commit is lateness too).
+	d.n.metrics.lateness.WithLabelValues(t.Spec.Handler).Observe(max(0, start.Sub(time.UnixMilli(t.DueMs)).Seconds()))
+	// The attempt's timeout counts from its start, not from the Fire: it
+	// may have waited for a slot (its lease was renewed meanwhile).
+	deadline := start.Add(time.Duration(t.Spec.TimeoutNs))
+	out := d.caller.Execute(ctx, x.URL, ipc.Callback{
+		TaskID: t.ID, Handler: t.Spec.Handler, Attempt: t.Attempts, Run: max(t.Run, 1),
+		Deadline: deadline, Payload: t.Spec.Payload,
+	})
+	if ctx.Err() != nil {
+		out.Kind = ipc.OutcomeCancelled
+	}
+	sl.release(tok, out)
+	if !out.Unreachable {
+		d.markUp(x)
+	}
+	d.n.metrics.attempt(t.Spec.Handler, outcomeLabel(out.Kind), out.Duration)
+	return out, true
 }
 
 // slot bounds the callbacks in flight to one executor with an adaptive
@@ -355,9 +452,9 @@ func outcomeLabel(k ipc.OutcomeKind) string {
 
 func (d *delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 	log := d.n.log.With().Str("task_id", t.ID).Int("attempt", t.Attempts).Str("handler", t.Spec.Handler).Logger()
-	x := d.executorFor(t.Spec.Handler)
 	var out ipc.Outcome
-	if x == nil {
+	xs := d.executorsFor(t.Spec.Handler)
+	if len(xs) == 0 {
 		// The executor went away (unregistered) after the leader chose this
 		// node: not the task's fault, so a busy answer, not a failed attempt;
 		// the leader routes the retry to a node that has one.
@@ -375,30 +472,23 @@ func (d *delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 				return
 			}
 		}
-		sl := d.slot(x)
-		d.queue(t.Spec.Handler, 1)
-		tok, ok := sl.acquire(ctx, t.ID+"#"+strconv.FormatUint(r.epoch, 10)+"#"+strconv.Itoa(r.attempt), t.Spec.Priority)
-		d.queue(t.Spec.Handler, -1)
-		if !ok {
-			return
+		// Best executor first; one that cannot be reached at all (a crashed
+		// app's registration) is marked down and the next one is tried, in
+		// the same attempt: the callback never reached the first.
+		for i, x := range xs {
+			var ok bool
+			out, ok = d.deliver(ctx, t, r, x)
+			if !ok {
+				return
+			}
+			if !out.Unreachable {
+				break
+			}
+			d.markDown(x)
+			if i+1 < len(xs) {
+				log.Warn().Str("executor", x.Name).Str("url", x.URL).Str("error", out.Error).Msg("executor unreachable; trying the next one for the handler")
+			}
 		}
-		start := time.Now()
-		r.startMs.Store(start.UnixMilli())
-		// Lateness: from the run's due time (not from the Fire: a late
-		// timer or a slow commit is lateness too).
-		d.n.metrics.lateness.WithLabelValues(t.Spec.Handler).Observe(max(0, start.Sub(time.UnixMilli(t.DueMs)).Seconds()))
-		// The attempt's timeout counts from its start, not from the Fire:
-		// it may have waited for a slot (its lease was renewed meanwhile).
-		deadline := start.Add(time.Duration(t.Spec.TimeoutNs))
-		out = d.caller.Execute(ctx, x.URL, ipc.Callback{
-			TaskID: t.ID, Handler: t.Spec.Handler, Attempt: t.Attempts, Run: max(t.Run, 1),
-			Deadline: deadline, Payload: t.Spec.Payload,
-		})
-		if ctx.Err() != nil {
-			out.Kind = ipc.OutcomeCancelled
-		}
-		sl.release(tok, out)
-		d.n.metrics.attempt(t.Spec.Handler, outcomeLabel(out.Kind), out.Duration)
 	}
 	if ctx.Err() != nil { // aborted (cancel, replace, lease expiry) or stopping: nothing to report
 		log.Debug().Str("cause", context.Cause(ctx).Error()).Msg("attempt aborted")

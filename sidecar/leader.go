@@ -50,6 +50,7 @@ type leaderState struct {
 	// load is each node's callbacks in flight and queued at its last
 	// report; assigned, the attempts given to it since (least_loaded).
 	load, assigned map[string]int
+	applied        map[string]uint64 // node id → applied index at its last report
 	// running counts RUNNING attempts per handler, runningIDs their tasks
 	// (the cluster-wide per-handler cap).
 	running    map[string]int
@@ -64,7 +65,7 @@ type leaderState struct {
 
 func newLeaderState(n *Node) *leaderState {
 	return &leaderState{n: n, lastSeen: map[string]time.Time{}, due: map[string]dueRun{}, queued: map[string]map[string]int{},
-		load: map[string]int{}, assigned: map[string]int{}, running: map[string]int{}, runningIDs: map[string]string{},
+		load: map[string]int{}, assigned: map[string]int{}, applied: map[string]uint64{}, running: map[string]int{}, runningIDs: map[string]string{},
 		breakers: newBreakers(n), probes: map[string]func(bool){}}
 }
 
@@ -191,6 +192,7 @@ func (l *leaderState) report(r loadReport) {
 		q += n
 	}
 	l.load[r.ID], l.assigned[r.ID] = r.InFlight+q, 0
+	l.applied[r.ID] = r.Applied
 	l.mu.Unlock()
 }
 
@@ -401,6 +403,27 @@ func (l *leaderState) pick(nodes []raftfsm.Node, handler, avoid, routeKey string
 	}
 	l.assigned[chosen]++
 	return chosen
+}
+
+// memberView is the leader's view of one member, for GET /v1/cluster.
+type memberView struct {
+	Reachable     bool   `json:"reachable"`
+	LastContactMs int64  `json:"last_contact_ms"`
+	AppliedIndex  uint64 `json:"applied_index"`
+}
+
+// memberViews returns the leader's view of every node it heard from, and
+// of itself.
+func (l *leaderState) memberViews() map[string]memberView {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]memberView{}
+	for id, seen := range l.lastSeen {
+		out[id] = memberView{Reachable: now.Sub(seen) < nodeLiveness, LastContactMs: now.Sub(seen).Milliseconds(), AppliedIndex: l.applied[id]}
+	}
+	out[l.n.cfg.NodeID] = memberView{Reachable: true, LastContactMs: 0, AppliedIndex: l.n.fsm.AppliedIndex()}
+	return out
 }
 
 // running counts the RUNNING attempts of handler (for Config.HandlerLimits).

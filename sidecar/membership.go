@@ -129,7 +129,7 @@ func (n *Node) reportLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		r := loadReport{ID: n.cfg.NodeID, InFlight: n.delivery.inFlight(), Queued: n.delivery.queuedByHandler()}
+		r := loadReport{ID: n.cfg.NodeID, InFlight: n.delivery.inFlight(), Queued: n.delivery.queuedByHandler(), Applied: n.fsm.AppliedIndex()}
 		if n.raft.State() == raft.Leader {
 			n.leader.report(r)
 			n.leaderCommit.Store(parseUint(n.raft.Stats()["commit_index"]))
@@ -152,6 +152,9 @@ func (n *Node) reportLoop(ctx context.Context) {
 // the Raft configuration.
 var errNoSuchMember = errors.New("no such member")
 
+// errLastVoter is returned when a removal would leave no voter.
+var errLastVoter = errors.New("cannot remove the last voter of the cluster")
+
 // removeMember removes node id from the Raft configuration: on the leader
 // directly, else through the leader's peer API. Removing the leader itself
 // makes it step down first (raft transfers nothing; an election follows).
@@ -162,12 +165,18 @@ func (n *Node) removeMember(ctx context.Context, id string) error {
 			if err := f.Error(); err != nil {
 				return err
 			}
-			found := false
+			found, voters := false, 0
 			for _, s := range f.Configuration().Servers {
 				found = found || string(s.ID) == id
+				if s.Suffrage == raft.Voter && string(s.ID) != id {
+					voters++
+				}
 			}
 			if !found {
 				return fmt.Errorf("%w: %q", errNoSuchMember, id)
+			}
+			if voters == 0 {
+				return fmt.Errorf("%w: %q is the last voter", errLastVoter, id)
 			}
 			n.log.Info().Str("member", id).Msg("removing member")
 			return n.raft.RemoveServer(raft.ServerID(id), 0, peerTimeout).Error()

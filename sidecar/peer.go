@@ -38,6 +38,7 @@ const (
 	peerPathReport  = "/peer/v1/report"
 	peerPathTask    = "/peer/v1/task"
 	peerPathRemove  = "/peer/v1/remove"
+	peerPathMembers = "/peer/v1/members"
 	// peerTokenHeader carries the cluster token (Config.ClusterToken).
 	peerTokenHeader = "Ax-Cluster-Token"
 	// peerTimeout bounds one peer request.
@@ -68,6 +69,7 @@ type reportReply struct {
 type loadReport struct {
 	ID       string `json:"id"`
 	InFlight int    `json:"in_flight"`
+	Applied  uint64 `json:"applied"`
 	// Queued counts, per handler, the attempts waiting for an executor
 	// slot on the node (part of the handler's backlog).
 	Queued map[string]int `json:"queued,omitempty"`
@@ -115,6 +117,12 @@ func (p *peerServer) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	switch string(ctx.Path()) {
+	case peerPathMembers:
+		if n.raft.State() != raft.Leader {
+			writeJSON(ctx, fasthttp.StatusMisdirectedRequest, map[string]string{"error": "not the leader"})
+			return
+		}
+		writeJSON(ctx, 200, n.leader.memberViews())
 	case peerPathRemove:
 		var req struct {
 			ID string `json:"id"`
@@ -129,6 +137,8 @@ func (p *peerServer) handle(ctx *fasthttp.RequestCtx) {
 		switch {
 		case errors.Is(err, errNoSuchMember):
 			writeJSON(ctx, 404, map[string]string{"error": err.Error()})
+		case errors.Is(err, errLastVoter):
+			writeJSON(ctx, 409, map[string]string{"error": err.Error()})
 		case err != nil:
 			writeJSON(ctx, 503, map[string]string{"error": err.Error()})
 		default:
@@ -401,6 +411,20 @@ func (p *peerClient) propose(ctx context.Context, addr string, cmds []raftfsm.Co
 	}
 }
 
+// members asks the leader at addr for its view of every member.
+func (p *peerClient) members(ctx context.Context, addr string) (map[string]memberView, error) {
+	status, body, err := p.do(ctx, "GET", addr, peerPathMembers, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	if status != 200 {
+		return nil, fmt.Errorf("peer %s: members: http %d", addr, status)
+	}
+	var out map[string]memberView
+	err = json.Unmarshal(body, &out)
+	return out, err
+}
+
 // remove asks the node at addr (which forwards to the leader) to remove
 // node id from the configuration.
 func (p *peerClient) remove(ctx context.Context, addr, id string) error {
@@ -414,6 +438,8 @@ func (p *peerClient) remove(ctx context.Context, addr, id string) error {
 		return nil
 	case 404:
 		return fmt.Errorf("%w: %s", errNoSuchMember, body)
+	case 409:
+		return fmt.Errorf("%w: %s", errLastVoter, body)
 	}
 	return fmt.Errorf("peer %s: remove: http %d: %s", addr, status, body)
 }
