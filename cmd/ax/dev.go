@@ -19,7 +19,9 @@ func devCmd() *cobra.Command {
 		Short: "Run a single-node ax with embedded defaults, for development",
 		Long: `Run a single-node ax with embedded defaults: nothing else to set up.
 It prints its socket path and a copy-paste example, then serves until Ctrl-C.
-It takes the same flags as 'ax sidecar'.`,
+It takes the same flags as 'ax sidecar', with two other defaults: node id
+"dev", and logs in console format at warn level (--log-format json and
+--log-level info to change them).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.logFormat == "json" && !cmd.Flags().Changed("log-format") {
@@ -72,7 +74,8 @@ Schedule a task in 5 seconds:
     -d '{"id":"order|42","handler":"order.timeout","delay":"5s","payload":{"order_id":42}}'
 Look at it:
   curl -s --unix-socket %s http://ax/v1/tasks/order%%7C42
-To receive the callback, run an executor and restart with --executor, e.g.:
+To receive callbacks, an executor registers itself (the Go and Python
+clients do: POST /v1/executors), or start one and pass it at start-up:
   ax echo-executor --listen unix:///tmp/app.sock &
   ax dev --executor '*=unix:///tmp/app.sock'
 Stop with Ctrl-C.
