@@ -143,6 +143,11 @@ type Config struct {
 	// the whole cluster (seed 000's concurrency_limit); the leader's
 	// setting applies, so give every node the same. Absent: no cap.
 	HandlerLimits map[string]int
+	// MaxBatchCommands bounds the commands the leader group-commits into
+	// one Raft entry: every proposal that arrives while the previous entry
+	// is built joins the next one. 1 turns group commit off (one entry per
+	// request; for measurements). Defaults to MaxBatchCommandsDefault.
+	MaxBatchCommands int
 	// LogPayloads adds task payloads to the debug log lines of state
 	// changes. Off by default: payloads may hold personal data.
 	LogPayloads bool
@@ -195,6 +200,9 @@ func (c Config) WithDefaults() Config {
 		c.BacklogLimit = BacklogLimitDefault
 	case c.BacklogLimit < 0:
 		c.BacklogLimit = 0
+	}
+	if c.MaxBatchCommands == 0 {
+		c.MaxBatchCommands = MaxBatchCommandsDefault
 	}
 	if c.Routing == "" {
 		c.Routing = RoutingLeastLoaded

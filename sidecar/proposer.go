@@ -16,8 +16,9 @@ import (
 )
 
 const (
-	// maxBatchCommands bounds the commands group-committed in one Raft entry.
-	maxBatchCommands = 512
+	// MaxBatchCommandsDefault bounds the commands group-committed in one
+	// Raft entry (Config.MaxBatchCommands).
+	MaxBatchCommandsDefault = 512
 	// maxBatchBytes bounds the payload bytes in one Raft entry.
 	maxBatchBytes = 4 << 20
 	// applyTimeout bounds how long one entry may wait to be enqueued by raft.
@@ -96,7 +97,7 @@ func (p *proposer) run(ctx context.Context) {
 		batch := []*proposal{first}
 		ncmds, nbytes := len(first.cmds), cmdBytes(first.cmds)
 	drain:
-		for ncmds < maxBatchCommands && nbytes < maxBatchBytes {
+		for ncmds < p.n.cfg.MaxBatchCommands && nbytes < maxBatchBytes {
 			select {
 			case pr := <-p.ch:
 				batch = append(batch, pr)

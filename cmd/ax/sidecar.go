@@ -36,6 +36,7 @@ type nodeFlags struct {
 	breakerCoolDown                             time.Duration
 	snapshotThreshold, trailingLogs             uint64
 	snapshotInterval                            time.Duration
+	maxBatchCommands                            int
 	handlerLimits                               []string
 }
 
@@ -64,6 +65,8 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.Uint64Var(&f.snapshotThreshold, "snapshot-threshold", sidecar.SnapshotThresholdDefault, "Raft log entries since the last snapshot that trigger a new one")
 	fl.Uint64Var(&f.trailingLogs, "trailing-logs", sidecar.TrailingLogsDefault, "Raft log entries kept after a snapshot (for followers that lag)")
 	fl.DurationVar(&f.snapshotInterval, "snapshot-interval", sidecar.SnapshotIntervalDefault, "how often Raft checks --snapshot-threshold")
+	fl.IntVar(&f.maxBatchCommands, "max-batch-commands", sidecar.MaxBatchCommandsDefault, "most commands the leader group-commits into one Raft entry; 1 turns group commit off")
+	_ = fl.MarkHidden("max-batch-commands")
 	fl.StringVar(&f.routing, "routing", sidecar.RoutingLeastLoaded, "how the leader picks among the nodes that run a handler: least_loaded, round_robin or hash (a task's route_key always hashes)")
 	fl.StringArrayVar(&f.handlerLimits, "handler-limit", nil, "HANDLER=N: at most N attempts of HANDLER running at once across the cluster (give every node the same); repeatable")
 	fl.IntVar(&f.backlogLimit, "backlog-limit", sidecar.BacklogLimitDefault, "bound on each handler's backlog of due, undelivered runs: a submit due within 1s past it gets 429 queue_full; -1 turns it off")
@@ -79,6 +82,7 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 	cfg.BacklogLimit = f.backlogLimit
 	cfg.Routing = f.routing
 	cfg.LeaveOnShutdown = f.leaveOnShutdown
+	cfg.MaxBatchCommands = f.maxBatchCommands
 	cfg.SnapshotThreshold, cfg.TrailingLogs, cfg.SnapshotInterval = f.snapshotThreshold, f.trailingLogs, f.snapshotInterval
 	cfg.BreakerFailures, cfg.BreakerCoolDown = f.breakerFailures, f.breakerCoolDown
 	cfg.ClusterToken = f.clusterToken
