@@ -1,110 +1,63 @@
 package engine
 
-// entry is one armed timer. It lives in exactly one of the structures of
-// [Timers] (the near heap, the wheel or the far heap), as told by where; a
-// cancelled entry of the far heap stays there as a tombstone (where ==
-// inDead) until it is popped or compacted away.
-type entry struct {
-	key   string
-	due   int64  // wall-clock due time, Unix nanoseconds (see unixNano)
-	seq   uint64 // arm order; breaks ties between equal due times (FIFO)
-	where place
-	idx   int    // index in its heap, or slot in the wheel
-	prev  *entry // wheel slot list
-	next  *entry // wheel slot list
+// nearHeap is a binary min-heap of slab entries ordered by [before]: the
+// timers of the current tick and overdue ones, a handful at a time. Each
+// entry keeps its heap index in its position, so removal by entry is
+// O(log n). It is
+// written out rather than built on container/heap to avoid interface calls
+// on the hot path.
+type nearHeap struct {
+	s *slab
+	h []int32
 }
 
-// place tells which structure holds an entry.
-type place uint8
+func (h *nearHeap) len() int { return len(h.h) }
 
-const (
-	inNone  place = iota
-	inNear        // near heap: tick <= cursor
-	inWheel       // wheel: cursor < tick <= cursor+slots
-	inFar         // far heap: tick > cursor+slots
-	inDead        // tombstone in the far heap
-)
+// top returns the smallest entry; the heap must not be empty.
+func (h *nearHeap) top() int32 { return h.h[0] }
 
-// before orders entries by due time, then by arm order.
-func before(a, b *entry) bool {
-	if a.due != b.due {
-		return a.due < b.due
-	}
-	return a.seq < b.seq
-}
+func (h *nearHeap) less(i, j int) bool { return before(h.s.at(h.h[i]), h.s.at(h.h[j])) }
 
-// entryHeap is a binary min-heap of entries ordered by [before]. Each entry
-// knows its index, so removal by entry is O(log n). It is written out rather
-// than built on container/heap to avoid the interface calls on the hot path.
-type entryHeap []*entry
-
-func (h entryHeap) top() *entry {
-	if len(h) == 0 {
-		return nil
-	}
-	return h[0]
-}
-
-// push adds e in O(log n).
-func (h *entryHeap) push(e *entry) {
-	e.idx = len(*h)
-	*h = append(*h, e)
-	h.up(e.idx)
+// push adds entry i in O(log n).
+func (h *nearHeap) push(i int32) {
+	h.s.at(i).setPos(stNear, int32(len(h.h)))
+	h.h = append(h.h, i)
+	h.up(len(h.h) - 1)
 }
 
 // pop removes and returns the smallest entry in O(log n).
-func (h *entryHeap) pop() *entry {
-	old := *h
-	n := len(old) - 1
-	e := old[0]
-	h.swap(0, n)
-	old[n] = nil
-	*h = old[:n]
-	if n > 0 {
-		h.down(0)
-	}
-	e.idx = -1
-	return e
+func (h *nearHeap) pop() int32 {
+	i := h.h[0]
+	h.removeAt(0)
+	return i
 }
 
-// remove deletes the entry at index i in O(log n).
-func (h *entryHeap) remove(i int) {
-	old := *h
-	n := len(old) - 1
-	e := old[i]
-	if i != n {
-		h.swap(i, n)
+// remove deletes entry i, which is in the heap, in O(log n).
+func (h *nearHeap) remove(i int32) { h.removeAt(int(h.s.at(i).index())) }
+
+func (h *nearHeap) removeAt(k int) {
+	n := len(h.h) - 1
+	i := h.h[k]
+	if k != n {
+		h.swap(k, n)
 	}
-	old[n] = nil
-	*h = old[:n]
-	if i != n {
-		if !h.down(i) {
-			h.up(i)
-		}
+	h.h = h.h[:n]
+	if k != n && !h.down(k) {
+		h.up(k)
 	}
-	e.idx = -1
+	h.s.at(i).pos = 0
 }
 
-// init restores the heap property over the whole slice in O(n).
-func (h entryHeap) init() {
-	for i := range h {
-		h[i].idx = i
-	}
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		h.down(i)
-	}
+func (h *nearHeap) swap(i, j int) {
+	h.h[i], h.h[j] = h.h[j], h.h[i]
+	h.s.at(h.h[i]).setPos(stNear, int32(i))
+	h.s.at(h.h[j]).setPos(stNear, int32(j))
 }
 
-func (h entryHeap) swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].idx = i
-	h[j].idx = j
-}
-
-func (h entryHeap) up(j int) {
+func (h *nearHeap) up(j int) {
 	for j > 0 {
 		i := (j - 1) / 2
-		if !before(h[j], h[i]) {
+		if !h.less(j, i) {
 			break
 		}
 		h.swap(i, j)
@@ -113,23 +66,105 @@ func (h entryHeap) up(j int) {
 }
 
 // down sifts h[i0] down and reports whether it moved.
-func (h entryHeap) down(i0 int) bool {
+func (h *nearHeap) down(i0 int) bool {
 	i := i0
-	n := len(h)
+	n := len(h.h)
 	for {
 		l := 2*i + 1
 		if l >= n || l < 0 {
 			break
 		}
 		j := l
-		if r := l + 1; r < n && before(h[r], h[l]) {
+		if r := l + 1; r < n && h.less(r, l) {
 			j = r
 		}
-		if !before(h[j], h[i]) {
+		if !h.less(j, i) {
 			break
 		}
 		h.swap(i, j)
 		i = j
 	}
 	return i > i0
+}
+
+// farItem is an element of the far heap. It carries the due time and arm
+// number of its entry, so that sifting never reads the slab (the far heap
+// can hold hundreds of thousands of timers; reading their entries would
+// miss the cache at every level).
+type farItem struct {
+	due int64
+	seq uint32
+	idx int32
+}
+
+func (a farItem) before(b farItem) bool {
+	if a.due != b.due {
+		return a.due < b.due
+	}
+	return seqBefore(a.seq, b.seq)
+}
+
+// farHeap is a binary min-heap of far timers, 16 bytes each. Entries are
+// removed lazily: Cancel marks the entry stDead and leaves its item here
+// as a tombstone (see [Timers] for when tombstones are compacted).
+type farHeap []farItem
+
+// push adds it in O(log n).
+func (h *farHeap) push(it farItem) {
+	*h = append(*h, it)
+	h.up(len(*h) - 1)
+}
+
+// pop removes and returns the smallest item in O(log n).
+func (h *farHeap) pop() farItem {
+	old := *h
+	n := len(old) - 1
+	it := old[0]
+	old[0] = old[n]
+	*h = old[:n]
+	if n > 0 {
+		h.down(0)
+	}
+	return it
+}
+
+// init restores the heap property over the whole slice in O(n).
+func (h farHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h farHeap) up(j int) {
+	it := h[j]
+	for j > 0 {
+		i := (j - 1) / 2
+		if !it.before(h[i]) {
+			break
+		}
+		h[j] = h[i]
+		j = i
+	}
+	h[j] = it
+}
+
+func (h farHeap) down(i int) {
+	n := len(h)
+	it := h[i]
+	for {
+		l := 2*i + 1
+		if l >= n || l < 0 {
+			break
+		}
+		j := l
+		if r := l + 1; r < n && h[r].before(h[l]) {
+			j = r
+		}
+		if !h[j].before(it) {
+			break
+		}
+		h[i] = h[j]
+		i = j
+	}
+	h[i] = it
 }

@@ -18,21 +18,22 @@ const (
 	// TimersSlotsDefault is the wheel's slot count when TimersOptions.Slots
 	// is 0. With TimersTickDefault the wheel spans 16384 × 50 ms ≈ 13.7 min,
 	// which covers the leader's 10-minute load window plus the lead time of
-	// its refill, in 256 KiB of slot tables.
+	// its refill, in 512 KiB of slot tables.
 	TimersSlotsDefault = 16384
 	// TimersTickMin is the smallest accepted Tick.
 	TimersTickMin = time.Microsecond
 	// TimersSlotsMin is the smallest slot count; smaller values are raised
 	// to it.
 	TimersSlotsMin = 64
-	// TimersSlotsMax is the largest accepted slot count (2^22, 48 MiB of
+	// TimersSlotsMax is the largest accepted slot count (2^22, 128 MiB of
 	// slot tables).
 	TimersSlotsMax = 1 << 22
-	// MaxSleep bounds how long [Timers.Run] sleeps while timers are armed.
-	// Timers wait on the monotonic clock, but due times are wall-clock
-	// instants; waking at least this often lets Run notice a forward
-	// wall-clock step and fire what became due at most MaxSleep late. With
-	// nothing armed Run sleeps without a timer.
+	// MaxSleep is the suggested value of TimersOptions.MaxSleep where a
+	// forward wall-clock step or a suspend of the host must be noticed
+	// quickly: Run then wakes at least once a second while timers are
+	// armed, so such a step delays a timer by at most a second. By default
+	// Run does not wake periodically (see the package documentation, "Idle
+	// and clock jumps").
 	MaxSleep = time.Second
 	// ClockJumpThreshold is the smallest difference between elapsed wall
 	// time and elapsed monotonic time, between two wake-ups of Run, that
@@ -54,8 +55,17 @@ type TimersOptions struct {
 	// to at least TimersSlotsMin; at most TimersSlotsMax. Tick × Slots is
 	// the wheel window: deadlines within it are armed in O(1), later ones
 	// go to a heap in O(log n) and migrate into the wheel as they come
-	// near. Each slot costs 16 bytes. Defaults to TimersSlotsDefault.
+	// near. Each slot costs 32 bytes. Defaults to TimersSlotsDefault.
 	Slots int
+	// MaxSleep, if > 0, bounds how long Run sleeps while timers are
+	// armed, so that it notices a forward wall-clock step (or a suspend
+	// of the host, during which the monotonic clock that timers wait on
+	// stands still) within MaxSleep; [MaxSleep] (1 s) is the suggested
+	// value. 0, the default, means no bound: Run sleeps until the
+	// earliest deadline and never wakes periodically, and such a step is
+	// noticed at the next wake-up (a deadline, or an Arm that brings the
+	// earliest deadline forward). Must be 0 or >= TimersTickMin.
+	MaxSleep time.Duration
 }
 
 // Validate reports whether the options are usable; the error names the
@@ -66,6 +76,9 @@ func (o TimersOptions) Validate() error {
 	}
 	if o.Slots < 0 || o.Slots > TimersSlotsMax {
 		return fmt.Errorf("%w: Slots %d must be in [0, %d]", ErrInvalidOptions, o.Slots, TimersSlotsMax)
+	}
+	if o.MaxSleep < 0 || (o.MaxSleep > 0 && o.MaxSleep < TimersTickMin) {
+		return fmt.Errorf("%w: MaxSleep %v must be 0 (no bound) or >= %v", ErrInvalidOptions, o.MaxSleep, TimersTickMin)
 	}
 	return nil
 }
@@ -106,6 +119,7 @@ type TimersStats struct {
 	Migrated      uint64        // timers moved from the far heap into the wheel
 	ClockJumps    uint64        // wall-clock jumps seen by Run (needs a Clock of this package)
 	LastClockJump time.Duration // size of the last jump: wall minus monotonic elapsed time
+	Wakeups       uint64        // times Run woke up and looked at the clock (timer, Arm nudge, or a batch done)
 }
 
 // Sentinels of Timers.sleepUntil.
@@ -113,6 +127,10 @@ const (
 	runBusy = math.MinInt64 // Run is awake and will look again: Arm need not wake it
 	runIdle = math.MaxInt64 // Run sleeps with no deadline: any Arm wakes it
 )
+
+// farCompactMin is the number of far-heap tombstones below which the far
+// heap is never compacted.
+const farCompactMin = 1024
 
 // Timers is a set of one-shot timers keyed by string, fired by [Timers.Run].
 // It is the leader's timer structure: a hybrid of a timing wheel for
@@ -125,41 +143,49 @@ const (
 // current tick or the past (k: timers of the current tick, a handful);
 // Cancel is O(1) (amortised for far timers, which are dropped lazily, and
 // O(log k) in the current tick); Len is O(1). Firing costs O(log k) per
-// timer, migrating a far timer O(log n) once. Memory is about 120 bytes per
-// timer plus the key, and 16 bytes per slot. Entries are recycled, so a
-// steady Arm/Cancel/fire load allocates almost nothing. The package
-// documentation gives measured figures.
+// timer, migrating a far timer O(log n) once.
+//
+// Memory: timers live by value in a slab of 32-byte entries named by int32
+// index (no pointer per timer but the key), found through an
+// open-addressing index of 8-byte slots at most 3/4 full; a wheel timer
+// also has a 4-byte index in its slot's vector, a far timer a 16-byte heap
+// item. That is about 57 bytes per timer at a million, plus the key's
+// bytes (which Timers shares with the caller), plus 32 bytes per wheel
+// slot. Entries are recycled, so a steady Arm/Cancel/fire load allocates
+// almost nothing (now and then a slot vector or an index table grows).
+// The package documentation gives measured figures.
 //
 // Guarantees: a timer never fires before its due time by the Clock's wall
 // time (Now() >= due); it fires once, unless re-armed or cancelled first;
 // timers due together come out in one batch, in due order (ties in arm
 // order). All methods are safe for concurrent use.
 type Timers struct {
-	clock Clock
-	mc    monoClock // nil if clock cannot tell monotonic time
-	tick  int64     // ns
-	slots int64
+	clock    Clock
+	mc       monoClock // nil if clock cannot tell monotonic time
+	tick     int64     // ns
+	slots    int64
+	maxSleep int64 // ns; 0: no bound
 
 	wake    chan struct{}      // Arm's nudge to Run; buffer of one
 	syncC   chan chan struct{} // tests only (nil otherwise): see settle in timers_test.go
 	running atomic.Bool
 
 	mu         sync.Mutex
-	m          map[string]*entry
-	near       entryHeap // tick <= cur, exact order
-	w          wheel     // cur < tick <= cur+slots
-	far        entryHeap // tick > cur+slots; may hold tombstones
-	free       []*entry  // unused entries, for reuse
-	farDead    int       // tombstones in far
-	cur        int64     // wheel cursor: tick of the latest Now seen by Run
-	seq        uint64
+	keys       keyIndex
+	slab       slab
+	near       nearHeap // tick <= cur, exact order
+	w          wheel    // cur < tick <= cur+slots
+	far        farHeap  // tick > cur+slots; may hold tombstones
+	farDead    int      // tombstones in far
+	cur        int64    // wheel cursor: tick of the latest Now seen by Run
+	seq        uint32
 	sleepUntil int64 // Run's planned wake-up (wall ns), or runBusy/runIdle
 
-	fired, migrated, jumps uint64
-	lastJump               time.Duration
-	lastWall               int64
-	lastMono               time.Duration
-	haveLast               bool
+	fired, migrated, jumps, wakeups uint64
+	lastJump                        time.Duration
+	lastWall                        int64
+	lastMono                        time.Duration
+	haveLast                        bool
 }
 
 // NewTimers returns an empty timer set on clock. It panics if opts is
@@ -173,11 +199,14 @@ func NewTimers(clock Clock, opts TimersOptions) *Timers {
 		clock:      clock,
 		tick:       int64(opts.Tick),
 		slots:      int64(opts.Slots),
+		maxSleep:   int64(opts.MaxSleep),
 		wake:       make(chan struct{}, 1),
-		m:          make(map[string]*entry),
+		keys:       newKeyIndex(),
+		slab:       newSlab(),
 		w:          newWheel(opts.Slots),
 		sleepUntil: runIdle,
 	}
+	t.near.s = &t.slab
 	t.mc, _ = clock.(monoClock)
 	t.cur = floorDiv(unixNano(clock.Now()), t.tick)
 	return t
@@ -192,29 +221,41 @@ func NewTimers(clock Clock, opts TimersOptions) *Timers {
 // any goroutine, including from inside the fire callback.
 func (t *Timers) Arm(key string, due time.Time) {
 	ns := unixNano(due)
+	h := t.keys.hash(key)
 	t.mu.Lock()
-	e := t.m[key]
-	switch {
-	case e == nil:
-		e = t.newEntry(key)
-		t.m[key] = e
-	case e.due == ns:
-		t.mu.Unlock()
-		return
-	case !t.unlink(e):
-		e = t.newEntry(key) // e may already be on the free list (compactFar)
-		t.m[key] = e
+	tab := t.keys.tab(h)
+	tab.reserve()
+	pos, i, found := tab.find(h, key, &t.slab)
+	if found {
+		e := t.slab.at(i)
+		if e.due == ns {
+			t.mu.Unlock()
+			return
+		}
+		if e.state() == stFar {
+			// Far entries are dropped lazily: leave a tombstone and take
+			// a new entry.
+			t.bury(i)
+			i = t.slab.alloc()
+			t.slab.at(i).key = key
+			tab.set(pos, i)
+		} else {
+			t.unlink(i)
+		}
+	} else {
+		i = t.slab.alloc()
+		t.slab.at(i).key = key
+		tab.put(pos, h, i)
+		t.keys.n++
 	}
+	e := t.slab.at(i)
 	e.due = ns
 	t.seq++
 	e.seq = t.seq
-	t.place(e)
+	t.place(i)
 	if ns < t.sleepUntil || t.sleepUntil == runIdle {
 		t.sleepUntil = ns
-		select {
-		case t.wake <- struct{}{}:
-		default:
-		}
+		t.nudge()
 	}
 	t.mu.Unlock()
 }
@@ -224,35 +265,56 @@ func (t *Timers) Arm(key string, due time.Time) {
 // returns false for it even if fire has not yet been called. A cancelled
 // timer never fires. O(1) (see [Timers]).
 func (t *Timers) Cancel(key string) bool {
+	h := t.keys.hash(key)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := t.m[key]
-	if e == nil {
+	tab := t.keys.tab(h)
+	pos, i, found := tab.find(h, key, &t.slab)
+	if !found {
 		return false
 	}
-	if t.unlink(e) {
-		t.freeEntry(e)
+	e := t.slab.at(i)
+	if e.due == t.sleepUntil {
+		// Run sleeps for this timer: let it plan again, so that with
+		// nothing left armed it holds no clock timer at all.
+		t.nudge()
 	}
-	delete(t.m, key)
+	if e.state() == stFar {
+		t.bury(i)
+	} else {
+		t.unlink(i)
+		t.slab.release(i)
+	}
+	tab.del(pos)
+	t.keys.n--
 	return true
+}
+
+// nudge wakes Run if it sleeps; t.mu is held.
+func (t *Timers) nudge() {
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Len returns the number of armed timers.
 func (t *Timers) Len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.m)
+	return t.keys.n
 }
 
 // Due returns the due time key is armed for (UTC), and whether it is armed.
 func (t *Timers) Due(key string) (time.Time, bool) {
+	h := t.keys.hash(key)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := t.m[key]
-	if e == nil {
+	_, i, found := t.keys.tab(h).find(h, key, &t.slab)
+	if !found {
 		return time.Time{}, false
 	}
-	return time.Unix(0, e.due).UTC(), true
+	return time.Unix(0, t.slab.at(i).due).UTC(), true
 }
 
 // Stats returns a snapshot of the counters.
@@ -260,13 +322,14 @@ func (t *Timers) Stats() TimersStats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return TimersStats{
-		Armed:         len(t.m),
+		Armed:         t.keys.n,
 		Wheel:         t.w.n,
-		Heap:          len(t.near) + len(t.far) - t.farDead,
+		Heap:          t.near.len() + len(t.far) - t.farDead,
 		Fired:         t.fired,
 		Migrated:      t.migrated,
 		ClockJumps:    t.jumps,
 		LastClockJump: t.lastJump,
+		Wakeups:       t.wakeups,
 	}
 }
 
@@ -282,10 +345,12 @@ func (t *Timers) Stats() TimersStats {
 // timers; it should hand work off rather than do it.
 //
 // Between batches Run sleeps on one clock timer until the earliest deadline
-// (at most [MaxSleep] while timers are armed, with no timer at all while
-// none are), and Arm wakes it when a new deadline is earlier. Every wake-up
-// re-evaluates against Now(), so a wall-clock step backwards delays firing
-// (never early) and a step forwards fires what became due within MaxSleep.
+// (no timer at all while nothing is armed), and Arm wakes it when a new
+// deadline is earlier. It does not wake periodically unless
+// TimersOptions.MaxSleep asks it to. Every wake-up re-evaluates against
+// Now(), so a wall-clock step backwards delays firing (never early) and a
+// step forwards fires what became due at the next wake-up (see the
+// package documentation, "Idle and clock jumps").
 func (t *Timers) Run(ctx context.Context, fire func(batch []Expired)) {
 	if !t.running.CompareAndSwap(false, true) {
 		panic("engine: Timers.Run called while another Run is active")
@@ -352,6 +417,7 @@ func (t *Timers) Run(ctx context.Context, fire func(batch []Expired)) {
 func (t *Timers) collect(nowNs int64, mono time.Duration) ([]Expired, int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.wakeups++
 	if t.mc != nil {
 		t.observe(nowNs, mono)
 	}
@@ -367,11 +433,19 @@ func (t *Timers) collect(nowNs int64, mono time.Duration) ([]Expired, int64) {
 	t.migrate()
 
 	var batch []Expired
-	for len(t.near) > 0 && t.near[0].due <= nowNs {
-		e := t.near.pop()
-		delete(t.m, e.key)
+	for t.near.len() > 0 {
+		i := t.near.top()
+		e := t.slab.at(i)
+		if e.due > nowNs {
+			break
+		}
+		t.near.pop()
+		h := t.keys.hash(e.key)
+		tab := t.keys.tab(h)
+		tab.del(tab.findIdx(h, i))
+		t.keys.n--
 		batch = append(batch, Expired{Key: e.key, Due: time.Unix(0, e.due).UTC()})
-		t.freeEntry(e)
+		t.slab.release(i)
 	}
 	if len(batch) > 0 {
 		t.fired += uint64(len(batch))
@@ -381,15 +455,15 @@ func (t *Timers) collect(nowNs int64, mono time.Duration) ([]Expired, int64) {
 
 	wakeAt, armed := int64(0), true
 	switch {
-	case len(t.near) > 0:
-		wakeAt = t.near[0].due
+	case t.near.len() > 0:
+		wakeAt = t.slab.at(t.near.top()).due
 	case t.w.n > 0:
 		from := int((t.cur + 1) & t.w.mask)
 		s := (from + t.w.next(from)) & int(t.w.mask)
-		wakeAt = t.w.min(s)
+		wakeAt = t.w.min(&t.slab, s)
 	default:
-		if e := t.farTop(); e != nil {
-			wakeAt = e.due
+		if it, ok := t.farTop(); ok {
+			wakeAt = it.due
 		} else {
 			armed = false
 		}
@@ -398,8 +472,8 @@ func (t *Timers) collect(nowNs int64, mono time.Duration) ([]Expired, int64) {
 		t.sleepUntil = runIdle
 		return nil, runIdle
 	}
-	if limit := nowNs + int64(MaxSleep); wakeAt > limit {
-		wakeAt = limit
+	if t.maxSleep > 0 && wakeAt-nowNs > t.maxSleep {
+		wakeAt = nowNs + t.maxSleep
 	}
 	t.sleepUntil = wakeAt
 	return nil, wakeAt
@@ -420,91 +494,79 @@ func (t *Timers) observe(nowNs int64, mono time.Duration) {
 	t.lastWall, t.lastMono, t.haveLast = nowNs, mono, true
 }
 
-// place puts e, whose due is set, into the structure its tick belongs to.
-func (t *Timers) place(e *entry) {
+// slotOf returns the wheel slot of due time ns.
+func (t *Timers) slotOf(ns int64) int { return int(floorDiv(ns, t.tick) & t.w.mask) }
+
+// place puts entry i, whose due and seq are set, into the structure its
+// tick belongs to.
+func (t *Timers) place(i int32) {
+	e := t.slab.at(i)
 	tk := floorDiv(e.due, t.tick)
 	switch {
 	case tk <= t.cur:
-		e.where = inNear
-		t.near.push(e)
+		t.near.push(i)
 	case tk-t.cur <= t.slots:
-		t.w.insert(e, int(tk&t.w.mask))
+		t.w.insert(&t.slab, i, int(tk&t.w.mask))
 	default:
-		e.where = inFar
-		t.far.push(e)
+		e.setPos(stFar, 0)
+		t.far.push(farItem{due: e.due, seq: e.seq, idx: i})
 	}
 }
 
-// unlink removes e from its structure and reports whether e may be reused;
-// an entry of the far heap is left there as a tombstone and may not.
-func (t *Timers) unlink(e *entry) bool {
-	switch e.where {
-	case inNear:
-		t.near.remove(e.idx)
-		e.where = inNone
-	case inWheel:
-		t.w.remove(e)
-	case inFar:
-		e.where = inDead
-		t.farDead++
-		if t.farDead > 1024 && t.farDead > len(t.far)/2 {
-			t.compactFar()
-		}
-		return false
-	}
-	return true
-}
-
-// freeListMax bounds the free list of entries.
-const freeListMax = 4096
-
-// newEntry returns a blank entry for key, from the free list if it can.
-// Reusing entries keeps the garbage collector out of Arm/Cancel churn.
-func (t *Timers) newEntry(key string) *entry {
-	if n := len(t.free); n > 0 {
-		e := t.free[n-1]
-		t.free[n-1] = nil
-		t.free = t.free[:n-1]
-		e.key = key
-		return e
-	}
-	return &entry{key: key}
-}
-
-// freeEntry returns e, no longer referenced by any structure, to the free
-// list.
-func (t *Timers) freeEntry(e *entry) {
-	if len(t.free) < freeListMax {
-		*e = entry{}
-		t.free = append(t.free, e)
+// unlink removes entry i from the near heap or the wheel; it is then in no
+// structure (far entries are buried instead, see bury).
+func (t *Timers) unlink(i int32) {
+	e := t.slab.at(i)
+	switch e.state() {
+	case stNear:
+		t.near.remove(i)
+	case stWheel:
+		t.w.remove(&t.slab, i, t.slotOf(e.due))
 	}
 }
 
-// compactFar drops the tombstones of the far heap in O(n), which keeps
-// Cancel amortised O(1) and the heap at most twice its live size.
+// bury turns far entry i into a tombstone, which stays in the far heap until
+// it is popped or compacted away. Tombstones are compacted when there are
+// more of them than live far timers (and at least farCompactMin), which
+// keeps Cancel amortised O(1) and the far heap at most twice its live size.
+func (t *Timers) bury(i int32) {
+	e := t.slab.at(i)
+	e.setPos(stDead, 0)
+	e.key = "" // let the key be collected
+	t.farDead++
+	if t.farDead > farCompactMin && t.farDead > len(t.far)-t.farDead {
+		t.compactFar()
+	}
+}
+
+// compactFar drops the tombstones of the far heap in O(n).
 func (t *Timers) compactFar() {
 	live := t.far[:0]
-	for _, e := range t.far {
-		if e.where == inFar {
-			live = append(live, e)
+	for _, it := range t.far {
+		if t.slab.at(it.idx).state() == stFar {
+			live = append(live, it)
 		} else {
-			t.freeEntry(e)
+			t.slab.release(it.idx)
 		}
 	}
-	clear(t.far[len(live):])
 	t.far = live
 	t.far.init()
 	t.farDead = 0
 }
 
-// farTop returns the earliest live entry of the far heap, popping
-// tombstones on the way, or nil.
-func (t *Timers) farTop() *entry {
-	for len(t.far) > 0 && t.far[0].where == inDead {
-		t.freeEntry(t.far.pop())
+// farTop returns the earliest live item of the far heap, popping
+// tombstones on the way.
+func (t *Timers) farTop() (farItem, bool) {
+	for len(t.far) > 0 {
+		it := t.far[0]
+		if t.slab.at(it.idx).state() == stFar {
+			return it, true
+		}
+		t.far.pop()
+		t.slab.release(it.idx)
 		t.farDead--
 	}
-	return t.far.top()
+	return farItem{}, false
 }
 
 // advance moves the cursor forward to tick nt, moving the entries of the
@@ -530,12 +592,8 @@ func (t *Timers) advance(nt int64) {
 
 // drain moves every entry of wheel slot s into the near heap.
 func (t *Timers) drain(s int) {
-	for e := t.w.take(s); e != nil; {
-		next := e.next
-		e.prev, e.next = nil, nil
-		e.where = inNear
-		t.near.push(e)
-		e = next
+	for _, i := range t.w.take(s) {
+		t.near.push(i)
 	}
 }
 
@@ -544,12 +602,12 @@ func (t *Timers) drain(s int) {
 func (t *Timers) migrate() {
 	limit := t.cur + t.slots
 	for {
-		e := t.farTop()
-		if e == nil || floorDiv(e.due, t.tick) > limit {
+		it, ok := t.farTop()
+		if !ok || floorDiv(it.due, t.tick) > limit {
 			return
 		}
 		t.far.pop()
-		t.place(e)
+		t.place(it.idx)
 		t.migrated++
 	}
 }
@@ -557,23 +615,15 @@ func (t *Timers) migrate() {
 // rebase re-centres the wheel on tick nt after a backward wall-clock step:
 // every entry of the near heap and the wheel is placed again.
 func (t *Timers) rebase(nt int64) {
-	var all []*entry
-	for _, e := range t.near {
-		all = append(all, e)
-	}
-	clear(t.near)
-	t.near = t.near[:0]
+	all := make([]int32, 0, t.near.len()+t.w.n)
+	all = append(all, t.near.h...)
+	t.near.h = t.near.h[:0]
 	for t.w.n > 0 {
-		for e := t.w.take((t.w.next(0))); e != nil; {
-			next := e.next
-			e.prev, e.next = nil, nil
-			all = append(all, e)
-			e = next
-		}
+		all = append(all, t.w.take(t.w.next(0))...)
 	}
 	t.cur = nt
-	for _, e := range all {
-		t.place(e)
+	for _, i := range all {
+		t.place(i)
 	}
 }
 

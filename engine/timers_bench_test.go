@@ -213,7 +213,7 @@ func BenchmarkTimersConfig(b *testing.B) {
 						}
 					}
 					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(w.n), "ns/timer")
-					b.ReportMetric(float64(slots*(8+8)+slots/8), "wheel-bytes")
+					b.ReportMetric(float64(slots*(24+8)+slots/8), "wheel-bytes") // vector header + cached minimum, and a bit
 				})
 			}
 		}

@@ -462,8 +462,10 @@ func TestTimers_WallClockStepForward(t *testing.T) {
 	h.tm.Arm("c", at(2*time.Hour))
 	h.settle()
 	h.clock.Set(at(time.Hour)) // step forward by 1 h
+	// settle wakes Run, which sees the step at once. Without a wake-up a
+	// tickless Run notices it at its next deadline, or within MaxSleep
+	// if that option is set: see TestTimers_TicklessForwardStep.
 	h.settle()
-	// Run notices within MaxSleep of monotonic time.
 	h.advance(MaxSleep)
 	h.expectKeys("a", "b")
 	if st := h.tm.Stats(); st.ClockJumps != 1 {
@@ -520,10 +522,13 @@ func TestTimersOptions(t *testing.T) {
 		want    TimersOptions
 		wantErr bool
 	}{
-		{TimersOptions{}, TimersOptions{TimersTickDefault, TimersSlotsDefault}, false},
-		{TimersOptions{Tick: time.Millisecond, Slots: 1000}, TimersOptions{time.Millisecond, 1024}, false},
-		{TimersOptions{Slots: 1}, TimersOptions{TimersTickDefault, 64}, false},
-		{TimersOptions{Slots: TimersSlotsMax}, TimersOptions{TimersTickDefault, TimersSlotsMax}, false},
+		{TimersOptions{}, TimersOptions{Tick: TimersTickDefault, Slots: TimersSlotsDefault}, false},
+		{TimersOptions{Tick: time.Millisecond, Slots: 1000}, TimersOptions{Tick: time.Millisecond, Slots: 1024}, false},
+		{TimersOptions{Slots: 1}, TimersOptions{Tick: TimersTickDefault, Slots: 64}, false},
+		{TimersOptions{Slots: TimersSlotsMax}, TimersOptions{Tick: TimersTickDefault, Slots: TimersSlotsMax}, false},
+		{TimersOptions{MaxSleep: MaxSleep}, TimersOptions{Tick: TimersTickDefault, Slots: TimersSlotsDefault, MaxSleep: MaxSleep}, false},
+		{TimersOptions{MaxSleep: -1}, TimersOptions{}, true},
+		{TimersOptions{MaxSleep: time.Nanosecond}, TimersOptions{}, true},
 		{TimersOptions{Tick: -1}, TimersOptions{}, true},
 		{TimersOptions{Tick: time.Nanosecond}, TimersOptions{}, true},
 		{TimersOptions{Slots: -1}, TimersOptions{}, true},

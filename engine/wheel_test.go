@@ -11,8 +11,13 @@ import (
 func TestWheel_AgainstBruteForce(t *testing.T) {
 	for _, slots := range []int{64, 128, 4096, 1 << 16} {
 		rng := rand.New(rand.NewPCG(uint64(slots), 1))
+		sl := newSlab()
 		w := newWheel(slots)
-		var live []*entry
+		type placed struct {
+			i int32
+			s int
+		}
+		var live []placed
 		for op := range 20000 {
 			if len(live) == 0 || rng.IntN(3) > 0 {
 				// Cluster entries sometimes, spread them other times.
@@ -20,13 +25,15 @@ func TestWheel_AgainstBruteForce(t *testing.T) {
 				if op%2 == 0 {
 					s = rng.IntN(min(slots, 200))
 				}
-				e := &entry{due: rng.Int64N(1000)}
-				w.insert(e, s)
-				live = append(live, e)
+				i := sl.alloc()
+				sl.at(i).due = rng.Int64N(1000)
+				w.insert(&sl, i, s)
+				live = append(live, placed{i, s})
 			} else {
-				i := rng.IntN(len(live))
-				w.remove(live[i])
-				live[i] = live[len(live)-1]
+				k := rng.IntN(len(live))
+				w.remove(&sl, live[k].i, live[k].s)
+				sl.release(live[k].i)
+				live[k] = live[len(live)-1]
 				live = live[:len(live)-1]
 			}
 			if w.n != len(live) {
@@ -35,7 +42,7 @@ func TestWheel_AgainstBruteForce(t *testing.T) {
 			from := rng.IntN(slots)
 			want := -1
 			for d := range slots {
-				if w.heads[(from+d)%slots] != nil {
+				if len(w.vecs[(from+d)%slots]) > 0 {
 					want = d
 					break
 				}
@@ -46,10 +53,13 @@ func TestWheel_AgainstBruteForce(t *testing.T) {
 			if want >= 0 {
 				s := (from + want) % slots
 				m := int64(math.MaxInt64)
-				for e := w.heads[s]; e != nil; e = e.next {
-					m = min(m, e.due)
+				for k, i := range w.vecs[s] {
+					m = min(m, sl.at(i).due)
+					if e := sl.at(i); e.state() != stWheel || e.index() != int32(k) {
+						t.Fatalf("slot %d[%d]: pos %x", s, k, e.pos)
+					}
 				}
-				if got := w.min(s); got != m {
+				if got := w.min(&sl, s); got != m {
 					t.Fatalf("min(%d) = %d, want %d", s, got, m)
 				}
 			}
@@ -57,11 +67,7 @@ func TestWheel_AgainstBruteForce(t *testing.T) {
 		// take empties slots one by one.
 		for w.n > 0 {
 			s := w.next(0)
-			n := 0
-			for e := w.take(s); e != nil; e = e.next {
-				n++
-			}
-			if n == 0 {
+			if n := len(w.take(s)); n == 0 {
 				t.Fatal("take of a non-empty slot returned nothing")
 			}
 		}
