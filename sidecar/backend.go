@@ -104,7 +104,7 @@ func (n *Node) leaderRead(ctx context.Context, id string) (*raftfsm.Task, error)
 	if n.leader.currentTimers() == nil {
 		return nil, ipc.Errorf(ipc.ErrNoLeader, "strong read: the leader is still starting (barrier)")
 	}
-	commit := parseUint(n.raft.Stats()["commit_index"])
+	commit := n.raft.CommitIndex()
 	if err := n.raft.VerifyLeader().Error(); err != nil {
 		return nil, ipc.Errorf(ipc.ErrNoLeader, "strong read: not the leader any more: %v", err)
 	}

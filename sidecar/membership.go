@@ -132,7 +132,7 @@ func (n *Node) reportLoop(ctx context.Context) {
 		r := loadReport{ID: n.cfg.NodeID, InFlight: n.delivery.inFlight(), Queued: n.delivery.queuedByHandler(), Applied: n.fsm.AppliedIndex()}
 		if n.raft.State() == raft.Leader {
 			n.leader.report(r)
-			n.leaderCommit.Store(parseUint(n.raft.Stats()["commit_index"]))
+			n.leaderCommit.Store(n.raft.CommitIndex())
 			continue
 		}
 		if addr := n.leaderPeerAddr(); addr != "" {

@@ -84,7 +84,7 @@ func newMetrics(n *Node) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ax_raft_applied_index", Help: "Last Raft index applied to badger on this node."},
 			func() float64 { return float64(n.fsm.AppliedIndex()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ax_raft_commit_index", Help: "Raft commit index known to this node."},
-			func() float64 { return float64(parseUint(n.raft.Stats()["commit_index"])) }),
+			func() float64 { return float64(n.raft.CommitIndex()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ax_raft_term", Help: "Current Raft term."},
 			func() float64 { return float64(n.term()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ax_raft_leader", Help: "1 when this node is the Raft leader, else 0."},

@@ -197,7 +197,7 @@ func (p *peerServer) handle(ctx *fasthttp.RequestCtx) {
 		n.leader.report(r)
 		// The answer tells the follower how far the leader has committed,
 		// so it knows whether it has caught up (readiness, reads).
-		writeJSON(ctx, 200, reportReply{CommitIndex: parseUint(n.raft.Stats()["commit_index"])})
+		writeJSON(ctx, 200, reportReply{CommitIndex: n.raft.CommitIndex()})
 	case peerPathTask:
 		id := string(ctx.QueryArgs().Peek("id"))
 		var t *raftfsm.Task
@@ -245,7 +245,7 @@ func (n *Node) info() peerInfo {
 	_, leader := n.raft.LeaderWithID()
 	return peerInfo{
 		ID: n.cfg.NodeID, RaftAddr: n.cfg.RaftAddr, PeerAddr: n.cfg.PeerAddr,
-		LeaderID: string(leader), InCluster: n.inCluster(), CommitIndex: parseUint(n.raft.Stats()["commit_index"]),
+		LeaderID: string(leader), InCluster: n.inCluster(), CommitIndex: n.raft.CommitIndex(),
 	}
 }
 

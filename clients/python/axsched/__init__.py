@@ -34,6 +34,7 @@ import logging
 
 from ._wire import format_duration, parse_duration
 from .client import (
+    HEADER_BACKLOG_WARNING,
     RESULT_FAILED,
     RESULT_PERMANENT,
     RESULT_SUCCESS,
@@ -58,12 +59,15 @@ from .errors import (
     Unavailable,
 )
 from .task import (
+    BACKOFF_DEFAULT,
+    EVERY_MIN,
     MAX_ATTEMPTS_DEFAULT,
     PAYLOAD_MAX_BYTES,
     PRIORITY_DEFAULT,
     PRIORITY_HIGHEST,
     PRIORITY_LOWEST,
     TASK_TIMEOUT_DEFAULT,
+    Backoff,
     BatchResult,
     ClusterInfo,
     Member,
@@ -104,10 +108,12 @@ __all__ = [
     "RESULT_SUCCESS",
     "RESULT_FAILED",
     "RESULT_PERMANENT",
+    "HEADER_BACKLOG_WARNING",
     # tasks
     "Task",
     "State",
     "SubmitRequest",
+    "Backoff",
     "RawJSON",
     "TaskPage",
     "BatchResult",
@@ -119,6 +125,8 @@ __all__ = [
     "TASK_TIMEOUT_DEFAULT",
     "MAX_ATTEMPTS_DEFAULT",
     "PAYLOAD_MAX_BYTES",
+    "EVERY_MIN",
+    "BACKOFF_DEFAULT",
     # errors
     "AxError",
     "BadRequest",

@@ -3,9 +3,11 @@ socket)."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import http.client
 import json
+import logging
 import os
 import re
 import socket
@@ -13,6 +15,7 @@ import threading
 import time
 import urllib.parse
 from datetime import datetime
+from types import CodeType
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union, cast
 
 from ._wire import Duration, format_duration, parse_retry_after
@@ -28,9 +31,10 @@ from .errors import (
     Unavailable,
     error_from_response,
 )
-from .task import BatchResult, ClusterInfo, State, SubmitRequest, Task, TaskPage
+from .task import Backoff, BatchResult, ClusterInfo, State, SubmitRequest, Task, TaskPage
 
 __all__ = [
+    "HEADER_BACKLOG_WARNING",
     "SOCKET_ENV",
     "SOCKET_PATH_DEFAULT",
     "TIMEOUT_DEFAULT",
@@ -58,6 +62,12 @@ RESULT_FAILED = "failed"
 #: The attempt failed for good; the task becomes FAILED without retry.
 RESULT_PERMANENT = "permanent"
 _RESULTS = (RESULT_SUCCESS, RESULT_FAILED, RESULT_PERMANENT)
+
+#: The header of a submit's answer that warns of a backlog at 80 % of its
+#: bound or more: ``"depth/limit"`` (:attr:`Task.backlog_warning`).
+HEADER_BACKLOG_WARNING = "Ax-Backlog-Warning"
+
+log = logging.getLogger("axsched")
 
 _USER_AGENT = "axsched-python"
 _RESPONSE_MAX_BYTES = 16 << 20  # a task view carries at most a 1 MiB payload, base64-encoded
@@ -100,20 +110,34 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+def _renamed(code: CodeType, name: str, qualname: str) -> CodeType:
+    """``code`` under another name, which tracebacks show ("in submit")."""
+    code = code.replace(co_name=name)
+    if hasattr(code, "co_qualname"):  # Python 3.11+
+        code = code.replace(co_qualname=qualname)  # type: ignore[call-arg]
+    return code
+
+
 def _public(fn: _F) -> _F:
-    """Decorate a public method: an :class:`AxError` it raises leaves with
-    a traceback that starts here, so that an uncaught one shows the caller's
-    line and this one, not the client's internals (the low-level exception
-    of an :class:`Unavailable` stays reachable as ``e.cause``)."""
+    """Decorate a public method so that an :class:`AxError` (or the
+    ``TimeoutError`` of :meth:`Client.wait`) it raises leaves with a
+    traceback of two entries: the caller's line, then one line of this
+    module shown as ``in <method>`` (the wrapper's code object carries the
+    method's name). The frames of the HTTP exchange are dropped; the
+    low-level exception of an :class:`Unavailable` stays reachable as
+    ``e.cause``."""
 
     @functools.wraps(fn)
-    def _call(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except AxError as err:
-            raise err.with_traceback(None)  # trimmed to your call; e.cause has the low-level error
+        except (AxError, TimeoutError) as error:
+            # Drop the client's frames: the traceback restarts here.
+            error.__traceback__ = None
+            raise error
 
-    return cast(_F, _call)
+    wrapper.__code__ = _renamed(wrapper.__code__, fn.__name__, fn.__qualname__)
+    return cast(_F, wrapper)
 
 
 class _Stale(Exception):
@@ -244,6 +268,14 @@ class Client:
         timeout: Optional[Duration] = None,
         max_attempts: Optional[int] = None,
         overwrite: bool = False,
+        every: Optional[Duration] = None,
+        cron: Optional[str] = None,
+        timezone: Optional[str] = None,
+        repeats: Optional[int] = None,
+        until: Optional[datetime] = None,
+        backoff: Optional[Union[Backoff, Mapping[str, Any]]] = None,
+        route_key: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
     ) -> Task:
         """Submit a task and return it as stored. Returns once the task is
         durable on a quorum of the cluster.
@@ -267,10 +299,32 @@ class Client:
             max_attempts: attempts before the task is DEAD. Defaults to 4.
             overwrite: replace an existing task with the same id. Defaults
                 to ``False``.
+            every: run the task again and again at this interval (a
+                timedelta or seconds, at least 1 s), without drift. Without
+                ``delay`` or ``run_at`` the first run is one interval after
+                the submit. Not with ``cron``.
+            cron: run the task on this cron schedule (``"0 2 * * *"``, 6
+                fields with seconds, or ``"@daily"``), evaluated in
+                ``timezone`` (an IANA name, default UTC; only with
+                ``cron``).
+            repeats: stop a recurring task after this many runs (0: no
+                limit). Only with ``cron`` or ``every``.
+            until: no run of a recurring task after this aware datetime.
+                Only with ``cron`` or ``every``.
+            backoff: the retry backoff of failed attempts, a
+                :class:`Backoff` or a dict with its keys (``{"initial": 10,
+                "max": 600}``); unset fields keep the sidecar's default.
+            route_key: route the task's attempts by consistent hashing (the
+                tasks of one key go to the same node).
+            labels: ``str`` to ``str`` pairs kept with the task (at most 32).
+
+        The returned task's ``backlog_warning`` is set (``"depth/limit"``)
+        when the handler's backlog is at 80 % of its bound or more.
 
         Raises:
             BadRequest: the request is invalid (the message names the field).
-            Conflict, PayloadTooLarge, QueueFull, NoLeader, Unavailable.
+            Conflict, PayloadTooLarge, QueueFull (with ``depth`` and
+            ``limit``), NoLeader, Unavailable.
         """
         req = SubmitRequest(
             handler=handler,
@@ -283,21 +337,35 @@ class Client:
             timeout=timeout,
             max_attempts=max_attempts,
             overwrite=overwrite,
+            every=every,
+            cron=cron,
+            timezone=timezone,
+            repeats=repeats,
+            until=until,
+            backoff=backoff,
+            route_key=route_key,
+            labels=labels,
         )
         return self._submit(req)
 
     def _submit(self, req: SubmitRequest) -> Task:
         body = req.encode()
-        return self._task("POST", _TASKS, body, replayable=req.id is not None)
+        _, headers, data = self._request("POST", _TASKS, body, replayable=req.id is not None)
+        task = self._decode_task("POST", _TASKS, data)
+        task.backlog_warning = headers.get(HEADER_BACKLOG_WARNING) or None
+        return task
 
     @_public
     def submit_batch(self, requests: Iterable[Union[SubmitRequest, Mapping[str, Any]]]) -> BatchResult:
         """Submit many tasks in one request (one Raft round trip).
 
         Each item is a :class:`SubmitRequest` or a mapping with the keyword
-        arguments of :meth:`submit` (``{"handler": "x", "delay": 5}``). The
+        arguments of :meth:`submit` (``{"handler": "x", "delay": 5}``,
+        ``{"handler": "x", "every": 60, "backoff": {"initial": 10}}``). The
         result has one entry per item, in order: the stored task, or the
         error of that item (:class:`Conflict`, :class:`BadRequest`, ...).
+        When the sidecar sent an ``Ax-Backlog-Warning`` with the answer, it
+        is copied to the ``backlog_warning`` of every returned task.
 
         A sidecar without ``POST /v1/tasks/batch`` (it answers 404 or 405)
         is sent one submit per task instead; the client remembers that.
@@ -329,12 +397,17 @@ class Client:
             return BatchResult(tasks=[], errors=[])
         if self._batch_supported:
             body = b'{"tasks":[' + b",".join(bodies) + b"]}"
+            path = _TASKS + "/batch"
             try:
-                doc = self._json("POST", _TASKS + "/batch", body, replayable=all(r.id is not None for r in reqs))
+                _, headers, data = self._request("POST", path, body, replayable=all(r.id is not None for r in reqs))
             except (NotFound, MethodNotAllowed):
                 self._batch_supported = False
             else:
-                return _batch_result(doc, len(reqs))
+                try:
+                    doc = json.loads(data.decode("utf-8"))
+                except (UnicodeDecodeError, ValueError) as e:
+                    raise AxError(f"POST {path}: cannot decode answer: {e}") from None
+                return _batch_result(doc, len(reqs), headers.get(HEADER_BACKLOG_WARNING) or None)
         tasks: List[Optional[Task]] = []
         errors: List[Optional[AxError]] = []
         for r in reqs:
@@ -412,7 +485,12 @@ class Client:
         cursor: Optional[str] = None
         seen_cursors = set()
         while True:
-            page = self.list_page(handler=handler, state=state, limit=size, cursor=cursor)
+            try:
+                page = self.list_page(handler=handler, state=state, limit=size, cursor=cursor)
+            except AxError as error:
+                # Drop the client's frames: the traceback restarts here.
+                error.__traceback__ = None
+                raise error
             for t in page.tasks:
                 yield t
                 count += 1
@@ -422,6 +500,10 @@ class Client:
                 return
             seen_cursors.add(page.next_cursor)
             cursor = page.next_cursor
+
+    # An error while iterating shows as raised "in list", like the errors of
+    # the methods decorated with _public.
+    _iterate.__code__ = _renamed(_iterate.__code__, "list", "Client.list")
 
     @_public
     def list_page(
@@ -595,16 +677,60 @@ class Client:
         """Poll :meth:`ready` every ``interval`` seconds (default 0.1) until
         the sidecar is ready, for at most ``timeout`` seconds (default 30),
         then raise the last :class:`NotReady` or :class:`Unavailable`. For
-        start-up, when the sidecar may not have created its socket yet."""
+        start-up, when the sidecar may not have created its socket yet:
+        while the socket is missing it logs so once, at INFO on the
+        ``axsched`` logger."""
         deadline = time.monotonic() + timeout
+        logged = False
         while True:
             try:
                 self.ready()
                 return
-            except (NotReady, Unavailable):
+            except (NotReady, Unavailable) as e:
                 if time.monotonic() + interval > deadline:
                     raise
+                if not logged and isinstance(e, Unavailable) and e.errno == errno.ENOENT:
+                    log.info(
+                        "waiting up to %gs for the sidecar: its socket %s does not exist yet", timeout, self._socket_path
+                    )
+                    logged = True
             self._sleep(interval)
+
+    @_public
+    def wait(self, id: str, timeout: Optional[float] = None, poll: float = 0.1) -> Task:
+        """Poll :meth:`get` every ``poll`` seconds (default 0.1) until the
+        task is terminal (SUCCESS, DEAD, FAILED or CANCELLED) and return it.
+
+        Args:
+            id: the task id.
+            timeout: give up after this many seconds; ``None`` (the default)
+                waits for ever.
+            poll: seconds between two reads of the task.
+
+        Raises ``TimeoutError`` when ``timeout`` passes first; its ``task``
+        attribute is the task as last read. A recurring task is terminal
+        only after its last run (``repeats``, ``until``) or a cancel. The
+        errors of :meth:`get` (:class:`NotFound`, :class:`Unavailable`, ...)
+        are raised as they come.
+        """
+        if timeout is not None and (isinstance(timeout, bool) or not timeout >= 0):
+            raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+        if isinstance(poll, bool) or not poll > 0:
+            raise ValueError(f"poll must be a positive number of seconds, got {poll!r}")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            task = self.get(id)
+            if task.terminal:
+                return task
+            pause = poll
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    err = TimeoutError(f"task {id!r} is still {task.state} after {timeout:g}s")
+                    err.task = task  # type: ignore[attr-defined]
+                    raise err
+                pause = min(poll, left)
+            self._sleep(pause)
 
     @_public
     def health(self) -> None:
@@ -804,15 +930,17 @@ def _batch_error(item: Mapping[str, Any]) -> AxError:
     status = item.get("status")
     if isinstance(status, bool) or not isinstance(status, int):
         status = _status_of(detail.get("code"))
-    body = json.dumps({"error": {"code": detail.get("code", ""), "message": detail.get("message", "")}})
+    body = json.dumps({"error": {"code": detail.get("code", ""), "message": detail.get("message", ""),
+                                 "depth": detail.get("depth"), "limit": detail.get("limit")}})
     return error_from_response(status, body.encode())
 
 
-def _batch_result(doc: Any, n: int) -> BatchResult:
+def _batch_result(doc: Any, n: int, backlog_warning: Optional[str] = None) -> BatchResult:
     """Read the answer of ``POST /v1/tasks/batch``: ``{"results": [...]}``
     with one result per request, in order, either
     ``{"status": 201 or 200, "task": {...}}`` or
-    ``{"status": 409, "error": {"code", "message"}}``."""
+    ``{"status": 409, "error": {"code", "message"}}``. ``backlog_warning``
+    (the answer's header) is copied to every task."""
     results = doc.get("results") if isinstance(doc, Mapping) else None
     if not isinstance(results, list):
         raise AxError(f"POST /v1/tasks/batch: unexpected answer: {str(doc)[:200]}")
@@ -825,7 +953,9 @@ def _batch_result(doc: Any, n: int) -> BatchResult:
             if not isinstance(r, Mapping):
                 r = {}
             if isinstance(r.get("task"), Mapping):
-                tasks.append(Task.from_json(r["task"]))
+                task = Task.from_json(r["task"])
+                task.backlog_warning = backlog_warning
+                tasks.append(task)
                 errors.append(None)
             elif isinstance(r.get("error"), Mapping):
                 tasks.append(None)

@@ -160,10 +160,43 @@ class PayloadTooLarge(AxError):
 class QueueFull(AxError):
     """The sidecar applies backpressure: code ``queue_full``, HTTP 429. Wait
     ``retry_after`` seconds (defaults to 1 when the header is missing) and
-    try again; the client never retries these by itself."""
+    try again; the client never retries these by itself.
+
+    Attributes:
+        depth: the handler's backlog when the submit was refused (due runs
+            not yet delivered), from the error body's ``error.depth``;
+            ``None`` when the sidecar did not send it.
+        limit: the backlog's bound (the sidecar's ``--backlog-limit``),
+            from ``error.limit``; ``None`` when not sent.
+
+    A successful submit warns earlier, from 80 % of the bound, in
+    ``Task.backlog_warning``.
+    """
 
     default_code = "queue_full"
     default_status = 429
+    depth: Optional[int] = None
+    limit: Optional[int] = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: Optional[int] = None,
+        code: Optional[str] = None,
+        retry_after: Optional[float] = None,
+        depth: Optional[int] = None,
+        limit: Optional[int] = None,
+    ) -> None:
+        super().__init__(message, status=status, code=code, retry_after=retry_after)
+        self.depth = depth
+        self.limit = limit
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(message={self.message!r}, status={self.status!r}, "
+            f"code={self.code!r}, retry_after={self.retry_after!r}, depth={self.depth!r}, limit={self.limit!r})"
+        )
 
 
 class NoLeader(AxError):
@@ -265,16 +298,17 @@ def error_from_response(status: int, body: bytes, retry_after: Optional[float] =
     status, else :class:`AxError`."""
     code: Optional[str] = None
     message: Optional[str] = None
+    detail: Mapping[str, Any] = {}
     try:
         doc = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         doc = None
     if isinstance(doc, Mapping) and isinstance(doc.get("error"), Mapping):
-        err = doc["error"]
-        if isinstance(err.get("code"), str) and err["code"]:
-            code = err["code"]
-        if isinstance(err.get("message"), str):
-            message = err["message"]
+        detail = doc["error"]
+        if isinstance(detail.get("code"), str) and detail["code"]:
+            code = detail["code"]
+        if isinstance(detail.get("message"), str):
+            message = detail["message"]
     if message is None:
         text = body.decode("utf-8", "replace").strip()
         if len(text) > _ERROR_BODY_MAX_MESSAGE:
@@ -292,4 +326,14 @@ def error_from_response(status: int, body: bytes, retry_after: Optional[float] =
     # The code as sent: an unknown code is kept so callers can still branch
     # on it, and a missing one stays None.
     err.code = code
+    if isinstance(err, QueueFull):
+        err.depth = _count(detail.get("depth"))
+        err.limit = _count(detail.get("limit"))
     return err
+
+
+def _count(v: Any) -> Optional[int]:
+    """An integer of an error body (``error.depth``), ``None`` if it is not one."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        return None
+    return v

@@ -6,11 +6,12 @@ import base64
 import binascii
 import enum
 import json
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-from ._wire import Duration, format_duration, format_time, parse_duration, parse_time
+from ._wire import Duration, duration_to_ns, format_duration, format_time, parse_duration, parse_time
 from .errors import AxError, BadRequest
 
 __all__ = [
@@ -20,8 +21,11 @@ __all__ = [
     "TASK_TIMEOUT_DEFAULT",
     "MAX_ATTEMPTS_DEFAULT",
     "PAYLOAD_MAX_BYTES",
+    "EVERY_MIN",
+    "BACKOFF_DEFAULT",
     "State",
     "RawJSON",
+    "Backoff",
     "SubmitRequest",
     "Task",
     "TaskPage",
@@ -44,6 +48,8 @@ TASK_TIMEOUT_DEFAULT = timedelta(seconds=30)
 MAX_ATTEMPTS_DEFAULT = 4
 #: The sidecar's default limit on a payload: 1 MiB.
 PAYLOAD_MAX_BYTES = 1 << 20
+#: The shortest interval of an ``every`` schedule: one second.
+EVERY_MIN = timedelta(seconds=1)
 
 
 class State(str, enum.Enum):
@@ -116,6 +122,133 @@ class RawJSON:
         return hash(self.data)
 
 
+@dataclass(frozen=True)
+class Backoff:
+    """The retry backoff of a task's failed attempts: the n-th retry of a
+    run waits ``initial × multiplier^(n-1)``, at most ``max``, spread by
+    ± ``jitter`` (a fraction: 0.2 is ±20 %).
+
+    In a submit (``backoff=``), a field left ``None`` keeps the sidecar's
+    default for that field (:data:`BACKOFF_DEFAULT`: initial 2 s, max 30 s,
+    multiplier 2, jitter 0.2), and ``jitter=0`` asks for none::
+
+        client.submit("mail.send", payload, backoff=Backoff(initial=10, max=timedelta(minutes=10)))
+
+    A mapping with these keys is accepted too (``{"initial": 2, "jitter":
+    0}``). On the wire the durations are Go durations:
+    ``Backoff(2, 30, 2, 0.2)`` is sent as
+    ``{"initial":"2s","max":"30s","multiplier":2,"jitter":0.2}``.
+
+    In a :class:`Task`, every field is the value in force, the durations as
+    :class:`datetime.timedelta`.
+
+    Attributes:
+        initial: the wait before the first retry, > 0: a timedelta or
+            seconds.
+        max: bounds every wait, >= ``initial``: a timedelta or seconds.
+        multiplier: grows the wait after each retry, >= 1.
+        jitter: the random spread, from 0 to 1.
+    """
+
+    initial: Optional[Duration] = None
+    max: Optional[Duration] = None
+    multiplier: Optional[float] = None
+    jitter: Optional[float] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        """The ``backoff`` object of a submit: only the fields that are set.
+        Raises :class:`BadRequest` for a value the sidecar would refuse,
+        ``TypeError`` for a badly typed one."""
+        out: Dict[str, Any] = {}
+        initial = max_ = None
+        if self.initial is not None:
+            initial = duration_to_ns(self.initial, "backoff.initial")
+            if initial <= 0:
+                raise BadRequest(f"backoff.initial: must be > 0, got {format_duration(self.initial)}")
+            out["initial"] = format_duration(self.initial, "backoff.initial")
+        if self.max is not None:
+            max_ = duration_to_ns(self.max, "backoff.max")
+            if max_ <= 0:
+                raise BadRequest(f"backoff.max: must be > 0, got {format_duration(self.max)}")
+            out["max"] = format_duration(self.max, "backoff.max")
+        if initial is not None and max_ is not None and max_ < initial:
+            raise BadRequest(f"backoff.max: must be >= backoff.initial ({out['initial']}), got {out['max']}")
+        if self.multiplier is not None:
+            m = _number("backoff.multiplier", self.multiplier)
+            if not m >= 1:
+                raise BadRequest(f"backoff.multiplier: must be >= 1, got {m!r}")
+            out["multiplier"] = m
+        if self.jitter is not None:
+            j = _number("backoff.jitter", self.jitter)
+            if not 0 <= j <= 1:
+                raise BadRequest(f"backoff.jitter: must be from 0 to 1, got {j!r}")
+            out["jitter"] = j
+        return out
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]) -> "Backoff":
+        """A Backoff from a mapping with the keys ``initial``, ``max``,
+        ``multiplier`` and ``jitter`` (each optional). Unknown keys raise
+        :class:`BadRequest`."""
+        if not isinstance(m, Mapping):
+            raise TypeError(f"backoff: want an axsched.Backoff or a mapping, got {type(m).__name__}")
+        unknown = sorted(str(k) for k in m if k not in _BACKOFF_KEYS)
+        if unknown:
+            raise BadRequest(f"backoff: unknown key(s) {', '.join(unknown)}; known: {', '.join(_BACKOFF_KEYS)}")
+        return cls(**m)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Backoff":
+        """Read the ``backoff`` of a task view (Go durations). Raises
+        ``ValueError`` for a malformed one."""
+        try:
+            return cls(
+                initial=parse_duration(d["initial"]) if d.get("initial") is not None else None,
+                max=parse_duration(d["max"]) if d.get("max") is not None else None,
+                multiplier=float(d["multiplier"]) if d.get("multiplier") is not None else None,
+                jitter=float(d["jitter"]) if d.get("jitter") is not None else None,
+            )
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"backoff: {e}") from None
+
+
+_BACKOFF_KEYS = ("initial", "max", "multiplier", "jitter")
+
+#: The backoff the sidecar applies to a task submitted without ``backoff``,
+#: and the value of each field a :class:`Backoff` leaves ``None``. For
+#: reference: changing it changes nothing on the sidecar.
+BACKOFF_DEFAULT = Backoff(initial=timedelta(seconds=2), max=timedelta(seconds=30), multiplier=2.0, jitter=0.2)
+
+
+def _number(field_name: str, v: Any) -> Union[int, float]:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"{field_name}: want a number, got {type(v).__name__}")
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        raise BadRequest(f"{field_name}: must be a finite number, got {v!r}")
+    return v
+
+
+def _backoff(value: Union[Backoff, Mapping[str, Any]]) -> Backoff:
+    return value if isinstance(value, Backoff) else Backoff.from_mapping(value)
+
+
+def _labels(value: Any) -> Dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"labels: want a dict of str to str, got {type(value).__name__}")
+    out: Dict[str, str] = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"labels: want str keys and values, got {k!r}: {v!r}")
+        out[k] = v
+    return out
+
+
+def _str(field_name: str, v: Any) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"{field_name}: want a str, got {type(v).__name__}")
+    return v
+
+
 def _encode_payload(payload: Any) -> Optional[bytes]:
     """The JSON bytes of a payload, ``None`` for no payload."""
     if payload is None:
@@ -167,6 +300,34 @@ class SubmitRequest:
             ``DEAD``. Defaults to 4.
         overwrite: replace an existing task with the same id instead of
             raising :class:`Conflict`. Defaults to ``False``.
+        every: makes the task recurring at a fixed interval, without drift:
+            a timedelta or seconds, at least 1 second. Not with ``cron``.
+            Without ``delay`` or ``run_at`` the first run is one interval
+            after the submit (a ``delay`` of 0 counts as none).
+        cron: makes the task recurring on a cron schedule: 5 fields
+            (``"0 2 * * *"``), 6 with seconds, or a descriptor such as
+            ``"@daily"``. Not with ``every``. Without ``delay`` or
+            ``run_at`` the first run is the schedule's first slot after the
+            submit.
+        timezone: the IANA time zone of ``cron`` (``"Europe/Berlin"``);
+            UTC when ``None``. Only with ``cron``.
+        repeats: stop a recurring task after this many runs; 0 or ``None``
+            means no limit. Only with ``cron`` or ``every``.
+        until: no run of a recurring task after this aware datetime. Only
+            with ``cron`` or ``every``.
+        backoff: the retry backoff of failed attempts: a :class:`Backoff`
+            or a mapping with its keys; ``None`` keeps the sidecar's default
+            (:data:`BACKOFF_DEFAULT`).
+        route_key: routes the task's attempts by consistent hashing: the
+            tasks of one key go to the same node while the membership is
+            stable (at most 256 bytes).
+        labels: free-form ``str`` to ``str`` pairs kept with the task and
+            returned with it (at most 32, each key and value at most 256
+            bytes).
+
+    Every recurring run is a run of the same task (``Task.run``, the
+    callback's ``Ax-Run``) with its own attempts; the task is terminal only
+    after its last run.
     """
 
     handler: str
@@ -179,6 +340,14 @@ class SubmitRequest:
     timeout: Optional[Duration] = None
     max_attempts: Optional[int] = None
     overwrite: bool = False
+    every: Optional[Duration] = None
+    cron: Optional[str] = None
+    timezone: Optional[str] = None
+    repeats: Optional[int] = None
+    until: Optional[datetime] = None
+    backoff: Optional[Union[Backoff, Mapping[str, Any]]] = None
+    route_key: Optional[str] = None
+    labels: Optional[Mapping[str, str]] = None
 
     def encode(self) -> bytes:
         """The JSON body of ``POST /v1/tasks`` for this request. Raises
@@ -192,6 +361,8 @@ class SubmitRequest:
             raise BadRequest("give at most one of payload and payload_bytes")
         if self.delay is not None and self.run_at is not None:
             raise BadRequest("give at most one of delay and run_at")
+        if self.cron is not None and self.every is not None:
+            raise BadRequest("give at most one of cron and every")
         body: Dict[str, Any] = {}
         if self.id is not None:
             body["id"] = self.id
@@ -212,6 +383,26 @@ class SubmitRequest:
             body["max_attempts"] = _int("max_attempts", self.max_attempts)
         if self.overwrite:
             body["overwrite"] = True
+        if self.cron is not None:
+            body["cron"] = _str("cron", self.cron)
+        if self.timezone is not None:
+            body["timezone"] = _str("timezone", self.timezone)
+        if self.every is not None:
+            if duration_to_ns(self.every, "every") < duration_to_ns(EVERY_MIN):
+                raise BadRequest(f"every: must be at least 1s, got {format_duration(self.every, 'every')}")
+            body["every"] = format_duration(self.every, "every")
+        if self.repeats is not None:
+            if _int("repeats", self.repeats) < 0:
+                raise BadRequest(f"repeats: must not be negative (0 means no limit), got {self.repeats}")
+            body["repeats"] = self.repeats
+        if self.until is not None:
+            body["until"] = format_time(self.until, "until")
+        if self.backoff is not None:
+            body["backoff"] = _backoff(self.backoff).to_json()
+        if self.route_key is not None:
+            body["route_key"] = _str("route_key", self.route_key)
+        if self.labels is not None:
+            body["labels"] = _labels(self.labels)
         out = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         payload = _encode_payload(self.payload)
         if payload is None:
@@ -262,6 +453,26 @@ class Task:
         payload: the decoded JSON value when the payload was submitted as
             JSON, ``bytes`` when it was submitted as ``payload_bytes``,
             ``None`` without payload.
+        cron, timezone, every, repeats, until: the recurring schedule as
+            submitted (``every`` a timedelta, ``until`` an aware UTC
+            datetime); ``None`` (``repeats``: 0) for a one-off task.
+        run: the number of the current (or last) run, from 1: the
+            callback's ``Ax-Run``. A recurring task starts a run per slot;
+            :meth:`Client.retry` starts a new run. 0 when the sidecar does
+            not report it.
+        snoozes: busy answers (429/503, :class:`Snooze`) so far; they are
+            not attempts.
+        backoff: the task's retry backoff (a :class:`Backoff` of timedeltas)
+            when it was submitted with one, ``None`` for the sidecar's
+            default.
+        route_key, labels: as submitted (``labels`` is ``{}`` without).
+        backlog_warning: set on the task returned by :meth:`Client.submit`
+            and :meth:`Client.submit_batch` when the sidecar sent an
+            ``Ax-Backlog-Warning`` header: the handler's backlog (due runs
+            not yet delivered) is at 80 % of its bound or more, as
+            ``"depth/limit"`` (``"850/1000"``; :attr:`backlog` parses it).
+            Slow down before submits raise :class:`QueueFull`. ``None``
+            otherwise, and on tasks from :meth:`Client.get` and the like.
         raw: the task's JSON object as received, for fields this client
             does not know yet.
     """
@@ -282,12 +493,39 @@ class Task:
     updated_at: Optional[datetime] = None
     finished_at: Optional[datetime] = None
     payload: Any = None
+    cron: Optional[str] = None
+    timezone: Optional[str] = None
+    every: Optional[timedelta] = None
+    repeats: int = 0
+    until: Optional[datetime] = None
+    run: int = 0
+    snoozes: int = 0
+    backoff: Optional[Backoff] = None
+    route_key: Optional[str] = None
+    labels: Dict[str, str] = field(default_factory=dict)
+    backlog_warning: Optional[str] = field(default=None, compare=False)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def terminal(self) -> bool:
         """True once the task is SUCCESS, DEAD, FAILED or CANCELLED."""
         return isinstance(self.state, State) and self.state.terminal
+
+    @property
+    def recurring(self) -> bool:
+        """True for a task with a ``cron`` or ``every`` schedule."""
+        return bool(self.cron) or self.every is not None
+
+    @property
+    def backlog(self) -> Optional[Tuple[int, int]]:
+        """:attr:`backlog_warning` as ``(depth, limit)``, or ``None`` when
+        there is none (or it is malformed)."""
+        if not self.backlog_warning:
+            return None
+        depth, sep, limit = self.backlog_warning.strip().partition("/")
+        if not sep or not depth.isdigit() or not limit.isdigit():
+            return None
+        return int(depth), int(limit)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Task":
@@ -323,6 +561,13 @@ class Task:
                 raise ValueError(f"task {tid!r}: payload_base64: {e}") from None
         elif "payload" in d:
             payload = d["payload"]
+        backoff: Optional[Backoff] = None
+        if isinstance(d.get("backoff"), Mapping):
+            try:
+                backoff = Backoff.from_json(d["backoff"])
+            except ValueError as e:
+                raise ValueError(f"task {tid!r}: {e}") from None
+        labels = d.get("labels")
         return cls(
             id=tid,
             handler=str(d.get("handler", "")),
@@ -340,6 +585,16 @@ class Task:
             updated_at=when("updated_at"),
             finished_at=when("finished_at"),
             payload=payload,
+            cron=d.get("cron") or None,
+            timezone=d.get("timezone") or None,
+            every=dur("every"),
+            repeats=int(d.get("repeats") or 0),
+            until=when("until"),
+            run=int(d.get("run") or 0),
+            snoozes=int(d.get("snoozes") or 0),
+            backoff=backoff,
+            route_key=d.get("route_key") or None,
+            labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
             raw=dict(d),
         )
 

@@ -19,7 +19,6 @@ import logging
 import os
 import sys
 import threading
-import time
 
 import axsched
 
@@ -62,9 +61,7 @@ try:
     # 3. Wait for the callback, then for the sidecar to record the outcome.
     if not delivered.wait(args.delay + 60):
         sys.exit(f"no callback; did the worker register (see its log), or is the sidecar started with --executor 'order.timeout={worker.url}'?")
-    while not task.terminal:
-        time.sleep(0.1)
-        task = client.get(task.id)
+    task = client.wait(task.id, timeout=60)  # until SUCCESS, DEAD, FAILED or CANCELLED
     print(f"final: id={task.id} state={task.state} attempts={task.attempts}/{task.max_attempts} finished_at={task.finished_at}")
 finally:
     worker.stop()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 NOW = "2026-01-02T15:04:05.123Z"
+BACKOFF_DEFAULT = {"initial": "2s", "max": "30s", "multiplier": 2, "jitter": 0.2}
 
 
 @dataclass
@@ -77,6 +78,8 @@ class StubSidecar:
         self.executors: Dict[str, Dict[str, Any]] = {}
         self.batch_enabled = True
         self.executors_enabled = True
+        # Sent as Ax-Backlog-Warning with every successful submit when set.
+        self.backlog_warning: Optional[str] = None
         self.canned: List[Canned] = []
         self.lock = threading.Lock()
         self.on_request: Optional[Callable[[Recorded], None]] = None
@@ -188,7 +191,7 @@ class StubSidecar:
                              "suffrage": "Voter", "leader": True}],
             })
         if raw_path == "/v1/tasks" and m == "POST":
-            return self.submit(req.json())
+            return self.with_warning(self.submit(req.json()))
         if raw_path == "/v1/tasks" and m == "GET":
             return self.list(query)
         if raw_path == "/v1/tasks/batch" and m == "POST" and self.batch_enabled:
@@ -198,7 +201,7 @@ class StubSidecar:
                 status, _, data = self.submit(body)
                 doc = json.loads(data)
                 results.append({"status": status, **({"error": doc["error"]} if status >= 300 else {"task": doc})})
-            return self.ok({"results": results})
+            return self.with_warning(self.ok({"results": results}))
         if raw_path == "/v1/executors" and m == "GET" and self.executors_enabled:
             return self.ok({"executors": list(self.executors.values())})
         if raw_path == "/v1/executors" and m == "POST" and self.executors_enabled:
@@ -263,10 +266,20 @@ class StubSidecar:
             max_attempts=doc.get("max_attempts", 4), timeout=doc.get("timeout", "30s"),
             next_run_at=NOW, _spec=spec,
         )
-        for k in ("delay", "run_at", "payload", "payload_base64"):
+        for k in ("delay", "run_at", "payload", "payload_base64", "cron", "timezone", "every", "repeats", "until",
+                  "route_key", "labels"):
             if k in doc:
                 t[k] = doc[k]
+        if "backoff" in doc:  # the view has every field, the defaults filled in
+            t["backoff"] = {**BACKOFF_DEFAULT, **doc["backoff"]}
+        t.update(run=1, snoozes=0)
         return self.ok(self.view(t), 201)
+
+    def with_warning(self, answer: Tuple[int, Dict[str, str], bytes]) -> Tuple[int, Dict[str, str], bytes]:
+        status, headers, body = answer
+        if self.backlog_warning is not None and status < 300:
+            headers = {**headers, "Ax-Backlog-Warning": self.backlog_warning}
+        return status, headers, body
 
     def list(self, query: Dict[str, str]) -> Tuple[int, Dict[str, str], bytes]:
         ids = [i for i in self.order if i in self.tasks]

@@ -1,18 +1,24 @@
 import base64
+import inspect
 import json
+import logging
 import os
+import pickle
 import socket
 import sys
 import tempfile
 import threading
+import time
 import traceback
 import unittest
+import urllib.parse
 from datetime import datetime, timedelta, timezone
 from unittest import mock
 
 import axsched
 from axsched import (
     AxError,
+    Backoff,
     BadRequest,
     Client,
     Conflict,
@@ -172,6 +178,260 @@ class SubmitTest(ClientTestCase):
         self.assertEqual((e.status, e.code), (409, "conflict"))
         self.assertIn("another spec", e.message)
         self.client.submit("h", {"a": 2}, id="k", overwrite=True)
+
+
+class RecurringAndRoutingTest(ClientTestCase):
+    def test_submit_sends_the_recurring_and_routing_fields_and_parses_them_back(self):
+        until = datetime(2027, 1, 1, 1, 0, 0, tzinfo=timezone(timedelta(hours=1)))
+        task = self.client.submit(
+            "report.build",
+            id="r1",
+            every=timedelta(minutes=5),
+            repeats=3,
+            until=until,
+            backoff=Backoff(initial=2, max=30, multiplier=2, jitter=0.2),
+            route_key="customer-7",
+            labels={"tenant": "acme", "k\u00fc": "v\u00fc"},
+        )
+        self.assertEqual(
+            self.stub.requests[-1].json(),
+            {
+                "id": "r1",
+                "handler": "report.build",
+                "every": "5m0s",
+                "repeats": 3,
+                "until": "2027-01-01T00:00:00Z",
+                "backoff": {"initial": "2s", "max": "30s", "multiplier": 2, "jitter": 0.2},
+                "route_key": "customer-7",
+                "labels": {"tenant": "acme", "k\u00fc": "v\u00fc"},
+            },
+        )
+        self.assertIn(b'"backoff":{"initial":"2s","max":"30s","multiplier":2,"jitter":0.2}', self.stub.requests[-1].body)
+        self.assertEqual(task.every, timedelta(minutes=5))
+        self.assertTrue(task.recurring)
+        self.assertEqual((task.repeats, task.until), (3, until))
+        self.assertEqual(task.until.tzinfo, timezone.utc)
+        self.assertIsNone(task.cron)
+        self.assertEqual(task.backoff, Backoff(timedelta(seconds=2), timedelta(seconds=30), 2.0, 0.2))
+        self.assertEqual((task.route_key, task.labels), ("customer-7", {"tenant": "acme", "k\u00fc": "v\u00fc"}))
+        self.assertEqual((task.run, task.snoozes), (1, 0))
+        self.assertEqual(self.client.get("r1"), task)
+
+    def test_cron_and_timezone(self):
+        task = self.client.submit("nightly", cron="0 2 * * *", timezone="Europe/Berlin", delay=1.5)
+        self.assertEqual(
+            self.stub.requests[-1].json(),
+            {"handler": "nightly", "cron": "0 2 * * *", "timezone": "Europe/Berlin", "delay": "1.5s"},
+        )
+        self.assertEqual((task.cron, task.timezone, task.every, task.recurring), ("0 2 * * *", "Europe/Berlin", None, True))
+
+    def test_durations_and_partial_backoff(self):
+        for kw, want in (
+            (dict(every=1), {"every": "1s"}),
+            (dict(every=90.5), {"every": "1m30.5s"}),
+            (dict(every=timedelta(hours=1), repeats=0), {"every": "1h0m0s", "repeats": 0}),
+            (dict(backoff=Backoff(jitter=0)), {"backoff": {"jitter": 0}}),
+            (dict(backoff={"initial": timedelta(milliseconds=500), "multiplier": 1.5}),
+             {"backoff": {"initial": "500ms", "multiplier": 1.5}}),
+            (dict(backoff={}), {"backoff": {}}),
+            (dict(labels={}), {"labels": {}}),
+        ):
+            with self.subTest(kw=kw):
+                task = self.client.submit("h", **kw)
+                self.assertEqual(self.stub.requests[-1].json(), {"handler": "h", **want})
+                if "backoff" in kw:  # the view has every field: the defaults filled in
+                    self.assertIsInstance(task.backoff.initial, timedelta)
+                    self.assertEqual(task.backoff.max, timedelta(seconds=30))
+
+    def test_client_side_validation(self):
+        now = datetime.now(timezone.utc)
+        bad_request = [
+            dict(every=0.999),
+            dict(every=timedelta(0)),
+            dict(every=-5),
+            dict(every=5, cron="* * * * *"),
+            dict(every=5, repeats=-1),
+            dict(backoff={"initial": 1, "bogus": 2}),
+            dict(backoff=Backoff(initial=0)),
+            dict(backoff=Backoff(max=-1)),
+            dict(backoff=Backoff(initial=10, max=5)),
+            dict(backoff=Backoff(multiplier=0.5)),
+            dict(backoff=Backoff(jitter=1.5)),
+            dict(backoff=Backoff(jitter=-0.1)),
+            dict(backoff=Backoff(multiplier=float("nan"))),
+        ]
+        for kw in bad_request:
+            with self.subTest(kw=kw), self.assertRaises(BadRequest) as cm:
+                self.client.submit("h", **kw)
+            self.assertIsNone(cm.exception.status)
+        type_errors = [
+            dict(every="5m"),
+            dict(cron=5),
+            dict(every=5, repeats="3"),
+            dict(every=5, repeats=True),
+            dict(labels={"a": 1}),
+            dict(labels=[("a", "b")]),
+            dict(route_key=7),
+            dict(backoff=Backoff(initial="2s")),
+            dict(backoff=Backoff(multiplier="2")),
+            dict(backoff=5),
+            dict(every=5, until="2027-01-01T00:00:00Z"),
+        ]
+        for kw in type_errors:
+            with self.subTest(kw=kw), self.assertRaises(TypeError):
+                self.client.submit("h", **kw)
+        with self.assertRaises(ValueError):
+            self.client.submit("h", every=5, until=datetime(2027, 1, 1))  # naive
+        self.client.submit("h", every=5, until=now)  # aware: fine
+        self.assertEqual(len(self.stub.requests), 1)
+
+    def test_the_sidecar_checks_the_rest(self):
+        # timezone, repeats and until without a schedule: the sidecar says so.
+        self.stub.enqueue_error(400, "bad_request", "timezone: only with cron", method="POST")
+        with self.assertRaises(BadRequest) as cm:
+            self.client.submit("h", timezone="UTC")
+        self.assertEqual((cm.exception.status, self.stub.requests[-1].json()), (400, {"handler": "h", "timezone": "UTC"}))
+
+    def test_batch_items_take_the_new_fields(self):
+        res = self.client.submit_batch(
+            [
+                {"handler": "h", "every": 60, "backoff": {"initial": 10, "max": 600}, "labels": {"a": "b"}},
+                SubmitRequest("h", cron="@daily", timezone="Asia/Tokyo", route_key="k"),
+            ]
+        )
+        self.assertTrue(res.ok)
+        items = self.stub.requests[-1].json()["tasks"]
+        self.assertEqual(items[0], {"handler": "h", "every": "1m0s", "backoff": {"initial": "10s", "max": "10m0s"},
+                                    "labels": {"a": "b"}})
+        self.assertEqual(items[1], {"handler": "h", "cron": "@daily", "timezone": "Asia/Tokyo", "route_key": "k"})
+        self.assertEqual(res.tasks[0].every, timedelta(minutes=1))
+        self.assertEqual(res.tasks[1].timezone, "Asia/Tokyo")
+        with self.assertRaises(BadRequest) as cm:
+            self.client.submit_batch([{"handler": "h"}, {"handler": "h", "every": 0.5}])
+        self.assertIn("item 1: every", str(cm.exception))
+        with self.assertRaises(BadRequest) as cm:
+            self.client.submit_batch([{"handler": "h", "labels": {"a": 1}}])
+        self.assertIn("item 0: labels", str(cm.exception))
+
+    def test_task_view_of_an_older_sidecar(self):
+        t = axsched.Task.from_json({"id": "a", "handler": "h", "state": "WAITING"})
+        self.assertEqual(
+            (t.cron, t.timezone, t.every, t.repeats, t.until, t.run, t.snoozes, t.backoff, t.route_key, t.labels,
+             t.backlog_warning, t.backlog, t.recurring),
+            (None, None, None, 0, None, 0, 0, None, None, {}, None, None, False),
+        )
+        with self.assertRaises(ValueError):
+            axsched.Task.from_json({"id": "a", "handler": "h", "state": "WAITING", "every": "5 minutes"})
+        with self.assertRaises(ValueError):
+            axsched.Task.from_json({"id": "a", "handler": "h", "state": "WAITING", "backoff": {"initial": "x"}})
+
+    def test_backoff_default(self):
+        self.assertEqual(axsched.BACKOFF_DEFAULT.to_json(), {"initial": "2s", "max": "30s", "multiplier": 2.0, "jitter": 0.2})
+        self.assertEqual(Backoff().to_json(), {})
+        self.assertEqual(axsched.EVERY_MIN, timedelta(seconds=1))
+
+
+class BacklogTest(ClientTestCase):
+    def test_backlog_warning_of_a_submit(self):
+        task = self.client.submit("h")
+        self.assertIsNone(task.backlog_warning)
+        self.assertIsNone(task.backlog)
+        self.stub.backlog_warning = "850/1000"
+        task = self.client.submit("h", id="w")
+        self.assertEqual((task.backlog_warning, task.backlog), ("850/1000", (850, 1000)))
+        self.assertEqual(task, self.client.get("w"))  # not part of the task's state
+        self.assertIsNone(self.client.get("w").backlog_warning)
+        res = self.client.submit_batch([{"handler": "h"}, {"handler": "h", "id": "w"}])
+        self.assertEqual([t.backlog for t in res.tasks], [(850, 1000), (850, 1000)])
+        for bad in ("", "850", "a/b", "1/2/3"):
+            with self.subTest(warning=bad):
+                self.assertIsNone(axsched.Task("a", "h", State.WAITING, backlog_warning=bad).backlog)
+
+    def test_queue_full_has_depth_and_limit(self):
+        message = 'backlog of handler "order.timeout" is full: 5 due runs waiting for executors, the bound is 5; retry later'
+        body = json.dumps({"error": {"code": "queue_full", "message": message, "depth": 5, "limit": 5}}).encode()
+        self.stub.enqueue(429, body, {"Retry-After": "1"}, method="POST")
+        with self.assertRaises(QueueFull) as cm:
+            self.client.submit("order.timeout")
+        e = cm.exception
+        self.assertEqual((e.status, e.code, e.retry_after, e.depth, e.limit), (429, "queue_full", 1.0, 5, 5))
+        self.assertEqual(str(e), f"ax: {message} (queue_full, http 429, retry after 1s)")
+        self.assertIn("depth=5, limit=5", repr(e))
+        e2 = pickle.loads(pickle.dumps(e))
+        self.assertEqual((type(e2), e2.depth, e2.limit, e2.retry_after), (QueueFull, 5, 5, 1.0))
+        # the whole batch refused
+        self.stub.enqueue(429, body, {"Retry-After": "2"}, path="/v1/tasks/batch")
+        with self.assertRaises(QueueFull) as cm:
+            self.client.submit_batch([{"handler": "order.timeout"}])
+        self.assertEqual((cm.exception.depth, cm.exception.limit, cm.exception.retry_after), (5, 5, 2.0))
+        # one item refused
+        results = {"results": [{"status": 429, "error": {"code": "queue_full", "message": "full", "depth": 7, "limit": 7}}]}
+        self.stub.enqueue(200, json.dumps(results).encode(), path="/v1/tasks/batch")
+        res = self.client.submit_batch([{"handler": "order.timeout"}])
+        self.assertEqual((type(res.errors[0]), res.errors[0].depth, res.errors[0].limit), (QueueFull, 7, 7))
+
+    def test_queue_full_without_depth(self):
+        self.stub.enqueue_error(429, "queue_full", "full", method="POST")
+        with self.assertRaises(QueueFull) as cm:
+            self.client.submit("h")
+        self.assertEqual((cm.exception.depth, cm.exception.limit, cm.exception.retry_after), (None, None, None))
+        self.assertEqual((QueueFull("x").depth, QueueFull("x", depth=3, limit=4).limit), (None, 4))
+
+
+class WaitTest(ClientTestCase):
+    def finish_after(self, tid, gets, state="SUCCESS"):
+        """Make task tid terminal once it has been read ``gets`` times."""
+        seen = []
+
+        def hook(req):
+            if req.method == "GET" and req.path == "/v1/tasks/" + urllib.parse.quote(tid, safe=""):
+                seen.append(req)
+                if len(seen) == gets:
+                    self.stub.tasks[tid].update(state=state, finished_at=NOW)
+
+        self.stub.on_request = hook
+
+    def test_returns_the_terminal_task(self):
+        self.stub.put_task(id="order|42", state="RUNNING")
+        self.finish_after("order|42", 3)
+        task = self.client.wait("order|42")
+        self.assertEqual((task.id, task.state, task.terminal), ("order|42", State.SUCCESS, True))
+        self.assertEqual(self.stub.paths(), ["GET /v1/tasks/order%7C42"] * 3)
+        self.assertEqual(self.sleeps, [0.1, 0.1])
+        # already terminal: one read, no sleep
+        self.assertEqual(self.client.wait("order|42", timeout=0).state, State.SUCCESS)
+        self.assertEqual(len(self.sleeps), 2)
+        for state in ("DEAD", "FAILED", "CANCELLED"):
+            with self.subTest(state=state):
+                self.stub.put_task(id=state.lower(), state=state)
+                self.assertEqual(self.client.wait(state.lower(), poll=1).state, state)
+
+    def test_times_out(self):
+        self.client._sleep = time.sleep
+        self.stub.put_task(id="later", state="WAITING", next_run_at=NOW)
+        start = time.monotonic()
+        try:
+            self.client.wait("later", timeout=0.2, poll=0.05)
+        except TimeoutError as exc:
+            e = exc
+        else:
+            self.fail("no TimeoutError")
+        took = time.monotonic() - start
+        self.assertGreaterEqual(took, 0.2)
+        self.assertLess(took, 2)
+        self.assertEqual(str(e), "task 'later' is still WAITING after 0.2s")
+        self.assertEqual((e.task.id, e.task.state), ("later", State.WAITING))
+        self.assertGreaterEqual(len(self.stub.requests), 4)
+        self.assertEqual([f.name for f in traceback.extract_tb(e.__traceback__)], ["test_times_out", "wait"])
+
+    def test_errors_and_arguments(self):
+        with self.assertRaises(NotFound):
+            self.client.wait("nope")
+        for kw in (dict(poll=0), dict(poll=-1), dict(timeout=-1), dict(poll=True)):
+            with self.subTest(kw=kw), self.assertRaises(ValueError):
+                self.client.wait("x", **kw)
+        self.assertEqual(self.stub.paths(), ["GET /v1/tasks/nope"])
+
 
 
 class TaskCallsTest(ClientTestCase):
@@ -519,11 +779,13 @@ class UnavailableTest(unittest.TestCase):
         self.assertEqual((e.socket_path, e.errno, e.request_sent, e.status, e.code), (path, 2, False, None, None))
         self.assertIsInstance(e.cause, FileNotFoundError)
         # The traceback shows our one line, not http.client's internals:
-        # the test's frame, then the client method's.
+        # the test's frame, then one line named after the client method.
         text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
         self.assertNotIn("During handling", text)
         self.assertNotIn("http/client.py", text)
-        self.assertEqual(len(traceback.extract_tb(e.__traceback__)), 2, text)
+        frames = traceback.extract_tb(e.__traceback__)
+        self.assertEqual([f.name for f in frames], ["test_missing_socket", "submit"], text)
+        self.assertEqual(frames[1].line, "raise error")
         self.assertTrue(text.rstrip().endswith(f"axsched.Unavailable: {e}"), text)
 
     def test_default_relative_socket_in_message(self):
@@ -576,6 +838,107 @@ class UnavailableTest(unittest.TestCase):
         # pipe when it closed while the request was still being sent.
         self.assertTrue(str(cm.exception).startswith(f"ax: lost connection to sidecar at {path}: "), str(cm.exception))
         self.assertTrue(cm.exception.request_sent)
+
+    def capture_logs(self):
+        """Records of the "axsched" logger at INFO and above, until cleanup."""
+        records = []
+        logger = logging.getLogger("axsched")
+        handler = logging.Handler(logging.INFO)
+        handler.emit = records.append
+        old_level = logger.level
+        logger.setLevel(logging.INFO)
+        logger.addHandler(handler)
+        self.addCleanup(logger.setLevel, old_level)
+        self.addCleanup(logger.removeHandler, handler)
+        return records
+
+    def test_wait_ready_logs_once_while_the_socket_is_missing(self):
+        path = os.path.join(self.dir, "ax.sock")
+        records = self.capture_logs()
+        with self.assertRaises(Unavailable) as cm:
+            Client(path).wait_ready(timeout=0.3, interval=0.02)
+        self.assertEqual(cm.exception.errno, 2)
+        self.assertEqual(len(records), 1, [r.getMessage() for r in records])
+        r = records[0]
+        self.assertEqual((r.name, r.levelno), ("axsched", logging.INFO))
+        self.assertEqual(r.getMessage(), f"waiting up to 0.3s for the sidecar: its socket {path} does not exist yet")
+
+    def test_wait_ready_until_the_socket_appears(self):
+        path = os.path.join(self.dir, "ax.sock")
+        records = self.capture_logs()
+        stub = StubSidecar(path)
+        self.addCleanup(stub.stop)
+        timer = threading.Timer(0.2, stub.start)
+        timer.start()
+        self.addCleanup(timer.join)
+        start = time.monotonic()
+        with Client(path) as client:
+            client.wait_ready(timeout=10, interval=0.02)
+        self.assertGreaterEqual(time.monotonic() - start, 0.15)
+        self.assertEqual(len(records), 1)
+        self.assertIn(path, records[0].getMessage())
+
+    def test_wait_ready_does_not_log_when_the_socket_exists(self):
+        records = self.capture_logs()
+        with StubSidecar() as stub:
+            stub.enqueue_error(503, "not_ready", "catching up", path="/readyz", times=2)
+            with Client(stub.path) as client:
+                client.wait_ready(timeout=5, interval=0.01)
+        path = os.path.join(self.dir, "dead.sock")  # a stale socket: refused, not missing
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(path)
+        s.close()
+        with self.assertRaises(Unavailable):
+            Client(path).wait_ready(timeout=0.1, interval=0.02)
+        self.assertEqual(records, [])
+
+
+class TracebackTest(ClientTestCase):
+    """An uncaught error shows the caller's line and one line of the client,
+    named after the method, whatever the depth of the failure."""
+
+    def frames(self, call):
+        try:
+            call()
+        except AxError as exc:  # not assertRaises: it drops the traceback
+            e = exc
+        else:
+            self.fail("no AxError")
+        text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        frames = traceback.extract_tb(e.__traceback__)
+        # this test's frames (frames(), the lambda), then one of the client
+        self.assertEqual([f.filename for f in frames], [__file__, __file__, axsched.client.__file__], text)
+        self.assertEqual(frames[-1].line, "raise error")
+        self.assertNotIn("in _", text)  # no private method of the client
+        return frames[-1].name, e
+
+    def test_sidecar_errors(self):
+        self.assertEqual(self.frames(lambda: self.client.get("nope"))[0], "get")
+        self.stub.enqueue_error(429, "queue_full", "full", retry_after="1", method="POST")
+        self.assertEqual(self.frames(lambda: self.client.submit("h"))[0], "submit")
+        self.stub.enqueue_error(503, "not_ready", "x", path="/v1/tasks/batch")
+        self.assertEqual(self.frames(lambda: self.client.submit_batch([{"handler": "h"}]))[0], "submit_batch")
+        self.assertEqual(self.frames(lambda: self.client.wait("nope"))[0], "wait")
+        self.stub.enqueue_error(503, "not_ready", "x", path="/readyz", times=100)
+        self.client._sleep = time.sleep
+        self.assertEqual(self.frames(lambda: self.client.wait_ready(timeout=0.05, interval=0.01))[0], "wait_ready")
+
+    def test_client_side_errors(self):
+        name, e = self.frames(lambda: self.client.submit("h", every=0.5))
+        self.assertEqual((name, type(e)), ("submit", BadRequest))
+
+    def test_errors_while_listing(self):
+        self.stub.enqueue_error(503, "not_ready", "catching up", path="/v1/tasks")
+        self.assertEqual(self.frames(lambda: list(self.client.list()))[0], "list")
+
+    def test_methods_keep_their_names_and_signatures(self):
+        for name in ("submit", "submit_batch", "get", "cancel", "retry", "list_page", "wait", "wait_ready", "ready"):
+            with self.subTest(method=name):
+                fn = getattr(Client, name)
+                self.assertEqual((fn.__name__, fn.__qualname__, fn.__code__.co_name), (name, f"Client.{name}", name))
+                self.assertTrue(fn.__doc__)
+        self.assertIn("every", inspect.signature(Client.submit).parameters)
+        self.assertEqual(list(inspect.signature(Client.wait).parameters), ["self", "id", "timeout", "poll"])
 
 
 class ConnectionReuseTest(unittest.TestCase):

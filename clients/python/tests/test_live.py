@@ -13,9 +13,10 @@ import tempfile
 import threading
 import time
 import unittest
+from datetime import datetime, timedelta, timezone
 
 import axsched
-from axsched import Client, Permanent, State, Worker
+from axsched import Backoff, Client, Permanent, State, Worker
 
 AX_BIN = os.environ.get("AX_BIN")
 
@@ -26,33 +27,55 @@ def free_port():
         return s.getsockname()[1]
 
 
+class Sidecar:
+    """``ax dev`` in a temporary directory, with extra flags."""
+
+    def __init__(self, *flags):
+        self.dir = tempfile.mkdtemp(prefix="axlive-")
+        self.sock = os.path.join(self.dir, "ax.sock")
+        self.log = open(os.path.join(self.dir, "ax.log"), "wb")
+        self.proc = subprocess.Popen(
+            [
+                os.path.abspath(AX_BIN), "dev",
+                "--socket", self.sock,
+                "--data-dir", os.path.join(self.dir, "data"),
+                "--raft-addr", f"127.0.0.1:{free_port()}",
+                "--peer-addr", f"127.0.0.1:{free_port()}",
+                *flags,
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=self.dir,
+        )
+        self.client = Client(self.sock)
+        try:
+            self.client.wait_ready(timeout=30)
+        except Exception:
+            self.stop()
+            raise
+
+    def stop(self):
+        self.client.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 @unittest.skipUnless(AX_BIN, "set AX_BIN to an ax binary to run the tests against a live sidecar")
 class LiveSidecarTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="axlive-")
-        cls.sock = os.path.join(cls.dir, "ax.sock")
+        cls.worker = None
+        cls.dir = tempfile.mkdtemp(prefix="axlive-w-")
         cls.worker_sock = os.path.join(cls.dir, "worker.sock")
-        cls.log = open(os.path.join(cls.dir, "ax.log"), "wb")
-        cls.proc = subprocess.Popen(
-            [
-                os.path.abspath(AX_BIN), "dev",
-                "--socket", cls.sock,
-                "--data-dir", os.path.join(cls.dir, "data"),
-                "--raft-addr", f"127.0.0.1:{free_port()}",
-                "--peer-addr", f"127.0.0.1:{free_port()}",
-                "--executor", f"*=unix://{cls.worker_sock}",
-            ],
-            stdout=cls.log,
-            stderr=subprocess.STDOUT,
-            cwd=cls.dir,
-        )
-        cls.client = Client(cls.sock)
-        try:
-            cls.client.wait_ready(timeout=30)
-        except Exception:
-            cls.tearDownClass()
-            raise
+        cls.sidecar = Sidecar("--executor", f"*=unix://{cls.worker_sock}")
+        cls.sock = cls.sidecar.sock
+        cls.client = cls.sidecar.client
         cls.deliveries = {}
         cls.delivered = threading.Condition()
         cls.worker = Worker(socket_path=cls.sock, listen=cls.worker_sock, name="live")
@@ -71,29 +94,21 @@ class LiveSidecarTest(unittest.TestCase):
             record(d)
             raise Permanent("order does not exist")
 
+        @cls.worker.handler("live.every")
+        def every(d):
+            record(d)
+
         cls.worker.start()
 
     @classmethod
     def tearDownClass(cls):
-        if getattr(cls, "worker", None) is not None:
+        if cls.worker is not None:
             cls.worker.stop(timeout=5)
-        cls.client.close()
-        cls.proc.terminate()
-        try:
-            cls.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            cls.proc.kill()
-            cls.proc.wait()
-        cls.log.close()
+        cls.sidecar.stop()
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     def wait_terminal(self, tid, timeout=10.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            t = self.client.get(tid)
-            if t.terminal or time.monotonic() > deadline:
-                return t
-            time.sleep(0.02)
+        return self.client.wait(tid, timeout=timeout, poll=0.02)
 
     def test_submit_callback_success(self):
         tid = "order|42 \u00fc\u65e5\u672c@A/B"
@@ -170,11 +185,146 @@ class LiveSidecarTest(unittest.TestCase):
             w.stop(timeout=5)
         self.assertNotIn(w.name, {e["name"] for e in self.client.executors()})
 
+    def test_wait(self):
+        t = self.client.submit("order.timeout", {"order_id": 7}, delay=0.1)
+        done = self.client.wait(t.id, timeout=10)
+        self.assertEqual((done.id, done.state, done.terminal, done.run), (t.id, State.SUCCESS, True, 1))
+        later = self.client.submit("order.timeout", delay=3600)
+        with self.assertRaises(TimeoutError) as cm:
+            self.client.wait(later.id, timeout=0.2)
+        self.assertEqual(cm.exception.task.state, State.WAITING)
+        self.assertEqual(self.client.cancel(later.id).state, State.CANCELLED)
+        self.assertEqual(self.client.wait(later.id, timeout=0).state, State.CANCELLED)
+
+    def test_every_runs_first_one_interval_after_the_submit(self):
+        # What the README says: no delay and no run_at means the first run is
+        # one interval after the submit (the sidecar's first slot), not now;
+        # a delay of 0 counts as none.
+        for kw in ({}, {"delay": 0}):
+            with self.subTest(**kw):
+                t = self.client.submit("live.every", every=2, **kw)
+                self.assertEqual((t.every, t.recurring, t.run, t.snoozes), (timedelta(seconds=2), True, 1, 0))
+                first = (t.next_run_at - t.created_at).total_seconds()
+                self.assertAlmostEqual(first, 2.0, delta=0.1)
+                self.client.cancel(t.id)
+        # a delay or a run_at sets the first run
+        t = self.client.submit("live.every", every=10, delay=0.5)
+        self.assertAlmostEqual((t.next_run_at - t.created_at).total_seconds(), 0.5, delta=0.1)
+        self.client.cancel(t.id)
+        now = datetime.now(timezone.utc)
+        t = self.client.submit("live.every", every=10, run_at=now)
+        self.assertLess(abs((t.next_run_at - now).total_seconds()), 0.01)
+        self.client.cancel(t.id)
+
+    def test_every_with_repeats_runs_each_slot(self):
+        t = self.client.submit("live.every", {"n": 1}, every=1, repeats=2, delay=0.05)
+        done = self.client.wait(t.id, timeout=15)
+        self.assertEqual((done.state, done.run, done.repeats), (State.SUCCESS, 2, 2))
+        self.assertEqual([d.run for d in self.deliveries[t.id]], [1, 2])
+
+    def test_recurring_and_routing_fields_round_trip(self):
+        until = datetime(2030, 1, 1, tzinfo=timezone.utc)
+        kw = dict(
+            cron="0 2 * * *",
+            timezone="Europe/Berlin",
+            repeats=3,
+            until=until,
+            backoff=Backoff(initial=1, max=timedelta(minutes=1), multiplier=3, jitter=0),
+            route_key="customer-7",
+            labels={"tenant": "acme", "k\u00fc": "\u65e5\u672c"},
+        )
+        t = self.client.submit("live.cron", id="cron-1", **kw)
+        got = self.client.get("cron-1")
+        for task in (t, got):
+            self.assertEqual((task.cron, task.timezone, task.repeats, task.until), ("0 2 * * *", "Europe/Berlin", 3, until))
+            self.assertEqual(task.backoff, Backoff(timedelta(seconds=1), timedelta(minutes=1), 3.0, 0.0))
+            self.assertEqual((task.route_key, task.labels), ("customer-7", {"tenant": "acme", "k\u00fc": "\u65e5\u672c"}))
+            self.assertTrue(task.recurring)
+            self.assertIsNone(task.every)
+        self.assertEqual(t.next_run_at.minute, 0)
+        # the same spec again is the same task; another one conflicts
+        self.assertEqual(self.client.submit("live.cron", id="cron-1", **kw).id, "cron-1")
+        with self.assertRaises(axsched.Conflict):
+            self.client.submit("live.cron", id="cron-1", **{**kw, "labels": {"tenant": "other"}})
+        self.client.cancel("cron-1")
+        # a partial backoff keeps the other defaults
+        t = self.client.submit("live.cron", delay=3600, backoff={"jitter": 0})
+        self.assertEqual(t.backoff, Backoff(timedelta(seconds=2), timedelta(seconds=30), 2.0, 0.0))
+        self.client.cancel(t.id)
+        # what only the sidecar checks
+        for bad, field in ((dict(timezone="UTC"), "timezone"), (dict(repeats=2), "repeats"),
+                           (dict(cron="not a cron"), "cron"), (dict(cron="@daily", timezone="Mars/Olympus"), "cron")):
+            with self.subTest(**bad), self.assertRaises(axsched.BadRequest) as cm:
+                self.client.submit("live.cron", **bad)
+            self.assertEqual((cm.exception.status, cm.exception.code), (400, "bad_request"))
+            self.assertIn(field, cm.exception.message)
+
+    def test_crashed_app_registration_is_skipped(self):
+        # A registration whose app died without unregistering (nobody
+        # listens at its URL) is skipped for the next executor of the
+        # handler, within the same attempt.
+        self.client.register_executor("crashed-app", ["live.crashed"], "unix://" + os.path.join(self.dir, "gone.sock"))
+        self.addCleanup(self.client.unregister_executor, "crashed-app")
+        got = []
+        w = Worker(socket_path=self.sock, listen=os.path.join(self.dir, "alive.sock"))
+        w.handle("live.crashed", lambda d: got.append(d.task_id))
+        w.start()
+        self.addCleanup(w.stop, 5)
+        names = [e["name"] for e in self.client.executors()]
+        self.assertLess(names.index("crashed-app"), names.index(w.name))  # tried first
+        t = self.client.submit("live.crashed")
+        done = self.client.wait(t.id, timeout=10)
+        self.assertEqual((done.state, done.attempts), (State.SUCCESS, 1))
+        self.assertEqual(got, [t.id])
+
     def test_cluster_and_ready(self):
         self.client.ready()
         info = self.client.cluster()
         self.assertEqual(info.leader, info.node_id)
         self.assertEqual(len(info.members), 1)
+
+
+
+@unittest.skipUnless(AX_BIN, "set AX_BIN to an ax binary to run the tests against a live sidecar")
+class LiveBacklogTest(unittest.TestCase):
+    """A sidecar with --backlog-limit 5 and no executor: due runs pile up."""
+
+    LIMIT = 5
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sidecar = Sidecar("--backlog-limit", str(cls.LIMIT))
+        cls.client = cls.sidecar.client
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sidecar.stop()
+
+    def test_warning_then_queue_full(self):
+        warnings = []
+        for _ in range(4 * self.LIMIT):
+            try:
+                t = self.client.submit("bp.full")
+            except axsched.QueueFull as exc:
+                e = exc
+                break
+            if t.backlog_warning is not None:
+                warnings.append(t.backlog)
+        else:
+            self.fail(f"no QueueFull after {4 * self.LIMIT} submits")
+        # From 80 % of the bound a successful submit warns.
+        self.assertTrue(warnings, "no Ax-Backlog-Warning before the 429")
+        self.assertTrue(all(limit == self.LIMIT and depth >= 0.8 * limit for depth, limit in warnings), warnings)
+        self.assertEqual((e.status, e.code, e.limit), (429, "queue_full", self.LIMIT))
+        self.assertGreaterEqual(e.depth, self.LIMIT)
+        self.assertGreaterEqual(e.retry_after, 1)
+        self.assertTrue(str(e).endswith(f" (queue_full, http 429, retry after {e.retry_after:g}s)"), str(e))
+        # A batch for the full handler is refused as a whole.
+        with self.assertRaises(axsched.QueueFull) as cm:
+            self.client.submit_batch([{"handler": "bp.full"}, {"handler": "bp.other"}])
+        self.assertEqual((cm.exception.status, cm.exception.limit), (429, self.LIMIT))
+        # The bound is on due runs: a task due later is still taken.
+        self.assertEqual(self.client.submit("bp.full", delay=3600).state, State.WAITING)
 
 
 if __name__ == "__main__":
