@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
-
-	"github.com/axsched/ax/internal/axapi"
 )
 
 // Adaptive limits the burst workload asks for (issue 5: min 4, max 200).
@@ -27,13 +25,18 @@ type BurstConfig struct {
 	Count int
 	// Work is how long the executor takes per callback.
 	Work time.Duration
-	// Limits are the runs: a number is a fixed per-executor limit (a fresh
-	// node with --delivery-concurrency N); "adaptive" registers the
-	// executor through the API with min_concurrency 4 and max_concurrency
-	// 200. Against a running cluster there is one run, "target".
+	// Limits are the runs, each on a fresh node: a number N is a fixed
+	// per-executor limit (--delivery-min-concurrency N
+	// --delivery-concurrency N: the adaptive limiter pinned at N);
+	// "adaptive" is the adaptive limiter between 4 and 200
+	// (--delivery-min-concurrency 4 --delivery-concurrency 200). Against
+	// a running cluster there is one run, "target", with its own limits.
 	Limits []string
 	// Batch is the number of tasks per POST /v1/tasks/batch.
 	Batch int
+	// Trace, if set, receives the executor gauges of every run sampled
+	// every 100 ms, as CSV (see writeLimitTrace).
+	Trace io.Writer
 }
 
 // BurstRun is one row of the burst report.
@@ -56,6 +59,11 @@ type BurstRun struct {
 	Errors     int      `json:"errors"`
 	Samples    []string `json:"error_samples,omitempty"`
 	TimedOut   bool     `json:"timed_out"`
+	// Limiter summarizes the node's executor gauges during the run (nodes
+	// the bench started only).
+	Limiter *LimiterSummary `json:"limiter,omitempty"`
+	// Trace is the readings behind Limiter.
+	Trace []LimitSample `json:"-"`
 }
 
 // BurstReport is the result of the burst workload.
@@ -108,16 +116,15 @@ func RunBurst(ctx context.Context, opts Options, cfg BurstConfig) (*BurstReport,
 		limits = []string{"target"}
 		rep.Notes = append(rep.Notes, "one run with the running cluster's own limits (--limits needs nodes the bench starts)")
 	}
-	adaptive := false
 	for _, l := range limits {
 		var ec envConfig
 		switch l {
 		case "adaptive":
-			adaptive = true
-			ec.register = &axapi.ExecutorSpec{Name: ExecutorName, Handlers: []string{"*"}, MinConcurrency: adaptiveMin, MaxConcurrency: adaptiveMax}
+			ec.nodeArgs = limitArgs(adaptiveMin, adaptiveMax)
 		case "target":
 		default:
-			ec.nodeArgs = []string{"--delivery-concurrency", l}
+			n, _ := strconv.Atoi(l)
+			ec.nodeArgs = limitArgs(n, n)
 		}
 		run, err := runBurstOnce(ctx, &opts, cfg, l, ec)
 		if err != nil {
@@ -125,12 +132,21 @@ func RunBurst(ctx context.Context, opts Options, cfg BurstConfig) (*BurstReport,
 		}
 		rep.Runs = append(rep.Runs, *run)
 	}
-	if adaptive {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("adaptive: the executor was registered with min_concurrency %d, max_concurrency %d; a sidecar without an adaptive limiter runs it at the fixed max", adaptiveMin, adaptiveMax))
-	} else if len(opts.Sockets) == 0 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("TODO adaptive: not run; this sidecar's per-executor limit is fixed (--delivery-concurrency); once the adaptive limiter of issue 5 exists, add it with --limits %s,adaptive (min %d, max %d)", strings.Join(limits, ","), adaptiveMin, adaptiveMax))
+	if cfg.Trace != nil {
+		if err := writeLimitTrace(cfg.Trace, rep.Runs); err != nil {
+			return nil, fmt.Errorf("burst: writing the trace: %w", err)
+		}
+	}
+	if len(opts.Sockets) == 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("fixed N: ax sidecar --delivery-min-concurrency N --delivery-concurrency N; adaptive: --delivery-min-concurrency %d --delivery-concurrency %d (the per-executor adaptive limiter)", adaptiveMin, adaptiveMax))
 	}
 	return rep, nil
+}
+
+// limitArgs are the node flags of a per-executor limit between lo and hi
+// (lo = hi: a fixed limit).
+func limitArgs(lo, hi int) []string {
+	return []string{"--delivery-min-concurrency", strconv.Itoa(lo), "--delivery-concurrency", strconv.Itoa(hi)}
 }
 
 func runBurstOnce(ctx context.Context, opts *Options, cfg BurstConfig, limit string, ec envConfig) (*BurstRun, error) {
@@ -157,6 +173,10 @@ func runBurstOnce(ctx context.Context, opts *Options, cfg BurstConfig, limit str
 	}
 	close(batches)
 	first := time.Now()
+	var sampler *limitSampler
+	if e.cl != nil {
+		sampler = startLimitSampler(ctx, e.callers[0], first)
+	}
 	bar := startProgress(opts.Progress, "burst "+limit, func() (float64, string) {
 		got := rec.recv.Load()
 		return float64(got) / float64(cfg.Count), fmt.Sprintf("back %d/%d · in flight %d (peak %d) · %s",
@@ -241,6 +261,10 @@ func runBurstOnce(ctx context.Context, opts *Options, cfg BurstConfig, limit str
 	}
 	tick.Stop()
 	bar.Stop()
+	var trace []LimitSample
+	if sampler != nil {
+		trace = sampler.stop()
+	}
 
 	r := &BurstRun{Limit: limit, Submitted: int(submitted.Load()), PeakFlight: int(e.exec.peak.Load()),
 		Duplicates: int(rec.dups.Load()), MaxAttempt: int(rec.maxAtt.Load()), Errors: errs.n + int(rec.other.Load()), Samples: errs.samples, TimedOut: timedOut}
@@ -272,6 +296,10 @@ func runBurstOnce(ctx context.Context, opts *Options, cfg BurstConfig, limit str
 		end := lastCb + int64(cfg.Work)
 		r.Makespan = Millis(time.Duration(end - first.UnixNano()))
 		r.Throughput = rate(r.Received, time.Duration(end-first.UnixNano()))
+	}
+	if sampler != nil {
+		r.Trace = trace
+		r.Limiter = summarizeLimits(trace, meanCallback(ctx, e.callers[0], handler), r.Received)
 	}
 	return r, nil
 }
@@ -308,7 +336,38 @@ func (r *BurstReport) Print(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w, "  makespan: first submit → last callback done; bound: count × work ÷ limit; lateness: due → callback received")
+	r.printLimiter(w)
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "  %s\n", n)
 	}
+}
+
+// printLimiter writes where each run's time went at the node: how fast the
+// limit reached its peak, how often it dipped while attempts were queued,
+// and how long a callback held its slot.
+func (r *BurstReport) printLimiter(w io.Writer) {
+	has := false
+	for _, run := range r.Runs {
+		has = has || run.Limiter != nil
+	}
+	if !has {
+		return
+	}
+	fmt.Fprintln(w, "where the time went (node gauges every 100 ms):")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "limit\tpeak limit\tramp to peak\tdips\tlowest after ramp\tmean limit\tmean in-flight\tmean callback\tcount × callback ÷ peak")
+	for _, run := range r.Runs {
+		l := run.Limiter
+		if l == nil {
+			continue
+		}
+		name := run.Limit
+		if _, err := strconv.Atoi(name); err == nil {
+			name = "fixed " + name
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%.0f\t%.0f\t%s\t%s\n", name, l.Peak, fmtDur(time.Duration(l.Ramp)), l.Dips, l.Lowest,
+			l.MeanLimit, l.MeanInFlight, fmtDur(time.Duration(l.Callback)), fmtDur(time.Duration(l.SlotBound)))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "  mean limit / in-flight: over the readings with attempts queued at the node; mean callback: ax_attempt_duration_seconds (work + HTTP round trip + host scheduling)")
 }

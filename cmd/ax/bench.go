@@ -1,18 +1,25 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/axsched/ax/bench"
+	ax "github.com/axsched/ax/clients/go"
+	"github.com/axsched/ax/internal/axapi"
 )
 
 // benchFlags are the flags every `ax bench` workload shares.
@@ -23,6 +30,7 @@ type benchFlags struct {
 	json           bool
 	noProgress     bool
 	keepData       bool
+	keepTasks      bool
 	nodeLogLevel   string
 	nodeArgs       []string
 	seed           uint64
@@ -36,6 +44,7 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.json, "json", false, "print the report as JSON")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar (there is none when stderr is not a terminal)")
 	fl.BoolVar(&f.keepData, "keep-data", false, "keep the started nodes' data and logs, and print where")
+	fl.BoolVar(&f.keepTasks, "keep-tasks", false, "with --socket: leave the bench's tasks that are still WAITING on the cluster (by default they are cancelled at the end)")
 	fl.StringVar(&f.nodeLogLevel, "node-log-level", "warn", "--log-level of the nodes the bench starts")
 	fl.StringArrayVar(&f.nodeArgs, "node-arg", nil, "extra argument for every node the bench starts, e.g. --node-arg=--fire-lead=100ms (repeatable)")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the random delays (0: random)")
@@ -46,9 +55,12 @@ func (f *benchFlags) options(cmd *cobra.Command) (bench.Options, error) {
 	o := bench.Options{
 		Nodes: f.nodes, Sockets: f.sockets, ExecutorListen: f.executorListen,
 		KeepData: f.keepData, NodeLogLevel: f.nodeLogLevel, NodeArgs: f.nodeArgs,
-		Notes: cmd.ErrOrStderr(), Seed: f.seed,
+		Notes: &noteFilter{w: cmd.ErrOrStderr(), dropDataDir: !f.keepData}, Seed: f.seed,
 	}
 	if len(f.sockets) == 0 {
+		if f.keepTasks {
+			return o, usagef("--keep-tasks goes with --socket (the nodes the bench starts are removed with their tasks)")
+		}
 		if f.nodes != 1 && f.nodes != 3 {
 			return o, usagef("--nodes %d: want 1 or 3", f.nodes)
 		}
@@ -66,6 +78,9 @@ func (f *benchFlags) options(cmd *cobra.Command) (bench.Options, error) {
 		}
 		if !strings.HasPrefix(f.executorListen, "unix:///") {
 			return o, usagef("--socket needs --executor-listen unix:///abs/path.sock: where the bench's executor listens")
+		}
+		if f.keepData {
+			return o, usagef("--keep-data is about the nodes the bench starts; with --socket it starts none")
 		}
 	}
 	if !f.noProgress && isTerminal(cmd.ErrOrStderr()) {
@@ -96,21 +111,24 @@ func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 
 func benchCmd() *cobra.Command {
 	var f benchFlags
-	cmd := &cobra.Command{
+	cmd := groupCmd(&cobra.Command{
 		Use:   "bench",
 		Short: "Measure ax on the seed workloads: delayed, burst, throughput",
 		Long: `Run a workload against a cluster the bench starts (--nodes 1 or 3, on
-127.0.0.1 with free ports, data in a temporary directory removed afterwards)
-or against a running one (--socket with --executor-listen). The bench serves
-its own executor, which records when each callback arrives, prints a
-progress bar on stderr while it runs and a report at the end (--json for a
-machine-readable one).`,
+127.0.0.1 with free ports, data in a temporary directory removed afterwards
+unless --keep-data) or against a running one (--socket with
+--executor-listen). The bench serves its own executor, which records when
+each callback arrives, prints a progress bar on stderr while it runs and a
+report at the end (--json for a machine-readable one).
+
+Against a running cluster the bench's tasks (handlers ax-bench.*) stay in
+its task list; at the end the bench cancels those of the run that are still
+WAITING (the throughput workload's are due in 24h), unless --keep-tasks.`,
 		Example: `  ax bench delayed --count 50000 --spread 1s-60s --nodes 3
-  ax bench burst --limits 32,128
+  ax bench burst --limits 32,128,adaptive
   ax bench throughput --nodes 3 --clients 16 --duration 10s
   ax bench delayed --socket ./ax.sock --executor-listen unix:///tmp/axb.sock --count 1000 --spread 1s-10s`,
-		Args: noArgs,
-	}
+	})
 	f.register(cmd)
 	cmd.AddCommand(benchDelayedCmd(&f), benchBurstCmd(&f), benchThroughputCmd(&f))
 	return cmd
@@ -155,12 +173,17 @@ Exit code 1 when any task was early, expired or lost.`,
 			}
 			ctx, cancel := signalContext(cmd)
 			defer cancel()
+			start := time.Now()
 			rep, err := bench.RunDelayed(ctx, opts, cfg)
+			cerr := cleanupTarget(cmd, f, "delayed", start)
 			if err != nil {
 				return benchError(err)
 			}
 			if err := printReport(cmd, f, rep, rep.Print); err != nil {
 				return err
+			}
+			if cerr != nil {
+				return cerr
 			}
 			if !rep.Pass {
 				return fmt.Errorf("bench delayed failed: %d early, %d expired, %d missing of %d submitted (%d not submitted), %d errors",
@@ -196,17 +219,18 @@ func parseSpread(s string) (time.Duration, time.Duration, error) {
 func benchBurstCmd(f *benchFlags) *cobra.Command {
 	var count, batch int
 	var work time.Duration
-	var limits string
+	var limits, trace string
 	cmd := &cobra.Command{
 		Use:   "burst",
 		Short: "Seed 004: N tasks due at once on one node, slow callbacks; makespan per delivery limit",
 		Long: `Submit --count tasks due now to one node whose executor takes --work per
-callback, once per --limits entry, each on a fresh node: a number is a fixed
-per-executor limit (ax sidecar --delivery-concurrency N); "adaptive"
-registers the executor through the API with min_concurrency 4 and
-max_concurrency 200. The report is a table: makespan (first submit → last
-callback done) against its bound (count × work ÷ limit), p50/p99 lateness
-(due → callback received) and the peak in-flight at the executor.`,
+callback, once per --limits entry, each on a fresh node: a number N is a
+fixed per-executor limit (ax sidecar --delivery-min-concurrency N
+--delivery-concurrency N); "adaptive" is the adaptive limiter between 4 and
+200 (--delivery-min-concurrency 4 --delivery-concurrency 200). The report is
+a table: makespan (first submit → last callback done) against its bound
+(count × work ÷ limit), p50/p99 lateness (due → callback received) and the
+peak in-flight at the executor.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ls, err := bench.ParseLimits(limits)
@@ -223,19 +247,34 @@ callback done) against its bound (count × work ÷ limit), p50/p99 lateness
 			if err != nil {
 				return err
 			}
+			cfg := bench.BurstConfig{Count: count, Work: work, Limits: ls, Batch: batch}
+			if trace != "" {
+				tf, err := os.Create(trace)
+				if err != nil {
+					return err
+				}
+				defer tf.Close()
+				cfg.Trace = tf
+			}
 			ctx, cancel := signalContext(cmd)
 			defer cancel()
-			rep, err := bench.RunBurst(ctx, opts, bench.BurstConfig{Count: count, Work: work, Limits: ls, Batch: batch})
+			start := time.Now()
+			rep, err := bench.RunBurst(ctx, opts, cfg)
+			cerr := cleanupTarget(cmd, f, "burst", start)
 			if err != nil {
 				return benchError(err)
 			}
-			return printReport(cmd, f, rep, rep.Print)
+			if err := printReport(cmd, f, rep, rep.Print); err != nil {
+				return err
+			}
+			return cerr
 		},
 	}
 	cmd.Flags().IntVar(&count, "count", 20000, "number of tasks")
 	cmd.Flags().DurationVar(&work, "work", 80*time.Millisecond, "how long the executor takes per callback")
-	cmd.Flags().StringVar(&limits, "limits", "32,128", "runs, comma-separated: fixed limits and/or adaptive")
+	cmd.Flags().StringVar(&limits, "limits", "32,128,adaptive", "runs, comma-separated: fixed limits N (min = max = N) and/or adaptive (min 4, max 200)")
 	cmd.Flags().IntVar(&batch, "batch", 500, "tasks per POST /v1/tasks/batch")
+	cmd.Flags().StringVar(&trace, "trace", "", "write the node's executor limit, in-flight and queue, sampled every 100ms, as CSV (run,at_ms,limit,in_flight,queue) to this file")
 	return cmd
 }
 
@@ -261,11 +300,23 @@ meanwhile. The report gives tasks/s, requests/s and the latency of a request
 			}
 			ctx, cancel := signalContext(cmd)
 			defer cancel()
+			start := time.Now()
 			rep, err := bench.RunThroughput(ctx, opts, bench.ThroughputConfig{Clients: clients, Duration: duration, Batch: batch})
+			cerr := cleanupTarget(cmd, f, "throughput", start)
 			if err != nil {
 				return benchError(err)
 			}
-			return printReport(cmd, f, rep, rep.Print)
+			if len(f.sockets) > 0 && !f.keepTasks {
+				for i, n := range rep.Notes {
+					if strings.HasPrefix(n, "the submitted tasks (handler ") {
+						rep.Notes[i] = fmt.Sprintf("the submitted tasks (handler %sthroughput) stay in the cluster's task list, cancelled (--keep-tasks: left WAITING)", bench.HandlerPrefix)
+					}
+				}
+			}
+			if err := printReport(cmd, f, rep, rep.Print); err != nil {
+				return err
+			}
+			return cerr
 		},
 	}
 	cmd.Flags().IntVar(&clients, "clients", 16, "concurrent clients")
@@ -281,6 +332,128 @@ func printReport(cmd *cobra.Command, f *benchFlags, rep any, print func(io.Write
 	}
 	print(cmd.OutOrStdout())
 	return nil
+}
+
+// noteFilter passes the bench's notes on, without the location of the
+// nodes' data when the bench removes it afterwards (it is only worth
+// printing with --keep-data, and the bench prints it again then).
+type noteFilter struct {
+	w           io.Writer
+	dropDataDir bool
+	mu          sync.Mutex
+	buf         []byte
+}
+
+// dataDirNote is the part of a note that names the nodes' directory.
+var dataDirNote = regexp.MustCompile(` \(data and logs in [^)]*\)`)
+
+func (n *noteFilter) Write(p []byte) (int, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.buf = append(n.buf, p...)
+	for {
+		i := bytes.IndexByte(n.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := n.buf[:i+1]
+		if n.dropDataDir {
+			line = dataDirNote.ReplaceAll(line, nil)
+		}
+		if _, err := n.w.Write(line); err != nil {
+			return len(p), err
+		}
+		n.buf = n.buf[i+1:]
+	}
+}
+
+// cleanupTarget cancels, after a run against a running cluster (--socket),
+// the run's tasks that are still WAITING: tasks of the workload's handler,
+// with a bench id, created since the run started. Without --socket, or with
+// --keep-tasks, it does nothing. Ctrl-C stops it.
+func cleanupTarget(cmd *cobra.Command, f *benchFlags, workload string, since time.Time) error {
+	if len(f.sockets) == 0 || f.keepTasks {
+		return nil
+	}
+	ctx, cancel := signalContext(cmd)
+	defer cancel()
+	handler := bench.HandlerPrefix + workload
+	n, err := cancelWaiting(ctx, f.sockets[0], handler, since.Add(-time.Minute), cmd.ErrOrStderr())
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintf(cmd.ErrOrStderr(), "ax bench: interrupted: cancelled %d tasks; the rest of the run's tasks of handler %s stay WAITING\n", n, handler)
+		return nil
+	case err != nil:
+		return fmt.Errorf("bench: cancel the run's waiting tasks of handler %s (%d cancelled): %w", handler, n, err)
+	case n > 0:
+		fmt.Fprintf(cmd.ErrOrStderr(), "ax bench: cancelled the run's %d tasks of handler %s still WAITING (--keep-tasks leaves them)\n", n, handler)
+	}
+	return nil
+}
+
+// benchIDPrefix starts the id of every task the bench submits.
+const benchIDPrefix = "axb"
+
+// cancelWaiting cancels the WAITING tasks of handler with a bench id
+// created at since or later, and returns how many it cancelled.
+func cancelWaiting(ctx context.Context, socket, handler string, since time.Time, notes io.Writer) (int, error) {
+	c := axapi.New(socket, requestTimeout)
+	defer c.Close()
+	var ids []string
+	for cursor := ""; ; {
+		p, err := c.List(ctx, axapi.ListQuery{Handler: handler, State: string(ax.StateWaiting), Limit: axapi.ListLimitMax, Cursor: cursor})
+		if err != nil {
+			return 0, err
+		}
+		for _, t := range p.Tasks {
+			if strings.HasPrefix(t.ID, benchIDPrefix) && !t.CreatedAt.Before(since) {
+				ids = append(ids, t.ID)
+			}
+		}
+		if cursor = p.NextCursor; cursor == "" {
+			break
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	if len(ids) > 1000 && notes != nil {
+		fmt.Fprintf(notes, "ax bench: cancelling the run's %d tasks of handler %s still WAITING (Ctrl-C leaves them)\n", len(ids), handler)
+	}
+	const workers = 16
+	var (
+		next, done atomic.Int64
+		mu         sync.Mutex
+		firstErr   error
+		wg         sync.WaitGroup
+	)
+	for range min(workers, len(ids)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(ids) || ctx.Err() != nil {
+					return
+				}
+				_, err := c.Cancel(ctx, ids[i])
+				switch {
+				case err == nil:
+					done.Add(1)
+				case errors.Is(err, ax.ErrNotFound) || ctx.Err() != nil:
+				default:
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(done.Load()), firstErr
 }
 
 // benchError keeps a bench error readable: an interrupted run says so.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -49,18 +50,61 @@ func TestBenchDelayedOneNode(t *testing.T) {
 	if strings.Contains(errOut, "\r") {
 		t.Errorf("a progress bar was drawn although stderr is not a terminal: %q", errOut)
 	}
+	if strings.Contains(errOut, "data and logs in") {
+		t.Errorf("stderr names the data directory the bench removes: %q", errOut)
+	}
 }
 
 func TestBenchBurstAndThroughputSmall(t *testing.T) {
 	benchEnv(t)
-	out, errOut, code := runAx(t, "bench", "burst", "--count", "300", "--work", "5ms", "--limits", "4,32")
+	out, errOut, code := runAx(t, "bench", "burst", "--count", "300", "--work", "5ms", "--limits", "4,32,adaptive")
 	if code != 0 {
 		t.Fatalf("burst: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
-	for _, want := range []string{"fixed 4 ", "fixed 32 ", "TODO adaptive"} {
+	if strings.Contains(out, "TODO") {
+		t.Errorf("burst report still has a TODO:\n%s", out)
+	}
+	for _, want := range []string{"fixed 4 ", "fixed 32 ", "adaptive ", "--delivery-min-concurrency 4 --delivery-concurrency 200", "where the time went"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("burst report lacks %q:\n%s", want, out)
 		}
+	}
+	// A fixed limit is min = max: the node never runs more at once, and its
+	// limit gauge reads it.
+	trace := t.TempDir() + "/trace.csv"
+	out, errOut, code = runAx(t, "bench", "burst", "--count", "200", "--work", "20ms", "--limits", "4,adaptive", "--json", "--trace", trace)
+	if code != 0 {
+		t.Fatalf("burst --json: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	var br struct {
+		Runs []struct {
+			Limit      string `json:"limit"`
+			Received   int    `json:"called_back"`
+			PeakFlight int    `json:"peak_in_flight"`
+			Limiter    *struct {
+				Peak    int     `json:"peak_limit"`
+				Samples int     `json:"samples"`
+				Mean    float64 `json:"mean_callback_ms"`
+			} `json:"limiter"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(out), &br); err != nil || len(br.Runs) != 2 {
+		t.Fatalf("burst report: %v\n%s", err, out)
+	}
+	for _, run := range br.Runs {
+		if run.Received != 200 || run.Limiter == nil || run.Limiter.Samples == 0 || run.Limiter.Mean < 20 {
+			t.Errorf("run %+v (limiter %+v)", run, run.Limiter)
+			continue
+		}
+		if run.Limit == "4" && (run.PeakFlight > 4 || run.Limiter.Peak != 4) {
+			t.Errorf("fixed 4: peak in flight %d, peak limit %d; want at most 4 and 4", run.PeakFlight, run.Limiter.Peak)
+		}
+		if run.Limit == "adaptive" && (run.Limiter.Peak < 4 || run.Limiter.Peak > 200) {
+			t.Errorf("adaptive: peak limit %d, want within [4, 200]", run.Limiter.Peak)
+		}
+	}
+	if b, err := os.ReadFile(trace); err != nil || !strings.HasPrefix(string(b), "run,at_ms,limit,in_flight,queue\n4,") || !strings.Contains(string(b), "\nadaptive,") {
+		t.Errorf("trace file: %v\n%.300s", err, b)
 	}
 	out, errOut, code = runAx(t, "bench", "throughput", "--clients", "2", "--duration", "500ms", "--batch", "10", "--json")
 	if code != 0 {
@@ -111,5 +155,45 @@ func TestBenchDelayedAgainstARunningNode(t *testing.T) {
 	body, _, err := axapi.New(sock, 0).Do(context.Background(), "GET", "/v1/executors", nil)
 	if err != nil || strings.Contains(string(body), bench.ExecutorName) {
 		t.Errorf("executors after the bench: %s (%v)", body, err)
+	}
+}
+
+// TestBenchThroughputAgainstARunningNodeCancelsItsTasks checks that the
+// bench leaves no WAITING tasks behind on a running cluster, unless
+// --keep-tasks.
+func TestBenchThroughputAgainstARunningNodeCancelsItsTasks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a node; skipped with -short")
+	}
+	sock := startNode(t)
+	execSock := strings.TrimSuffix(sock, "ax.sock") + "bench-exec.sock"
+	args := []string{"bench", "throughput", "--socket", sock, "--executor-listen", "unix://" + execSock,
+		"--clients", "2", "--duration", "300ms", "--batch", "10"}
+	out, errOut, code := runAx(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	if !strings.Contains(errOut, "still WAITING") || !strings.Contains(out, "cancelled (--keep-tasks: left WAITING)") {
+		t.Errorf("the bench does not say it cancelled its tasks:\nstdout %s\nstderr %s", out, errOut)
+	}
+	if strings.Contains(errOut, "data and logs in") {
+		t.Errorf("stderr names a data directory:\n%s", errOut)
+	}
+	out, _, _ = runAx(t, "list", "--socket", sock, "--handler", "ax-bench.throughput", "--state", "waiting", "--limit", "0", "--json")
+	if n := strings.Count(out, `"id":`); n != 0 {
+		t.Errorf("%d WAITING tasks of the bench left on the node", n)
+	}
+	out, _, _ = runAx(t, "list", "--socket", sock, "--handler", "ax-bench.throughput", "--state", "cancelled", "--limit", "1", "--json")
+	if n := strings.Count(out, `"id":`); n != 1 {
+		t.Errorf("no CANCELLED task of the bench on the node")
+	}
+
+	out, errOut, code = runAx(t, append(args, "--keep-tasks")...)
+	if code != 0 {
+		t.Fatalf("--keep-tasks: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	out, _, _ = runAx(t, "list", "--socket", sock, "--handler", "ax-bench.throughput", "--state", "waiting", "--limit", "1", "--json")
+	if n := strings.Count(out, `"id":`); n != 1 {
+		t.Errorf("--keep-tasks: the bench's tasks are not WAITING")
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -76,12 +78,9 @@ func (f *apiFlags) register(cmd *cobra.Command) {
 
 func (f *apiFlags) socketPath() string { return axapi.SocketPath(f.socket) }
 
-// client returns a Go client for the sidecar.
-func (f *apiFlags) client() *ax.Client {
-	return ax.New(ax.Config{SocketPath: f.socketPath(), Timeout: requestTimeout})
-}
-
-// caller returns a raw caller for the calls the Go client lacks.
+// caller returns a raw caller for the sidecar. The commands use it rather
+// than the Go client so that --json prints the API's JSON unchanged, with
+// every field.
 func (f *apiFlags) caller() *axapi.Caller { return axapi.New(f.socketPath(), requestTimeout) }
 
 // ctx returns the context of one command.
@@ -93,7 +92,9 @@ func cmdContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, 4*requestTimeout)
 }
 
-// writeJSON prints v as indented JSON.
+// writeJSON prints v as indented JSON. A json.RawMessage (an answer of the
+// API) keeps its fields, their order and their values; only the white space
+// changes.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
@@ -126,6 +127,122 @@ func isCobraUsage(err error) bool {
 	return false
 }
 
+// flagError turns a flag parsing error into a usage error. A bad value
+// names the flag and what it wants (`--priority "abc": not a number`)
+// instead of the parser's text.
+func flagError(cmd *cobra.Command, err error) error {
+	var bad interface{ GetValue() string }
+	if errors.As(err, &bad) {
+		if name := badFlagName(err.Error()); name != "" {
+			return &usageError{fmt.Errorf("--%s %q: %s", name, bad.GetValue(), flagWant(cmd, name, errors.Unwrap(err)))}
+		}
+	}
+	return &usageError{fmt.Errorf("%s: %w (see %s --help)", cmdName(cmd), err, cmd.CommandPath())}
+}
+
+// badFlagName extracts the flag's long name from pflag's message
+// `invalid argument "abc" for "-p, --priority" flag: ...`.
+func badFlagName(msg string) string {
+	_, rest, ok := strings.Cut(msg, `" for "`)
+	if !ok {
+		return ""
+	}
+	name, _, ok := strings.Cut(rest, `" flag`)
+	if !ok {
+		return ""
+	}
+	if i := strings.LastIndex(name, "--"); i >= 0 {
+		return name[i+2:]
+	}
+	return ""
+}
+
+// flagWant says what a flag of the given name takes, by its type.
+func flagWant(cmd *cobra.Command, name string, cause error) string {
+	typ := ""
+	if fl := cmd.Flags().Lookup(name); fl != nil {
+		typ = fl.Value.Type()
+	}
+	var ne *strconv.NumError
+	outOfRange := errors.As(cause, &ne) && errors.Is(ne.Err, strconv.ErrRange)
+	switch {
+	case strings.HasPrefix(typ, "int") && outOfRange, strings.HasPrefix(typ, "uint") && outOfRange:
+		return "out of range"
+	case strings.HasPrefix(typ, "uint"):
+		return "not a number (want a whole number, 0 or more)"
+	case strings.HasPrefix(typ, "int"):
+		return "not a number"
+	case strings.HasPrefix(typ, "float"):
+		return "not a number"
+	case typ == "duration":
+		return "not a duration (like 500ms, 90s, 30m, 2h)"
+	case typ == "bool":
+		return "want true or false"
+	case cause != nil:
+		return oneLine(cause.Error())
+	}
+	return "invalid value"
+}
+
+// groupCmd makes cmd, a command that only groups others, refuse to run: a
+// missing or unknown subcommand is a usage error (cobra would print the help
+// and exit 0).
+func groupCmd(cmd *cobra.Command) *cobra.Command {
+	cmd.Args = cobra.ArbitraryArgs
+	// An unknown flag is reported as what it most likely is: a subcommand
+	// that is missing or misspelled.
+	cmd.FParseErrWhitelist.UnknownFlags = true
+	cmd.SuggestionsMinimumDistance = 2
+	// Its usage shows "ax cluster [command]", not also "ax cluster [flags]".
+	cmd.SetUsageTemplate(strings.Replace(cmd.UsageTemplate(), "Usage:{{if .Runnable}}", "Usage:{{if and .Runnable (not .HasAvailableSubCommands)}}", 1))
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		var names []string
+		for _, c := range cmd.Commands() {
+			if c.IsAvailableCommand() {
+				names = append(names, c.Name())
+			}
+		}
+		if len(args) == 0 {
+			return usagef("%s: missing command, one of: %s (see %s --help)", cmdName(cmd), strings.Join(names, ", "), cmd.CommandPath())
+		}
+		hint := ""
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			hint = "; did you mean " + s[0] + "?"
+		}
+		return usagef("%s: unknown command %q%s (want one of: %s; see %s --help)", cmdName(cmd), args[0], hint, strings.Join(names, ", "), cmd.CommandPath())
+	}
+	return cmd
+}
+
+// version is the ax module's version from the build information, or
+// "devel".
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v := bi.Main.Version; v != "" && v != "(devel)" {
+			return v
+		}
+	}
+	return "devel"
+}
+
+func versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version of ax",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintln(cmd.OutOrStdout(), "ax", version())
+			return nil
+		},
+	}
+}
+
+// stripAx removes the "ax: " prefixes of wrapped errors: the caller prints
+// one, and `cluster remove n9: ax: cannot reach ...` doubles it.
+func stripAx(s string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(s, "ax: "), ": ax: ", ": ")
+}
+
 // errorLine renders err as the one line printed on stderr, without the
 // "ax: " prefix the caller adds.
 func errorLine(err error) string {
@@ -150,9 +267,9 @@ func errorLine(err error) string {
 		}
 		return oneLine(msg)
 	case errors.Is(err, ax.ErrUnavailable):
-		return oneLine(strings.TrimPrefix(err.Error(), "ax: ") + " (is the sidecar running? see --socket or $AX_SOCKET)")
+		return oneLine(stripAx(err.Error()) + " (is the sidecar running? see --socket or $AX_SOCKET)")
 	}
-	return oneLine(strings.TrimPrefix(err.Error(), "ax: "))
+	return oneLine(stripAx(err.Error()))
 }
 
 func oneLine(s string) string {
@@ -169,8 +286,8 @@ func notFoundTask(err error, id string) error {
 	return err
 }
 
-// fmtTime renders a time for tables: local date and time with seconds, and
-// how far it is from now ("in 4s", "3m ago").
+// fmtTime renders a time for tables: date and time with seconds in UTC,
+// marked Z, and how far it is from now: "2026-11-30 08:00:00Z (in 3s)".
 func fmtTime(t *time.Time, now time.Time) string {
 	if t == nil || t.IsZero() {
 		return "-"
@@ -185,7 +302,12 @@ func fmtTime(t *time.Time, now time.Time) string {
 	default:
 		rel = "now"
 	}
-	return t.Local().Format("2006-01-02 15:04:05") + " (" + rel + ")"
+	return fmtUTC(*t) + " (" + rel + ")"
+}
+
+// fmtUTC renders a time in UTC with an explicit zone: 2026-11-30 08:00:00Z.
+func fmtUTC(t time.Time) string {
+	return t.UTC().Format("2006-01-02 15:04:05Z")
 }
 
 // roundDur prints a duration with at most two units: 4s, 3m10s, 5h3m, 2d4h.
@@ -203,12 +325,8 @@ func roundDur(d time.Duration) string {
 	return fmt.Sprintf("%dd%dh", days, h)
 }
 
-// truncate shortens s to n runes, marking the cut with "…".
+// truncate puts s on one line and shortens it to n columns of a terminal,
+// marking the cut with "…".
 func truncate(s string, n int) string {
-	s = oneLine(s)
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
+	return truncateWidth(oneLine(s), n)
 }

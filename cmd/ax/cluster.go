@@ -13,11 +13,10 @@ import (
 )
 
 func clusterCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := groupCmd(&cobra.Command{
 		Use:   "cluster",
 		Short: "Look at and change the Raft group: members, leader, indexes",
-		Args:  noArgs,
-	}
+	})
 	cmd.AddCommand(clusterStatusCmd(), clusterRemoveCmd())
 	return cmd
 }
@@ -36,14 +35,16 @@ leader's by at most one heartbeat.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := cmdContext(cmd)
 			defer cancel()
-			info, err := f.client().Cluster(ctx)
+			c := f.caller()
+			defer c.Close()
+			a, err := c.Cluster(ctx)
 			if err != nil {
 				return err
 			}
 			if f.json {
-				return writeJSON(cmd.OutOrStdout(), info)
+				return writeJSON(cmd.OutOrStdout(), a.Raw)
 			}
-			return printCluster(cmd.OutOrStdout(), info)
+			return printCluster(cmd.OutOrStdout(), &a.Info)
 		},
 	}
 	f.register(cmd)
@@ -70,8 +71,7 @@ func printCluster(w io.Writer, info *ax.ClusterInfo) error {
 		return err
 	}
 	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tROLE\tSUFFRAGE\tRAFT ADDR\tPEER ADDR\tAPPLIED\tLAG")
+	rows := [][]string{{"ID", "ROLE", "SUFFRAGE", "RAFT ADDR", "PEER ADDR", "APPLIED", "LAG"}}
 	for _, m := range info.Members {
 		role := "follower"
 		switch {
@@ -90,9 +90,9 @@ func printCluster(w io.Writer, info *ax.ClusterInfo) error {
 		if peer == "" {
 			peer = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, role, m.Suffrage, m.RaftAddr, peer, applied, mlag)
+		rows = append(rows, []string{oneLine(id), role, m.Suffrage, m.RaftAddr, peer, applied, mlag})
 	}
-	if err := tw.Flush(); err != nil {
+	if err := writeTable(w, rows); err != nil {
 		return err
 	}
 	if len(info.Members) == 0 {
@@ -113,12 +113,16 @@ Use it for a node that will not come back; a node that restarts with its
 data rejoins by itself and needs nothing.`,
 		Args: exactArgs("NODE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] == "" {
+				return usagef("cluster remove: NODE must not be empty (usage: %s)", cmd.UseLine())
+			}
 			ctx, cancel := cmdContext(cmd)
 			defer cancel()
 			c := f.caller()
 			defer c.Close()
 			body, err := c.RemoveMember(ctx, args[0])
 			if err != nil {
+				// errorLine drops the inner "ax: " of err.
 				return fmt.Errorf("cluster remove %s: %w", args[0], err)
 			}
 			if f.json {

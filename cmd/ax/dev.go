@@ -22,7 +22,7 @@ It prints its socket path and a copy-paste example, then serves until Ctrl-C.
 It takes the same flags as 'ax sidecar', with two other defaults: node id
 "dev", and logs in console format at warn level (--log-format json and
 --log-level info to change them).`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.logFormat == "json" && !cmd.Flags().Changed("log-format") {
 				f.logFormat = "console"
@@ -33,16 +33,12 @@ It takes the same flags as 'ax sidecar', with two other defaults: node id
 			if !cmd.Flags().Changed("node-id") {
 				f.nodeID = "dev"
 			}
-			cfg, err := f.config()
+			cfg, log, err := f.configAndLogger()
 			if err != nil {
 				return err
 			}
 			if cfg.BootstrapExpect != 1 || len(cfg.Join) > 0 {
-				return fmt.Errorf("ax dev runs one node; use 'ax sidecar' for a cluster")
-			}
-			log, err := f.logger()
-			if err != nil {
-				return err
+				return usagef("ax dev runs one node; use 'ax sidecar' for a cluster")
 			}
 			n, err := sidecar.Start(cfg, log)
 			if err != nil {

@@ -27,7 +27,7 @@ func echoExecutorCmd() *cobra.Command {
 callback (time, task id, handler, attempt, payload) on stdout and answers
 --status (200: success; 500: a failed attempt, retried; 422: a permanent failure).
 Use it to try ax without writing an app.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ln, err := listenURL(listen)
 			if err != nil {
@@ -88,5 +88,5 @@ func listenURL(u string) (net.Listener, error) {
 	case strings.HasPrefix(u, "http://"):
 		return net.Listen("tcp", strings.TrimPrefix(u, "http://"))
 	}
-	return nil, fmt.Errorf("--listen %q: want unix:///abs/path.sock or http://HOST:PORT", u)
+	return nil, usagef("--listen %q: want unix:///abs/path.sock or http://HOST:PORT", u)
 }

@@ -50,8 +50,9 @@ type fakeSidecar struct {
 
 	mu       sync.Mutex
 	tasks    map[string]fakeTask
-	requests []string // "METHOD path?query"
-	bodies   []string // bodies of POST /v1/tasks
+	specs    map[string]string // id -> body of the POST /v1/tasks that made it
+	requests []string          // "METHOD path?query"
+	bodies   []string          // bodies of POST /v1/tasks
 }
 
 func startFake(t *testing.T) *fakeSidecar {
@@ -61,7 +62,7 @@ func startFake(t *testing.T) *fakeSidecar {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	f := &fakeSidecar{Socket: filepath.Join(dir, "ax.sock"), tasks: map[string]fakeTask{}}
+	f := &fakeSidecar{Socket: filepath.Join(dir, "ax.sock"), tasks: map[string]fakeTask{}, specs: map[string]string{}}
 	ln, err := net.Listen("unix", f.Socket)
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +93,7 @@ func newFakeTask(id, handler, state string) fakeTask {
 	t := fakeTask{
 		"id": id, "handler": handler, "state": state, "priority": 2, "attempts": 0, "max_attempts": 4,
 		"timeout": "30s", "created_at": now.Format(time.RFC3339Nano), "updated_at": now.Format(time.RFC3339Nano),
+		"run": 1, "snoozes": 0,
 	}
 	if state == "WAITING" {
 		t["next_run_at"] = now.Add(time.Minute).Format(time.RFC3339Nano)
@@ -132,6 +134,10 @@ func (f *fakeSidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			id = "generated"
 		}
 		if old, ok := f.tasks[id]; ok && string(req["overwrite"]) != "true" {
+			if f.specs[id] == string(body) {
+				writeOK(w, 200, old)
+				return
+			}
 			writeErr(w, 409, "conflict", fmt.Sprintf(`task %q exists with a different spec (state %s); set "overwrite": true to replace it`, id, old["state"]))
 			return
 		}
@@ -139,7 +145,24 @@ func (f *fakeSidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p, ok := req["payload"]; ok {
 			t["payload"] = p
 		}
-		f.tasks[id] = t
+		for _, k := range []string{"cron", "timezone", "every", "repeats", "until", "route_key", "labels", "payload_base64"} {
+			if v, ok := req[k]; ok {
+				t[k] = v
+			}
+		}
+		if b, ok := req["backoff"]; ok {
+			bo := map[string]any{"initial": "2s", "max": "30s", "multiplier": 2, "jitter": 0.2}
+			var over map[string]any
+			json.Unmarshal(b, &over)
+			for k, v := range over {
+				bo[k] = v
+			}
+			t["backoff"] = bo
+		}
+		f.tasks[id], f.specs[id] = t, string(body)
+		if handler == "busy" {
+			w.Header().Set("Ax-Backlog-Warning", "850/1000")
+		}
 		writeOK(w, 201, t)
 	case r.Method == "GET" && raw == "/v1/tasks":
 		q := r.URL.Query()

@@ -1,6 +1,6 @@
 // Command ax is the ax task scheduler: the sidecar (`ax sidecar`), a
 // one-node development server (`ax dev`), and tools for people: `ax
-// submit`, `get`, `list`, `cancel`, `retry`, `cluster`, and `ax bench`.
+// submit`, `get`, `list`, `cancel`, `retry`, `cluster`, `version`, and `ax bench`.
 package main
 
 import (
@@ -46,9 +46,7 @@ else $AX_SOCKET, else ./ax.sock. Each has --json for scripts. Exit codes:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return &usageError{fmt.Errorf("%s: %w (see %s --help)", cmdName(cmd), err, cmd.CommandPath())}
-	})
+	root.SetFlagErrorFunc(flagError)
 	root.AddGroup(
 		&cobra.Group{ID: "tasks", Title: "Tasks:"},
 		&cobra.Group{ID: "ops", Title: "Running and operating ax:"},
@@ -61,5 +59,8 @@ else $AX_SOCKET, else ./ax.sock. Each has --json for scripts. Exit codes:
 		c.GroupID = "ops"
 		root.AddCommand(c)
 	}
+	root.AddCommand(versionCmd())
+	root.Version = version()
+	root.SetVersionTemplate("ax {{.Version}}\n")
 	return root
 }

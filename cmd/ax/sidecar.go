@@ -148,6 +148,19 @@ func (f *nodeFlags) logger() (zerolog.Logger, error) {
 	return l.Level(lvl).With().Timestamp().Logger(), nil
 }
 
+// configAndLogger checks the flags: a bad value is a usage error (exit 2).
+func (f *nodeFlags) configAndLogger() (sidecar.Config, zerolog.Logger, error) {
+	cfg, err := f.config()
+	if err != nil {
+		return cfg, zerolog.Logger{}, &usageError{err}
+	}
+	log, err := f.logger()
+	if err != nil {
+		return cfg, log, &usageError{err}
+	}
+	return cfg, log, nil
+}
+
 func sidecarCmd() *cobra.Command {
 	var f nodeFlags
 	var pprofAddr string
@@ -157,13 +170,9 @@ func sidecarCmd() *cobra.Command {
 		Example: `  # a three-node cluster on one machine (run each in its own terminal)
   ax sidecar --node-id n1 --data-dir /tmp/ax1 --socket /tmp/ax1.sock --raft-addr 127.0.0.1:7420 --peer-addr 127.0.0.1:7421 \
     --bootstrap-expect 3 --join 127.0.0.1:7431,127.0.0.1:7441 --executor '*=unix:///tmp/app1.sock'`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := f.config()
-			if err != nil {
-				return err
-			}
-			log, err := f.logger()
+			cfg, log, err := f.configAndLogger()
 			if err != nil {
 				return err
 			}

@@ -73,8 +73,8 @@ func TestCLIAgainstARealSidecar(t *testing.T) {
 		t.Fatalf("submit: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	// The same spec again is fine; another spec is a conflict.
-	if _, errOut, code = ax("submit", "order.timeout", "--id", "order|42", "--delay", "1h", "--payload", `{"order_id": 42}`); code != 0 {
-		t.Errorf("idempotent submit: exit %d, stderr %q", code, errOut)
+	if out, errOut, code = ax("submit", "order.timeout", "--id", "order|42", "--delay", "1h", "--payload", `{"order_id": 42}`); code != 0 || out != "task order|42 already exists with the same spec (WAITING)\n" {
+		t.Errorf("idempotent submit: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	if _, errOut, code = ax("submit", "order.timeout", "--id", "order|42", "--delay", "2h"); code != 1 || !strings.Contains(errOut, "--overwrite") {
 		t.Errorf("conflicting submit: exit %d, stderr %q", code, errOut)
@@ -93,6 +93,48 @@ func TestCLIAgainstARealSidecar(t *testing.T) {
 	var task map[string]any
 	if code != 0 || json.Unmarshal([]byte(out), &task) != nil || task["id"] != "order|42" || task["handler"] != "order.timeout" {
 		t.Errorf("get --json: exit %d\n%s", code, out)
+	}
+
+	// A recurring task with every field the API takes: --json shows them
+	// all, and so does the text view.
+	out, errOut, code = ax("submit", "poll", "--id", "p", "--every", "5m", "--repeats", "3", "--until", "2030-01-01T00:00:00Z",
+		"--label", "team=ops", "--label", "環境=本番", "--route-key", "tenant-7", "--backoff-initial", "1s", "--backoff-max", "1m",
+		"--backoff-multiplier", "3", "--backoff-jitter", "0", "--json")
+	if code != 0 {
+		t.Fatalf("submit --every: exit %d, stderr %q", code, errOut)
+	}
+	if err := json.Unmarshal([]byte(out), &task); err != nil {
+		t.Fatalf("submit --json: %v\n%s", err, out)
+	}
+	for k, want := range map[string]any{"every": "5m0s", "repeats": float64(3), "until": "2030-01-01T00:00:00Z", "route_key": "tenant-7", "run": float64(1), "snoozes": float64(0)} {
+		if task[k] != want {
+			t.Errorf("submit --json: %s is %v, want %v\n%s", k, task[k], want, out)
+		}
+	}
+	if b, _ := task["backoff"].(map[string]any); b["initial"] != "1s" || b["multiplier"] != float64(3) || b["jitter"] != float64(0) {
+		t.Errorf("submit --json: backoff %v", task["backoff"])
+	}
+	if l, _ := task["labels"].(map[string]any); l["環境"] != "本番" {
+		t.Errorf("submit --json: labels %v", task["labels"])
+	}
+	out, _, _ = ax("get", "p", "--consistency", "strong")
+	for k, want := range map[string]string{"Every": "5m0s", "Repeats": "3 runs", "Run": "1", "Route key": "tenant-7",
+		"Labels": "team=ops, 環境=本番", "Backoff": "1s, ×3 per retry, at most 1m0s, jitter ±0%"} {
+		if got := field(out, k); got != want {
+			t.Errorf("get: %s %q, want %q\n%s", k, got, want, out)
+		}
+	}
+	if got := field(out, "Next run"); !strings.Contains(got, "Z (in ") {
+		t.Errorf("get: Next run %q is not UTC", got)
+	}
+	if out, _, code = ax("cancel", "p"); code != 0 || out != "cancelled p\n" {
+		t.Errorf("cancel p: exit %d, stdout %q", code, out)
+	}
+	if out, _, code = ax("cancel", "p"); code != 0 || out != "p was already CANCELLED; nothing to cancel\n" {
+		t.Errorf("cancel p again: exit %d, stdout %q", code, out)
+	}
+	if _, errOut, code = ax("submit", "h", "--payload", `"`+strings.Repeat("x", 1<<20)+`"`); code != 2 || errOut != "ax: payload is 1048578 bytes; the limit is 1 MiB\n" {
+		t.Errorf("payload over 1 MiB: exit %d, stderr %q", code, errOut)
 	}
 
 	out, _, code = ax("list", "--handler", "report.build")

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -33,21 +36,41 @@ func submitCmd() *cobra.Command {
 		delay, timeout                  time.Duration
 		priority, maxAttempts           int
 		overwrite                       bool
+		every                           time.Duration
+		cron, timezone, until, routeKey string
+		repeats                         int
+		labels                          []string
+		backoffInitial, backoffMax      time.Duration
+		backoffMultiplier, backoffJit   float64
 	)
 	cmd := &cobra.Command{
 		Use:   "submit HANDLER",
-		Short: "Submit a task for HANDLER, now or later",
+		Short: "Submit a task for HANDLER, now, later or on a schedule",
 		Long: `Submit a task that the executor of HANDLER runs, now (the default), after
 --delay, or at --run-at. The task id is the idempotency key: submitting the
 same --id with the same spec again returns the existing task; with another
-spec it fails unless --overwrite is given.`,
+spec it fails unless --overwrite is given.
+
+A recurring task has --every or --cron (with --timezone); each slot is a run
+with its own attempts. --delay or --run-at set its first run; --repeats and
+--until end it.`,
 		Example: `  ax submit order.timeout --id 'order|42' --delay 30m --payload '{"order_id":42}'
   ax submit report.build --run-at 2026-07-01T06:00:00Z --payload-file req.json
-  ax submit email.send --priority 0 --max-attempts 10 --timeout 1m --json`,
+  ax submit email.send --priority 0 --max-attempts 10 --timeout 1m --json
+  ax submit cleanup --id nightly --cron '0 2 * * *' --timezone Europe/Berlin --label team=ops
+  ax submit poll --every 5m --repeats 12 --backoff-initial 1s --backoff-max 1m`,
 		Args: exactArgs("HANDLER"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := ax.SubmitRequest{ID: id, Handler: args[0], Timeout: timeout, MaxAttempts: maxAttempts, Overwrite: overwrite}
+			req := &axapi.SubmitRequest{ID: id, Handler: args[0], Overwrite: overwrite}
 			fl := cmd.Flags()
+			switch {
+			case args[0] == "":
+				return usagef("handler: required")
+			case len(args[0]) > axapi.HandlerMaxBytes:
+				return usagef("handler: %d bytes; the limit is %d", len(args[0]), axapi.HandlerMaxBytes)
+			case len(id) > axapi.IDMaxBytes:
+				return usagef("--id: %d bytes; the limit is %d", len(id), axapi.IDMaxBytes)
+			}
 			if fl.Changed("payload") && fl.Changed("payload-file") {
 				return usagef("give --payload or --payload-file, not both")
 			}
@@ -59,79 +82,282 @@ spec it fails unless --overwrite is given.`,
 				if !json.Valid([]byte(payload)) {
 					return usagef("--payload: not valid JSON (quote strings: --payload '\"text\"')")
 				}
+				if len(payload) > axapi.PayloadMaxBytes {
+					return payloadTooLarge(int64(len(payload)))
+				}
 				req.Payload = json.RawMessage(payload)
 			case fl.Changed("payload-file"):
-				b, err := readPayloadFile(payloadFile, cmd.InOrStdin())
+				b, size, err := readPayloadFile(payloadFile, cmd.InOrStdin())
 				if err != nil {
 					return usagef("--payload-file: %v", err)
+				}
+				if size > axapi.PayloadMaxBytes {
+					return payloadTooLarge(size)
 				}
 				if json.Valid(b) {
 					req.Payload = json.RawMessage(b)
 				} else if len(b) > 0 {
-					req.PayloadBytes = b
+					req.PayloadBase64 = base64.StdEncoding.EncodeToString(b)
 				}
 			}
 			if fl.Changed("delay") {
 				if delay < 0 {
 					return usagef("--delay %s: must not be negative", delay)
 				}
-				req.Delay = delay
+				req.Delay = delay.String()
 			}
 			if fl.Changed("run-at") {
-				t, err := time.Parse(time.RFC3339Nano, runAt)
+				t, err := parseTime("--run-at", runAt)
 				if err != nil {
-					return usagef("--run-at %q: want an RFC 3339 time like 2026-07-01T06:00:00Z", runAt)
+					return err
 				}
 				req.RunAt = t
 			}
 			if fl.Changed("priority") {
-				if priority < ax.PriorityHighest || priority > ax.PriorityLowest {
-					return usagef("--priority %d: want 0 (highest) to 4 (lowest)", priority)
+				if priority < ax.PriorityHighest || priority > axapi.PriorityMax {
+					return usagef("--priority %d: want 0 (highest) to %d (lowest)", priority, axapi.PriorityMax)
 				}
 				req.Priority = &priority
 			}
-			if fl.Changed("timeout") && timeout <= 0 {
-				return usagef("--timeout %s: must be positive", timeout)
+			if fl.Changed("timeout") {
+				if timeout <= 0 || timeout > axapi.TimeoutMax {
+					return usagef("--timeout %s: want more than 0 and at most %s", timeout, axapi.TimeoutMax)
+				}
+				req.Timeout = timeout.String()
 			}
-			if fl.Changed("max-attempts") && maxAttempts < 1 {
-				return usagef("--max-attempts %d: must be at least 1", maxAttempts)
+			if fl.Changed("max-attempts") {
+				if maxAttempts < 1 || maxAttempts > axapi.MaxAttemptsMax {
+					return usagef("--max-attempts %d: want 1 to %d", maxAttempts, axapi.MaxAttemptsMax)
+				}
+				req.MaxAttempts = maxAttempts
 			}
+			if err := scheduleFlags(cmd, req, every, cron, timezone, repeats, until); err != nil {
+				return err
+			}
+			var err error
+			if req.Labels, err = parseLabels(labels); err != nil {
+				return err
+			}
+			if len(routeKey) > axapi.RouteKeyMaxBytes {
+				return usagef("--route-key: %d bytes; the limit is %d", len(routeKey), axapi.RouteKeyMaxBytes)
+			}
+			req.RouteKey = routeKey
+			if req.Backoff, err = backoffFlags(cmd, backoffInitial, backoffMax, backoffMultiplier, backoffJit); err != nil {
+				return err
+			}
+
 			ctx, cancel := cmdContext(cmd)
 			defer cancel()
-			t, err := f.client().Submit(ctx, req)
+			c := f.caller()
+			defer c.Close()
+			a, err := c.Submit(ctx, req)
 			if errors.Is(err, ax.ErrConflict) {
 				return errors.New(strings.Replace(errorLine(err), `set "overwrite": true`, "use --overwrite", 1))
 			}
 			if err != nil {
 				return err
 			}
-			if f.json {
-				return writeJSON(cmd.OutOrStdout(), axapi.TaskFromClient(t))
+			if a.BacklogWarning != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "ax: warning: the backlog of handler %s is at %s (due runs not yet delivered); slow down before submits fail with queue_full\n", a.Task.Handler, a.BacklogWarning)
 			}
-			v := axapi.TaskFromClient(t)
-			fmt.Fprintf(cmd.OutOrStdout(), "submitted %s: %s, %s\n", t.ID, t.State, whenText(&v, time.Now()))
+			if f.json {
+				return writeJSON(cmd.OutOrStdout(), a.Raw)
+			}
+			t := &a.Task
+			if !a.Created() {
+				fmt.Fprintf(cmd.OutOrStdout(), "task %s already exists with the same spec (%s)\n", t.ID, t.State)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "submitted %s: %s, %s\n", t.ID, t.State, whenText(t, time.Now()))
 			return nil
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&id, "id", "", "task id and idempotency key, any UTF-8 (default: a random id)")
-	fl.StringVar(&payload, "payload", "", "payload, a JSON value delivered byte for byte to the executor")
-	fl.StringVar(&payloadFile, "payload-file", "", "read the payload from a file (- for stdin): sent as JSON when it is valid JSON, else as binary")
+	fl.StringVar(&payload, "payload", "", "payload, a JSON value delivered byte for byte to the executor (at most 1 MiB)")
+	fl.StringVar(&payloadFile, "payload-file", "", "read the payload from a file (- for stdin): sent as JSON when it is valid JSON, else as binary (at most 1 MiB)")
 	fl.DurationVar(&delay, "delay", 0, "run after this long (Go duration: 90s, 30m, 2h)")
 	fl.StringVar(&runAt, "run-at", "", "run at this time, RFC 3339 (2026-07-01T06:00:00Z)")
 	fl.IntVar(&priority, "priority", ax.PriorityDefault, "0 (highest) to 4 (lowest)")
-	fl.DurationVar(&timeout, "timeout", 0, "bound of one attempt (default 30s)")
-	fl.IntVar(&maxAttempts, "max-attempts", 0, "attempts before the task is DEAD, first one included (default 4)")
+	fl.DurationVar(&timeout, "timeout", 0, "bound of one attempt, at most 24h (default 30s)")
+	fl.IntVar(&maxAttempts, "max-attempts", 0, "attempts before the task is DEAD, first one included: 1 to 1000 (default 4)")
 	fl.BoolVar(&overwrite, "overwrite", false, "replace an existing task with the same id and another spec")
+	fl.DurationVar(&every, "every", 0, "recurring: run at this fixed interval, at least 1s (Go duration: 5m, 1h)")
+	fl.StringVar(&cron, "cron", "", "recurring: run on this cron schedule ('0 2 * * *', 6 fields with seconds, or @daily)")
+	fl.StringVar(&timezone, "timezone", "", "IANA time zone of --cron (default UTC): Europe/Berlin")
+	fl.IntVar(&repeats, "repeats", 0, "recurring: stop after this many runs (0: no limit)")
+	fl.StringVar(&until, "until", "", "recurring: no run after this time, RFC 3339")
+	fl.StringArrayVar(&labels, "label", nil, "KEY=VALUE kept with the task (repeatable, at most 32)")
+	fl.StringVar(&routeKey, "route-key", "", "route the task's attempts by consistent hashing on this key")
+	fl.DurationVar(&backoffInitial, "backoff-initial", 0, "retry backoff: wait before the first retry (default 2s)")
+	fl.DurationVar(&backoffMax, "backoff-max", 0, "retry backoff: longest wait (default 30s)")
+	fl.Float64Var(&backoffMultiplier, "backoff-multiplier", 0, "retry backoff: growth of the wait per retry, 1 or more (default 2)")
+	fl.Float64Var(&backoffJit, "backoff-jitter", 0, "retry backoff: random spread, a fraction from 0 to 1 (default 0.2)")
 	f.register(cmd)
 	return cmd
 }
 
-func readPayloadFile(name string, stdin io.Reader) ([]byte, error) {
-	if name == "-" {
-		return io.ReadAll(io.LimitReader(stdin, ax.PayloadMaxBytes+1))
+// checkID refuses an empty task id (the API's path would have no id).
+func checkID(cmd *cobra.Command, id string) error {
+	if id == "" {
+		return usagef("%s: ID must not be empty (usage: %s)", cmdName(cmd), cmd.UseLine())
 	}
-	return os.ReadFile(name)
+	return nil
+}
+
+// payloadTooLarge is the error of a payload over the API's limit, found
+// before sending it (the sidecar would close the connection mid-body).
+func payloadTooLarge(n int64) error {
+	return usagef("payload is %d bytes; the limit is 1 MiB", n)
+}
+
+// parseTime parses an RFC 3339 time given to flag.
+func parseTime(flag, s string) (string, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return "", usagef("%s %q: want an RFC 3339 time like 2026-07-01T06:00:00Z", flag, s)
+	}
+	return t.UTC().Format(time.RFC3339Nano), nil
+}
+
+// scheduleFlags checks and sets the recurring schedule of a submit.
+func scheduleFlags(cmd *cobra.Command, req *axapi.SubmitRequest, every time.Duration, cron, timezone string, repeats int, until string) error {
+	fl := cmd.Flags()
+	if fl.Changed("every") && fl.Changed("cron") {
+		return usagef("give --every or --cron, not both")
+	}
+	if fl.Changed("every") {
+		if every < axapi.EveryMin {
+			return usagef("--every %s: must be at least %s", every, axapi.EveryMin)
+		}
+		req.Every = every.String()
+	}
+	if fl.Changed("cron") {
+		if strings.TrimSpace(cron) == "" {
+			return usagef("--cron: empty; want a cron expression like '0 2 * * *'")
+		}
+		req.Cron = cron
+	}
+	recurring := req.Every != "" || req.Cron != ""
+	if fl.Changed("timezone") {
+		if req.Cron == "" {
+			return usagef("--timezone goes with --cron")
+		}
+		req.Timezone = timezone
+	}
+	if fl.Changed("repeats") {
+		if !recurring {
+			return usagef("--repeats goes with --every or --cron")
+		}
+		if repeats < 0 {
+			return usagef("--repeats %d: must be 0 (no limit) or more", repeats)
+		}
+		req.Repeats = repeats
+	}
+	if fl.Changed("until") {
+		if !recurring {
+			return usagef("--until goes with --every or --cron")
+		}
+		t, err := parseTime("--until", until)
+		if err != nil {
+			return err
+		}
+		req.Until = t
+	}
+	return nil
+}
+
+// parseLabels parses --label KEY=VALUE flags.
+func parseLabels(labels []string) (map[string]string, error) {
+	if len(labels) == 0 {
+		return nil, nil
+	}
+	if len(labels) > axapi.LabelsMax {
+		return nil, usagef("--label: %d labels; the limit is %d", len(labels), axapi.LabelsMax)
+	}
+	m := make(map[string]string, len(labels))
+	for _, l := range labels {
+		k, v, ok := strings.Cut(l, "=")
+		switch {
+		case !ok || k == "":
+			return nil, usagef("--label %q: want KEY=VALUE", l)
+		case len(k) > axapi.LabelMaxBytes || len(v) > axapi.LabelMaxBytes:
+			return nil, usagef("--label %q: key and value are at most %d bytes each", truncate(l, 40), axapi.LabelMaxBytes)
+		}
+		if _, dup := m[k]; dup {
+			return nil, usagef("--label %q: key %q given twice", l, k)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// backoffFlags checks the --backoff-* flags; nil when none is given.
+func backoffFlags(cmd *cobra.Command, initial, maxWait time.Duration, multiplier, jitter float64) (*axapi.BackoffRequest, error) {
+	fl := cmd.Flags()
+	var b axapi.BackoffRequest
+	set := false
+	if fl.Changed("backoff-initial") {
+		if initial <= 0 {
+			return nil, usagef("--backoff-initial %s: must be positive", initial)
+		}
+		b.Initial, set = initial.String(), true
+	}
+	if fl.Changed("backoff-max") {
+		if maxWait <= 0 {
+			return nil, usagef("--backoff-max %s: must be positive", maxWait)
+		}
+		if fl.Changed("backoff-initial") && maxWait < initial {
+			return nil, usagef("--backoff-max %s: must not be less than --backoff-initial %s", maxWait, initial)
+		}
+		b.Max, set = maxWait.String(), true
+	}
+	if fl.Changed("backoff-multiplier") {
+		if multiplier < 1 || math.IsInf(multiplier, 0) || math.IsNaN(multiplier) {
+			return nil, usagef("--backoff-multiplier %v: must be 1 or more", multiplier)
+		}
+		b.Multiplier, set = &multiplier, true
+	}
+	if fl.Changed("backoff-jitter") {
+		if !(jitter >= 0 && jitter <= 1) {
+			return nil, usagef("--backoff-jitter %v: want a fraction from 0 to 1", jitter)
+		}
+		b.Jitter, set = &jitter, true
+	}
+	if !set {
+		return nil, nil
+	}
+	return &b, nil
+}
+
+// readPayloadFile reads a payload file (- for stdin) and returns its bytes
+// and size. Over the payload limit it reads no more than needed to tell
+// the size, and returns no bytes.
+func readPayloadFile(name string, stdin io.Reader) ([]byte, int64, error) {
+	r := stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, 0, err
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > axapi.PayloadMaxBytes {
+			return nil, st.Size(), nil
+		}
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, axapi.PayloadMaxBytes+1))
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(b) <= axapi.PayloadMaxBytes {
+		return b, int64(len(b)), nil
+	}
+	rest, err := io.Copy(io.Discard, r)
+	if err != nil {
+		return nil, 0, err
+	}
+	return nil, int64(len(b)) + rest, nil
 }
 
 // whenText says when a task runs next, or how it ended.
@@ -152,25 +378,34 @@ func whenText(t *axapi.Task, now time.Time) string {
 
 func getCmd() *cobra.Command {
 	var f apiFlags
+	var consistency string
 	cmd := &cobra.Command{
 		Use:     "get ID",
-		Short:   "Show a task: state, attempts, next run, last error, payload",
-		Example: "  ax get 'order|42'\n  ax get 'order|42' --json | jq .state",
+		Short:   "Show a task: state, attempts, next run, schedule, last error, payload",
+		Example: "  ax get 'order|42'\n  ax get 'order|42' --json | jq .state\n  ax get 'order|42' --consistency strong",
 		Args:    exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkID(cmd, args[0]); err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("consistency") && consistency != "local" && consistency != "strong" {
+				return usagef("--consistency %q: want local or strong", consistency)
+			}
 			ctx, cancel := cmdContext(cmd)
 			defer cancel()
-			t, err := f.client().Get(ctx, args[0])
+			c := f.caller()
+			defer c.Close()
+			a, err := c.Get(ctx, args[0], consistency)
 			if err != nil {
 				return notFoundTask(err, args[0])
 			}
-			v := axapi.TaskFromClient(t)
 			if f.json {
-				return writeJSON(cmd.OutOrStdout(), v)
+				return writeJSON(cmd.OutOrStdout(), a.Raw)
 			}
-			return printTask(cmd.OutOrStdout(), &v, time.Now())
+			return printTask(cmd.OutOrStdout(), &a.Task, time.Now())
 		},
 	}
+	cmd.Flags().StringVar(&consistency, "consistency", "", "local (the default: this node's state) or strong (linearizable: read through the leader)")
 	f.register(cmd)
 	return cmd
 }
@@ -179,11 +414,17 @@ func getCmd() *cobra.Command {
 func printTask(w io.Writer, t *axapi.Task, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
-	row("ID", t.ID)
+	row("ID", oneLine(t.ID))
 	row("Handler", t.Handler)
 	row("State", t.State)
 	row("Priority", fmt.Sprint(t.Priority))
 	row("Attempts", fmt.Sprintf("%d of %d", t.Attempts, t.MaxAttempts))
+	if t.Run > 0 {
+		row("Run", fmt.Sprint(t.Run))
+	}
+	if t.Snoozes > 0 {
+		row("Snoozes", fmt.Sprint(t.Snoozes))
+	}
 	row("Timeout", t.Timeout)
 	if t.Delay != "" {
 		row("Delay", t.Delay)
@@ -191,11 +432,48 @@ func printTask(w io.Writer, t *axapi.Task, now time.Time) error {
 	if t.RunAt != nil {
 		row("Run at", fmtTime(t.RunAt, now))
 	}
+	switch {
+	case t.Every != "":
+		row("Every", t.Every)
+	case t.Cron != "":
+		tz := t.Timezone
+		if tz == "" {
+			tz = "UTC"
+		}
+		row("Cron", fmt.Sprintf("%s (%s)", t.Cron, tz))
+	}
+	if t.Every != "" || t.Cron != "" {
+		if t.Repeats > 0 {
+			row("Repeats", fmt.Sprintf("%d runs", t.Repeats))
+		} else {
+			row("Repeats", "no limit")
+		}
+		if t.Until != nil {
+			row("Until", fmtTime(t.Until, now))
+		}
+	}
 	if t.NextRunAt != nil {
 		row("Next run", fmtTime(t.NextRunAt, now))
 	}
 	if t.Node != "" {
 		row("Node", t.Node)
+	}
+	if t.RouteKey != "" {
+		row("Route key", oneLine(t.RouteKey))
+	}
+	if len(t.Labels) > 0 {
+		keys := make([]string, 0, len(t.Labels))
+		for k := range t.Labels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for i, k := range keys {
+			keys[i] = k + "=" + t.Labels[k]
+		}
+		row("Labels", oneLine(strings.Join(keys, ", ")))
+	}
+	if b := t.Backoff; b != nil {
+		row("Backoff", fmt.Sprintf("%s, ×%g per retry, at most %s, jitter ±%g%%", b.Initial, b.Multiplier, b.Max, b.Jitter*100))
 	}
 	if t.LastError != "" {
 		row("Last error", oneLine(t.LastError))
@@ -219,15 +497,16 @@ var states = []ax.State{ax.StateWaiting, ax.StateRunning, ax.StateSuccess, ax.St
 
 func listCmd() *cobra.Command {
 	var f apiFlags
-	var handler, state string
+	var handler, state, startCursor string
 	var limit int
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List tasks in id order, filtered by handler and state",
 		Long: `List tasks in id order as a table: id, handler, state, attempts, next run (or
 when it finished) and the last error. It follows the API's pages until
---limit tasks are shown (0: all).`,
-		Example: "  ax list --state dead\n  ax list --handler order.timeout --limit 0 --json",
+--limit tasks are shown (0: all); --cursor continues after an earlier list
+(the next_cursor of --json, or the cursor it names when more match).`,
+		Example: "  ax list --state dead\n  ax list --handler order.timeout --limit 0 --json\n  ax list --limit 100 --cursor 'order|41'",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if state != "" {
@@ -250,7 +529,7 @@ when it finished) and the last error. It follows the API's pages until
 			defer c.Close()
 			var raw []json.RawMessage
 			var tasks []axapi.Task
-			cursor, more := "", false
+			cursor, more := startCursor, false
 			for {
 				page := axapi.ListLimitMax
 				if limit > 0 {
@@ -289,7 +568,7 @@ when it finished) and the last error. It follows the API's pages until
 				return err
 			}
 			if more {
-				fmt.Fprintf(cmd.ErrOrStderr(), "(showing the first %d; more match: raise --limit, or --limit 0 for all)\n", len(tasks))
+				fmt.Fprintf(cmd.ErrOrStderr(), "(showing the first %d; more match: raise --limit, --limit 0 for all, or continue with --cursor %s)\n", len(tasks), shellQuote(cursor))
 			}
 			return nil
 		},
@@ -298,6 +577,7 @@ when it finished) and the last error. It follows the API's pages until
 	fl.StringVar(&handler, "handler", "", "only tasks of this handler")
 	fl.StringVar(&state, "state", "", "only tasks in this state: "+stateNames())
 	fl.IntVar(&limit, "limit", 100, "show at most this many tasks (0: all)")
+	fl.StringVar(&startCursor, "cursor", "", "start after this cursor: the next_cursor of an earlier list")
 	f.register(cmd)
 	return cmd
 }
@@ -310,10 +590,17 @@ func stateNames() string {
 	return strings.Join(s, ", ")
 }
 
-// printTaskTable prints tasks as the table of `ax list`.
+// Widths of the columns of `ax list` that can be long: longer cells are
+// cut (the full values are in `ax get` and --json).
+const (
+	idWidth      = 64
+	handlerWidth = 40
+)
+
+// printTaskTable prints tasks as the table of `ax list`, aligned by display
+// width (wide characters and emoji take two columns).
 func printTaskTable(w io.Writer, tasks []axapi.Task, now time.Time) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tHANDLER\tSTATE\tATTEMPTS\tNEXT RUN / FINISHED\tLAST ERROR")
+	rows := [][]string{{"ID", "HANDLER", "STATE", "ATTEMPTS", "NEXT RUN / FINISHED", "LAST ERROR"}}
 	for i := range tasks {
 		t := &tasks[i]
 		when := "-"
@@ -332,9 +619,20 @@ func printTaskTable(w io.Writer, tasks []axapi.Task, now time.Time) error {
 		if t.LastError != "" {
 			lastErr = truncate(t.LastError, lastErrorWidth)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\n", oneLine(t.ID), t.Handler, t.State, t.Attempts, t.MaxAttempts, when, lastErr)
+		rows = append(rows, []string{truncate(t.ID, idWidth), truncate(t.Handler, handlerWidth), t.State,
+			fmt.Sprintf("%d/%d", t.Attempts, t.MaxAttempts), when, lastErr})
 	}
-	return tw.Flush()
+	return writeTable(w, rows)
+}
+
+// shellQuote quotes s for a shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:@%+=,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func cancelCmd() *cobra.Command {
@@ -342,21 +640,43 @@ func cancelCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cancel ID",
 		Short: "Cancel a task: a waiting one never runs; a running attempt is aborted",
-		Args:  exactArgs("ID"),
+		Long: `Cancel a task: a waiting one never runs, a running attempt is aborted, and a
+recurring task has no further runs. A task that is already finished
+(SUCCESS, DEAD, FAILED or CANCELLED) stays as it is.`,
+		Args: exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkID(cmd, args[0]); err != nil {
+				return err
+			}
 			ctx, cancel := cmdContext(cmd)
 			defer cancel()
-			t, err := f.client().Cancel(ctx, args[0])
+			c := f.caller()
+			defer c.Close()
+			// The answer of a cancel is the task either way; its state
+			// before tells a cancel from a task that was already cancelled.
+			before := ""
+			if !f.json {
+				a, err := c.Get(ctx, args[0], "")
+				if err != nil {
+					return notFoundTask(err, args[0])
+				}
+				before = a.Task.State
+			}
+			a, err := c.Cancel(ctx, args[0])
 			if err != nil {
 				return notFoundTask(err, args[0])
 			}
 			if f.json {
-				return writeJSON(cmd.OutOrStdout(), axapi.TaskFromClient(t))
+				return writeJSON(cmd.OutOrStdout(), a.Raw)
 			}
-			if t.State == ax.StateCancelled {
-				fmt.Fprintf(cmd.OutOrStdout(), "cancelled %s\n", t.ID)
-			} else {
+			t := &a.Task
+			switch {
+			case before == string(ax.StateCancelled) || t.State != string(ax.StateCancelled) && ax.State(t.State).Terminal():
 				fmt.Fprintf(cmd.OutOrStdout(), "%s was already %s; nothing to cancel\n", t.ID, t.State)
+			case t.State == string(ax.StateCancelled):
+				fmt.Fprintf(cmd.OutOrStdout(), "cancelled %s\n", t.ID)
+			default:
+				fmt.Fprintf(cmd.OutOrStdout(), "cancelling %s: %s\n", t.ID, t.State)
 			}
 			return nil
 		},
@@ -372,17 +692,21 @@ func retryCmd() *cobra.Command {
 		Short: "Run a DEAD or FAILED task again, with fresh attempts",
 		Args:  exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkID(cmd, args[0]); err != nil {
+				return err
+			}
 			ctx, cancel := cmdContext(cmd)
 			defer cancel()
-			t, err := f.client().Retry(ctx, args[0])
+			c := f.caller()
+			defer c.Close()
+			a, err := c.Retry(ctx, args[0])
 			if err != nil {
 				return notFoundTask(err, args[0])
 			}
-			v := axapi.TaskFromClient(t)
 			if f.json {
-				return writeJSON(cmd.OutOrStdout(), v)
+				return writeJSON(cmd.OutOrStdout(), a.Raw)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "retrying %s: %s, %s\n", t.ID, t.State, whenText(&v, time.Now()))
+			fmt.Fprintf(cmd.OutOrStdout(), "retrying %s: %s, %s\n", a.Task.ID, a.Task.State, whenText(&a.Task, time.Now()))
 			return nil
 		},
 	}
