@@ -192,9 +192,12 @@ func (f *FSM) StoreConfiguration(index uint64, _ raft.Configuration) {
 // badger's transaction limit. The applied index goes into the last part, so
 // a crash between parts re-applies the entry, whose commands are idempotent.
 //
-// It also keeps the per-state task counts: putTask records deltas, and every
-// commit (each part, and the last) writes the counts as they stand, so the
-// stored counts always match the stored tasks.
+// It also keeps the per-state task counts: putTask records deltas, and the
+// last part writes the counts as they stand, next to the applied index.
+// (A crash between the parts of one huge entry can leave the counts off
+// by the commands of the parts already committed: they re-apply as
+// no-ops. Entries stay small enough for one transaction in practice: the
+// leader caps its proposals at MaxBatchCommands.)
 type writer struct {
 	db     *badger.DB
 	txn    *badger.Txn
@@ -210,19 +213,16 @@ func (f *FSM) newWriter() *writer {
 	return w
 }
 
-// commitPart writes the counts and commits the current transaction.
-func (w *writer) commitPart() error {
-	for s, d := range w.deltas {
-		if d != 0 {
-			if err := w.txn.Set(countKey(State(s)), binary.BigEndian.AppendUint64(nil, uint64(w.base[s]+d))); err != nil {
-				return err
-			}
-		}
-	}
-	return w.txn.Commit()
-}
-
 func (w *writer) count(s State, d int64) { w.deltas[s] += d }
+
+// split commits the full transaction and starts the next part.
+func (w *writer) split() error {
+	if err := w.txn.Commit(); err != nil {
+		return err
+	}
+	w.txn = w.db.NewTransaction(true)
+	return nil
+}
 
 func (w *writer) get(key []byte, v any) (bool, error) {
 	item, err := w.txn.Get(key)
@@ -238,10 +238,9 @@ func (w *writer) get(key []byte, v any) (bool, error) {
 func (w *writer) set(key, val []byte) error {
 	err := w.txn.Set(key, val)
 	if errors.Is(err, badger.ErrTxnTooBig) {
-		if err := w.commitPart(); err != nil {
+		if err := w.split(); err != nil {
 			return err
 		}
-		w.txn = w.db.NewTransaction(true)
 		err = w.txn.Set(key, val)
 	}
 	return err
@@ -250,10 +249,9 @@ func (w *writer) set(key, val []byte) error {
 func (w *writer) del(key []byte) error {
 	err := w.txn.Delete(key)
 	if errors.Is(err, badger.ErrTxnTooBig) {
-		if err := w.commitPart(); err != nil {
+		if err := w.split(); err != nil {
 			return err
 		}
-		w.txn = w.db.NewTransaction(true)
 		err = w.txn.Delete(key)
 	}
 	return err
@@ -268,10 +266,17 @@ func (w *writer) putRecord(key []byte, v any) error {
 }
 
 func (w *writer) finish(index uint64) error {
+	for st, d := range w.deltas {
+		if d != 0 {
+			if err := w.set(countKey(State(st)), binary.BigEndian.AppendUint64(nil, uint64(w.base[st]+d))); err != nil {
+				return err
+			}
+		}
+	}
 	if err := w.set(keyApplied, binary.BigEndian.AppendUint64(nil, index)); err != nil {
 		return err
 	}
-	return w.commitPart()
+	return w.txn.Commit()
 }
 
 func (w *writer) discard() { w.txn.Discard() }

@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -209,4 +210,36 @@ func TestCountsFollowStates(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(e2.f)
+}
+
+// An entry of thousands of state changes overflows one badger transaction:
+// the writer splits it, and the task counts, written with the applied index
+// in the last part, stay right. (The counts were once written into the
+// full transaction, which panicked the node on every restart.)
+func TestHugeEntryKeepsCounts(t *testing.T) {
+	e := newEnv(t)
+	const n = 12000
+	var subs, fires []Command
+	for i := range n {
+		id := fmt.Sprintf("h%05d", i)
+		subs = append(subs, submitCmd(id, spec("h", `{}`), 100, 10))
+	}
+	e.apply(1, subs...)
+	for i := range n {
+		id := fmt.Sprintf("h%05d", i)
+		fires = append(fires, fireCmd(id, 1, 1, "n1", 100, 40000))
+	}
+	for _, r := range e.apply(2, fires...) {
+		if r.Code != CodeOK {
+			t.Fatalf("fire: %+v", r)
+		}
+	}
+	c := e.f.Counts()
+	if c[StateRunning] != n || c[StateWaiting] != 0 {
+		t.Fatalf("counts %v, want %d running", c, n)
+	}
+	e.reopen()
+	if c := e.f.Counts(); c[StateRunning] != n {
+		t.Fatalf("counts after reopen %v", c)
+	}
 }

@@ -287,13 +287,17 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 			Error: "lease expired: no outcome from node " + t.Node + " within timeout + grace",
 		}})
 	}
-	if len(cmds) == 0 {
-		return
-	}
-	if _, err := n.proposer.propose(ctx, cmds); err != nil && ctx.Err() == nil {
-		// Leadership was lost or raft failed: the next leader re-arms from
-		// the store, so nothing is lost.
-		n.log.Warn().Err(err).Int("commands", len(cmds)).Msg("proposing fired timers failed")
+	// In entries of at most MaxBatchCommands: a flood of runs due at one
+	// instant must not make one huge entry.
+	for len(cmds) > 0 {
+		k := min(len(cmds), n.cfg.MaxBatchCommands)
+		if _, err := n.proposer.propose(ctx, cmds[:k]); err != nil && ctx.Err() == nil {
+			// Leadership was lost or raft failed: the next leader re-arms
+			// from the store, so nothing is lost.
+			n.log.Warn().Err(err).Int("commands", k).Msg("proposing fired timers failed")
+			return
+		}
+		cmds = cmds[k:]
 	}
 }
 
