@@ -197,7 +197,7 @@ func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
 		// delivered again at RetryDueMs.
 		t.State, t.DueMs, t.Snoozes = StateWaiting, c.RetryDueMs, t.Snoozes+1
 		t.Attempts--
-	case OutcomeRetryable, OutcomeTimeout:
+	case OutcomeRetryable, OutcomeTimeout, OutcomeLost:
 		t.LastError = c.Error
 		if t.Attempts >= t.Spec.MaxAttempts {
 			t.State, t.FinishedMs = StateDead, c.AtMs

@@ -45,9 +45,13 @@ const (
 	OutcomePermanent                    // other 4xx: FAILED, no retry
 	OutcomeTimeout                      // the attempt ran past its deadline or its lease expired
 	OutcomeBusy                         // 429/503: snoozed, not counted as a failed attempt
+	// OutcomeLost: the attempt's node died or restarted (its lease
+	// expired, or it reported the attempt lost): a failed attempt, retried,
+	// but not the handler's fault (the circuit breaker ignores it).
+	OutcomeLost
 )
 
-var outcomeNames = [...]string{"", "success", "retryable", "permanent", "timeout", "busy"}
+var outcomeNames = [...]string{"", "success", "retryable", "permanent", "timeout", "busy", "lost"}
 
 // String returns the lower-case outcome name.
 func (o Outcome) String() string {

@@ -21,6 +21,9 @@ const (
 	// noExecutorRetry is how long a due task with no live executor node
 	// waits before the leader looks again.
 	noExecutorRetry = 500 * time.Millisecond
+	// catchUpSlack is how far behind the leader's commit index a node may
+	// be (at its last report) and still get attempts.
+	catchUpSlack = 200
 	// handlerCapRetry is how soon a due task held back by its handler's
 	// cluster-wide cap is looked at again.
 	handlerCapRetry = 50 * time.Millisecond
@@ -159,7 +162,7 @@ func (l *leaderState) onEvent(ev *raftfsm.Event) {
 		switch {
 		case t.State == raftfsm.StateDead:
 			l.n.metrics.dead.WithLabelValues(t.Spec.Handler).Inc()
-		case t.State == raftfsm.StateWaiting && ev.Outcome != raftfsm.OutcomeBusy:
+		case t.State == raftfsm.StateWaiting && ev.Outcome != raftfsm.OutcomeBusy && ev.Outcome != raftfsm.OutcomeSuccess:
 			l.n.metrics.retries.WithLabelValues(t.Spec.Handler).Inc()
 		}
 	}
@@ -283,7 +286,7 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 			continue
 		}
 		cmds = append(cmds, raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{
-			ID: id, Epoch: t.Epoch, Attempt: t.Attempts, Outcome: raftfsm.OutcomeTimeout,
+			ID: id, Epoch: t.Epoch, Attempt: t.Attempts, Outcome: raftfsm.OutcomeLost,
 			Error: "lease expired: no outcome from node " + t.Node + " within timeout + grace",
 		}})
 	}
@@ -370,6 +373,13 @@ func (l *leaderState) pick(nodes []raftfsm.Node, handler, avoid, routeKey string
 	if avoid != "" {
 		drop(func(id string) bool { return id != avoid })
 	}
+	// A node that is still catching up (just restarted) would deliver late:
+	// skip it while another can run the handler.
+	if commit := l.commitIndex(); commit > 0 {
+		drop(func(id string) bool {
+			return id == l.n.cfg.NodeID || l.applied[id]+catchUpSlack >= commit
+		})
+	}
 	drop(func(id string) bool { return l.queued[id][handler] == 0 })
 	if len(live) == 0 {
 		return ""
@@ -428,6 +438,14 @@ func (l *leaderState) memberViews() map[string]memberView {
 	}
 	out[l.n.cfg.NodeID] = memberView{Reachable: true, LastContactMs: 0, AppliedIndex: l.n.fsm.AppliedIndex()}
 	return out
+}
+
+// commitIndex is Raft's commit index (0 without Raft, in unit tests).
+func (l *leaderState) commitIndex() uint64 {
+	if l.n.raft == nil {
+		return 0
+	}
+	return l.n.raft.CommitIndex()
 }
 
 // running counts the RUNNING attempts of handler (for Config.HandlerLimits).

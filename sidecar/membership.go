@@ -212,24 +212,34 @@ func (n *Node) members(nodes []raftfsm.Node) []raftfsm.Node {
 	return kept
 }
 
-// abandonOrphans reports, once this node is registered after a start, the
-// attempts that the store says run here: this process never started them
-// (a restart replays no delivery), so they were lost with the previous
-// process. Reporting them as failed lets the leader retry them now instead
-// of at their lease's end (timeout + grace).
-func (n *Node) abandonOrphans(ctx context.Context) {
-	var cmds []raftfsm.Command
-	err := n.fsm.Running(func(t *raftfsm.Task) bool {
+// findOrphans lists, at start before Raft replays anything, the attempts
+// the store says run on this node: the previous process was delivering
+// them, and this one never will (a restart delivers only the attempts
+// whose Fire it applies from now on). Those are the only ones
+// abandonOrphans may report.
+func (n *Node) findOrphans() {
+	_ = n.fsm.Running(func(t *raftfsm.Task) bool {
 		if t.Node == n.cfg.NodeID {
-			cmds = append(cmds, raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{
-				ID: t.ID, Epoch: t.Epoch, Attempt: t.Attempts, Outcome: raftfsm.OutcomeRetryable,
+			n.orphans = append(n.orphans, raftfsm.Complete{
+				ID: t.ID, Epoch: t.Epoch, Attempt: t.Attempts, Outcome: raftfsm.OutcomeLost,
 				Error: "node " + n.cfg.NodeID + " restarted during the attempt",
-			}})
+			})
 		}
 		return true
 	})
-	if err != nil || len(cmds) == 0 {
+}
+
+// abandonOrphans reports the attempts findOrphans found, once this node is
+// registered: the leader retries them now instead of at their lease's end
+// (timeout + grace). A report naming an attempt that is no longer current
+// is ignored by the FSM.
+func (n *Node) abandonOrphans(ctx context.Context) {
+	if len(n.orphans) == 0 {
 		return
+	}
+	cmds := make([]raftfsm.Command, len(n.orphans))
+	for i := range n.orphans {
+		cmds[i] = raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &n.orphans[i]}
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -238,4 +248,5 @@ func (n *Node) abandonOrphans(ctx context.Context) {
 		return
 	}
 	n.log.Info().Int("attempts", len(cmds)).Msg("reported the attempts lost in the restart for retry")
+	n.orphans = nil
 }

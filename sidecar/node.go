@@ -52,6 +52,7 @@ type Node struct {
 	shutdownOnce sync.Once
 	registered   atomic.Bool   // this node's record is committed
 	leaderCommit atomic.Uint64 // the leader's commit index at the last load report
+	orphans      []raftfsm.Complete
 }
 
 // Start opens the node's stores, starts Raft, the peer API and the
@@ -88,6 +89,7 @@ func (n *Node) open() error {
 	}
 	n.events = newEventQueue()
 	n.fsm.SetObserver(n.events)
+	n.findOrphans()
 
 	n.logStore, err = raftboltdb.NewBoltStore(filepath.Join(n.cfg.DataDir, "raft.db"))
 	if err != nil {

@@ -260,7 +260,7 @@ func (p *proposer) prepare(c *raftfsm.Command, now time.Time) {
 		switch x.Outcome {
 		case raftfsm.OutcomeSuccess:
 			p.nextRun(x, t, now)
-		case raftfsm.OutcomeRetryable, raftfsm.OutcomeTimeout:
+		case raftfsm.OutcomeRetryable, raftfsm.OutcomeTimeout, raftfsm.OutcomeLost:
 			b := engine.BackoffDefault
 			if t != nil && t.Spec.Backoff != nil {
 				sb := t.Spec.Backoff
