@@ -11,6 +11,7 @@ import (
 func idleRun(t *testing.T, tm *Timers) <-chan []Expired {
 	t.Helper()
 	got := make(chan []Expired, 16)
+	tm.syncC = make(chan chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -19,6 +20,22 @@ func idleRun(t *testing.T, tm *Timers) <-chan []Expired {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return got
+}
+
+// settleRun waits until Run has consumed every wake-up caused so far.
+func settleRun(t *testing.T, tm *Timers) {
+	t.Helper()
+	reply := make(chan struct{})
+	select {
+	case tm.syncC <- reply:
+	case <-time.After(10 * time.Second):
+		t.Fatal("settle: Run does not take the sync request")
+	}
+	select {
+	case <-reply:
+	case <-time.After(10 * time.Second):
+		t.Fatal("settle: Run does not settle")
+	}
 }
 
 func expectNoFire(t *testing.T, got <-chan []Expired) {
@@ -59,6 +76,7 @@ func TestTimers_TicklessNoPeriodicWakeups(t *testing.T) {
 			tm.Arm("far-"+string(rune('a'+i%26))+string(rune('a'+i/26)), at(2*time.Hour+time.Duration(i)*time.Second))
 		}
 		clock.BlockUntil(1)
+		settleRun(t, tm) // the wake-ups of the Arms above are over
 		w0 := tm.Stats().Wakeups
 		for range 3600 {
 			clock.Advance(time.Second)
