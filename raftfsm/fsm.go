@@ -26,6 +26,9 @@ type Event struct {
 	Node *Node
 	// Outcome is the reported outcome, for CmdComplete events.
 	Outcome Outcome
+	// Restored is set on the one event sent after a snapshot restore
+	// replaced all state: observers that cache state drop their caches.
+	Restored bool
 }
 
 // Observer is told about every change once its entry is committed to
@@ -313,6 +316,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("restore snapshot: read task counts: %w", err)
 	}
 	f.setApplied(idx)
+	if b := f.observer.Load(); b != nil {
+		b.o.Applied(idx, []Event{{Restored: true}})
+	}
 	return nil
 }
 

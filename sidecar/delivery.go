@@ -31,7 +31,10 @@ type delivery struct {
 	running map[string]*attemptRun // task id → its attempt running here
 	slots   map[string]*slot       // executor name|URL → its concurrency slots
 	queued  map[string]int         // handler → attempts waiting for a slot
-	down    map[string]downState   // executor name|URL → unreachable lately
+	// self caches this node's record (its executors); nil after it
+	// changes (node, executor and restore events), read again on use.
+	self    *raftfsm.Node
+	down    map[string]downState // executor name|URL → unreachable lately
 	wg      sync.WaitGroup
 	stopped bool
 }
@@ -64,6 +67,11 @@ func (d *delivery) inFlight() int {
 // onEvent starts an attempt assigned here, or aborts one that was cancelled,
 // replaced, or timed out by the leader.
 func (d *delivery) onEvent(ev *raftfsm.Event) {
+	if ev.Restored || (ev.Node != nil && ev.Node.ID == d.n.cfg.NodeID) {
+		d.mu.Lock()
+		d.self = nil // this node's record changed: read it again
+		d.mu.Unlock()
+	}
 	t := ev.Task
 	if t == nil {
 		return
@@ -132,14 +140,17 @@ func (d *delivery) start(t *raftfsm.Task) {
 // replicated node record (flags and API registrations alike), best match
 // first, those marked down (unreachable lately) last.
 func (d *delivery) executorsFor(handler string) []*raftfsm.Executor {
-	rec, err := d.n.fsm.Node(d.n.cfg.NodeID)
-	if err != nil {
-		return nil
-	}
-	xs := rec.ExecutorsFor(handler)
-	now := time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.self == nil { // read once after each change, not per attempt
+		rec, err := d.n.fsm.Node(d.n.cfg.NodeID)
+		if err != nil {
+			return nil
+		}
+		d.self = rec
+	}
+	xs := d.self.ExecutorsFor(handler)
+	now := time.Now()
 	var up, down []*raftfsm.Executor
 	for _, x := range xs {
 		if st, ok := d.down[x.Name+"|"+x.URL]; ok && now.Before(st.until) {

@@ -32,5 +32,7 @@
 // # Lock order
 //
 // leaderState.mu and delivery.mu are leaves: no other lock is taken while
-// holding them, and neither is held while proposing or calling out.
+// holding them, and neither is held while proposing or calling out
+// (delivery.mu covers one badger read, of this node's record, when its
+// cache was dropped).
 package sidecar

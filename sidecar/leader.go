@@ -48,8 +48,9 @@ type leaderState struct {
 	// yet fired: waiting for a live executor, or for their Fire to
 	// commit. With the nodes' queued reports it is the handler backlog
 	// that submits are admitted against (backpressure).
-	due    map[string]dueRun
-	queued map[string]map[string]int // node id → handler → attempts waiting for an executor slot
+	due          map[string]dueRun
+	dueByHandler map[string]int            // len(due) per handler
+	queued       map[string]map[string]int // node id → handler → attempts waiting for an executor slot
 	// load is each node's callbacks in flight and queued at its last
 	// report; assigned, the attempts given to it since (least_loaded).
 	load, assigned map[string]int
@@ -67,7 +68,7 @@ type leaderState struct {
 }
 
 func newLeaderState(n *Node) *leaderState {
-	return &leaderState{n: n, lastSeen: map[string]time.Time{}, due: map[string]dueRun{}, queued: map[string]map[string]int{},
+	return &leaderState{n: n, lastSeen: map[string]time.Time{}, due: map[string]dueRun{}, dueByHandler: map[string]int{}, queued: map[string]map[string]int{},
 		load: map[string]int{}, assigned: map[string]int{}, applied: map[string]uint64{}, running: map[string]int{}, runningIDs: map[string]string{},
 		breakers: newBreakers(n), probes: map[string]func(bool){}}
 }
@@ -127,6 +128,7 @@ func (l *leaderState) stop() {
 	}
 	l.timers, l.cancel, l.done = nil, nil, nil
 	clear(l.due)
+	clear(l.dueByHandler)
 	clear(l.probes)
 	clear(l.running)
 	clear(l.runningIDs)
@@ -514,14 +516,28 @@ type dueRun struct {
 
 func (l *leaderState) park(id, handler string, prio int) {
 	l.mu.Lock()
+	if old, ok := l.due[id]; ok {
+		l.dueCount(old.handler, -1)
+	}
 	l.due[id] = dueRun{handler, prio}
+	l.dueCount(handler, 1)
 	l.mu.Unlock()
 }
 
 func (l *leaderState) unpark(id string) {
 	l.mu.Lock()
-	delete(l.due, id)
+	if old, ok := l.due[id]; ok {
+		l.dueCount(old.handler, -1)
+		delete(l.due, id)
+	}
 	l.mu.Unlock()
+}
+
+// dueCount keeps dueByHandler in step with due; l.mu is held.
+func (l *leaderState) dueCount(handler string, d int) {
+	if l.dueByHandler[handler] += d; l.dueByHandler[handler] <= 0 {
+		delete(l.dueByHandler, handler)
+	}
 }
 
 // depth returns the backlog of handler: its due runs not yet fired, plus
@@ -530,12 +546,7 @@ func (l *leaderState) unpark(id string) {
 func (l *leaderState) depth(handler string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := 0
-	for _, r := range l.due {
-		if r.handler == handler {
-			n++
-		}
-	}
+	n := l.dueByHandler[handler] // O(1): admission runs for every submit
 	for _, q := range l.queued {
 		n += q[handler]
 	}

@@ -367,6 +367,10 @@ var commandNames = map[raftfsm.CommandType]string{
 // task carries task_id, attempt, handler and node. Payloads only with
 // Config.LogPayloads.
 func (n *Node) logEvent(ev *raftfsm.Event) {
+	if ev.Restored {
+		n.log.Debug().Msg("state replaced by a snapshot")
+		return
+	}
 	e := n.log.Debug().Str("command", commandNames[ev.Type])
 	if t := ev.Task; t != nil {
 		e = e.Str("task_id", t.ID).Int("attempt", t.Attempts).Str("handler", t.Spec.Handler).
