@@ -563,6 +563,32 @@ func TestDueOrderAndBound(t *testing.T) {
 	if got := collect(1<<62, 2); !slices.Equal(got, all[:2]) {
 		t.Fatalf("stop early: %v", got)
 	}
+	// DueBetween is (after, until]: the window the leader loads next.
+	between := func(after, until int64) []dueEntry {
+		var out []dueEntry
+		if err := e.f.DueBetween(after, until, func(id string, due int64) bool {
+			out = append(out, dueEntry{id, due})
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if got := between(255, 2000); !slices.Equal(got, all[2:5]) {
+		t.Fatalf("(255, 2000]: %v", got)
+	}
+	if got := between(0, 255); !slices.Equal(got, all[1:2]) {
+		t.Fatalf("(0, 255]: %v", got)
+	}
+	if got := between(-1, 0); !slices.Equal(got, all[:1]) {
+		t.Fatalf("(-1, 0]: %v", got)
+	}
+	if got := between(3000, 1<<62); !slices.Equal(got, all[6:]) {
+		t.Fatalf("(3000, ∞): %v", got)
+	}
+	if got := between(2000, 2000); len(got) != 0 {
+		t.Fatalf("(2000, 2000]: %v", got)
+	}
 	// Running stops when fn returns false too.
 	e.apply(2, fireCmd("a2", 1, 1, "n", 1, 2), fireCmd("b", 1, 1, "n", 1, 2))
 	n := 0

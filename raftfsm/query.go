@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"errors"
+	"math"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -28,13 +29,26 @@ func (f *FSM) Task(id string) (*Task, error) {
 // Due calls fn for each WAITING task due at or before untilMs, in due order,
 // with its id and due time, until fn returns false.
 func (f *FSM) Due(untilMs int64, fn func(id string, dueMs int64) bool) error {
+	return f.DueBetween(math.MinInt64, untilMs, fn)
+}
+
+// DueBetween is Due for the WAITING tasks due after afterMs and at or
+// before untilMs (Unix milliseconds): it seeks the due-time index to
+// afterMs, so loading the next window of tasks reads only that window.
+// Due times are never negative (the API refuses them), so any afterMs < 0
+// starts at the beginning.
+func (f *FSM) DueBetween(afterMs, untilMs int64, fn func(id string, dueMs int64) bool) error {
 	return f.db.View(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
 		opts.PrefetchValues = false
 		opts.Prefix = prefixDue
 		it := txn.NewIterator(opts)
 		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
+		start := prefixDue
+		if afterMs >= 0 && afterMs < math.MaxInt64 {
+			start = dueKey(afterMs+1, "")
+		}
+		for it.Seek(start); it.Valid(); it.Next() {
 			due, id := parseDueKey(it.Item().Key())
 			if due > untilMs || !fn(id, due) {
 				return nil

@@ -33,6 +33,10 @@ const (
 	// commits its Fire, so that the commit latency does not add to the
 	// lateness; the delivering node waits for the due time.
 	FireLeadDefault = 50 * time.Millisecond
+	// LoadWindowDefault is how far ahead the leader keeps WAITING tasks
+	// armed in memory (DESIGN §4 step 2): tasks due later stay in the
+	// store until the window reaches them.
+	LoadWindowDefault = 10 * time.Minute
 	// DeliveryConcurrencyDefault is the most callbacks in flight per
 	// executor: the adaptive limit's maximum (seed 004's burst needs 200).
 	DeliveryConcurrencyDefault = 200
@@ -105,6 +109,11 @@ type Config struct {
 	// Fire (the delivering node holds the attempt until the due time).
 	// -1 turns it off. Defaults to FireLeadDefault.
 	FireLead time.Duration
+	// LoadWindow is how far ahead of now the leader arms WAITING tasks;
+	// every LoadWindow/2 it loads the next stretch from the due-time
+	// index, so memory holds a window, not the whole store. Defaults to
+	// LoadWindowDefault; at least 1s.
+	LoadWindow time.Duration
 	// DeliveryConcurrency is the most callbacks in flight per executor (the
 	// adaptive limit's maximum), unless the executor's registration sets
 	// max_concurrency. Defaults to DeliveryConcurrencyDefault.
@@ -186,6 +195,7 @@ func (c Config) WithDefaults() Config {
 	dur(&c.ElectionTimeout, ElectionTimeoutDefault)
 	dur(&c.LeaderLeaseTimeout, LeaderLeaseTimeoutDefault)
 	dur(&c.LeaseGrace, LeaseGraceDefault)
+	dur(&c.LoadWindow, LoadWindowDefault)
 	switch {
 	case c.FireLead == 0:
 		c.FireLead = FireLeadDefault
@@ -255,6 +265,9 @@ func (c Config) Validate() error {
 	}
 	if c.FireLead > 10*time.Second {
 		return fmt.Errorf("fire lead %v: at most 10s", c.FireLead)
+	}
+	if c.LoadWindow < time.Second {
+		return fmt.Errorf("load window %v: at least 1s", c.LoadWindow)
 	}
 	if c.DeliveryConcurrency < 1 || c.DeliveryConcurrency > 10000 {
 		return fmt.Errorf("delivery concurrency %d: must be between 1 and 10000", c.DeliveryConcurrency)

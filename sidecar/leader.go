@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,10 +15,14 @@ import (
 )
 
 // Timer keys: "d|<id>" fires a WAITING task at its due time; "l|<id>" ends
-// a RUNNING attempt whose lease expired.
+// a RUNNING attempt whose lease expired; "w|" loads the next stretch of
+// the load window.
 const (
 	dueKeyPrefix   = "d|"
 	leaseKeyPrefix = "l|"
+	windowKey      = "w|"
+	// windowRetry is how soon a failed window load is tried again.
+	windowRetry = time.Second
 	// noExecutorRetry is how long a due task with no live executor node
 	// waits before the leader looks again.
 	noExecutorRetry = 500 * time.Millisecond
@@ -65,6 +70,10 @@ type leaderState struct {
 	breakers *engine.Breakers
 	probes   map[string]func(success bool)
 	jumps    uint64 // clock jumps of earlier terms' timers
+	// horizonMs is the end of the load window (Unix ms): every WAITING
+	// task due at or before it has a timer; later ones stay in the store
+	// until loadWindow reaches them (DESIGN §4 step 2).
+	horizonMs int64
 }
 
 func newLeaderState(n *Node) *leaderState {
@@ -85,6 +94,7 @@ func (l *leaderState) start(parent context.Context) {
 	ctx, cancel := context.WithCancel(parent)
 	timers := engine.NewTimers(l.n.clock, engine.TimersOptions{})
 	l.timers, l.cancel, l.done = timers, cancel, make(chan struct{})
+	l.horizonMs = math.MinInt64 // nothing loaded yet; onEvent arms nothing
 	done := l.done
 	l.mu.Unlock()
 
@@ -96,12 +106,8 @@ func (l *leaderState) start(parent context.Context) {
 			l.n.log.Warn().Err(err).Msg("barrier after election failed; not firing")
 			return
 		}
-		waiting, running := 0, 0
-		err := l.n.fsm.Due(1<<62, func(id string, dueMs int64) bool {
-			timers.Arm(dueKeyPrefix+id, l.fireAt(dueMs))
-			waiting++
-			return true
-		})
+		waiting, err := l.loadWindow(timers)
+		running := 0
 		if err == nil {
 			err = l.n.fsm.Running(func(t *raftfsm.Task) bool {
 				l.trackRunning(t)
@@ -114,7 +120,7 @@ func (l *leaderState) start(parent context.Context) {
 			l.n.log.Error().Err(err).Msg("loading timers from the store failed")
 			return
 		}
-		l.n.log.Info().Int("waiting", waiting).Int("running", running).Msg("leader armed timers from the store")
+		l.n.log.Info().Int("waiting", waiting).Int("running", running).Dur("window", l.n.cfg.LoadWindow).Msg("leader armed timers from the store")
 		timers.Run(ctx, func(batch []engine.Expired) { l.fired(ctx, batch) })
 	}()
 }
@@ -136,6 +142,59 @@ func (l *leaderState) stop() {
 	if cancel != nil {
 		cancel()
 		<-done
+	}
+}
+
+// loadWindow extends the load window to now + LoadWindow: it arms the
+// WAITING tasks due after the old horizon and up to the new one (at
+// start, every task due up to it, overdue ones included) and arms the
+// next load for half a window before the new horizon. The horizon moves
+// before the store is read, so a task applied meanwhile is armed either
+// by onEvent (applied after the move) or by the scan (applied before it:
+// the scan's read view is newer). A timer armed from a view that is
+// already stale is harmless: fire checks every task again. It returns
+// how many tasks it armed.
+func (l *leaderState) loadWindow(timers *engine.Timers) (int, error) {
+	now := l.n.clock.Now()
+	l.mu.Lock()
+	if l.timers != timers { // stopped leading meanwhile
+		l.mu.Unlock()
+		return 0, nil
+	}
+	from := l.horizonMs
+	to := max(from, now.Add(l.n.cfg.LoadWindow).UnixMilli())
+	l.horizonMs = to
+	l.mu.Unlock()
+	armed := 0
+	err := l.n.fsm.DueBetween(from, to, func(id string, dueMs int64) bool {
+		timers.Arm(dueKeyPrefix+id, l.fireAt(dueMs))
+		armed++
+		return true
+	})
+	if err != nil {
+		// Load the same stretch again soon; what was armed stays armed.
+		l.mu.Lock()
+		if l.timers == timers && l.horizonMs == to {
+			l.horizonMs = from
+		}
+		l.mu.Unlock()
+		timers.Arm(windowKey, now.Add(windowRetry))
+		return armed, err
+	}
+	timers.Arm(windowKey, time.UnixMilli(to).Add(-l.n.cfg.LoadWindow/2))
+	return armed, nil
+}
+
+// armDue arms the due timer of a WAITING task if its due time is inside
+// the load window, and drops it otherwise (the window will reach it).
+func (l *leaderState) armDue(timers *engine.Timers, id string, dueMs int64) {
+	l.mu.Lock()
+	inside := dueMs <= l.horizonMs
+	l.mu.Unlock()
+	if inside {
+		timers.Arm(dueKeyPrefix+id, l.fireAt(dueMs))
+	} else {
+		timers.Cancel(dueKeyPrefix + id)
 	}
 }
 
@@ -177,7 +236,7 @@ func (l *leaderState) onEvent(ev *raftfsm.Event) {
 	switch t.State {
 	case raftfsm.StateWaiting:
 		timers.Cancel(leaseKeyPrefix + t.ID)
-		timers.Arm(dueKeyPrefix+t.ID, l.fireAt(t.DueMs))
+		l.armDue(timers, t.ID, t.DueMs)
 	case raftfsm.StateRunning:
 		timers.Cancel(dueKeyPrefix + t.ID)
 		timers.Arm(leaseKeyPrefix+t.ID, time.UnixMilli(t.LeaseMs))
@@ -206,7 +265,9 @@ func (l *leaderState) report(r loadReport) {
 func (l *leaderState) fired(ctx context.Context, batch []engine.Expired) {
 	var due, leases []string
 	for _, e := range batch {
-		if id, ok := strings.CutPrefix(e.Key, dueKeyPrefix); ok {
+		if e.Key == windowKey {
+			go l.refill()
+		} else if id, ok := strings.CutPrefix(e.Key, dueKeyPrefix); ok {
 			due = append(due, id)
 		} else if id, ok := strings.CutPrefix(e.Key, leaseKeyPrefix); ok {
 			leases = append(leases, id)
@@ -232,7 +293,9 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 			continue
 		}
 		if t.DueMs > nowMs+l.n.cfg.FireLead.Milliseconds() { // re-armed since, or the clock moved back
-			l.rearm(dueKeyPrefix+id, l.fireAt(t.DueMs))
+			if timers := l.currentTimers(); timers != nil {
+				l.armDue(timers, id, t.DueMs)
+			}
 			continue
 		}
 		avoid := ""
@@ -304,6 +367,20 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 		}
 		cmds = cmds[k:]
 	}
+}
+
+// refill loads the next stretch of the load window (the windowKey timer).
+func (l *leaderState) refill() {
+	timers := l.currentTimers()
+	if timers == nil {
+		return
+	}
+	n, err := l.loadWindow(timers)
+	if err != nil {
+		l.n.log.Error().Err(err).Msg("loading the next window of tasks failed; retrying")
+		return
+	}
+	l.n.log.Debug().Int("armed", n).Msg("leader loaded the next window of tasks")
 }
 
 // fireAt is when the leader proposes the Fire of a run due at dueMs:

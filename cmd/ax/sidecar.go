@@ -25,7 +25,7 @@ type nodeFlags struct {
 	join                                        []string
 	executors                                   []string
 	logFormat, logLevel                         string
-	heartbeat, election, fireLead               time.Duration
+	heartbeat, election, fireLead, loadWindow   time.Duration
 	logPayloads                                 bool
 	deliveryConcurrency, deliveryMinConcurrency int
 	backlogLimit                                int
@@ -56,6 +56,7 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.heartbeat, "raft-heartbeat-timeout", sidecar.HeartbeatTimeoutDefault, "Raft heartbeat timeout")
 	fl.DurationVar(&f.election, "raft-election-timeout", sidecar.ElectionTimeoutDefault, "Raft election timeout")
 	fl.DurationVar(&f.fireLead, "fire-lead", sidecar.FireLeadDefault, "how long before a run's due time the leader commits its fire (the delivering node waits for the due time); -1ns turns it off")
+	fl.DurationVar(&f.loadWindow, "load-window", sidecar.LoadWindowDefault, "how far ahead the leader keeps WAITING tasks armed in memory; later ones are loaded from the store as the window moves (every half window)")
 	fl.IntVar(&f.deliveryConcurrency, "delivery-concurrency", sidecar.DeliveryConcurrencyDefault, "most callbacks in flight at once per executor of this node: the adaptive limit's maximum")
 	fl.StringVar(&f.clusterToken, "cluster-token", "", "shared secret every peer API request must carry (default: $AX_CLUSTER_TOKEN); give every node the same")
 	fl.StringVar(&f.clusterTokenFile, "cluster-token-file", "", "file holding the cluster token (instead of --cluster-token)")
@@ -76,7 +77,7 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 func (f *nodeFlags) config() (sidecar.Config, error) {
 	cfg := sidecar.Config{
 		NodeID: f.nodeID, DataDir: f.dataDir, Socket: f.socket, RaftAddr: f.raftAddr, PeerAddr: f.peerAddr,
-		BootstrapExpect: f.bootstrapExpect, HeartbeatTimeout: f.heartbeat, ElectionTimeout: f.election, FireLead: f.fireLead, LogPayloads: f.logPayloads,
+		BootstrapExpect: f.bootstrapExpect, HeartbeatTimeout: f.heartbeat, ElectionTimeout: f.election, FireLead: f.fireLead, LoadWindow: f.loadWindow, LogPayloads: f.logPayloads,
 	}
 	cfg.DeliveryConcurrency = f.deliveryConcurrency
 	cfg.BacklogLimit = f.backlogLimit
