@@ -56,6 +56,7 @@ from .errors import (
     NotReady,
     PayloadTooLarge,
     QueueFull,
+    StorageUnavailable,
     Unavailable,
 )
 from .task import (
@@ -138,6 +139,7 @@ __all__ = [
     "QueueFull",
     "NoLeader",
     "NotReady",
+    "StorageUnavailable",
     "InternalError",
     "Unavailable",
     "ERROR_CODES",

@@ -36,6 +36,7 @@ __all__ = [
     "QueueFull",
     "NoLeader",
     "NotReady",
+    "StorageUnavailable",
     "InternalError",
     "Unavailable",
     "ERROR_CODES",
@@ -218,6 +219,16 @@ class NotReady(AxError):
     default_status = 503
 
 
+class StorageUnavailable(AxError):
+    """The sidecar's disk does not take writes (full, or failing): code
+    ``storage_unavailable``, HTTP 503, with ``retry_after`` (5 s). Reads
+    still work; nothing stored was changed. Writes succeed again once the
+    disk has room; the client does not retry these by itself."""
+
+    default_code = "storage_unavailable"
+    default_status = 503
+
+
 class InternalError(AxError):
     """The sidecar failed unexpectedly: code ``internal``, HTTP 500. The
     detail is in the sidecar's log."""
@@ -265,7 +276,7 @@ class Unavailable(AxError):
 # Tracebacks and reprs name the classes as the package exports them
 # (axsched.Unavailable, not axsched.errors.Unavailable).
 for _cls in (AxError, BadRequest, InvalidJSON, NotFound, MethodNotAllowed, Conflict, PayloadTooLarge,
-             QueueFull, NoLeader, NotReady, InternalError, Unavailable):
+             QueueFull, NoLeader, NotReady, StorageUnavailable, InternalError, Unavailable):
     _cls.__module__ = "axsched"
 del _cls
 
@@ -281,6 +292,7 @@ ERROR_CODES: Dict[str, Type[AxError]] = {
     "queue_full": QueueFull,
     "no_leader": NoLeader,
     "not_ready": NotReady,
+    "storage_unavailable": StorageUnavailable,
     "internal": InternalError,
 }
 
@@ -288,7 +300,7 @@ ERROR_CODES: Dict[str, Type[AxError]] = {
 # a plain-text body from something in between); 503 without a code is taken
 # as "not ready", never as "no leader", so that it is not retried.
 _STATUS_CLASSES: Dict[int, Type[AxError]] = {
-    cls.default_status: cls for cls in ERROR_CODES.values() if cls not in (InvalidJSON, NoLeader)
+    cls.default_status: cls for cls in ERROR_CODES.values() if cls not in (InvalidJSON, NoLeader, StorageUnavailable)
 }
 
 

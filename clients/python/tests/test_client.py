@@ -28,6 +28,7 @@ from axsched import (
     QueueFull,
     RawJSON,
     State,
+    StorageUnavailable,
     SubmitRequest,
     Unavailable,
 )
@@ -752,6 +753,14 @@ class NoLeaderTest(ClientTestCase):
         self.stub.enqueue_error(503, "no_leader", "x", retry_after="60", times=10)
         with self.assertRaises(NoLeader):
             self.client.get("x")
+        self.assertEqual((len(self.stub.requests), self.sleeps), (1, []))
+
+    def test_storage_unavailable_is_raised_not_retried(self):
+        self.stub.enqueue_error(503, "storage_unavailable", "disk full", retry_after="5", method="POST", times=10)
+        with self.assertRaises(StorageUnavailable) as cm:
+            self.client.submit("h", id="s")
+        e = cm.exception
+        self.assertEqual((e.status, e.code, e.message, e.retry_after), (503, "storage_unavailable", "disk full", 5.0))
         self.assertEqual((len(self.stub.requests), self.sleeps), (1, []))
 
     def test_not_ready_is_not_retried(self):
