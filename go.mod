@@ -5,6 +5,7 @@ go 1.26.8
 replace github.com/hashicorp/go-metrics => github.com/hashicorp/go-metrics v0.5.4
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/axsched/ax/clients/go v0.0.0-00010101000000-000000000000
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/hashicorp/go-hclog v1.6.3

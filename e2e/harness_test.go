@@ -273,6 +273,8 @@ type clusterConfig struct {
 	noExecutors     bool
 	logLevel        string
 	extraArgs       []string
+	peerProxies     bool
+	deferred        map[int]bool
 }
 
 // ClusterOption configures NewCluster.
@@ -307,6 +309,23 @@ func WithArgs(args ...string) ClusterOption {
 	return func(c *clusterConfig) { c.extraArgs = append(c.extraArgs, args...) }
 }
 
+// WithPeerProxies routes every link between two nodes, per direction,
+// through a FaultProxy (one for Raft, one for the peer API), with the
+// hidden --peer-route flag and --join addresses of the proxies; the
+// test cuts and heals links through Cluster.Net.
+func WithPeerProxies() ClusterOption { return func(c *clusterConfig) { c.peerProxies = true } }
+
+// WithDeferredStart leaves the nodes with these indexes (0-based)
+// unstarted: the test starts them later (a node that joins late).
+func WithDeferredStart(idx ...int) ClusterOption {
+	return func(c *clusterConfig) {
+		c.deferred = map[int]bool{}
+		for _, i := range idx {
+			c.deferred[i] = true
+		}
+	}
+}
+
 // Node is one member of a Cluster: its process, addresses, API client and
 // (when it has one) its executor.
 type Node struct {
@@ -326,6 +345,8 @@ type Cluster struct {
 	t        *testing.T
 	Nodes    []*Node
 	Recorder *Recorder // shared by every node's executor
+	// Net holds the proxies of every link (WithPeerProxies); nil without.
+	Net *FaultNet
 }
 
 // NewCluster starts a cluster (it does not wait for it: see WaitReady).
@@ -364,6 +385,16 @@ func NewCluster(t *testing.T, opts ...ClusterOption) *Cluster {
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
+	if cfg.peerProxies {
+		c.Net = newFaultNet()
+		for _, from := range c.Nodes {
+			for _, to := range c.Nodes {
+				if from != to {
+					c.Net.add(t, from, to)
+				}
+			}
+		}
+	}
 	for _, n := range c.Nodes {
 		args := []string{"sidecar",
 			"--node-id", n.ID, "--data-dir", n.DataDir, "--socket", n.Socket,
@@ -373,7 +404,14 @@ func NewCluster(t *testing.T, opts ...ClusterOption) *Cluster {
 		}
 		var join []string
 		for _, o := range c.Nodes {
-			if o != n {
+			if o == n {
+				continue
+			}
+			if c.Net != nil {
+				l := c.Net.links[[2]string{n.ID, o.ID}]
+				join = append(join, l.peer.Addr)
+				args = append(args, "--peer-route", fmt.Sprintf("%s=%s,%s", o.ID, l.raft.Addr, l.peer.Addr))
+			} else {
 				join = append(join, o.PeerAddr)
 			}
 		}
@@ -401,6 +439,9 @@ func NewCluster(t *testing.T, opts ...ClusterOption) *Cluster {
 		}
 	})
 	for _, n := range c.Nodes {
+		if cfg.deferred[n.Index] {
+			continue
+		}
 		if err := n.Start(); err != nil {
 			t.Fatalf("start %s: %v", n.ID, err)
 		}

@@ -270,6 +270,15 @@ type ClusterInfo struct {
 	AppliedIndex uint64   `json:"applied_index"`
 	CommitIndex  uint64   `json:"commit_index"`
 	Members      []Member `json:"members"`
+	// Storage is set while this node's storage cannot take writes: every
+	// write is then answered 503 storage_unavailable. Absent when healthy.
+	Storage *StorageStatus `json:"storage,omitempty"`
+	// VotersTarget is the number of voters autopilot keeps (--voters).
+	VotersTarget int `json:"voters_target,omitempty"`
+	// FailureTolerance is how many more voters may fail before the
+	// cluster loses its quorum: the reachable voters less a quorum of all
+	// voters (the leader's view; absent when no leader is known).
+	FailureTolerance *int `json:"failure_tolerance,omitempty"`
 }
 
 // Member is one server of the Raft configuration.
@@ -288,4 +297,25 @@ type Member struct {
 	Reachable     *bool  `json:"reachable,omitempty"`
 	LastContactMs *int64 `json:"last_contact_ms,omitempty"`
 	AppliedIndex  uint64 `json:"applied_index,omitempty"`
+	// Role is the member's Raft state at its last report: leader,
+	// follower or candidate; absent when it has not been heard from.
+	Role string `json:"role,omitempty"`
+	// Status is autopilot's: leader, voter, nonvoter, or staging (a
+	// healthy non-voter autopilot will promote once it is stable).
+	Status string `json:"status,omitempty"`
+	// Healthy: heard from recently and caught up with the leader's
+	// commit index (autopilot's rule); StableSince is when its current
+	// healthy streak began (absent while unhealthy). Leader's view.
+	Healthy     *bool      `json:"healthy,omitempty"`
+	StableSince *time.Time `json:"stable_since,omitempty"`
+}
+
+// StorageStatus says why a node refuses writes (ClusterInfo.Storage).
+type StorageStatus struct {
+	// Cause names the failure: the data dir is below its free-space
+	// reserve or not writable, a badger write is being retried, or a Raft
+	// log write failed.
+	Cause string `json:"cause"`
+	// Since is when the node stopped accepting writes.
+	Since time.Time `json:"since"`
 }

@@ -91,6 +91,8 @@
 //	queue_full          429     ErrQueueFull         a bound was hit; Retry-After says when to retry
 //	no_leader           503     ErrNoLeader          no Raft leader; Retry-After: 1
 //	not_ready           503     ErrNotReady          the node is not ready, or the request timed out
+//	storage_unavailable 503     ErrStorageUnavailable  writes only: the node's disk cannot take writes;
+//	                                                 Retry-After: 5 (a Backend that is a WriteGuard)
 //	internal            500     ErrInternal          anything else; detail only in the server log
 //
 // ErrorCodes lists the codes; the client libraries mirror them. A Backend

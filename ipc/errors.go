@@ -66,6 +66,12 @@ var (
 	// is catching up with the leader, starting or shutting down), and by
 	// GET /readyz when the node is not ready.
 	ErrNotReady = &Error{Code: "not_ready", Status: http.StatusServiceUnavailable, Message: "not ready"}
+	// ErrStorageUnavailable is returned for every write while the node's
+	// own storage cannot take writes: its data dir is full or below the
+	// free-space reserve, not writable, or a badger or Raft log write
+	// failed. The message names the cause. Reads keep working. Retry-After:
+	// 5 (the node recovers by itself once the disk takes writes again).
+	ErrStorageUnavailable = &Error{Code: "storage_unavailable", Status: http.StatusServiceUnavailable, Message: "storage unavailable", RetryAfter: 5 * time.Second}
 	// ErrInternal is what every error without an API code becomes. Its
 	// message is generic; the detail is logged by the server, never sent.
 	ErrInternal = &Error{Code: "internal", Status: http.StatusInternalServerError, Message: "internal error"}
@@ -74,7 +80,7 @@ var (
 // errorTable lists every code, in the order of the documentation.
 var errorTable = []*Error{
 	ErrInvalid, ErrInvalidJSON, ErrNotFound, ErrMethodNotAllowed, ErrConflict,
-	ErrTooLarge, ErrQueueFull, ErrNoLeader, ErrNotReady, ErrInternal,
+	ErrTooLarge, ErrQueueFull, ErrNoLeader, ErrNotReady, ErrStorageUnavailable, ErrInternal,
 }
 
 // ErrorCodes returns the code of every API error, in a stable order. Client

@@ -234,6 +234,15 @@ func (s *Server) Handler() fasthttp.RequestHandler {
 	return s.serve
 }
 
+// WriteGuard is implemented by a Backend that can refuse all writes at
+// once: a node whose storage cannot take writes (ErrStorageUnavailable).
+// The server calls WriteAllowed before every route that is not a GET; a
+// non-nil error is answered as is and the Backend's method is not called.
+// Reads (GET, HEAD) are never refused by it. WriteAllowed must be cheap.
+type WriteGuard interface {
+	WriteAllowed() error
+}
+
 // serve is the fasthttp handler: it routes, calls the Backend with a
 // per-request context, writes the JSON reply and logs the request.
 func (s *Server) serve(ctx *fasthttp.RequestCtx) {
@@ -269,6 +278,15 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx) {
 		}
 		s.writeError(ctx, failure)
 		return
+	}
+
+	if def.Method != "GET" {
+		if g, ok := s.backend.(WriteGuard); ok {
+			if failure = g.WriteAllowed(); failure != nil {
+				s.writeError(ctx, failure)
+				return
+			}
+		}
 	}
 
 	rctx, cancel := context.WithTimeout(s.base, s.opts.RequestTimeout)

@@ -16,6 +16,18 @@
 // FSM skips every entry at or below the stored applied index, so replay never
 // applies an entry twice (etcd's "consistent index").
 //
+// # Failure
+//
+// Apply fails closed: an entry it cannot decode, an unknown command type or
+// a stored record it cannot decode panics, stopping the node, because
+// skipping an entry would make this replica diverge. A storage error (a
+// badger read or commit that fails: disk full, permission, I/O, or the
+// write gate refusing) is not skipped either, but neither does it panic: a
+// restart would replay the entry and fail again, a crash loop. The FSM
+// becomes degraded (StorageError), retries the same entry's write with
+// capped backoff until it succeeds, and recovers by itself. See
+// SetWriteGate, SetStorageHook, Abort and DESIGN.md.
+//
 // # Encoding
 //
 // A Raft log entry is one byte of format version (EntryVersion) followed by a

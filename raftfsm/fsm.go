@@ -46,8 +46,13 @@ type Observer interface {
 // transaction, and entries at or below the stored applied index are skipped;
 // Snapshot only pins a badger read view and Persist streams it; Restore
 // drops all state first. Apply fails closed: an undecodable entry, an unknown
-// command type or a storage error panics, stopping the node, because
-// skipping an entry would make this replica diverge silently.
+// command type or an undecodable stored record panics, stopping the node,
+// because skipping an entry would make this replica diverge silently. A
+// storage error (a failed badger read or commit: disk full, permission,
+// I/O) is not a bug and would fail again after a restart, so it neither
+// panics nor skips: the FSM becomes degraded (StorageError) and retries the
+// same entry's write with backoff until the disk takes it (see storage.go
+// and SetWriteGate).
 type FSM struct {
 	db       *badger.DB
 	observer atomic.Pointer[observerBox]
@@ -61,6 +66,8 @@ type FSM struct {
 	// badger then holds neither state, so Apply, StoreConfiguration and
 	// Snapshot refuse to run until a Restore succeeds.
 	broken atomic.Bool
+
+	storageState // degraded mode: see storage.go
 }
 
 type observerBox struct{ o Observer }
@@ -74,6 +81,7 @@ var (
 // index.
 func Open(db *badger.DB) (*FSM, error) {
 	f := &FSM{db: db, waitCh: make(chan struct{})}
+	f.abortCh = make(chan struct{})
 	var idx uint64
 	err := db.View(func(txn *badger.Txn) error {
 		var err error
@@ -139,7 +147,8 @@ func readApplied(txn *badger.Txn) (uint64, error) {
 
 // Apply applies one Raft log entry and returns []Result, one per command.
 // An entry at or below the applied index returns nil (it was applied before
-// a restart).
+// a restart). It panics on an entry it cannot apply (see FSM); on a storage
+// error it blocks, retrying, until the write succeeds or Abort is called.
 func (f *FSM) Apply(l *raft.Log) interface{} {
 	if f.broken.Load() {
 		panic(fmt.Sprintf("raftfsm: entry %d: %v", l.Index, errRestoreFailed))
@@ -152,6 +161,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		panic(fmt.Sprintf("raftfsm: entry %d: %v", l.Index, err))
 	}
 	w := f.newWriter()
+	w.index = l.Index
 	results := make([]Result, len(cmds))
 	var events []Event
 	for i := range cmds {
@@ -185,6 +195,7 @@ func (f *FSM) StoreConfiguration(index uint64, _ raft.Configuration) {
 		return
 	}
 	w := f.newWriter()
+	w.index = index
 	if err := w.finish(index); err != nil {
 		panic(fmt.Sprintf("raftfsm: configuration entry %d: %v", index, err))
 	}
@@ -201,15 +212,33 @@ func (f *FSM) StoreConfiguration(index uint64, _ raft.Configuration) {
 // by the commands of the parts already committed: they re-apply as
 // no-ops. Entries stay small enough for one transaction in practice: the
 // leader caps its proposals at MaxBatchCommands.)
+//
+// Storage errors never reach the apply logic: a failed read is retried on
+// the same transaction, and a failed commit is retried by rebuilding the
+// part's transaction from ops, the sets and deletes of the part, with
+// backoff until it succeeds (FSM.retryStorage). So the commands of an entry
+// run exactly once in memory, whatever the disk does, and the results and
+// events are the same as without the fault. Rewriting a part is idempotent:
+// its ops are absolute values, and the applied index only moves with the
+// last part.
 type writer struct {
+	f      *FSM
 	db     *badger.DB
-	txn    *badger.Txn
+	txn    *badger.Txn      // nil after a failed commit, until rebuilt
+	index  uint64           // the entry being applied, for StorageError
+	ops    []writeOp        // the current part's writes, to rebuild txn
 	base   [numStates]int64 // counts before this entry
 	deltas [numStates]int64
 }
 
+// writeOp is one set (del false) or delete of a writer's current part.
+type writeOp struct {
+	key, val []byte
+	del      bool
+}
+
 func (f *FSM) newWriter() *writer {
-	w := &writer{db: f.db, txn: f.db.NewTransaction(true)}
+	w := &writer{f: f, db: f.db, txn: f.db.NewTransaction(true)}
 	for i := range w.base {
 		w.base[i] = f.counts[i].Load()
 	}
@@ -220,22 +249,81 @@ func (w *writer) count(s State, d int64) { w.deltas[s] += d }
 
 // split commits the full transaction and starts the next part.
 func (w *writer) split() error {
-	if err := w.txn.Commit(); err != nil {
-		return err
-	}
+	w.commit()
 	w.txn = w.db.NewTransaction(true)
 	return nil
 }
 
+// commit commits the current part, retrying storage errors until it
+// succeeds (see writer).
+func (w *writer) commit() {
+	w.f.retryStorage(w.index, func() error {
+		if w.txn == nil {
+			w.rebuild()
+		}
+		if g := w.f.gate.Load(); g != nil {
+			if err := (*g)(); err != nil {
+				return err
+			}
+		}
+		commit := w.f.commitTxn
+		if commit == nil {
+			commit = (*badger.Txn).Commit
+		}
+		if err := commit(w.txn); err != nil {
+			// badger discards a transaction whose commit failed; a part
+			// of its writes may be in the memtable at its commit
+			// timestamp. The rebuilt transaction writes all of them
+			// again, with the same values.
+			w.txn.Discard()
+			w.txn = nil
+			return err
+		}
+		return nil
+	})
+	w.ops = w.ops[:0]
+}
+
+// rebuild starts a new transaction holding the current part's ops.
+func (w *writer) rebuild() {
+	w.txn = w.db.NewTransaction(true)
+	for _, op := range w.ops {
+		var err error
+		if op.del {
+			err = w.txn.Delete(op.key)
+		} else {
+			err = w.txn.Set(op.key, op.val)
+		}
+		if err != nil {
+			// The same writes fitted one transaction before: a bug.
+			panic(fmt.Sprintf("raftfsm: entry %d: rebuilding a transaction: %v", w.index, err))
+		}
+	}
+}
+
+// get reads key into v. It returns false when the key does not exist, and
+// an error only when the stored record cannot be decoded (corruption):
+// badger errors are retried (see writer).
 func (w *writer) get(key []byte, v any) (bool, error) {
-	item, err := w.txn.Get(key)
-	if errors.Is(err, badger.ErrKeyNotFound) {
+	var val []byte
+	found := false
+	w.f.retryStorage(w.index, func() error {
+		item, err := w.txn.Get(key)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			found = false
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		val, err = item.ValueCopy(val[:0])
+		found = err == nil
+		return err
+	})
+	if !found {
 		return false, nil
 	}
-	if err != nil {
-		return false, err
-	}
-	return true, item.Value(func(b []byte) error { return decodeRecord(b, v) })
+	return true, decodeRecord(val, v)
 }
 
 func (w *writer) set(key, val []byte) error {
@@ -245,6 +333,9 @@ func (w *writer) set(key, val []byte) error {
 			return err
 		}
 		err = w.txn.Set(key, val)
+	}
+	if err == nil {
+		w.ops = append(w.ops, writeOp{key: key, val: val})
 	}
 	return err
 }
@@ -257,6 +348,9 @@ func (w *writer) del(key []byte) error {
 		}
 		err = w.txn.Delete(key)
 	}
+	if err == nil {
+		w.ops = append(w.ops, writeOp{key: key, del: true})
+	}
 	return err
 }
 
@@ -268,7 +362,10 @@ func (w *writer) putRecord(key []byte, v any) error {
 	return w.set(key, b)
 }
 
+// finish writes the counts and the applied index into the last part and
+// commits it, retrying storage errors until it succeeds.
 func (w *writer) finish(index uint64) error {
+	w.index = index
 	for st, d := range w.deltas {
 		if d != 0 {
 			if err := w.set(countKey(State(st)), binary.BigEndian.AppendUint64(nil, uint64(w.base[st]+d))); err != nil {
@@ -279,10 +376,15 @@ func (w *writer) finish(index uint64) error {
 	if err := w.set(keyApplied, binary.BigEndian.AppendUint64(nil, index)); err != nil {
 		return err
 	}
-	return w.txn.Commit()
+	w.commit()
+	return nil
 }
 
-func (w *writer) discard() { w.txn.Discard() }
+func (w *writer) discard() {
+	if w.txn != nil {
+		w.txn.Discard()
+	}
+}
 
 // Snapshot pins a badger read view at the current applied index. It returns
 // at once; Persist does the I/O.

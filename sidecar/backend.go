@@ -17,7 +17,7 @@ var _ ipc.Backend = (*Node)(nil)
 
 // Submit implements ipc.Backend.
 func (n *Node) Submit(ctx context.Context, spec ipc.TaskSpec) (ipc.Task, bool, error) {
-	res, err := n.propose(ctx, []raftfsm.Command{submitCommand(spec)})
+	res, err := n.proposeAPI(ctx, []raftfsm.Command{submitCommand(spec)})
 	if err != nil {
 		return ipc.Task{}, false, apiError(err)
 	}
@@ -126,20 +126,24 @@ func (n *Node) Cluster(ctx context.Context) (ipc.ClusterInfo, error) {
 	info := ipc.ClusterInfo{
 		NodeID: n.cfg.NodeID, State: n.raft.State().String(), Leader: string(leaderID),
 		Term: parseUint(stats["term"]), AppliedIndex: n.fsm.AppliedIndex(), CommitIndex: parseUint(stats["commit_index"]),
+		Storage: n.storage.status(),
 	}
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return info, err
 	}
-	// The leader's view of the members: its own, or asked from it.
-	var views map[string]memberView
+	info.VotersTarget = n.cfg.Voters
+	// The leader's view of the members (contact, health, autopilot
+	// status): its own, or asked from it.
+	var views map[string]memberStatus
 	if n.raft.State() == raft.Leader {
-		views = n.leader.memberViews()
+		views = n.memberStatuses()
 	} else if addr := n.leaderPeerAddr(); addr != "" {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		views, _ = n.peers.members(rctx, addr)
 		cancel()
 	}
+	voters, reachableVoters := 0, 0
 	for _, s := range f.Configuration().Servers {
 		m := ipc.Member{
 			ID: string(s.ID), RaftAddr: string(s.Address),
@@ -148,13 +152,24 @@ func (n *Node) Cluster(ctx context.Context) (ipc.ClusterInfo, error) {
 		}
 		if views != nil {
 			v, ok := views[m.ID]
-			reach, last := v.Reachable, v.LastContactMs
+			reach, last, healthy := v.Reachable, v.LastContactMs, v.Healthy
 			if !ok {
 				last = -1
 			}
-			m.Reachable, m.LastContactMs, m.AppliedIndex = &reach, &last, v.AppliedIndex
+			m.Reachable, m.LastContactMs, m.AppliedIndex, m.Healthy = &reach, &last, v.AppliedIndex, &healthy
+			m.Role, m.Status, m.StableSince = v.Role, v.Status, msTime(v.StableSinceMs)
+			if s.Suffrage == raft.Voter && reach {
+				reachableVoters++
+			}
+		}
+		if s.Suffrage == raft.Voter {
+			voters++
 		}
 		info.Members = append(info.Members, m)
+	}
+	if views != nil && voters > 0 {
+		ft := max(reachableVoters-quorum(voters), 0)
+		info.FailureTolerance = &ft
 	}
 	return info, nil
 }
@@ -191,11 +206,17 @@ func parseUint(s string) uint64 {
 
 // apiError maps a proposal error to the API's error model.
 func apiError(err error) error {
+	var se *StorageUnavailableError
+	if errors.As(err, &se) {
+		return se.apiError()
+	}
 	var be *BacklogError
 	if errors.As(err, &be) {
 		return ipc.Errorf(ipc.ErrQueueFull, "%s; retry later", be.Error()).WithRetryAfter(time.Second).WithBacklog(be.Depth, be.Limit)
 	}
 	switch {
+	case errors.Is(err, ErrOutcomeUnknown):
+		return ipc.Errorf(ipc.ErrNoLeader, "%v; retry (submits are idempotent by id)", err).WithRetryAfter(time.Second)
 	case errors.Is(err, ErrNoLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, ErrNotLeader):
 		return ipc.Errorf(ipc.ErrNoLeader, "no leader: the cluster is electing one or has no quorum; retry")
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

@@ -42,7 +42,7 @@ func (n *Node) SubmitBatch(ctx context.Context, specs []ipc.TaskSpec) ([]ipc.Bat
 	for i, s := range specs {
 		cmds[i] = submitCommand(s)
 	}
-	res, err := n.propose(ctx, cmds)
+	res, err := n.proposeAPI(ctx, cmds)
 	if err != nil {
 		return nil, apiError(err)
 	}
@@ -99,7 +99,7 @@ func (n *Node) List(_ context.Context, q ipc.ListQuery) (ipc.ListPage, error) {
 
 // oneTask proposes one command about a task and maps its result.
 func (n *Node) oneTask(ctx context.Context, id string, c raftfsm.Command, what string) (ipc.Task, error) {
-	res, err := n.propose(ctx, []raftfsm.Command{c})
+	res, err := n.proposeAPI(ctx, []raftfsm.Command{c})
 	if err != nil {
 		return ipc.Task{}, apiError(err)
 	}

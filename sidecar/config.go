@@ -49,6 +49,25 @@ const (
 	TrailingLogsDefault = 10240
 	// SnapshotIntervalDefault is how often Raft checks whether to snapshot.
 	SnapshotIntervalDefault = 30 * time.Second
+	// VotersDefault is the number of voters autopilot keeps (Config.Voters).
+	VotersDefault = 3
+	// AutopilotStabilizationDefault is how long a non-voter must stay
+	// healthy before autopilot promotes it (Consul's server_stabilization_time).
+	AutopilotStabilizationDefault = 10 * time.Second
+	// AutopilotReplaceAfterDefault is how long a voter may go unheard
+	// before autopilot replaces it with a stable non-voter.
+	AutopilotReplaceAfterDefault = 10 * time.Second
+	// StorageReserveDefault is the free space (bytes) the data dir must
+	// keep: below it the node refuses writes (503 storage_unavailable)
+	// and the FSM stops writing to badger. It covers what badger may
+	// still write into files it sized in advance (memtable log: 2 x
+	// 16 MiB) plus a memtable flush, so that badger never meets a full
+	// disk: it writes through mmap, where a full disk kills the process
+	// with SIGBUS instead of returning an error (see storage.go).
+	StorageReserveDefault = 64 << 20
+	// StorageProbeIntervalDefault is how often the node checks that its
+	// data dir takes writes (free space, write + fsync of a probe file).
+	StorageProbeIntervalDefault = 2 * time.Second
 )
 
 // Executor is an app endpoint on this node that runs the handlers matching
@@ -167,6 +186,32 @@ type Config struct {
 	// SnapshotInterval is how often Raft checks SnapshotThreshold.
 	// Defaults to SnapshotIntervalDefault.
 	SnapshotInterval time.Duration
+	// PeerRoutes override the addresses this node dials to reach other
+	// nodes (Raft transport and peer API), one route per node; for tests
+	// and network overlays (see PeerRoute). Empty: dial the advertised
+	// addresses.
+	PeerRoutes []PeerRoute
+	// Voters is how many voters autopilot keeps in the Raft configuration
+	// (odd, 1 to 9); the other members stay non-voters, ready to replace a
+	// failed voter. The nodes of a --bootstrap-expect set beyond the first
+	// Voters (by id) start as non-voters. Give every node the same.
+	// Defaults to VotersDefault.
+	Voters int
+	// AutopilotStabilization is how long a non-voter must stay healthy
+	// (heard from, caught up) before autopilot promotes it. Defaults to
+	// AutopilotStabilizationDefault.
+	AutopilotStabilization time.Duration
+	// AutopilotReplaceAfter is how long a voter may go unheard before
+	// autopilot promotes a stable non-voter in its place and demotes it.
+	// Defaults to AutopilotReplaceAfterDefault.
+	AutopilotReplaceAfter time.Duration
+	// StorageReserve is the free space, in bytes, the data dir must keep
+	// for the node to accept writes (StorageReserveDefault when 0; a
+	// negative value turns the free-space check off).
+	StorageReserve int64
+	// StorageProbeInterval is how often the data dir is probed for
+	// writability (StorageProbeIntervalDefault when 0).
+	StorageProbeInterval time.Duration
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -227,6 +272,18 @@ func (c Config) WithDefaults() Config {
 		c.TrailingLogs = TrailingLogsDefault
 	}
 	dur(&c.SnapshotInterval, SnapshotIntervalDefault)
+	if c.Voters == 0 {
+		c.Voters = VotersDefault
+	}
+	dur(&c.AutopilotStabilization, AutopilotStabilizationDefault)
+	dur(&c.AutopilotReplaceAfter, AutopilotReplaceAfterDefault)
+	switch {
+	case c.StorageReserve == 0:
+		c.StorageReserve = StorageReserveDefault
+	case c.StorageReserve < 0:
+		c.StorageReserve = 0
+	}
+	dur(&c.StorageProbeInterval, StorageProbeIntervalDefault)
 	return c
 }
 
@@ -277,6 +334,12 @@ func (c Config) Validate() error {
 	}
 	if c.HeartbeatTimeout < 5*time.Millisecond || c.ElectionTimeout < 5*time.Millisecond {
 		return fmt.Errorf("heartbeat and election timeouts must be at least 5ms")
+	}
+	if err := c.validateAutopilot(); err != nil {
+		return err
+	}
+	if err := validatePeerRoutes(c.NodeID, c.PeerRoutes); err != nil {
+		return err
 	}
 	for _, e := range c.Executors {
 		if _, _, err := ipc.ParseExecutorURL(e.URL); err != nil {

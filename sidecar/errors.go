@@ -12,6 +12,15 @@ var (
 	// ErrNoLeader is returned when no leader is known before the request's
 	// deadline (an election is running, or no quorum).
 	ErrNoLeader = errors.New("no leader")
+	// ErrOutcomeUnknown is returned for an application's write whose
+	// proposal may have been committed although its result was lost (the
+	// leader died or lost leadership with the write in flight). It is not
+	// proposed again: a second copy would apply a second time, after other
+	// writes, and undo them (a replace after a cancel) or answer what the
+	// first copy did (200 "existing task" to the submit that created it).
+	// The client hears 503 and may retry, submits being idempotent by id
+	// (etcd answers ErrTimeoutDueToLeaderFail in the same case).
+	ErrOutcomeUnknown = errors.New("the leader changed while the write was in flight: it may or may not have been applied")
 )
 
 // BacklogError is returned when a submit would grow a handler's backlog

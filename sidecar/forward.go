@@ -3,9 +3,12 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/valyala/fasthttp"
 
 	"github.com/axsched/ax/raftfsm"
 )
@@ -23,6 +26,34 @@ import (
 // the entry too, so a client that submits through a follower and then reads
 // from it sees its own write.
 func (n *Node) propose(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
+	return n.proposeRetrying(ctx, cmds, true)
+}
+
+// proposeAPI is propose for the application's writes (submit, cancel,
+// retry, heartbeat, result): it proposes again only when the first try
+// was surely not committed (no leader, "not the leader", a connection
+// that was never made). When the try may have been committed (the leader
+// died or lost leadership with it in flight) it returns
+// ErrOutcomeUnknown instead: proposed again, the command would apply
+// twice, and the client's history would not be linearizable.
+func (n *Node) proposeAPI(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
+	return n.proposeRetrying(ctx, cmds, false)
+}
+
+// forwardMaybeDelivered reports whether a failed forward may have reached
+// the leader, and so may be committed: anything but the leader's answer
+// that it does not lead (it did not propose) or a dial that failed.
+func forwardMaybeDelivered(err error) bool {
+	var dial *fasthttp.ErrDialWithUpstream
+	switch {
+	case errors.Is(err, ErrNotLeader), errors.As(err, &dial), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, fasthttp.ErrDialTimeout), errors.Is(err, fasthttp.ErrNoFreeConns):
+		return false
+	}
+	return true
+}
+
+func (n *Node) proposeRetrying(ctx context.Context, cmds []raftfsm.Command, retryUnknown bool) ([]raftfsm.Result, error) {
 	backoff := 10 * time.Millisecond
 	var lastErr error
 	// Without a leader for noLeaderWait, give up early: an election takes
@@ -39,9 +70,18 @@ func (n *Node) propose(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.R
 			if !errors.Is(err, ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) && !errors.Is(err, raft.ErrEnqueueTimeout) {
 				return nil, err
 			}
+			if !retryUnknown && errors.Is(err, raft.ErrLeadershipLost) {
+				return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+			}
 			lastErr = err
-		} else if addr := n.leaderPeerAddr(); addr != "" {
-			res, err := n.peers.propose(ctx, addr, cmds)
+		} else if changed, addr := n.leaders.changed(), n.leaderPeerAddr(); addr != "" {
+			// Abandon the forward if the leader changes meanwhile: a
+			// leader cut off by a partition would hold it until
+			// peerTimeout while a new one already serves. (changed is
+			// taken first, so a change after reading addr counts.)
+			fctx, cancel := untilLeaderChanges(ctx, changed)
+			res, err := n.peers.propose(fctx, addr, cmds)
+			cancel()
 			if err == nil {
 				n.waitApplied(ctx, maxIndex(res), time.Second)
 				return res, nil
@@ -49,6 +89,9 @@ func (n *Node) propose(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.R
 			var be *BacklogError
 			if errors.As(err, &be) {
 				return nil, err // the leader's answer: do not retry
+			}
+			if !retryUnknown && forwardMaybeDelivered(err) {
+				return nil, fmt.Errorf("%w: forward to the leader at %s: %v", ErrOutcomeUnknown, addr, err)
 			}
 			lastErr = err
 			n.log.Debug().Err(err).Str("leader", addr).Msg("forward to leader failed; retrying")
@@ -101,14 +144,15 @@ func (n *Node) waitApplied(ctx context.Context, idx uint64, limit time.Duration)
 	}
 }
 
-// leaderPeerAddr returns the peer API address of the current leader, or ""
-// when no leader is known or its peer address is not known yet.
+// leaderPeerAddr returns the peer API address to dial for the current
+// leader (its route's, with Config.PeerRoutes), or "" when no leader is
+// known or its peer address is not known yet.
 func (n *Node) leaderPeerAddr() string {
 	raftAddr, id := n.raft.LeaderWithID()
 	if id == "" {
 		return ""
 	}
-	return n.peerAddrOf(string(id), string(raftAddr))
+	return n.routedPeerAddr(string(id), n.peerAddrOf(string(id), string(raftAddr)))
 }
 
 // peerAddrOf finds the peer address of a node: from the replicated node

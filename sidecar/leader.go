@@ -505,20 +505,6 @@ type memberView struct {
 	AppliedIndex  uint64 `json:"applied_index"`
 }
 
-// memberViews returns the leader's view of every node it heard from, and
-// of itself.
-func (l *leaderState) memberViews() map[string]memberView {
-	now := time.Now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := map[string]memberView{}
-	for id, seen := range l.lastSeen {
-		out[id] = memberView{Reachable: now.Sub(seen) < nodeLiveness, LastContactMs: now.Sub(seen).Milliseconds(), AppliedIndex: l.applied[id]}
-	}
-	out[l.n.cfg.NodeID] = memberView{Reachable: true, LastContactMs: 0, AppliedIndex: l.n.fsm.AppliedIndex()}
-	return out
-}
-
 // commitIndex is Raft's commit index (0 without Raft, in unit tests).
 func (l *leaderState) commitIndex() uint64 {
 	if l.n.raft == nil {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -27,7 +27,8 @@ const (
 // leader); otherwise, once it sees BootstrapExpect nodes with no cluster
 // (itself included), it bootstraps a configuration of exactly those nodes.
 // Every node of the set computes the same configuration, so their
-// bootstraps agree (Consul's bootstrap-expect).
+// bootstraps agree (Consul's bootstrap-expect); its first Config.Voters
+// nodes by id are voters, the others non-voters (autopilot).
 func (n *Node) joinOrBootstrap(ctx context.Context) {
 	self := peerInfo{ID: n.cfg.NodeID, RaftAddr: n.cfg.RaftAddr, PeerAddr: n.cfg.PeerAddr}
 	for {
@@ -62,11 +63,7 @@ func (n *Node) joinOrBootstrap(ctx context.Context) {
 			}
 		}
 		if n.cfg.BootstrapExpect > 1 && len(seen) >= n.cfg.BootstrapExpect {
-			var servers []raft.Server
-			for _, pi := range seen {
-				servers = append(servers, raft.Server{ID: raft.ServerID(pi.ID), Address: raft.ServerAddress(pi.RaftAddr), Suffrage: raft.Voter})
-			}
-			sort.Slice(servers, func(i, j int) bool { return servers[i].ID < servers[j].ID })
+			servers := bootstrapServers(seen, n.cfg.Voters)
 			err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
 			if err == nil || errors.Is(err, raft.ErrCantBootstrap) {
 				n.log.Info().Int("servers", len(servers)).Msg("bootstrapped the cluster")
@@ -118,8 +115,9 @@ func (n *Node) register(ctx context.Context) {
 	}
 }
 
-// reportLoop tells the leader every reportInterval that this node is alive
-// and how many callbacks it has in flight.
+// reportLoop tells the leader every reportInterval that this node is alive,
+// how many callbacks it has in flight, how far it has applied the log and
+// its Raft state (autopilot judges its health from these).
 func (n *Node) reportLoop(ctx context.Context) {
 	t := time.NewTicker(reportInterval)
 	defer t.Stop()
@@ -129,7 +127,8 @@ func (n *Node) reportLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		r := loadReport{ID: n.cfg.NodeID, InFlight: n.delivery.inFlight(), Queued: n.delivery.queuedByHandler(), Applied: n.fsm.AppliedIndex()}
+		r := loadReport{ID: n.cfg.NodeID, InFlight: n.delivery.inFlight(), Queued: n.delivery.queuedByHandler(), Applied: n.fsm.AppliedIndex(),
+			State: strings.ToLower(n.raft.State().String())}
 		if n.raft.State() == raft.Leader {
 			n.leader.report(r)
 			n.leaderCommit.Store(n.raft.CommitIndex())

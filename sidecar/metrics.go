@@ -38,6 +38,7 @@ type metrics struct {
 	dead            *prometheus.CounterVec   // handler
 	commitLatency   prometheus.Histogram
 	leaderChanges   prometheus.Counter
+	staleFires      prometheus.Counter
 	executorLimit   *prometheus.GaugeVec // executor
 	executorFlight  *prometheus.GaugeVec // executor
 	executorQueue   *prometheus.GaugeVec // executor
@@ -66,13 +67,16 @@ func newMetrics(n *Node) *metrics {
 	m.leaderChanges = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ax_raft_leader_changes_total", Help: "Times this node won or lost leadership.",
 	})
+	m.staleFires = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ax_stale_fires_skipped_total", Help: "Attempts assigned to this node that it did not deliver: their lease had ended before it applied their fire (catching up after a partition).",
+	})
 	m.executorLimit = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_executor_limit", Help: "Concurrency limit of each executor of this node."}, []string{"executor"})
 	m.executorFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_executor_in_flight", Help: "Callbacks in flight per executor of this node."}, []string{"executor"})
 	m.executorQueue = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_executor_queue_length", Help: "Attempts waiting for a concurrency slot per executor of this node."}, []string{"executor"})
 
 	stateDesc := prometheus.NewDesc("ax_tasks", "Tasks by state in the replicated store (the same on every caught-up node).", []string{"state"}, nil)
 	m.reg.MustRegister(
-		m.lateness, m.attemptDuration, m.attempts, m.retries, m.dead, m.commitLatency, m.leaderChanges,
+		m.lateness, m.attemptDuration, m.attempts, m.retries, m.dead, m.commitLatency, m.leaderChanges, m.staleFires,
 		m.executorLimit, m.executorFlight, m.executorQueue,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectorFunc(func(ch chan<- prometheus.Metric) {

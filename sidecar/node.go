@@ -42,8 +42,14 @@ type Node struct {
 	proposer *proposer
 	events   *eventQueue
 	leader   *leaderState
+	// leaders signals leader changes (forwarded requests follow them).
+	leaders  *leaderWatch
 	delivery *delivery
 	metrics  *metrics
+	// storage says whether this node's disk takes writes (storage.go).
+	storage *storageGuard
+	// autopilot keeps the voters at Config.Voters (it acts on the leader).
+	autopilot *autopilot
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -89,6 +95,9 @@ func (n *Node) open() error {
 	}
 	n.events = newEventQueue()
 	n.fsm.SetObserver(n.events)
+	n.storage = newStorageGuard(n.cfg.DataDir, n.cfg.StorageReserve, n.cfg.StorageProbeInterval, n.fsm, n.log)
+	n.storage.attach()
+	n.storage.probe()
 	n.findOrphans()
 
 	n.logStore, err = raftboltdb.NewBoltStore(filepath.Join(n.cfg.DataDir, "raft.db"))
@@ -104,7 +113,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("raft-addr: %w", err)
 	}
-	n.transport, err = raft.NewTCPTransportWithLogger(n.cfg.RaftAddr, adv, 3, 10*time.Second, hlog)
+	n.transport, err = n.newRaftTransport(adv, 3, 10*time.Second, hlog)
 	if err != nil {
 		return fmt.Errorf("raft transport on %s: %w", n.cfg.RaftAddr, err)
 	}
@@ -142,17 +151,21 @@ func (n *Node) open() error {
 			n.log.Info().Uint64("applied", applied).Uint64("snapshot", metas[0].Index).Msg("badger is behind the newest snapshot: restoring it")
 		}
 	}
-	n.raft, err = raft.NewRaft(rc, n.fsm, n.logStore, n.logStore, snaps, n.transport)
+	n.raft, err = raft.NewRaft(rc, n.fsm, guardedLogStore{n.logStore, n.storage}, guardedStableStore{n.logStore, n.storage}, snaps, n.transport)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
 
+	n.storage.setOnDown(n.storageDown)
 	n.peers = newPeerClient(n.cfg.ClusterToken)
+	n.leaders = newLeaderWatch()
 	n.proposer = newProposer(n)
 	n.leader = newLeaderState(n)
 	n.delivery = newDelivery(n)
+	n.autopilot = newAutopilot(n)
 
 	n.metrics = newMetrics(n)
+	n.metrics.reg.MustRegister(n.storage.collectors()...)
 	n.peer = newPeerServer(n)
 	if err := n.peer.listen(n.cfg.PeerAddr); err != nil {
 		return err
@@ -167,6 +180,9 @@ func (n *Node) open() error {
 	n.goRun(func() { n.dispatchEvents(n.ctx) })
 	n.goRun(func() { n.watchLeadership(n.ctx, leaderCh) })
 	n.goRun(func() { n.reportLoop(n.ctx) })
+	n.goRun(func() { n.leaders.run(n.ctx, n.raft) })
+	n.goRun(func() { n.storage.run(n.ctx) })
+	n.goRun(func() { n.autopilot.run(n.ctx) })
 	n.goRun(func() { n.delivery.renewLeases(n.ctx) })
 	n.goRun(func() { n.register(n.ctx) })
 	n.goRun(func() {
@@ -267,6 +283,12 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			n.peer.close()
 		}
 		n.delivery.stop()
+		if n.fsm != nil {
+			n.fsm.Abort() // a write being retried must not hold raft.Shutdown
+		}
+		if n.storage != nil {
+			n.storage.stop()
+		}
 		if n.raft != nil {
 			if serr := n.raft.Shutdown().Error(); serr != nil {
 				err = serr

@@ -70,6 +70,9 @@ type loadReport struct {
 	ID       string `json:"id"`
 	InFlight int    `json:"in_flight"`
 	Applied  uint64 `json:"applied"`
+	// State is the node's Raft state, lower case: leader, follower,
+	// candidate (GET /v1/cluster's members[].role).
+	State string `json:"state,omitempty"`
 	// Queued counts, per handler, the attempts waiting for an executor
 	// slot on the node (part of the handler's backlog).
 	Queued map[string]int `json:"queued,omitempty"`
@@ -122,7 +125,7 @@ func (p *peerServer) handle(ctx *fasthttp.RequestCtx) {
 			writeJSON(ctx, fasthttp.StatusMisdirectedRequest, map[string]string{"error": "not the leader"})
 			return
 		}
-		writeJSON(ctx, 200, n.leader.memberViews())
+		writeJSON(ctx, 200, n.memberStatuses())
 	case peerPathRemove:
 		var req struct {
 			ID string `json:"id"`
@@ -195,6 +198,7 @@ func (p *peerServer) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		n.leader.report(r)
+		n.autopilot.observe(r, n.raft.CommitIndex())
 		// The answer tells the follower how far the leader has committed,
 		// so it knows whether it has caught up (readiness, reads).
 		writeJSON(ctx, 200, reportReply{CommitIndex: n.raft.CommitIndex()})
@@ -254,14 +258,16 @@ func (n *Node) inCluster() bool {
 	return f.Error() == nil && len(f.Configuration().Servers) > 0
 }
 
-// join adds a node to the cluster as a voter: on the leader directly, else
-// by forwarding to the leader.
+// join adds a node to the cluster as a non-voter (autopilot promotes it
+// once it is stable and the cluster needs a voter): on the leader directly,
+// else by forwarding to the leader. A node that is already a voter stays
+// one (raft's AddNonvoter only updates its address).
 func (n *Node) join(ctx context.Context, req peerInfo) error {
 	n.peers.learn(req.ID, req.RaftAddr, req.PeerAddr)
 	for {
 		if n.raft.State() == raft.Leader {
-			n.log.Info().Str("joining", req.ID).Str("raft_addr", req.RaftAddr).Msg("adding voter")
-			return n.raft.AddVoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, peerTimeout).Error()
+			n.log.Info().Str("joining", req.ID).Str("raft_addr", req.RaftAddr).Msg("adding non-voter")
+			return n.raft.AddNonvoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, peerTimeout).Error()
 		}
 		if addr := n.leaderPeerAddr(); addr != "" && addr != n.cfg.PeerAddr {
 			_, err := n.peers.join(ctx, addr, req)
@@ -328,8 +334,10 @@ func (p *peerClient) known(id, raftAddr string) string {
 func (p *peerClient) do(ctx context.Context, method, addr, path, ctype string, body []byte) (int, []byte, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
+	release := func() {
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+	}
 	req.SetRequestURI("http://" + addr + path)
 	req.Header.SetMethod(method)
 	if p.token != "" {
@@ -343,10 +351,32 @@ func (p *peerClient) do(ctx context.Context, method, addr, path, ctype string, b
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	if err := p.c.DoDeadline(req, resp, deadline); err != nil {
-		return 0, nil, err
+	if ctx.Done() == nil {
+		defer release()
+		if err := p.c.DoDeadline(req, resp, deadline); err != nil {
+			return 0, nil, err
+		}
+		return resp.StatusCode(), append([]byte(nil), resp.Body()...), nil
 	}
-	return resp.StatusCode(), append([]byte(nil), resp.Body()...), nil
+	// fasthttp does not watch a context: run the call aside and give up
+	// on it when ctx ends (a forward whose leader was replaced). The
+	// abandoned call keeps req and resp until its own deadline.
+	done := make(chan error, 1)
+	go func() { done <- p.c.DoDeadline(req, resp, deadline) }()
+	select {
+	case err := <-done:
+		defer release()
+		if err != nil {
+			return 0, nil, err
+		}
+		return resp.StatusCode(), append([]byte(nil), resp.Body()...), nil
+	case <-ctx.Done():
+		go func() {
+			<-done
+			release()
+		}()
+		return 0, nil, context.Cause(ctx)
+	}
 }
 
 func (p *peerClient) info(ctx context.Context, addr string) (peerInfo, error) {
@@ -412,7 +442,7 @@ func (p *peerClient) propose(ctx context.Context, addr string, cmds []raftfsm.Co
 }
 
 // members asks the leader at addr for its view of every member.
-func (p *peerClient) members(ctx context.Context, addr string) (map[string]memberView, error) {
+func (p *peerClient) members(ctx context.Context, addr string) (map[string]memberStatus, error) {
 	status, body, err := p.do(ctx, "GET", addr, peerPathMembers, "", nil)
 	if err != nil {
 		return nil, err
@@ -420,7 +450,7 @@ func (p *peerClient) members(ctx context.Context, addr string) (map[string]membe
 	if status != 200 {
 		return nil, fmt.Errorf("peer %s: members: http %d", addr, status)
 	}
-	var out map[string]memberView
+	var out map[string]memberStatus
 	err = json.Unmarshal(body, &out)
 	return out, err
 }

@@ -62,11 +62,21 @@ func newProposer(n *Node) *proposer {
 
 // propose applies cmds on this node, which must lead. It returns one result
 // per command once the entry is committed and applied, ErrNotLeader when
-// this node does not lead, or raft's error (raft.ErrLeadershipLost means the
-// entry may or may not survive).
+// this node does not lead, a *StorageUnavailableError when this node's
+// storage stayed unavailable until ctx ended, or raft's error
+// (raft.ErrLeadershipLost means the entry may or may not survive).
 func (p *proposer) propose(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
 	if p.n.raft.State() != raft.Leader {
 		return nil, ErrNotLeader
+	}
+	// A leader whose storage cannot take writes holds its proposals (its
+	// own timer fires, forwarded writes) until it recovers, ctx ends or
+	// leadership moves (storageDown transfers it): a fire is never dropped
+	// while the entry could not be applied here.
+	if p.n.storage != nil {
+		if err := p.waitWritable(ctx); err != nil {
+			return nil, err
+		}
 	}
 	warnings, err := p.admit(cmds)
 	if err != nil {
@@ -83,6 +93,34 @@ func (p *proposer) propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 		return r.results, r.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+}
+
+// waitWritable waits until this node's storage takes writes. It returns
+// the *StorageUnavailableError when ctx ends first, and ErrNotLeader as soon
+// as this node loses leadership meanwhile (storageDown transfers it), so
+// that a forwarded proposal goes to the new leader at once.
+func (p *proposer) waitWritable(ctx context.Context) error {
+	if p.n.storage.err() == nil {
+		return nil
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ch := p.n.storage.changedCh()
+		e := p.n.storage.err()
+		if e == nil {
+			return nil
+		}
+		if p.n.raft.State() != raft.Leader {
+			return ErrNotLeader
+		}
+		select {
+		case <-ch:
+		case <-tick.C:
+		case <-ctx.Done():
+			return e
+		}
 	}
 }
 
@@ -194,7 +232,7 @@ func (p *proposer) apply(batch []*proposal, ncmds int) {
 	// Wait for the commit off this goroutine so that the next batch can be
 	// built and enqueued meanwhile (raft pipelines the entries).
 	go func() {
-		if err := f.Error(); err != nil {
+		if err := p.waitFuture(f); err != nil {
 			if errors.Is(err, raft.ErrNotLeader) {
 				err = ErrNotLeader
 			}
@@ -216,6 +254,35 @@ func (p *proposer) apply(batch []*proposal, ncmds int) {
 			results = results[len(pr.cmds):]
 		}
 	}()
+}
+
+// waitFuture returns f's error, or a *StorageUnavailableError as soon as
+// this node's storage becomes unavailable while it waits: the entry may be
+// committed, but this node cannot apply it until its disk takes writes
+// again, so the caller hears now (and retries, with the same ids, on the
+// next leader) rather than at its deadline.
+func (p *proposer) waitFuture(f raft.ApplyFuture) error {
+	if p.n.storage == nil {
+		return f.Error()
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	for {
+		ch := p.n.storage.changedCh()
+		if e := p.n.storage.err(); e != nil {
+			select {
+			case err := <-done:
+				return err
+			default:
+				return e
+			}
+		}
+		select {
+		case err := <-done:
+			return err
+		case <-ch:
+		}
+	}
 }
 
 // prepare fills in the fields the leader decides: times, due times of new

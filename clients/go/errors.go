@@ -66,16 +66,20 @@ var (
 // Error codes of the API, the "code" field of an error body. They mirror the
 // error table of the sidecar's ipc package.
 const (
-	CodeBadRequest       = "bad_request"
-	CodeInvalidJSON      = "invalid_json"
-	CodeNotFound         = "not_found"
-	CodeConflict         = "conflict"
-	CodePayloadTooLarge  = "payload_too_large"
-	CodeQueueFull        = "queue_full"
-	CodeNoLeader         = "no_leader"
-	CodeNotReady         = "not_ready"
-	CodeMethodNotAllowed = "method_not_allowed"
-	CodeInternal         = "internal"
+	CodeBadRequest      = "bad_request"
+	CodeInvalidJSON     = "invalid_json"
+	CodeNotFound        = "not_found"
+	CodeConflict        = "conflict"
+	CodePayloadTooLarge = "payload_too_large"
+	CodeQueueFull       = "queue_full"
+	CodeNoLeader        = "no_leader"
+	CodeNotReady        = "not_ready"
+	// CodeStorageUnavailable (HTTP 503, with Retry-After): the node's disk
+	// cannot take writes (full, not writable); it refuses writes until it
+	// recovers and still serves reads. Check APIError.Code for it.
+	CodeStorageUnavailable = "storage_unavailable"
+	CodeMethodNotAllowed   = "method_not_allowed"
+	CodeInternal           = "internal"
 )
 
 // codeSentinels maps an API error code to the sentinel it matches.

@@ -270,6 +270,11 @@ type ClusterInfo struct {
 	AppliedIndex uint64   `json:"applied_index"`
 	CommitIndex  uint64   `json:"commit_index"`
 	Members      []Member `json:"members"`
+	// VotersTarget is the number of voters autopilot keeps (--voters).
+	VotersTarget int `json:"voters_target,omitempty"`
+	// FailureTolerance is how many more voters may fail before the
+	// cluster loses its quorum (nil when no leader is known).
+	FailureTolerance *int `json:"failure_tolerance,omitempty"`
 }
 
 // Member is one server of the Raft configuration.
@@ -280,6 +285,22 @@ type Member struct {
 	// Suffrage is Voter or Nonvoter.
 	Suffrage string `json:"suffrage"`
 	Leader   bool   `json:"leader"`
+	// The rest is the leader's view, absent when no leader is known.
+	// Reachable: heard from within about a second; LastContactMs: how
+	// long ago, in milliseconds (-1: not since the leader was elected);
+	// AppliedIndex: the member's applied index at its last report.
+	Reachable     *bool  `json:"reachable,omitempty"`
+	LastContactMs *int64 `json:"last_contact_ms,omitempty"`
+	AppliedIndex  uint64 `json:"applied_index,omitempty"`
+	// Role is the member's Raft state: leader, follower or candidate.
+	Role string `json:"role,omitempty"`
+	// Status is autopilot's: leader, voter, nonvoter, or staging (a
+	// healthy non-voter to be promoted once stable).
+	Status string `json:"status,omitempty"`
+	// Healthy: heard from recently and caught up; StableSince: when its
+	// current healthy streak began.
+	Healthy     *bool      `json:"healthy,omitempty"`
+	StableSince *time.Time `json:"stable_since,omitempty"`
 }
 
 // wireSubmit is the body of POST /v1/tasks, without the payload (see

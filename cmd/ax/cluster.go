@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -25,12 +26,19 @@ func clusterStatusCmd() *cobra.Command {
 	var f apiFlags
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the members, the leader, their roles, and this node's applied index and lag",
-		Long: `Show the cluster as the node behind --socket sees it: every member with its
-addresses, suffrage (Voter or Nonvoter) and role, the leader and term, and
-this node's commit and applied indexes. The lag is how many committed
-entries this node has not applied yet; a follower's commit index trails the
-leader's by at most one heartbeat.`,
+		Short: "Show the members with their roles, suffrage, autopilot status, health, last contact and applied index",
+		Long: `Show the cluster as the node behind --socket sees it: the leader and term,
+this node's commit and applied indexes, the voter target and failure
+tolerance, and every member with its role (its Raft state: leader,
+follower, candidate), suffrage (Voter or Nonvoter), autopilot status
+(leader, voter, nonvoter, or staging: a healthy non-voter that autopilot
+promotes once it has been stable for --autopilot-stabilization), health
+(heard from within 1.5s and caught up), last contact, applied index and lag,
+how long it has been healthy, and its addresses.
+
+Health, contact and the members' applied indexes are the leader's view (a
+follower asks the leader); "-" when no leader is known. The lag is how far
+a member's applied index is behind this node's commit index.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := cmdContext(cmd)
@@ -44,15 +52,16 @@ leader's by at most one heartbeat.`,
 			if f.json {
 				return writeJSON(cmd.OutOrStdout(), a.Raw)
 			}
-			return printCluster(cmd.OutOrStdout(), &a.Info)
+			return printCluster(cmd.OutOrStdout(), &a.Info, time.Now())
 		},
 	}
 	f.register(cmd)
 	return cmd
 }
 
-// printCluster prints `ax cluster status`.
-func printCluster(w io.Writer, info *ax.ClusterInfo) error {
+// printCluster prints `ax cluster status`; now dates the "stable for"
+// column.
+func printCluster(w io.Writer, info *ax.ClusterInfo, now time.Time) error {
 	leader := info.Leader
 	if leader == "" {
 		leader = "none known (election running, or no quorum)"
@@ -61,36 +70,68 @@ func printCluster(w io.Writer, info *ax.ClusterInfo) error {
 	if info.CommitIndex > info.AppliedIndex {
 		lag = info.CommitIndex - info.AppliedIndex
 	}
+	voters := 0
+	for _, m := range info.Members {
+		if m.Suffrage == "Voter" {
+			voters++
+		}
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "node:\t%s (%s)\n", info.NodeID, strings.ToLower(info.State))
 	fmt.Fprintf(tw, "leader:\t%s\n", leader)
 	fmt.Fprintf(tw, "term:\t%d\n", info.Term)
 	fmt.Fprintf(tw, "commit index:\t%d\n", info.CommitIndex)
 	fmt.Fprintf(tw, "applied index:\t%d (lag %d)\n", info.AppliedIndex, lag)
+	if info.VotersTarget > 0 {
+		ft := ""
+		if info.FailureTolerance != nil {
+			ft = fmt.Sprintf(", failure tolerance %d", *info.FailureTolerance)
+		}
+		fmt.Fprintf(tw, "voters:\t%d (target %d%s)\n", voters, info.VotersTarget, ft)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
-	rows := [][]string{{"ID", "ROLE", "SUFFRAGE", "RAFT ADDR", "PEER ADDR", "APPLIED", "LAG"}}
+	rows := [][]string{{"ID", "ROLE", "SUFFRAGE", "STATUS", "HEALTHY", "CONTACT", "APPLIED", "LAG", "STABLE FOR", "RAFT ADDR", "PEER ADDR"}}
 	for _, m := range info.Members {
-		role := "follower"
+		role := m.Role
 		switch {
+		case role != "":
 		case m.Leader || (m.ID == info.Leader && info.Leader != ""):
 			role = "leader"
-		case m.Suffrage != "Voter":
-			role = "learner"
+		case m.ID == info.NodeID:
+			role = strings.ToLower(info.State)
+		default:
+			role = "-"
 		}
-		applied, mlag := "-", "-"
+		status, healthy, contact, applied, mlag, stable := dash(m.Status), "-", "-", "-", "-", "-"
+		if m.Healthy != nil {
+			healthy = map[bool]string{true: "yes", false: "no"}[*m.Healthy]
+		}
+		if m.LastContactMs != nil {
+			contact = "never"
+			if *m.LastContactMs >= 0 {
+				contact = (time.Duration(*m.LastContactMs) * time.Millisecond).String()
+			}
+		}
+		if m.LastContactMs != nil && *m.LastContactMs >= 0 {
+			applied = fmt.Sprint(m.AppliedIndex)
+			if info.CommitIndex > m.AppliedIndex {
+				mlag = fmt.Sprint(info.CommitIndex - m.AppliedIndex)
+			} else {
+				mlag = "0"
+			}
+		}
+		if m.StableSince != nil {
+			stable = max(now.Sub(*m.StableSince), 0).Truncate(time.Second).String()
+		}
 		id := m.ID
 		if m.ID == info.NodeID {
 			applied, mlag = fmt.Sprint(info.AppliedIndex), fmt.Sprint(lag)
 			id += " *"
 		}
-		peer := m.PeerAddr
-		if peer == "" {
-			peer = "-"
-		}
-		rows = append(rows, []string{oneLine(id), role, m.Suffrage, m.RaftAddr, peer, applied, mlag})
+		rows = append(rows, []string{oneLine(id), role, m.Suffrage, status, healthy, contact, applied, mlag, stable, m.RaftAddr, dash(m.PeerAddr)})
 	}
 	if err := writeTable(w, rows); err != nil {
 		return err
@@ -98,9 +139,17 @@ func printCluster(w io.Writer, info *ax.ClusterInfo) error {
 	if len(info.Members) == 0 {
 		fmt.Fprintln(w, "(no members: the cluster has not formed yet)")
 	} else {
-		fmt.Fprintln(w, "* this node; ask another node (--socket) for its applied index")
+		fmt.Fprintln(w, "* this node (its applied index and lag are its own, fresher than the leader's view)")
 	}
 	return nil
+}
+
+// dash shows an empty value as "-".
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func clusterRemoveCmd() *cobra.Command {

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	ax "github.com/axsched/ax/clients/go"
 )
 
 func TestClusterStatus(t *testing.T) {
@@ -14,7 +18,7 @@ func TestClusterStatus(t *testing.T) {
 	}
 	for _, want := range []string{
 		"node:           n2 (follower)", "leader:         n1", "term:           7",
-		"commit index:   100", "applied index:  95 (lag 5)",
+		"commit index:   100", "applied index:  95 (lag 5)", "voters:         3 (target 3, failure tolerance 0)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -26,14 +30,23 @@ func TestClusterStatus(t *testing.T) {
 			rows[fs[0]] = fs
 		}
 	}
-	if r := rows["n1"]; strings.Join(r, " ") != "n1 leader Voter 127.0.0.1:7420 127.0.0.1:7421 - -" {
-		t.Errorf("n1 row %q", r)
-	}
-	if r := rows["n2"]; strings.Join(r, " ") != "n2 * follower Voter 127.0.0.1:7430 127.0.0.1:7431 95 5" {
-		t.Errorf("n2 row %q", r)
-	}
-	if r := rows["n3"]; strings.Join(r, " ") != "n3 learner Nonvoter 127.0.0.1:7440 - - -" {
-		t.Errorf("n3 row %q", r)
+	// ID ROLE SUFFRAGE STATUS HEALTHY CONTACT APPLIED LAG STABLE-FOR RAFT PEER
+	for id, want := range map[string]string{
+		"n1": "n1 leader Voter leader yes 0s 100 0 STABLE 127.0.0.1:7420 127.0.0.1:7421",
+		"n2": "n2 * follower Voter voter yes 120ms 95 5 - 127.0.0.1:7430 127.0.0.1:7431", // its own applied index
+		"n3": "n3 follower Nonvoter staging yes 250ms 90 10 - 127.0.0.1:7440 -",
+		"n4": "n4 - Voter voter no never - - - 127.0.0.1:7450 -",
+	} {
+		if id == "n1" && len(rows[id]) > 8 {
+			// Stable for about 90s (wall clock): its own test below.
+			if d, err := time.ParseDuration(rows[id][8]); err != nil || d < 90*time.Second {
+				t.Errorf("n1 stable for %q", rows[id][8])
+			}
+			rows[id][8] = "STABLE"
+		}
+		if r := strings.Join(rows[id], " "); r != want {
+			t.Errorf("%s row %q\nwant     %q", id, r, want)
+		}
 	}
 
 	out, _, code = runAx(t, "cluster", "status", "--socket", f.Socket, "--json")
@@ -44,7 +57,7 @@ func TestClusterStatus(t *testing.T) {
 		} `json:"members"`
 		CommitIndex uint64 `json:"commit_index"`
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &info) != nil || info.NodeID != "n2" || len(info.Members) != 3 || info.CommitIndex != 100 {
+	if code != 0 || json.Unmarshal([]byte(out), &info) != nil || info.NodeID != "n2" || len(info.Members) != 4 || info.CommitIndex != 100 {
 		t.Errorf("--json: exit %d, %s", code, out)
 	}
 }
@@ -60,5 +73,34 @@ func TestClusterRemoveWithoutRoute(t *testing.T) {
 	}
 	if got := f.lastRequest(); got != "DELETE /v1/cluster/members/n3?" {
 		t.Errorf("request %q", got)
+	}
+}
+
+func TestPrintCluster_StableForAndOldSidecar(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	since := now.Add(-(2*time.Minute + 5*time.Second + 700*time.Millisecond))
+	yes := true
+	contact := int64(300)
+	info := &ax.ClusterInfo{NodeID: "n1", State: "Leader", Leader: "n1", CommitIndex: 10, AppliedIndex: 10,
+		Members: []ax.Member{
+			{ID: "n1", RaftAddr: "a:1", Suffrage: "Voter", Leader: true},
+			{ID: "n2", RaftAddr: "a:2", Suffrage: "Nonvoter", Role: "follower", Status: "nonvoter", Healthy: &yes, LastContactMs: &contact, AppliedIndex: 9, StableSince: &since},
+		}}
+	var b bytes.Buffer
+	if err := printCluster(&b, info, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"n1 *  leader    Voter     -         -        -        10       0    -",
+		"n2    follower  Nonvoter  nonvoter  yes      300ms    9        1    2m5s",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// An old sidecar (no voters_target, no failure_tolerance): no such line.
+	if strings.Contains(out, "voters:") || strings.Contains(out, "failure tolerance") {
+		t.Errorf("lines for absent fields:\n%s", out)
 	}
 }

@@ -221,10 +221,17 @@ func (f *fakeSidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == "GET" && raw == "/v1/cluster":
 		writeOK(w, 200, map[string]any{
 			"node_id": "n2", "state": "Follower", "leader": "n1", "term": 7, "applied_index": 95, "commit_index": 100,
+			"voters_target": 3, "failure_tolerance": 0,
 			"members": []map[string]any{
-				{"id": "n1", "raft_addr": "127.0.0.1:7420", "peer_addr": "127.0.0.1:7421", "suffrage": "Voter", "leader": true},
-				{"id": "n2", "raft_addr": "127.0.0.1:7430", "peer_addr": "127.0.0.1:7431", "suffrage": "Voter", "leader": false},
-				{"id": "n3", "raft_addr": "127.0.0.1:7440", "suffrage": "Nonvoter", "leader": false},
+				{"id": "n1", "raft_addr": "127.0.0.1:7420", "peer_addr": "127.0.0.1:7421", "suffrage": "Voter", "leader": true,
+					"role": "leader", "status": "leader", "healthy": true, "reachable": true, "last_contact_ms": 0, "applied_index": 100,
+					"stable_since": time.Now().Add(-90 * time.Second).UTC().Format(time.RFC3339Nano)},
+				{"id": "n2", "raft_addr": "127.0.0.1:7430", "peer_addr": "127.0.0.1:7431", "suffrage": "Voter", "leader": false,
+					"role": "follower", "status": "voter", "healthy": true, "reachable": true, "last_contact_ms": 120, "applied_index": 93},
+				{"id": "n3", "raft_addr": "127.0.0.1:7440", "suffrage": "Nonvoter", "leader": false,
+					"role": "follower", "status": "staging", "healthy": true, "reachable": true, "last_contact_ms": 250, "applied_index": 90},
+				{"id": "n4", "raft_addr": "127.0.0.1:7450", "suffrage": "Voter", "leader": false,
+					"status": "voter", "healthy": false, "reachable": false, "last_contact_ms": -1},
 			},
 		})
 	default:

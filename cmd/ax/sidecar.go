@@ -38,6 +38,11 @@ type nodeFlags struct {
 	snapshotInterval                            time.Duration
 	maxBatchCommands                            int
 	handlerLimits                               []string
+	voters                                      int
+	autopilotStabilization, autopilotReplace    time.Duration
+	storageReserve                              int64
+	storageProbeInterval                        time.Duration
+	peerRoutes                                  []string
 }
 
 func (f *nodeFlags) register(cmd *cobra.Command) {
@@ -68,10 +73,17 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.snapshotInterval, "snapshot-interval", sidecar.SnapshotIntervalDefault, "how often Raft checks --snapshot-threshold")
 	fl.IntVar(&f.maxBatchCommands, "max-batch-commands", sidecar.MaxBatchCommandsDefault, "most commands the leader group-commits into one Raft entry; 1 turns group commit off")
 	_ = fl.MarkHidden("max-batch-commands")
+	fl.StringArrayVar(&f.peerRoutes, "peer-route", nil, "NODE_ID=RAFT_HOST:PORT,PEER_HOST:PORT: dial node NODE_ID's Raft transport and peer API at these addresses instead of the ones it advertises (for tests / network overlays: a relay or fault-injecting proxy per link); repeatable")
+	_ = fl.MarkHidden("peer-route")
 	fl.StringVar(&f.routing, "routing", sidecar.RoutingLeastLoaded, "how the leader picks among the nodes that run a handler: least_loaded, round_robin or hash (a task's route_key always hashes)")
 	fl.StringArrayVar(&f.handlerLimits, "handler-limit", nil, "HANDLER=N: at most N attempts of HANDLER running at once across the cluster (give every node the same); repeatable")
 	fl.IntVar(&f.backlogLimit, "backlog-limit", sidecar.BacklogLimitDefault, "bound on each handler's backlog of due, undelivered runs: a submit due within 1s past it gets 429 queue_full; -1 turns it off")
 	fl.IntVar(&f.deliveryMinConcurrency, "delivery-min-concurrency", sidecar.LimiterMinDefault, "the adaptive concurrency limit's minimum per executor; equal to --delivery-concurrency for a fixed limit")
+	fl.IntVar(&f.voters, "voters", sidecar.VotersDefault, "voters autopilot keeps (odd: 3 or 5); other members stay non-voters, promoted when a voter fails (give every node the same)")
+	fl.DurationVar(&f.autopilotStabilization, "autopilot-stabilization", sidecar.AutopilotStabilizationDefault, "how long a non-voter must stay healthy (heard from, caught up) before autopilot promotes it")
+	fl.DurationVar(&f.autopilotReplace, "autopilot-replace-after", sidecar.AutopilotReplaceAfterDefault, "how long a voter may go unheard before autopilot promotes a stable non-voter in its place and demotes it")
+	fl.Int64Var(&f.storageReserve, "storage-reserve", sidecar.StorageReserveDefault, "free bytes the data dir must keep: below it the node stops writing badger and answers writes 503 storage_unavailable until space is freed; -1 turns the check off")
+	fl.DurationVar(&f.storageProbeInterval, "storage-probe-interval", sidecar.StorageProbeIntervalDefault, "how often the node checks that its data dir takes writes (free space; write, fsync and remove a probe file)")
 }
 
 func (f *nodeFlags) config() (sidecar.Config, error) {
@@ -86,6 +98,8 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 	cfg.MaxBatchCommands = f.maxBatchCommands
 	cfg.SnapshotThreshold, cfg.TrailingLogs, cfg.SnapshotInterval = f.snapshotThreshold, f.trailingLogs, f.snapshotInterval
 	cfg.BreakerFailures, cfg.BreakerCoolDown = f.breakerFailures, f.breakerCoolDown
+	cfg.Voters, cfg.AutopilotStabilization, cfg.AutopilotReplaceAfter = f.voters, f.autopilotStabilization, f.autopilotReplace
+	cfg.StorageReserve, cfg.StorageProbeInterval = f.storageReserve, f.storageProbeInterval
 	cfg.ClusterToken = f.clusterToken
 	if cfg.ClusterToken == "" {
 		cfg.ClusterToken = os.Getenv("AX_CLUSTER_TOKEN")
@@ -119,6 +133,13 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 		if j = strings.TrimSpace(j); j != "" {
 			cfg.Join = append(cfg.Join, j)
 		}
+	}
+	for _, r := range f.peerRoutes {
+		pr, err := sidecar.ParsePeerRoute(r)
+		if err != nil {
+			return cfg, fmt.Errorf("--peer-route: %w", err)
+		}
+		cfg.PeerRoutes = append(cfg.PeerRoutes, pr)
 	}
 	for _, e := range f.executors {
 		ex, err := sidecar.ParseExecutor(e)

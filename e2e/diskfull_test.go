@@ -1,0 +1,214 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fillDisk writes path until the file system is full (ENOSPC) and returns
+// the bytes written.
+func fillDisk(t *testing.T, path string) int64 {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var total int64
+	for _, chunk := range []int{1 << 20, 4 << 10, 512} {
+		buf := make([]byte, chunk)
+		for {
+			n, err := f.Write(buf)
+			total += int64(n)
+			if errors.Is(err, syscall.ENOSPC) || errors.Is(err, io.ErrShortWrite) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("filling %s: %v", path, err)
+			}
+		}
+	}
+	_ = f.Sync()
+	return total
+}
+
+// TestDiskFull_RefusesWritesAndRecovers puts every node's data dir on a
+// small tmpfs and fills the leader's: that node answers writes 503
+// storage_unavailable, keeps serving reads, hands leadership over, does not
+// exit, and once the junk is removed serves writes again and catches up; no
+// task submitted to the cluster is lost.
+func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
+	skipShort(t)
+	if os.Geteuid() != 0 {
+		t.Skip("disk-full e2e: needs root to mount a tmpfs as one node's data dir")
+	}
+	c := NewCluster(t, WithDeferredStart(0, 1, 2), WithArgs("--storage-reserve", "8388608", "--storage-probe-interval", "200ms"))
+	for _, n := range c.Nodes {
+		if err := os.MkdirAll(n.DataDir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", n.DataDir).CombinedOutput(); err != nil {
+			t.Skipf("disk-full e2e: cannot mount a tmpfs on %s: %v %s", n.DataDir, err, out)
+		}
+		t.Cleanup(func() {
+			_ = n.Kill()
+			_ = exec.Command("umount", "-l", n.DataDir).Run()
+		})
+	}
+	for _, n := range c.Nodes {
+		if err := n.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.WaitReady()
+	// The node whose disk fills is the leader: the harder case.
+	full := c.Leader()
+	other := c.Followers()[0]
+	t.Logf("filling the disk of the leader %s; writing through %s meanwhile", full.ID, other.ID)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
+	defer cancel()
+	var ids []string
+	submit := func(cl *Client, id string) (*Response, error) {
+		return cl.Submit(ctx, []byte(fmt.Sprintf(`{"id":%q,"handler":"disk","delay":"300ms"}`, id)))
+	}
+	for i := range 10 {
+		id := fmt.Sprintf("before-%d", i)
+		resp, err := submit(full.Client, id)
+		if err != nil || resp.Status != 201 {
+			t.Fatalf("submit %s through the full node: %v %v", id, resp, err)
+		}
+		ids = append(ids, id)
+	}
+
+	junk := filepath.Join(full.DataDir, "junk")
+	filled := fillDisk(t, junk)
+	t.Logf("filled %s's tmpfs with %d MiB of junk", full.ID, filled>>20)
+
+	// full refuses writes with storage_unavailable.
+	probe := 0
+	waitFor(t, 10*time.Second, 100*time.Millisecond, "full refuses writes", func() error {
+		probe++
+		id := fmt.Sprintf("probe-%d", probe)
+		resp, err := submit(full.Client, id)
+		if err != nil {
+			return err
+		}
+		if resp.Status == 201 {
+			ids = append(ids, id) // accepted before the probe saw the disk full
+			return fmt.Errorf("submit accepted: %s", resp)
+		}
+		e, err := resp.APIError()
+		if err != nil {
+			return err
+		}
+		if resp.Status != 503 || e.Error.Code != "storage_unavailable" || resp.RetryAfter() <= 0 {
+			return fmt.Errorf("submit: %s (Retry-After %v)", resp, resp.RetryAfter())
+		}
+		t.Logf("%s answers: %s", full.ID, resp)
+		return nil
+	})
+	// A leader that cannot write hands leadership over.
+	waitFor(t, 10*time.Second, 100*time.Millisecond, "leadership leaves the full node", func() error {
+		info, err := other.Client.Cluster(ctx)
+		if err != nil {
+			return err
+		}
+		if info.Leader == "" || info.Leader == full.ID {
+			return fmt.Errorf("leader %q", info.Leader)
+		}
+		return nil
+	})
+	// Reads keep working, and GET /v1/cluster shows why.
+	if _, err := full.Client.GetTask(ctx, "before-0"); err != nil {
+		t.Fatalf("read from full while its disk is full: %v", err)
+	}
+	resp, err := full.Client.Do(ctx, "GET", "/v1/cluster", nil)
+	if err != nil || resp.Status != 200 || !strings.Contains(string(resp.Body), `"storage":{"cause"`) {
+		t.Fatalf("GET /v1/cluster on full: %v %v", resp, err)
+	}
+
+	// The rest of the cluster keeps taking writes (if full led, it hands
+	// leadership over).
+	for i := range 20 {
+		id := fmt.Sprintf("during-%d", i)
+		resp, _, err := other.Client.SubmitRetry(ctx, []byte(fmt.Sprintf(`{"id":%q,"handler":"disk","delay":"300ms"}`, id)))
+		if err != nil || resp.Status != 201 {
+			t.Fatalf("submit %s through other while full's disk is full: %v %v", id, resp, err)
+		}
+		ids = append(ids, id)
+	}
+	if !full.Running() {
+		t.Fatalf("full exited on a full disk: %v", full.ExitErr())
+	}
+
+	// Free the disk: full serves writes again.
+	if err := os.Remove(junk); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, 100*time.Millisecond, "full accepts writes again", func() error {
+		probe++
+		id := fmt.Sprintf("after-%d", probe)
+		resp, err := submit(full.Client, id)
+		if err != nil {
+			return err
+		}
+		if resp.Status != 201 {
+			return fmt.Errorf("submit: %s", resp)
+		}
+		ids = append(ids, id)
+		return nil
+	})
+	if !full.Running() {
+		t.Fatalf("full exited: %v", full.ExitErr())
+	}
+
+	// Nothing lost: every accepted task succeeds, and full catches up.
+	lost := 0
+	waitFor(t, 20*time.Second, 200*time.Millisecond, "every task SUCCESS", func() error {
+		lost = 0
+		for _, id := range ids {
+			tk, err := other.Client.GetTask(ctx, id)
+			if err != nil || tk.State != "SUCCESS" {
+				lost++
+			}
+		}
+		if lost > 0 {
+			return fmt.Errorf("%d of %d tasks not SUCCESS", lost, len(ids))
+		}
+		return nil
+	})
+	var leaderApplied uint64
+	if info, err := other.Client.Cluster(ctx); err == nil {
+		leaderApplied = info.AppliedIndex
+	}
+	waitFor(t, 10*time.Second, 100*time.Millisecond, "full catches up", func() error {
+		info, err := full.Client.Cluster(ctx)
+		if err != nil {
+			return err
+		}
+		if info.AppliedIndex < leaderApplied {
+			return fmt.Errorf("full applied %d of %d", info.AppliedIndex, leaderApplied)
+		}
+		return nil
+	})
+	logs := full.Logs()
+	for _, want := range []string{"storage unavailable: refusing writes", "storage is writable again"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("full's log has no %q", want)
+		}
+	}
+	if strings.Contains(logs, "panic") || strings.Contains(logs, "fatal error") {
+		t.Errorf("full panicked:\n%s", tail(logs, 4000))
+	}
+	t.Logf("tasks: %d submitted, lost 0; %s stayed up through the full disk", len(ids), full.ID)
+}
