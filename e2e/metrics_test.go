@@ -65,7 +65,9 @@ func TestMetrics_AfterSmallWorkload(t *testing.T) {
 	}
 	mustSubmit(t, n, SubmitRequest{ID: "m-perm", Handler: "e2e.permanent"}, 201)
 	mustSubmit(t, n, SubmitRequest{ID: "m-dead", Handler: "e2e.fail", MaxAttempts: 2}, 201)
-	mustSubmit(t, n, SubmitRequest{ID: "m-wait", Handler: "e2e.ok", Delay: "1h"}, 201)
+	mustSubmit(t, n, SubmitRequest{ID: "m-wait", Handler: "e2e.ok", Delay: "5m"}, 201)
+	// Beyond the leader's 10-minute load window: stored, not armed.
+	mustSubmit(t, n, SubmitRequest{ID: "m-far", Handler: "e2e.ok", Delay: "1h"}, 201)
 	for _, id := range ids {
 		waitState(t, n, id, "SUCCESS")
 	}
@@ -92,7 +94,7 @@ func TestMetrics_AfterSmallWorkload(t *testing.T) {
 		{"tasks SUCCESS", m[`ax_tasks{state="SUCCESS"}`], 5},
 		{"tasks FAILED", m[`ax_tasks{state="FAILED"}`], 1},
 		{"tasks DEAD", m[`ax_tasks{state="DEAD"}`], 1},
-		{"tasks WAITING", m[`ax_tasks{state="WAITING"}`], 1},
+		{"tasks WAITING", m[`ax_tasks{state="WAITING"}`], 2},
 		{"tasks RUNNING", m[`ax_tasks{state="RUNNING"}`], 0},
 		{"leader", m["ax_raft_leader"], 1},
 		{"raft state leader", m["ax_raft_state"], 2},
@@ -100,7 +102,7 @@ func TestMetrics_AfterSmallWorkload(t *testing.T) {
 		{"in flight", sumPrefix(m, "ax_executor_in_flight{"), 0},
 		{"executor queue", sumPrefix(m, "ax_executor_queue_length{"), 0},
 		{"clock jumps", m["ax_clock_jumps_total"], 0},
-		{"timers: the waiting task", m["ax_timers"], 1},
+		{"timers: the task inside the load window", m["ax_timers"], 1},
 	}
 	for _, ck := range checks {
 		if ck.got != ck.want {
@@ -108,7 +110,7 @@ func TestMetrics_AfterSmallWorkload(t *testing.T) {
 		}
 	}
 	positive := []string{"ax_raft_term", "ax_raft_applied_index", "ax_raft_commit_index", "ax_fsm_size_bytes",
-		"ax_raft_commit_seconds_count", "ax_raft_leader_changes_total", `ax_executor_limit{executor="flag:*"}`}
+		"ax_raft_commit_seconds_count", "ax_raft_entry_commands_count", "ax_raft_log_writes_total", "ax_raft_log_entries_written_total", "ax_raft_leader_changes_total", `ax_executor_limit{executor="flag:*"}`}
 	for _, name := range positive {
 		if m[name] <= 0 {
 			t.Errorf("%s = %v, want > 0", name, m[name])

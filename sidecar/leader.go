@@ -644,8 +644,13 @@ func (l *leaderState) clockJumps() uint64 {
 
 // armed returns how many timers the leader has armed (0 when not leading).
 func (l *leaderState) armed() int {
-	if t := l.currentTimers(); t != nil {
-		return t.Len()
+	t := l.currentTimers()
+	if t == nil {
+		return 0
 	}
-	return 0
+	n := t.Len()
+	if _, ok := t.Due(windowKey); ok {
+		n-- // the window's own refill timer is not a task's
+	}
+	return n
 }

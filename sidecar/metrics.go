@@ -37,6 +37,7 @@ type metrics struct {
 	retries         *prometheus.CounterVec   // handler
 	dead            *prometheus.CounterVec   // handler
 	commitLatency   prometheus.Histogram
+	entryCommands   prometheus.Histogram
 	leaderChanges   prometheus.Counter
 	staleFires      prometheus.Counter
 	executorLimit   *prometheus.GaugeVec // executor
@@ -64,6 +65,10 @@ func newMetrics(n *Node) *metrics {
 	m.commitLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "ax_raft_commit_seconds", Help: "Time from proposing a Raft entry on the leader to its commit and apply.", Buckets: latencyBuckets,
 	})
+	m.entryCommands = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "ax_raft_entry_commands", Help: "Commands group-committed in each Raft entry this node proposed as leader (submits, fires, completions).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 11),
+	})
 	m.leaderChanges = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ax_raft_leader_changes_total", Help: "Times this node won or lost leadership.",
 	})
@@ -76,7 +81,7 @@ func newMetrics(n *Node) *metrics {
 
 	stateDesc := prometheus.NewDesc("ax_tasks", "Tasks by state in the replicated store (the same on every caught-up node).", []string{"state"}, nil)
 	m.reg.MustRegister(
-		m.lateness, m.attemptDuration, m.attempts, m.retries, m.dead, m.commitLatency, m.leaderChanges, m.staleFires,
+		m.lateness, m.attemptDuration, m.attempts, m.retries, m.dead, m.commitLatency, m.entryCommands, m.leaderChanges, m.staleFires,
 		m.executorLimit, m.executorFlight, m.executorQueue,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectorFunc(func(ch chan<- prometheus.Metric) {
@@ -99,6 +104,10 @@ func newMetrics(n *Node) *metrics {
 			func() float64 { return float64(dirSize(filepath.Join(n.cfg.DataDir, "state"))) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_clock_jumps_total", Help: "Wall-clock jumps detected by the leader's timers (re-armed from stored due times)."},
 			func() float64 { return float64(n.leader.clockJumps()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_log_writes_total", Help: "Writes to this node's Raft log (one bolt transaction and fsync each)."},
+			func() float64 { return float64(n.logStats.writes.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_log_entries_written_total", Help: "Raft entries written to this node's log; ÷ ax_raft_log_writes_total = entries per fsync."},
+			func() float64 { return float64(n.logStats.entries.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ax_timers", Help: "Timers armed on the leader (due times and leases); 0 on followers."},
 			func() float64 { return float64(n.leader.armed()) }),
 	)

@@ -42,6 +42,8 @@ type Node struct {
 	proposer *proposer
 	events   *eventQueue
 	leader   *leaderState
+	// logStats counts the Raft log's writes (group commit figures).
+	logStats logWriteStats
 	// leaders signals leader changes (forwarded requests follow them).
 	leaders  *leaderWatch
 	delivery *delivery
@@ -151,7 +153,7 @@ func (n *Node) open() error {
 			n.log.Info().Uint64("applied", applied).Uint64("snapshot", metas[0].Index).Msg("badger is behind the newest snapshot: restoring it")
 		}
 	}
-	n.raft, err = raft.NewRaft(rc, n.fsm, guardedLogStore{n.logStore, n.storage}, guardedStableStore{n.logStore, n.storage}, snaps, n.transport)
+	n.raft, err = raft.NewRaft(rc, n.fsm, guardedLogStore{n.logStore, n.storage, &n.logStats}, guardedStableStore{n.logStore, n.storage}, snaps, n.transport)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}

@@ -227,6 +227,7 @@ func (p *proposer) apply(batch []*proposal, ncmds int) {
 		fail(err)
 		return
 	}
+	p.n.metrics.entryCommands.Observe(float64(len(all)))
 	start := time.Now()
 	f := p.n.raft.Apply(data, applyTimeout)
 	// Wait for the commit off this goroutine so that the next batch can be

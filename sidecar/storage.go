@@ -346,18 +346,36 @@ func writeProbeFile(dir string) error {
 	return err
 }
 
-// guardedLogStore reports the outcome of every Raft log write to the guard.
+// guardedLogStore reports the outcome of every Raft log write to the guard,
+// and counts the writes in stats.
 type guardedLogStore struct {
 	raft.LogStore
-	g *storageGuard
+	g     *storageGuard
+	stats *logWriteStats
+}
+
+// logWriteStats counts the Raft log's successful writes (each one bolt
+// transaction, so one fsync) and the entries they stored: entries ÷ writes
+// is how many entries raft groups per disk sync, and the commands per entry
+// (ax_raft_entry_commands) multiply it — the group commit of DESIGN §6.
+type logWriteStats struct {
+	writes, entries atomic.Uint64
+}
+
+func (s guardedLogStore) count(n int, err error) error {
+	if err == nil && s.stats != nil {
+		s.stats.writes.Add(1)
+		s.stats.entries.Add(uint64(n))
+	}
+	return err
 }
 
 func (s guardedLogStore) StoreLog(l *raft.Log) error {
-	return s.g.logWrite("log", s.LogStore.StoreLog(l))
+	return s.g.logWrite("log", s.count(1, s.LogStore.StoreLog(l)))
 }
 
 func (s guardedLogStore) StoreLogs(ls []*raft.Log) error {
-	return s.g.logWrite("log", s.LogStore.StoreLogs(ls))
+	return s.g.logWrite("log", s.count(len(ls), s.LogStore.StoreLogs(ls)))
 }
 
 func (s guardedLogStore) DeleteRange(lo, hi uint64) error {

@@ -91,6 +91,9 @@ func TestLoadWindowArmsOnlyTheWindow(t *testing.T) {
 		t.Fatalf("first load armed %d (err %v), want overdue, a, b", n, err)
 	}
 	e.wantArmed(map[string]bool{"overdue": true, "a": true, "b": true, "c": false, "d": false})
+	if got := e.l.armed(); got != 3 {
+		t.Fatalf("armed() = %d, want 3 (the window's own timer is not counted)", got)
+	}
 	if at, ok := e.timers.Due(windowKey); !ok || !at.Equal(e.clock.Now().Add(5*time.Minute)) {
 		t.Fatalf("next load at %v (armed %v), want now + 5m", at, ok)
 	}
