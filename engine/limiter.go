@@ -40,7 +40,7 @@ const (
 	LimiterBackoffDefault = 0.8
 	// LimiterSlowStartDefault is the slow-start growth per round trip when
 	// LimiterOptions.SlowStart is 0.
-	LimiterSlowStartDefault = 3.0
+	LimiterSlowStartDefault = 8.0
 	// LimiterStepUpDefault is the fraction by which one window may raise
 	// the limit outside slow start, when LimiterOptions.StepUp is 0.
 	LimiterStepUpDefault = 0.2
@@ -142,12 +142,17 @@ type LimiterOptions struct {
 	// SlowStart is the growth factor per round trip while in slow start:
 	// each successful call with a healthy latency, a backlog waiting and
 	// the limiter not app-limited raises the limit by SlowStart − 1, so
-	// the limit multiplies by SlowStart every round trip. TCP uses 2; 3
-	// climbs from 4 to 200 in four round trips instead of six (320 ms
-	// instead of 480 ms with 80 ms calls), which the seed-004 burst needs,
-	// and an overshoot of up to 3× the executor's capacity is undone by
-	// the latency cut (at least ×0.5 per window). A ratio in (1, 16].
-	// Defaults to LimiterSlowStartDefault (3).
+	// the limit multiplies by SlowStart every round trip, but never
+	// beyond the demand (in flight + backlog). TCP uses 2; 8 climbs from
+	// 4 to 200 in two round trips instead of six (160 ms instead of
+	// 480 ms with 80 ms calls; 3 needs four, 4 three): each round trip
+	// below the target idles (target − limit) slots, up to 0.08 s of
+	// makespan per round trip on seed 004's burst. The demand bound keeps
+	// a steady load from being overshot (it rises as with 3); what ×8
+	// risks is a larger overshoot of an executor whose capacity is below
+	// the backlog's need, up to 8× the last healthy limit (bounded by
+	// Max), which the latency cut undoes at ×0.5 per window. A ratio in
+	// (1, 16]. Defaults to LimiterSlowStartDefault (8).
 	SlowStart float64
 	// StepUp is the fraction by which one healthy window may raise the
 	// limit toward its target, at a latency equal to the baseline; the
@@ -418,9 +423,10 @@ type LimiterStats struct {
 //     baseline raises the limit by SlowStart − 1, if a backlog is waiting
 //     (Observe > 0) and the call was not app-limited (at least half the
 //     limit in flight when it was admitted or when it ended). The limit
-//     thus multiplies by SlowStart (3) every round trip, whatever the
-//     Interval. It stops at Max, and one below the Little's-law target
-//     when that is lower.
+//     thus multiplies by SlowStart (8) every round trip, whatever the
+//     Interval. It stops at Max, at the demand (the calls in flight plus
+//     the backlog: a limit is grown only while it is used, RFC 7661), and
+//     one below the Little's-law target when that is lower.
 //  2. Target (Little's law, L = λW, with seed 004's backlog term). A
 //     window closes after Interval once it holds MinSamples latency
 //     samples (it is extended up to MaxWindow, then discarded). Its mean
@@ -795,7 +801,14 @@ func (l *Limiter) slowStartLocked(t *Token, latency time.Duration) {
 	if l.baseline > 0 && float64(latency) > l.o.GrowTolerance*float64(l.baseline) {
 		return
 	}
-	ceiling := min(l.o.Max, l.ssthresh)
+	// Demand: no higher than the calls that could use the slots right now,
+	// those in flight and the backlog waiting (RFC 7661: a window grows
+	// only while it is used). Without it a steady load that queues a few
+	// runs now and then would be grown ×SlowStart per round trip to far
+	// above its need before the first window measures the target; with
+	// it a large SlowStart costs nothing unless a backlog is there to use
+	// it.
+	ceiling := min(l.o.Max, l.ssthresh, l.inflight+l.queue)
 	if l.service > 0 {
 		// The live target: with the backlog just observed, not the one of
 		// the last window, so a burst after a quiet spell is not held

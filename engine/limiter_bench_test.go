@@ -24,6 +24,8 @@ func BenchmarkLimiterBurst(b *testing.B) {
 		{"fixed=128", LimiterOptions{Min: 128, Max: 128}},
 		{"fixed=200", LimiterOptions{Min: 200, Max: 200}},
 		{"adaptive/min=4,max=200", LimiterOptions{Min: 4, Max: 200}},
+		{"adaptive/min=4,max=200,slowstart=4", LimiterOptions{Min: 4, Max: 200, SlowStart: 4}},
+		{"adaptive/min=4,max=200,slowstart=3", LimiterOptions{Min: 4, Max: 200, SlowStart: 3}},
 		{"adaptive/min=4,max=200,slowstart=2", LimiterOptions{Min: 4, Max: 200, SlowStart: 2}},
 		{"adaptive/min=4,max=400", LimiterOptions{Min: 4, Max: 400}},
 	}
