@@ -35,10 +35,21 @@ type delivery struct {
 	queued  map[string]int         // handler → attempts waiting for a slot
 	// self caches this node's record (its executors); nil after it
 	// changes (node, executor and restore events), read again on use.
-	self    *raftfsm.Node
-	down    map[string]downState // executor name|URL → unreachable lately
+	self *raftfsm.Node
+	down map[string]downState // executor name|URL → unreachable lately
+	// resumed holds the attempts started from a snapshot install
+	// (resumeAfterRestore) whose Fire may still come as an event: that
+	// event must not start them a second time.
+	resumed map[attemptKey]struct{}
 	wg      sync.WaitGroup
 	stopped bool
+}
+
+// attemptKey names one attempt of a task.
+type attemptKey struct {
+	id      string
+	epoch   uint64
+	attempt int
 }
 
 type attemptRun struct {
@@ -79,6 +90,9 @@ func (d *delivery) onEvent(ev *raftfsm.Event) {
 		d.self = nil // this node's record changed: read it again
 		d.mu.Unlock()
 	}
+	if ev.Restored {
+		d.resumeAfterRestore()
+	}
 	t := ev.Task
 	if t == nil {
 		return
@@ -112,7 +126,77 @@ func (d *delivery) onEvent(ev *raftfsm.Event) {
 			d.n.metrics.staleFires.Inc()
 			return
 		}
+		d.mu.Lock()
+		k := attemptKey{t.ID, t.Epoch, t.Attempts}
+		_, resumed := d.resumed[k]
+		delete(d.resumed, k)
+		d.mu.Unlock()
+		if resumed {
+			return // already started from the snapshot that held this Fire
+		}
 		d.start(t)
+	}
+}
+
+// resumeAfterRestore brings the attempts running here in line with a
+// just-installed snapshot. It starts those the snapshot says run on this
+// node and whose lease has not ended: their Fire was
+// inside the snapshot, so no event started them, and without this they
+// would wait out their lease (timeout + grace) before the leader retried
+// them elsewhere. The store may already hold entries applied after the
+// snapshot; a Fire event still to come for an attempt started here is
+// skipped (resumed).
+func (d *delivery) resumeAfterRestore() {
+	self := d.n.cfg.NodeID
+	var ts []*raftfsm.Task
+	if err := d.n.fsm.Running(func(t *raftfsm.Task) bool {
+		if t.Node == self {
+			ts = append(ts, t)
+		}
+		return true
+	}); err != nil {
+		d.n.log.Warn().Err(err).Msg("reading the attempts of an installed snapshot failed; their leases will expire")
+		return
+	}
+	// Attempts running here that the snapshot no longer has running here
+	// (cancelled, timed out or replaced inside it) are aborted: the
+	// events that would have aborted them were folded into the snapshot.
+	current := make(map[attemptKey]bool, len(ts))
+	for _, t := range ts {
+		current[attemptKey{t.ID, t.Epoch, t.Attempts}] = true
+	}
+	d.mu.Lock()
+	d.resumed = map[attemptKey]struct{}{}
+	var stale []string
+	for id, r := range d.running {
+		if !current[attemptKey{id, r.epoch, r.attempt}] {
+			stale = append(stale, id)
+		}
+	}
+	d.mu.Unlock()
+	for _, id := range stale {
+		d.abort(id)
+	}
+	nowMs := time.Now().UnixMilli()
+	started := 0
+	for _, t := range ts {
+		if t.LeaseMs > 0 && nowMs >= t.LeaseMs {
+			continue // the leader's lease timer retries it
+		}
+		d.mu.Lock()
+		r := d.running[t.ID]
+		running := r != nil && r.epoch == t.Epoch && r.attempt == t.Attempts
+		if !running {
+			d.resumed[attemptKey{t.ID, t.Epoch, t.Attempts}] = struct{}{}
+		}
+		d.mu.Unlock()
+		if !running {
+			d.start(t)
+			started++
+		}
+	}
+	if started > 0 {
+		d.n.log.Info().Int("attempts", started).Msg("started the attempts of an installed snapshot that run on this node")
 	}
 }
 
