@@ -81,27 +81,36 @@ func (s *limitSampler) run(ctx context.Context) {
 	t := time.NewTicker(limitSampleEvery)
 	defer t.Stop()
 	for {
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		body, status, err := s.c.Do(rctx, "GET", "/metrics", nil)
-		cancel()
-		if err == nil && status == 200 {
-			m := parseMetrics(body)
-			smp := LimitSample{At: Millis(time.Since(s.start)),
-				Limit:    m.sum("ax_executor_limit{"),
-				InFlight: m.sum("ax_executor_in_flight{"),
-				Queue:    m.sum("ax_executor_queue_length{")}
-			s.mu.Lock()
-			s.samples = append(s.samples, smp)
-			s.mu.Unlock()
-		}
+		s.read(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.done:
+			// One last reading when the run ends: a short run may end
+			// between two ticks, before any reading saw its executor.
+			s.read(ctx)
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// read takes one reading of the gauges.
+func (s *limitSampler) read(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	body, status, err := s.c.Do(rctx, "GET", "/metrics", nil)
+	cancel()
+	if err != nil || status != 200 {
+		return
+	}
+	m := parseMetrics(body)
+	smp := LimitSample{At: Millis(time.Since(s.start)),
+		Limit:    m.sum("ax_executor_limit{"),
+		InFlight: m.sum("ax_executor_in_flight{"),
+		Queue:    m.sum("ax_executor_queue_length{")}
+	s.mu.Lock()
+	s.samples = append(s.samples, smp)
+	s.mu.Unlock()
 }
 
 // stop ends the sampling and returns the readings.
