@@ -6,36 +6,36 @@ package engine
 // O(log n). It is
 // written out rather than built on container/heap to avoid interface calls
 // on the hot path.
-type nearHeap struct {
-	s *slab
+type nearHeap[P any] struct {
+	s *slab[P]
 	h []int32
 }
 
-func (h *nearHeap) len() int { return len(h.h) }
+func (h *nearHeap[P]) len() int { return len(h.h) }
 
 // top returns the smallest entry; the heap must not be empty.
-func (h *nearHeap) top() int32 { return h.h[0] }
+func (h *nearHeap[P]) top() int32 { return h.h[0] }
 
-func (h *nearHeap) less(i, j int) bool { return before(h.s.at(h.h[i]), h.s.at(h.h[j])) }
+func (h *nearHeap[P]) less(i, j int) bool { return before(h.s.at(h.h[i]), h.s.at(h.h[j])) }
 
 // push adds entry i in O(log n).
-func (h *nearHeap) push(i int32) {
+func (h *nearHeap[P]) push(i int32) {
 	h.s.at(i).setPos(stNear, int32(len(h.h)))
 	h.h = append(h.h, i)
 	h.up(len(h.h) - 1)
 }
 
 // pop removes and returns the smallest entry in O(log n).
-func (h *nearHeap) pop() int32 {
+func (h *nearHeap[P]) pop() int32 {
 	i := h.h[0]
 	h.removeAt(0)
 	return i
 }
 
 // remove deletes entry i, which is in the heap, in O(log n).
-func (h *nearHeap) remove(i int32) { h.removeAt(int(h.s.at(i).index())) }
+func (h *nearHeap[P]) remove(i int32) { h.removeAt(int(h.s.at(i).index())) }
 
-func (h *nearHeap) removeAt(k int) {
+func (h *nearHeap[P]) removeAt(k int) {
 	n := len(h.h) - 1
 	i := h.h[k]
 	if k != n {
@@ -48,13 +48,13 @@ func (h *nearHeap) removeAt(k int) {
 	h.s.at(i).pos = 0
 }
 
-func (h *nearHeap) swap(i, j int) {
+func (h *nearHeap[P]) swap(i, j int) {
 	h.h[i], h.h[j] = h.h[j], h.h[i]
 	h.s.at(h.h[i]).setPos(stNear, int32(i))
 	h.s.at(h.h[j]).setPos(stNear, int32(j))
 }
 
-func (h *nearHeap) up(j int) {
+func (h *nearHeap[P]) up(j int) {
 	for j > 0 {
 		i := (j - 1) / 2
 		if !h.less(j, i) {
@@ -66,7 +66,7 @@ func (h *nearHeap) up(j int) {
 }
 
 // down sifts h[i0] down and reports whether it moved.
-func (h *nearHeap) down(i0 int) bool {
+func (h *nearHeap[P]) down(i0 int) bool {
 	i := i0
 	n := len(h.h)
 	for {
@@ -90,7 +90,10 @@ func (h *nearHeap) down(i0 int) bool {
 // farItem is an element of the far heap. It carries the due time and arm
 // number of its entry, so that sifting never reads the slab (the far heap
 // can hold hundreds of thousands of timers; reading their entries would
-// miss the cache at every level).
+// miss the cache at every level), and so that an item whose timer was
+// cancelled or re-armed is recognised as stale (its entry no longer has
+// that arm number) without a tombstone entry: cancelling a far timer
+// frees its entry at once.
 type farItem struct {
 	due int64
 	seq uint32
@@ -104,9 +107,9 @@ func (a farItem) before(b farItem) bool {
 	return seqBefore(a.seq, b.seq)
 }
 
-// farHeap is a binary min-heap of far timers, 16 bytes each. Entries are
-// removed lazily: Cancel marks the entry stDead and leaves its item here
-// as a tombstone (see [Timers] for when tombstones are compacted).
+// farHeap is a binary min-heap of far timers, 16 bytes each. Items are
+// removed lazily: Cancel frees the entry and leaves its item here, stale
+// (see [TimerSet] for when stale items are compacted away).
 type farHeap []farItem
 
 // push adds it in O(log n).

@@ -10,8 +10,8 @@ import (
 // entry's heap index (prev) matches its position.
 func TestNearHeap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	sl := newSlab()
-	h := nearHeap{s: &sl}
+	sl := newSlab[string]()
+	h := nearHeap[string]{s: &sl}
 	seq := uint32(1<<32 - 2000) // arm numbers wrap around during the test
 	check := func() {
 		for k, i := range h.h {
@@ -55,7 +55,7 @@ func TestNearHeap(t *testing.T) {
 		check()
 	}
 	// Drain and check the full order, including ties in arm order.
-	var prev *entry
+	var prev *entry[string]
 	for h.len() > 0 {
 		e := *sl.at(h.pop())
 		if prev != nil && before(&e, prev) {

@@ -2,10 +2,16 @@ package engine
 
 import "hash/maphash"
 
-// entry is one timer of [Timers], stored by value in a [slab] and named by
-// its int32 index there. The structures refer to entries by index, not by
-// pointer, so an entry is 32 bytes and the garbage collector sees one
-// pointer (the key) per timer.
+// entry is one timer of a [TimerSet], stored by value in a [slab] and named
+// by its int32 index there. The structures refer to entries by index, not
+// by pointer, so an entry with a string payload is 32 bytes (half a cache
+// line, never straddling two) and the garbage collector sees no pointer
+// per timer beyond those in the payload.
+//
+// seq is the timer's arm number, a global wrapping counter: it orders
+// timers with equal due times, and it is the generation of a
+// [TimerHandle], so a handle names one arming of one entry and goes stale
+// when the timer fires, is cancelled or is re-armed.
 //
 // pos packs the entry's state (which structure holds it) in its top three
 // bits and a position in the low 29:
@@ -13,15 +19,18 @@ import "hash/maphash"
 //   - stNear: the near heap; position = index in the heap;
 //   - stWheel: a wheel slot (the slot follows from due); position = index
 //     in the slot's vector;
-//   - stFar: the far heap (position unused);
-//   - stDead: cancelled while in the far heap: a tombstone that stays there
-//     until it is popped or compacted away, then is released;
+//   - stFar: the far heap (position unused; the heap item names the entry
+//     by index and arm number, see [farItem]);
 //   - stFree: on the slab's free list; position = next free entry.
-type entry struct {
-	key string
-	due int64  // wall-clock due time, Unix nanoseconds (see unixNano)
-	seq uint32 // arm order, wrapping; breaks ties between equal due times (see seqBefore)
-	pos uint32 // state<<posBits | position
+//
+// An entry that is in no structure (between unlinking and placing again)
+// has pos 0, state stFree with position 0; it is never on the free list
+// then.
+type entry[P any] struct {
+	due     int64  // wall-clock due time, Unix nanoseconds (see unixNano)
+	seq     uint32 // arm number, wrapping: generation and tie-break (see seqBefore)
+	pos     uint32 // state<<posBits | position
+	payload P
 }
 
 const (
@@ -30,12 +39,12 @@ const (
 	posNone = posMask // "no position": the end of the free list
 )
 
-func (e *entry) state() entryState { return entryState(e.pos >> posBits) }
+func (e *entry[P]) state() entryState { return entryState(e.pos >> posBits) }
 
 // index returns the position part of pos.
-func (e *entry) index() int32 { return int32(e.pos & posMask) }
+func (e *entry[P]) index() int32 { return int32(e.pos & posMask) }
 
-func (e *entry) setPos(st entryState, index int32) {
+func (e *entry[P]) setPos(st entryState, index int32) {
 	e.pos = uint32(st)<<posBits | uint32(index)&posMask
 }
 
@@ -47,7 +56,6 @@ const (
 	stNear             // near heap: tick <= cursor
 	stWheel            // wheel: cursor < tick <= cursor+slots
 	stFar              // far heap: tick > cursor+slots
-	stDead             // tombstone in the far heap
 )
 
 // seqBefore reports whether arm number a came before b. Arm numbers wrap
@@ -57,7 +65,7 @@ const (
 func seqBefore(a, b uint32) bool { return int32(a-b) < 0 }
 
 // before orders entries by due time, then by arm order.
-func before(a, b *entry) bool {
+func before[P any](a, b *entry[P]) bool {
 	if a.due != b.due {
 		return a.due < b.due
 	}
@@ -73,23 +81,26 @@ const (
 )
 
 // slab stores entries in fixed chunks and recycles them through a free
-// list, so a steady Arm/Cancel/fire load allocates nothing.
-type slab struct {
-	chunks []*[slabChunk]entry
+// list (last in, first out, so a cancel followed by an arm reuses the
+// entry the cancel just touched), so a steady arm/cancel/fire load
+// allocates nothing.
+type slab[P any] struct {
+	chunks []*[slabChunk]entry[P]
 	free   int32 // head of the free list, -1 if empty
-	used   int   // entries not on the free list (live and tombstones)
+	used   int   // entries not on the free list
 }
 
-func newSlab() slab { return slab{free: -1} }
+func newSlab[P any]() slab[P] { return slab[P]{free: -1} }
 
 // at returns entry i. The pointer stays valid until the slab shrinks, which
 // it does only when every entry is free.
-func (s *slab) at(i int32) *entry {
+func (s *slab[P]) at(i int32) *entry[P] {
 	return &s.chunks[i>>slabChunkBits][i&(slabChunk-1)]
 }
 
-// alloc returns the index of a blank entry.
-func (s *slab) alloc() int32 {
+// alloc returns the index of an entry in no structure. Its payload is the
+// zero value; due and seq are left over and must be set.
+func (s *slab[P]) alloc() int32 {
 	if s.free < 0 {
 		s.grow()
 	}
@@ -106,10 +117,13 @@ func (s *slab) alloc() int32 {
 }
 
 // release returns entry i, no longer referenced by any structure, to the
-// free list. It clears the entry so that the key can be collected.
-func (s *slab) release(i int32) {
+// free list. It clears the payload so that what it points to can be
+// collected, and keeps seq, so that a stale handle or heap item never
+// matches the free entry by arm number alone (see [TimerSet.live]).
+func (s *slab[P]) release(i int32) {
 	e := s.at(i)
-	*e = entry{}
+	var zero P
+	e.payload = zero
 	e.setPos(stFree, s.freeLink())
 	s.free = i
 	s.used--
@@ -119,19 +133,19 @@ func (s *slab) release(i int32) {
 }
 
 // freeLink returns the free list head as a position.
-func (s *slab) freeLink() int32 {
+func (s *slab[P]) freeLink() int32 {
 	if s.free < 0 {
 		return posNone
 	}
 	return s.free
 }
 
-func (s *slab) grow() {
+func (s *slab[P]) grow() {
 	n := len(s.chunks)
 	if (n+1)*slabChunk > slabMax {
-		panic("engine: Timers: too many timers")
+		panic("engine: TimerSet: too many timers")
 	}
-	c := new([slabChunk]entry)
+	c := new([slabChunk]entry[P])
 	base := int32(n * slabChunk)
 	for j := range c {
 		c[j].setPos(stFree, base+int32(j)+1)
@@ -142,13 +156,15 @@ func (s *slab) grow() {
 }
 
 // shrink drops every chunk but the first once the slab is empty, so that a
-// Timers that held a million timers once does not keep their memory.
-func (s *slab) shrink() {
+// set that held a million timers once does not keep their memory. The
+// caller must drop every index into the dropped chunks (the far heap's
+// stale items, see [TimerSet.release]).
+func (s *slab[P]) shrink() {
 	clear(s.chunks[1:])
 	s.chunks = s.chunks[:1]
 	c := s.chunks[0]
 	for j := range c {
-		c[j] = entry{}
+		c[j] = entry[P]{seq: c[j].seq}
 		c[j].setPos(stFree, int32(j)+1)
 	}
 	c[slabChunk-1].setPos(stFree, posNone)
@@ -197,7 +213,7 @@ func (k *keyIndex) tab(h uint64) *keyTab { return &k.tabs[h>>(64-keyTabBits)] }
 // find looks key (with hash h) up in t. It returns the slot and the entry
 // index if found; otherwise the empty slot where key would go (or -1 if t
 // has no slots yet) and found = false.
-func (t *keyTab) find(h uint64, key string, s *slab) (pos int, idx int32, found bool) {
+func (t *keyTab) find(h uint64, key string, s *slab[string]) (pos int, idx int32, found bool) {
 	if len(t.slots) == 0 {
 		return -1, -1, false
 	}
@@ -209,7 +225,7 @@ func (t *keyTab) find(h uint64, key string, s *slab) (pos int, idx int32, found 
 			return i, -1, false
 		}
 		if uint32(v>>32) == h32 {
-			if j := int32(uint32(v)) - 1; s.at(j).key == key {
+			if j := int32(uint32(v)) - 1; s.at(j).payload == key {
 				return i, j, true
 			}
 		}

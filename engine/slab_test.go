@@ -10,7 +10,7 @@ import (
 // and backward-shift deletion, and checks every lookup against a map.
 func TestKeyIndex_AgainstMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	sl := newSlab()
+	sl := newSlab[string]()
 	ki := newKeyIndex()
 	model := map[string]int32{}
 	lookup := func(k string) (int32, bool) {
@@ -30,7 +30,7 @@ func TestKeyIndex_AgainstMap(t *testing.T) {
 			}
 			if !found {
 				i := sl.alloc()
-				sl.at(i).key = k
+				sl.at(i).payload = k
 				tab.put(pos, h, i)
 				ki.n++
 				model[k] = i

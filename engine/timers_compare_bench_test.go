@@ -17,20 +17,26 @@ import (
 // clock, each doing the same work per fire (hand the fired id to one
 // channel, drained by another goroutine, and record the lateness):
 //
-//   - wheel: this package's [Timers] (wheel + heaps, keyed by string);
+//   - wheel: this package's [TimerSet] (wheel + heaps, named by handle);
 //   - heap: a plain container/heap of *item with an index field, so that
-//     removal is O(log n), run by one goroutine like Timers.Run;
-//   - runtime: one time.AfterFunc per timer (Go's per-P timer heaps).
+//     removal is O(log n), run by one goroutine like TimerSet.Run;
+//   - runtime: one time.AfterFunc per timer (Go's per-P timer heaps),
+//     stopped through its *time.Timer.
 //
 // Workload: 1M timers pending, 70 % due within a minute and 30 % within an
 // hour (uniform). One op cancels the timer armed one million ops earlier
 // (most are still pending: cancelled before they fire; the few whose
 // deadline came first have fired by then) and arms a new one from the same
 // distribution, so 1M stay pending. ns/op is that insert+cancel pair,
-// with the set firing in the background. All three take the same calls
-// the leader makes: arm by task id, cancel by task id. Timers finds the id
-// in its own index; heap and runtime keep a map[string] of their handles
-// (*item, *time.Timer), since a leader using them would need one.
+// with the set firing in the background. Each timer carries its task id
+// (a string), which fire hands on.
+//
+// The rows wheel, heap and runtime cancel through the handle that insert
+// returned (TimerHandle, *item, *time.Timer): the like-for-like comparison
+// of the structures. The -by-id rows take the calls the leader makes, arm
+// by task id and cancel by task id: wheel-by-id is [Timers], which finds
+// the id in its own index; heap-by-id and runtime-by-id keep a map[string]
+// of their handles, as a leader using them would need.
 //
 // Metrics besides ns/op and allocs/op:
 //
@@ -39,15 +45,16 @@ import (
 //     allocated before, so their bytes are not counted);
 //   - same-key-ns: arm a new timer and cancel it at once (a task submitted
 //     and cancelled before it fires), 1M pending, mean of 1M pairs;
-//   - by-handle-ns (heap and runtime only): the timed workload again for
-//     1M ops, but cancelling through the handle, without the map: the raw
-//     cost of the structure;
 //   - p50/p99/max-late-µs and early: lateness (fire time minus due time on
 //     the real clock) of every timer fired during 3 s after the timed
 //     loop, while a goroutine allocates about 100 MB/s of garbage (GC
 //     cycles: the gcs metric; one is forced at 1 s), so the collector
 //     marks the 1M timers while they fire. ENGINE_BENCH_NO_GC=1 leaves
 //     the garbage out.
+//
+// The wheel rows run on RealClock, so TimerSet.Run sleeps on a timerfd
+// (on Linux); ENGINE_BENCH_WAIT=go makes it sleep on a time.Timer, like
+// the heap's runner, to separate the structure from the wake-up.
 func BenchmarkTimers(b *testing.B) {
 	const pending = 1_000_000
 	impls := []struct {
@@ -55,8 +62,11 @@ func BenchmarkTimers(b *testing.B) {
 		make func(fire fireFunc) timerImpl
 	}{
 		{"wheel", newWheelImpl},
-		{"heap", newHeapImpl},
-		{"runtime", newRuntimeImpl},
+		{"heap", func(f fireFunc) timerImpl { return newHeapImpl(f, false) }},
+		{"runtime", func(f fireFunc) timerImpl { return newRuntimeImpl(f, false) }},
+		{"wheel-by-id", newWheelByIDImpl},
+		{"heap-by-id", func(f fireFunc) timerImpl { return newHeapImpl(f, true) }},
+		{"runtime-by-id", func(f fireFunc) timerImpl { return newRuntimeImpl(f, true) }},
 	}
 	// One workload for all: 2×pending keys (a cancelled slot's successor
 	// gets the other key of its pair) and 64Ki due offsets.
@@ -95,7 +105,7 @@ func BenchmarkTimers(b *testing.B) {
 					base = time.Now().UnixNano()
 				}
 				r := i % pending
-				impl.cancel(ring[r].key)
+				impl.cancel(ring[r])
 				k := r
 				if (i/pending)&1 == 0 {
 					k += pending
@@ -104,27 +114,6 @@ func BenchmarkTimers(b *testing.B) {
 				i++
 			}
 			b.StopTimer()
-
-			// The same by handle, where the structure has handles.
-			var handleNs float64
-			if hi, ok := impl.(handleImpl); ok {
-				const handleN = 1_000_000
-				t0 := time.Now()
-				for range handleN {
-					if i&1023 == 0 {
-						base = time.Now().UnixNano()
-					}
-					r := i % pending
-					hi.cancelHandle(ring[r])
-					k := r
-					if (i/pending)&1 == 0 {
-						k += pending
-					}
-					ring[r] = hi.insertHandle(keys[k], base+int64(offs[i&(1<<16-1)]))
-					i++
-				}
-				handleNs = float64(time.Since(t0).Nanoseconds()) / handleN
-			}
 
 			// Same key: insert a timer and cancel it at once.
 			const sameN = 1_000_000
@@ -135,8 +124,7 @@ func BenchmarkTimers(b *testing.B) {
 					base = time.Now().UnixNano()
 				}
 				k := sameKeys[j&(1<<12-1)]
-				impl.insert(k, base+int64(offs[j&(1<<16-1)]))
-				impl.cancel(k)
+				impl.cancel(impl.insert(k, base+int64(offs[j&(1<<16-1)])))
 			}
 			sameNs := float64(time.Since(t0).Nanoseconds()) / sameN
 
@@ -158,9 +146,6 @@ func BenchmarkTimers(b *testing.B) {
 
 			b.ReportMetric(perTimer, "B/pending")
 			b.ReportMetric(sameNs, "same-key-ns")
-			if handleNs > 0 {
-				b.ReportMetric(handleNs, "by-handle-ns")
-			}
 			b.ReportMetric(float64(ms.NumGC-gc0), "gcs")
 			rec.report(b)
 		})
@@ -171,24 +156,19 @@ func BenchmarkTimers(b *testing.B) {
 // to the channel.
 type fireFunc func(id string, due int64, now int64)
 
-// timerHandle is what an implementation returns from insert: the key for
-// wheel, *heapItem for heap, *time.Timer for runtime.
+// timerHandle is what an implementation returns from insert and takes in
+// cancel: the id, and the handle of the structure where it has one
+// (TimerHandle for wheel, *heapItem for heap, *time.Timer for runtime).
 type timerHandle struct {
 	key string
-	p   any
+	wh  TimerHandle
+	p   any // a pointer: storing it allocates nothing
 }
 
 type timerImpl interface {
 	insert(id string, due int64) timerHandle
-	cancel(id string)
+	cancel(h timerHandle)
 	stop(pending []timerHandle) // stop firing and drop everything
-}
-
-// handleImpl is implemented by the baselines, which can also work without
-// their id map.
-type handleImpl interface {
-	insertHandle(id string, due int64) timerHandle
-	cancelHandle(h timerHandle)
 }
 
 // fireRecorder receives fires from any goroutine: a lateness histogram in
@@ -310,16 +290,51 @@ func garbage() (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
-// wheel: this package's Timers on the real clock.
+// wheel: this package's TimerSet on the real clock, by handle.
 
 type wheelImpl struct {
-	tm   *Timers
+	ts   *TimerSet[string]
 	quit context.CancelFunc
 	done chan struct{}
 }
 
 func newWheelImpl(fire fireFunc) timerImpl {
-	w := &wheelImpl{tm: NewTimers(RealClock(), TimersOptions{}), done: make(chan struct{})}
+	w := &wheelImpl{ts: NewTimerSet[string](benchClock(), TimersOptions{}), done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.quit = cancel
+	go func() {
+		defer close(w.done)
+		w.ts.Run(ctx, func(batch []Fired[string]) {
+			now := time.Now().UnixNano()
+			for _, f := range batch {
+				fire(f.Payload, f.Due.UnixNano(), now)
+			}
+		})
+	}()
+	return w
+}
+
+func (w *wheelImpl) insert(id string, due int64) timerHandle {
+	return timerHandle{wh: w.ts.Arm(time.Unix(0, due), id)}
+}
+
+func (w *wheelImpl) cancel(h timerHandle) { w.ts.Cancel(h.wh) }
+
+func (w *wheelImpl) stop([]timerHandle) {
+	w.quit()
+	<-w.done
+}
+
+// wheel-by-id: this package's Timers on the real clock, by task id.
+
+type wheelByIDImpl struct {
+	tm   *Timers
+	quit context.CancelFunc
+	done chan struct{}
+}
+
+func newWheelByIDImpl(fire fireFunc) timerImpl {
+	w := &wheelByIDImpl{tm: NewTimers(benchClock(), TimersOptions{}), done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.quit = cancel
 	go func() {
@@ -334,14 +349,14 @@ func newWheelImpl(fire fireFunc) timerImpl {
 	return w
 }
 
-func (w *wheelImpl) insert(id string, due int64) timerHandle {
+func (w *wheelByIDImpl) insert(id string, due int64) timerHandle {
 	w.tm.Arm(id, time.Unix(0, due))
 	return timerHandle{key: id}
 }
 
-func (w *wheelImpl) cancel(id string) { w.tm.Cancel(id) }
+func (w *wheelByIDImpl) cancel(h timerHandle) { w.tm.Cancel(h.key) }
 
-func (w *wheelImpl) stop([]timerHandle) {
+func (w *wheelByIDImpl) stop([]timerHandle) {
 	w.quit()
 	<-w.done
 }
@@ -381,14 +396,17 @@ func (h *itemHeap) Pop() any {
 type heapImpl struct {
 	mu   sync.Mutex
 	h    itemHeap
-	byID map[string]*heapItem
+	byID map[string]*heapItem // nil: by handle
 	wake chan struct{}
 	quit context.CancelFunc
 	done chan struct{}
 }
 
-func newHeapImpl(fire fireFunc) timerImpl {
-	t := &heapImpl{byID: map[string]*heapItem{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+func newHeapImpl(fire fireFunc, byID bool) timerImpl {
+	t := &heapImpl{wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if byID {
+		t.byID = map[string]*heapItem{}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.quit = cancel
 	go func() {
@@ -401,7 +419,7 @@ func newHeapImpl(fire fireFunc) timerImpl {
 			batch = batch[:0]
 			for len(t.h) > 0 && t.h[0].due <= now {
 				it := heap.Pop(&t.h).(*heapItem)
-				if t.byID[it.id] == it {
+				if t.byID != nil && t.byID[it.id] == it {
 					delete(t.byID, it.id)
 				}
 				batch = append(batch, it)
@@ -436,45 +454,12 @@ func newHeapImpl(fire fireFunc) timerImpl {
 func (t *heapImpl) insert(id string, due int64) timerHandle {
 	it := &heapItem{id: id, due: due}
 	t.mu.Lock()
-	if old := t.byID[id]; old != nil && old.index >= 0 {
-		heap.Remove(&t.h, old.index)
-	}
-	t.byID[id] = it
-	t.push(it)
-	t.mu.Unlock()
-	return timerHandle{key: id, p: it}
-}
-
-func (t *heapImpl) cancel(id string) {
-	t.mu.Lock()
-	if it := t.byID[id]; it != nil {
-		delete(t.byID, id)
-		if it.index >= 0 {
-			heap.Remove(&t.h, it.index)
+	if t.byID != nil {
+		if old := t.byID[id]; old != nil && old.index >= 0 {
+			heap.Remove(&t.h, old.index)
 		}
+		t.byID[id] = it
 	}
-	t.mu.Unlock()
-}
-
-func (t *heapImpl) insertHandle(id string, due int64) timerHandle {
-	it := &heapItem{id: id, due: due}
-	t.mu.Lock()
-	t.push(it)
-	t.mu.Unlock()
-	return timerHandle{key: id, p: it}
-}
-
-func (t *heapImpl) cancelHandle(h timerHandle) {
-	it := h.p.(*heapItem)
-	t.mu.Lock()
-	if it.index >= 0 {
-		heap.Remove(&t.h, it.index)
-	}
-	t.mu.Unlock()
-}
-
-// push adds it and wakes the runner if it is the new earliest; t.mu is held.
-func (t *heapImpl) push(it *heapItem) {
 	heap.Push(&t.h, it)
 	if it.index == 0 {
 		select {
@@ -482,6 +467,21 @@ func (t *heapImpl) push(it *heapItem) {
 		default:
 		}
 	}
+	t.mu.Unlock()
+	return timerHandle{key: id, p: it}
+}
+
+func (t *heapImpl) cancel(h timerHandle) {
+	t.mu.Lock()
+	it, _ := h.p.(*heapItem)
+	if t.byID != nil {
+		it = t.byID[h.key]
+		delete(t.byID, h.key)
+	}
+	if it != nil && it.index >= 0 {
+		heap.Remove(&t.h, it.index)
+	}
+	t.mu.Unlock()
 }
 
 func (t *heapImpl) stop([]timerHandle) {
@@ -496,58 +496,73 @@ type runtimeImpl struct {
 	mu      sync.RWMutex // callbacks hold it for reading while they fire
 	stopped bool
 	idMu    sync.Mutex
-	byID    map[string]*time.Timer
+	byID    map[string]*time.Timer // nil: by handle
 }
 
-func newRuntimeImpl(fire fireFunc) timerImpl {
-	return &runtimeImpl{fire: fire, byID: map[string]*time.Timer{}}
+func newRuntimeImpl(fire fireFunc, byID bool) timerImpl {
+	r := &runtimeImpl{fire: fire}
+	if byID {
+		r.byID = map[string]*time.Timer{}
+	}
+	return r
 }
 
-func (r *runtimeImpl) start(id string, due int64) *time.Timer {
-	return time.AfterFunc(time.Until(time.Unix(0, due)), func() {
+// insert starts a timer and, by id, records it under id. A fired timer's
+// id stays in the map until it is cancelled or re-armed (deleting it from
+// the callback would cost every fire a lock); Stop on it is a no-op.
+func (r *runtimeImpl) insert(id string, due int64) timerHandle {
+	t := time.AfterFunc(time.Until(time.Unix(0, due)), func() {
 		r.mu.RLock()
 		if !r.stopped {
 			r.fire(id, due, time.Now().UnixNano())
 		}
 		r.mu.RUnlock()
 	})
-}
-
-// insert starts a timer and records it under id. A fired timer's id stays
-// in the map until it is cancelled or re-armed (deleting it from the
-// callback would cost every fire a lock); Stop on it is a no-op.
-func (r *runtimeImpl) insert(id string, due int64) timerHandle {
-	t := r.start(id, due)
-	r.idMu.Lock()
-	if old := r.byID[id]; old != nil {
-		old.Stop()
+	if r.byID != nil {
+		r.idMu.Lock()
+		if old := r.byID[id]; old != nil {
+			old.Stop()
+		}
+		r.byID[id] = t
+		r.idMu.Unlock()
 	}
-	r.byID[id] = t
-	r.idMu.Unlock()
 	return timerHandle{key: id, p: t}
 }
 
-func (r *runtimeImpl) cancel(id string) {
-	r.idMu.Lock()
-	t := r.byID[id]
-	delete(r.byID, id)
-	r.idMu.Unlock()
+func (r *runtimeImpl) cancel(h timerHandle) {
+	t, _ := h.p.(*time.Timer)
+	if r.byID != nil {
+		r.idMu.Lock()
+		t = r.byID[h.key]
+		delete(r.byID, h.key)
+		r.idMu.Unlock()
+	}
 	if t != nil {
 		t.Stop()
 	}
 }
-
-func (r *runtimeImpl) insertHandle(id string, due int64) timerHandle {
-	return timerHandle{key: id, p: r.start(id, due)}
-}
-
-func (r *runtimeImpl) cancelHandle(h timerHandle) { h.p.(*time.Timer).Stop() }
 
 func (r *runtimeImpl) stop(pending []timerHandle) {
 	r.mu.Lock()
 	r.stopped = true // no callback fires after this
 	r.mu.Unlock()
 	for _, h := range pending {
-		h.p.(*time.Timer).Stop()
+		if t, ok := h.p.(*time.Timer); ok {
+			t.Stop()
+		}
 	}
 }
+
+// benchClock is the clock of the wheel rows: RealClock, on which Run
+// sleeps on a timerfd (Linux), or with ENGINE_BENCH_WAIT=go a wrapper of
+// it, on which Run sleeps on a time.Timer like the heap's runner.
+func benchClock() Clock {
+	if os.Getenv("ENGINE_BENCH_WAIT") == "go" {
+		return goTimerClock{RealClock()}
+	}
+	return RealClock()
+}
+
+// goTimerClock is RealClock under another type, so that TimerSet.Run uses
+// its NewTimer (a time.Timer) as for any clock not of this package.
+type goTimerClock struct{ Clock }

@@ -11,7 +11,7 @@ import (
 func idleRun(t *testing.T, tm *Timers) <-chan []Expired {
 	t.Helper()
 	got := make(chan []Expired, 16)
-	tm.syncC = make(chan chan struct{})
+	tm.set.syncC = make(chan chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -27,7 +27,7 @@ func settleRun(t *testing.T, tm *Timers) {
 	t.Helper()
 	reply := make(chan struct{})
 	select {
-	case tm.syncC <- reply:
+	case tm.set.syncC <- reply:
 	case <-time.After(10 * time.Second):
 		t.Fatal("settle: Run does not take the sync request")
 	}

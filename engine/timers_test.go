@@ -37,7 +37,7 @@ func newHarness(t testing.TB, opts TimersOptions) *harness {
 	t.Helper()
 	h := &harness{t: t, clock: NewFakeClock(start)}
 	h.tm = NewTimers(h.clock, opts)
-	h.tm.syncC = make(chan chan struct{})
+	h.tm.set.syncC = make(chan chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -64,7 +64,7 @@ func (h *harness) settle() {
 	h.t.Helper()
 	reply := make(chan struct{})
 	select {
-	case h.tm.syncC <- reply:
+	case h.tm.set.syncC <- reply:
 	case <-time.After(10 * time.Second):
 		h.t.Fatal("settle: Run does not take the sync request")
 	}

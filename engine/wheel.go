@@ -5,21 +5,25 @@ import (
 	"math/bits"
 )
 
-// Sentinels of wheel.mins.
+// Sentinels of wslot.min.
 const (
 	minUnknown = math.MinInt64 // the slot's minimum must be recomputed
 )
 
 // wheel is a single-level timing wheel: a ring of slots, each a vector of
-// slab entry indices. Because [Timers] keeps only ticks in
+// slab entry indices. Because a [TimerSet] keeps only ticks in
 // (cursor, cursor+len(slots)] in the wheel, every slot holds entries of one
 // tick only, and the wheel needs no "rounds" counters.
 //
-// A slot is a vector rather than a linked list so that inserting touches
-// only the end of that vector, not another timer's entry: insert appends,
-// and remove moves the slot's last index into the hole (each entry knows
-// its index in its slot). Order inside a slot does not matter; the near
-// heap orders entries when their slot comes due.
+// A slot is a vector rather than a linked list so that inserting and
+// removing touch no other timer's entry. Removing leaves a hole, linked
+// into the slot's list of holes (a hole holds -2 - the next hole), and
+// inserting fills the latest hole or appends: so a cancel writes only the
+// removed entry and one vector element (moving the last element into the
+// hole instead would also write the moved timer's entry, a cache miss
+// at a million timers), and the vector stays as long as the slot's peak
+// occupancy. A slot that empties resets its vector. Order inside a slot
+// does not matter; the near heap orders entries when their slot comes due.
 //
 // Besides the vectors it keeps a two-level bitmap of non-empty slots, so
 // the next non-empty slot is found in a few word operations even in a
@@ -29,89 +33,101 @@ const (
 //
 // Costs: insert and remove O(1) (insert amortised: a vector may grow);
 // next O(slots/4096) word reads at worst; min O(1), or O(slot length) after
-// the slot's earliest entry was removed. Memory: 32 bytes per slot plus a
+// the slot's earliest entry was removed. Memory: 40 bytes per slot plus a
 // bit, and 4 bytes per entry (up to twice that while a vector has room to
-// grow).
-type wheel struct {
-	mask int64
-	vecs [][]int32 // entry indices per slot; len is a power of two >= 64
-	mins []int64   // earliest due per non-empty slot, or minUnknown
-	bits []uint64  // bit s set when slot s is non-empty
-	sum  []uint64  // bit w set when bits[w] != 0
-	n    int       // entries in the wheel
+// grow or holes).
+type wheel[P any] struct {
+	mask  int64
+	slots []wslot
+	bits  []uint64 // bit s set when slot s is non-empty
+	sum   []uint64 // bit w set when bits[w] != 0
+	n     int      // entries in the wheel
+}
+
+// wslot is one slot of a wheel.
+type wslot struct {
+	v    []int32 // entry indices, and holes (< 0)
+	min  int64   // earliest due time while non-empty, or minUnknown
+	hole int32   // first hole in v, or -1
+	n    int32   // entries (not holes) in v
 }
 
 // wheelVecKeep is the largest capacity a slot's vector keeps when the slot
-// is drained; larger ones (a burst) are dropped, so memory follows the
-// load.
+// empties; larger ones (a burst) are dropped, so memory follows the load.
 const wheelVecKeep = 1024
 
-func newWheel(slots int) wheel {
+func newWheel[P any](slots int) wheel[P] {
 	words := slots / 64
-	return wheel{
-		mask: int64(slots - 1),
-		vecs: make([][]int32, slots),
-		mins: make([]int64, slots),
-		bits: make([]uint64, words),
-		sum:  make([]uint64, (words+63)/64),
+	w := wheel[P]{
+		mask:  int64(slots - 1),
+		slots: make([]wslot, slots),
+		bits:  make([]uint64, words),
+		sum:   make([]uint64, (words+63)/64),
 	}
+	for s := range w.slots {
+		w.slots[s].hole = -1
+	}
+	return w
 }
 
+// holeLink encodes a hole whose successor is next (-1: none); holes are
+// negative, entry indices are not.
+func holeLink(next int32) int32 { return -2 - next }
+
 // insert adds entry i to slot s.
-func (w *wheel) insert(sl *slab, i int32, s int) {
+func (w *wheel[P]) insert(sl *slab[P], i int32, s int) {
 	e := sl.at(i)
-	v := w.vecs[s]
-	e.setPos(stWheel, int32(len(v)))
-	if len(v) == 0 {
-		w.mins[s] = e.due
+	ws := &w.slots[s]
+	var k int32
+	if h := ws.hole; h >= 0 {
+		k = h
+		ws.hole = holeLink(ws.v[h]) // the same encoding decodes
+		ws.v[h] = i
+	} else {
+		k = int32(len(ws.v))
+		ws.v = append(ws.v, i)
+	}
+	e.setPos(stWheel, k)
+	if ws.n == 0 {
+		ws.min = e.due
 		w.bits[s>>6] |= 1 << (s & 63)
 		w.sum[s>>12] |= 1 << ((s >> 6) & 63)
-	} else if m := w.mins[s]; m != minUnknown && e.due < m {
-		w.mins[s] = e.due
+	} else if ws.min != minUnknown && e.due < ws.min {
+		ws.min = e.due
 	}
-	w.vecs[s] = append(v, i)
+	ws.n++
 	w.n++
 }
 
-// remove takes entry i out of its slot s.
-func (w *wheel) remove(sl *slab, i int32, s int) {
+// remove takes entry i out of its slot s. The entry's pos is left to the
+// caller.
+func (w *wheel[P]) remove(sl *slab[P], i int32, s int) {
 	e := sl.at(i)
-	v := w.vecs[s]
-	k := e.index()
-	last := len(v) - 1
-	if int(k) != last {
-		j := v[last]
-		v[k] = j
-		sl.at(j).setPos(stWheel, k)
-	}
-	w.vecs[s] = v[:last]
-	e.pos = 0
+	ws := &w.slots[s]
 	w.n--
-	if last == 0 {
-		w.clear(s)
-	} else if e.due == w.mins[s] {
-		w.mins[s] = minUnknown
+	ws.n--
+	if ws.n == 0 {
+		w.reset(s)
+		return
+	}
+	k := e.index()
+	ws.v[k] = holeLink(ws.hole)
+	ws.hole = k
+	if e.due == ws.min {
+		ws.min = minUnknown
 	}
 }
 
-// take empties slot s and returns its entry indices, valid until the next
-// insert into s. The caller re-places every entry.
-func (w *wheel) take(s int) []int32 {
-	v := w.vecs[s]
-	if len(v) == 0 {
-		return nil
-	}
-	if cap(v) > wheelVecKeep {
-		w.vecs[s] = nil
+// reset empties slot s.
+func (w *wheel[P]) reset(s int) {
+	ws := &w.slots[s]
+	if cap(ws.v) > wheelVecKeep {
+		ws.v = nil
 	} else {
-		w.vecs[s] = v[:0]
+		ws.v = ws.v[:0]
 	}
-	w.clear(s)
-	w.n -= len(v)
-	return v
-}
-
-func (w *wheel) clear(s int) {
+	ws.hole = -1
+	ws.n = 0
 	wi := s >> 6
 	w.bits[wi] &^= 1 << (s & 63)
 	if w.bits[wi] == 0 {
@@ -119,24 +135,39 @@ func (w *wheel) clear(s int) {
 	}
 }
 
+// take empties slot s and returns its vector: entry indices and holes
+// (< 0, to be skipped). It stays valid until the next insert into s.
+func (w *wheel[P]) take(s int) []int32 {
+	ws := &w.slots[s]
+	if ws.n == 0 {
+		return nil
+	}
+	v := ws.v
+	w.n -= int(ws.n)
+	w.reset(s)
+	return v
+}
+
 // min returns the earliest due time in non-empty slot s.
-func (w *wheel) min(sl *slab, s int) int64 {
-	m := w.mins[s]
-	if m != minUnknown {
-		return m
+func (w *wheel[P]) min(sl *slab[P], s int) int64 {
+	ws := &w.slots[s]
+	if ws.min != minUnknown {
+		return ws.min
 	}
-	m = math.MaxInt64
-	for _, i := range w.vecs[s] {
-		m = min(m, sl.at(i).due)
+	m := int64(math.MaxInt64)
+	for _, i := range ws.v {
+		if i >= 0 {
+			m = min(m, sl.at(i).due)
+		}
 	}
-	w.mins[s] = m
+	ws.min = m
 	return m
 }
 
 // next returns the distance, going forward around the ring from slot from,
 // to the first non-empty slot (0 if from itself is non-empty), or -1 if the
 // wheel is empty.
-func (w *wheel) next(from int) int {
+func (w *wheel[P]) next(from int) int {
 	if w.n == 0 {
 		return -1
 	}
@@ -151,7 +182,7 @@ func (w *wheel) next(from int) int {
 }
 
 // findFrom returns the first non-empty slot >= i, or -1.
-func (w *wheel) findFrom(i int) int {
+func (w *wheel[P]) findFrom(i int) int {
 	wi := i >> 6
 	if word := w.bits[wi] & (^uint64(0) << (i & 63)); word != 0 {
 		return wi<<6 + bits.TrailingZeros64(word)

@@ -11,8 +11,8 @@ import (
 func TestWheel_AgainstBruteForce(t *testing.T) {
 	for _, slots := range []int{64, 128, 4096, 1 << 16} {
 		rng := rand.New(rand.NewPCG(uint64(slots), 1))
-		sl := newSlab()
-		w := newWheel(slots)
+		sl := newSlab[string]()
+		w := newWheel[string](slots)
 		type placed struct {
 			i int32
 			s int
@@ -32,6 +32,7 @@ func TestWheel_AgainstBruteForce(t *testing.T) {
 			} else {
 				k := rng.IntN(len(live))
 				w.remove(&sl, live[k].i, live[k].s)
+				sl.at(live[k].i).pos = 0
 				sl.release(live[k].i)
 				live[k] = live[len(live)-1]
 				live = live[:len(live)-1]
@@ -42,7 +43,7 @@ func TestWheel_AgainstBruteForce(t *testing.T) {
 			from := rng.IntN(slots)
 			want := -1
 			for d := range slots {
-				if len(w.vecs[(from+d)%slots]) > 0 {
+				if w.slots[(from+d)%slots].n > 0 {
 					want = d
 					break
 				}
@@ -53,11 +54,31 @@ func TestWheel_AgainstBruteForce(t *testing.T) {
 			if want >= 0 {
 				s := (from + want) % slots
 				m := int64(math.MaxInt64)
-				for k, i := range w.vecs[s] {
+				n, holes := 0, 0
+				for k, i := range w.slots[s].v {
+					if i < 0 {
+						holes++
+						continue
+					}
+					n++
 					m = min(m, sl.at(i).due)
 					if e := sl.at(i); e.state() != stWheel || e.index() != int32(k) {
 						t.Fatalf("slot %d[%d]: pos %x", s, k, e.pos)
 					}
+				}
+				if n != int(w.slots[s].n) {
+					t.Fatalf("slot %d: %d entries, n = %d", s, n, w.slots[s].n)
+				}
+				// The hole list links exactly the holes.
+				linked := 0
+				for h := w.slots[s].hole; h >= 0; h = holeLink(w.slots[s].v[h]) {
+					if w.slots[s].v[h] >= 0 {
+						t.Fatalf("slot %d: hole list reaches entry at %d", s, h)
+					}
+					linked++
+				}
+				if linked != holes {
+					t.Fatalf("slot %d: %d holes, %d linked", s, holes, linked)
 				}
 				if got := w.min(&sl, s); got != m {
 					t.Fatalf("min(%d) = %d, want %d", s, got, m)
