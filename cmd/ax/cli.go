@@ -316,13 +316,23 @@ func roundDur(d time.Duration) string {
 	case d < time.Minute:
 		return d.Round(time.Second).String()
 	case d < time.Hour:
-		return strings.TrimSuffix(d.Round(time.Second).String(), "0s")
+		return trimZeroSeconds(d.Round(time.Second).String())
 	case d < 48*time.Hour:
-		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+		return trimZeroSeconds(d.Round(time.Minute).String())
 	}
 	days := int(d / (24 * time.Hour))
 	h := int((d % (24 * time.Hour)) / time.Hour)
 	return fmt.Sprintf("%dd%dh", days, h)
+}
+
+// trimZeroSeconds drops the seconds of a duration string when they are
+// zero ("5m0s" → "5m", "2h5m0s" → "2h5m"), never a digit of other seconds
+// ("5m40s" stays).
+func trimZeroSeconds(s string) string {
+	if strings.HasSuffix(s, "m0s") {
+		return s[:len(s)-2]
+	}
+	return s
 }
 
 // truncate puts s on one line and shortens it to n columns of a terminal,

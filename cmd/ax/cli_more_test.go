@@ -504,3 +504,21 @@ func TestCancelWaitingBenchTasks(t *testing.T) {
 		}
 	}
 }
+
+func TestRoundDurKeepsNonZeroSeconds(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		40 * time.Second:                "40s",
+		5*time.Minute + 40*time.Second:  "5m40s",
+		5*time.Minute + 10*time.Second:  "5m10s",
+		5 * time.Minute:                 "5m",
+		59*time.Minute + 59*time.Second: "59m59s",
+		2*time.Hour + 5*time.Minute:     "2h5m",
+		2*time.Hour + 50*time.Minute:    "2h50m",
+		3 * time.Hour:                   "3h0m",
+		50 * time.Hour:                  "2d2h",
+	} {
+		if got := roundDur(d); got != want {
+			t.Errorf("roundDur(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
