@@ -255,7 +255,7 @@ func errorLine(err error) string {
 		}
 		msg = strings.ReplaceAll(msg, `": not found`, `" not found`)
 		switch apiErr.Code {
-		case ax.CodeQueueFull, ax.CodeNoLeader, ax.CodeNotReady:
+		case ax.CodeQueueFull, ax.CodeNoLeader, ax.CodeNotReady, ax.CodeStorageUnavailable:
 			if apiErr.RetryAfter > 0 {
 				msg += fmt.Sprintf(" (%s; retry after %s)", apiErr.Code, apiErr.RetryAfter)
 			} else {

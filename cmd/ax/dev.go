@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,15 +25,6 @@ It takes the same flags as 'ax sidecar', with two other defaults: node id
 --log-level info to change them).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if f.logFormat == "json" && !cmd.Flags().Changed("log-format") {
-				f.logFormat = "console"
-			}
-			if f.logLevel == "info" && !cmd.Flags().Changed("log-level") {
-				f.logLevel = "warn"
-			}
-			if !cmd.Flags().Changed("node-id") {
-				f.nodeID = "dev"
-			}
 			cfg, log, err := f.configAndLogger()
 			if err != nil {
 				return err
@@ -54,6 +46,13 @@ It takes the same flags as 'ax sidecar', with two other defaults: node id
 		},
 	}
 	f.register(cmd)
+	// The dev defaults, set as the flags' defaults so --help shows them.
+	for name, v := range map[string]string{"node-id": "dev", "log-format": "console", "log-level": "warn"} {
+		fl := cmd.Flags().Lookup(name)
+		_ = fl.Value.Set(v)
+		fl.DefValue = v
+		fl.Usage = strings.Replace(fl.Usage, " (default: the host name)", "", 1)
+	}
 	return cmd
 }
 
