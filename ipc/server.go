@@ -499,7 +499,7 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	var ne net.Error
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		s.writeError(ctx, Errorf(ErrTooLarge, "request body over %d bytes", s.opts.MaxRequestBodyBytes))
+		s.writeError(ctx, Errorf(ErrTooLarge, "request body over %d bytes (the bound of one request, batches included: send fewer or smaller tasks per batch)", s.opts.MaxRequestBodyBytes))
 	case errors.As(err, &small):
 		s.writeError(ctx, Errorf(ErrTooLarge, "request headers too large"))
 	case errors.As(err, &ne) && ne.Timeout():
