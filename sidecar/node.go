@@ -196,6 +196,9 @@ func (n *Node) open() error {
 	switch {
 	case hasState:
 		n.log.Info().Msg("existing raft state found: rejoining the cluster")
+		if !n.inConfiguration() {
+			n.log.Error().Msg("this node is not in the cluster's configuration (it was removed with 'ax cluster remove', or left): it serves reads of its old state but no writes, and never fires. To rejoin, stop it, delete its data dir and start it with --join")
+		}
 	case n.cfg.BootstrapExpect == 1 && len(n.cfg.Join) == 0:
 		f := n.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{
 			ID: raft.ServerID(n.cfg.NodeID), Address: raft.ServerAddress(n.cfg.RaftAddr), Suffrage: raft.Voter,

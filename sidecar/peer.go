@@ -253,6 +253,21 @@ func (n *Node) info() peerInfo {
 	}
 }
 
+// inConfiguration reports whether this node is a server of the latest
+// Raft configuration it knows.
+func (n *Node) inConfiguration() bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == n.cfg.NodeID {
+			return true
+		}
+	}
+	return false
+}
+
 func (n *Node) inCluster() bool {
 	f := n.raft.GetConfiguration()
 	return f.Error() == nil && len(f.Configuration().Servers) > 0
