@@ -19,6 +19,9 @@ const (
 	// BreakerCoolDownDefault is how long an open circuit waits before its
 	// probe when BreakerOptions.CoolDown is 0.
 	BreakerCoolDownDefault = 30 * time.Second
+	// BreakerProbeTimeoutDefault is how long a half-open probe may stay
+	// out without a report when BreakerOptions.ProbeTimeout is 0.
+	BreakerProbeTimeoutDefault = 5 * time.Minute
 )
 
 // ErrCircuitOpen is wrapped by the *[CircuitOpenError] that [Breakers.Allow]
@@ -87,6 +90,14 @@ type BreakerOptions struct {
 	// probe may go, measured on the Breakers' Clock. Defaults to
 	// BreakerCoolDownDefault (30 s); must not be negative.
 	CoolDown time.Duration
+	// ProbeTimeout bounds how long the half-open probe may stay out
+	// without a report, on the Breakers' Clock: past it, the next Allow
+	// abandons the probe (as [BreakerAttempt.Abandon]: neither success nor
+	// failure, its late report ignored) and sends a new one, so a probe
+	// whose report is lost (its caller lost track of the attempt) cannot
+	// hold the handler half-open for ever. Defaults to
+	// BreakerProbeTimeoutDefault (5 min); must not be negative.
+	ProbeTimeout time.Duration
 	// OnStateChange, if set, is called after each change of a handler's
 	// state (closed→open, open→half-open when the cool-down is over and a
 	// probe is let through, half-open→closed, half-open→open), for logs
@@ -104,6 +115,9 @@ func (o BreakerOptions) Validate() error {
 	if o.CoolDown < 0 {
 		return fmt.Errorf("%w: CoolDown %v must be 0 (default) or positive", ErrInvalidBreaker, o.CoolDown)
 	}
+	if o.ProbeTimeout < 0 {
+		return fmt.Errorf("%w: ProbeTimeout %v must be 0 (default) or positive", ErrInvalidBreaker, o.ProbeTimeout)
+	}
 	return nil
 }
 
@@ -114,6 +128,9 @@ func (o BreakerOptions) WithDefaults() BreakerOptions {
 	}
 	if o.CoolDown == 0 {
 		o.CoolDown = BreakerCoolDownDefault
+	}
+	if o.ProbeTimeout == 0 {
+		o.ProbeTimeout = BreakerProbeTimeoutDefault
 	}
 	return o
 }
@@ -154,15 +171,21 @@ type breaker struct {
 	// gobreaker just after a trip and get the probe with no cool-down.
 	gate     sync.Mutex
 	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
-	cooling  bool      // open and cooling down (by our clock)
-	openedAt time.Time // when it last opened, by our clock
+	cooling  bool            // open and cooling down (by our clock)
+	openedAt time.Time       // when it last opened, by our clock
+	probe    *BreakerAttempt // the half-open probe that is out; nil if none
 	events   []breakerEvent
 }
 
 type breakerEvent struct{ from, to BreakerState }
 
-// errAttemptFailed is what a failed attempt reports to gobreaker.
-var errAttemptFailed = errors.New("attempt failed")
+// errAttemptFailed is what a failed attempt reports to gobreaker;
+// errAttemptAbandoned, an abandoned one (excluded: it counts neither way,
+// and frees the half-open probe's slot).
+var (
+	errAttemptFailed    = errors.New("attempt failed")
+	errAttemptAbandoned = errors.New("attempt abandoned")
+)
 
 // NewBreakers returns an empty set of breakers on clock. It panics if opts
 // is invalid (see [BreakerOptions.Validate]).
@@ -185,6 +208,7 @@ func (b *Breakers) get(handler string) *breaker {
 			MaxRequests: 1,
 			Timeout:     time.Nanosecond, // the cool-down is ours, on our clock
 			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= n },
+			IsExcluded:  func(err error) bool { return errors.Is(err, errAttemptAbandoned) },
 			// Called by gobreaker with its mutex held, always under br.gate.
 			OnStateChange: func(_ string, from, to gobreaker.State) { b.changed(br, from, to) },
 		})
@@ -226,13 +250,37 @@ func (b *Breakers) unlock(br *breaker) {
 // Allow asks whether an attempt of handler may start now. If it may, done
 // must be called exactly once with the attempt's outcome (later calls are
 // ignored): false counts towards opening the circuit, and for the
-// half-open probe decides it; a probe that never reports leaves the
-// handler half-open. Report false only for outcomes that say the handler
-// is unhealthy (an error, a timeout, a 5xx), not for a cancelled run or a
-// 429 from a busy executor. A report for an attempt allowed before the
-// circuit last changed state is ignored. If the attempt must wait, err is
-// a *[CircuitOpenError] (errors.Is(err, ErrCircuitOpen)).
+// half-open probe decides it; a probe that never reports holds the
+// handler half-open until ProbeTimeout. Report false only for outcomes
+// that say the handler is unhealthy (an error, a timeout, a 5xx), not for
+// a cancelled run or a 429 from a busy executor. A report for an attempt
+// allowed before the circuit last changed state is ignored. If the
+// attempt must wait, err is a *[CircuitOpenError] (errors.Is(err,
+// ErrCircuitOpen)). It is [Breakers.AllowAttempt] for callers that always
+// have an outcome to report.
 func (b *Breakers) Allow(handler string) (done func(success bool), err error) {
+	a, err := b.AllowAttempt(handler)
+	if err != nil {
+		return nil, err
+	}
+	return a.Done, nil
+}
+
+// BreakerAttempt is an attempt allowed by [Breakers.AllowAttempt]. End it
+// exactly once, with Done or Abandon; later calls are ignored.
+type BreakerAttempt struct {
+	b      *Breakers
+	br     *breaker
+	report func(error)
+	at     time.Time // when it was allowed, by the Breakers' clock
+	ended  bool      // guarded by br.gate
+}
+
+// AllowAttempt is [Breakers.Allow] returning the attempt itself, which
+// can also be abandoned: an attempt whose outcome will never be known
+// (it never started after all, or its caller lost track of it) must not
+// decide the circuit, nor hold the half-open probe's slot.
+func (b *Breakers) AllowAttempt(handler string) (*BreakerAttempt, error) {
 	br := b.get(handler)
 	br.gate.Lock()
 	defer b.unlock(br)
@@ -246,6 +294,12 @@ func (b *Breakers) Allow(handler string) (done func(success bool), err error) {
 		br.events = append(br.events, breakerEvent{BreakerOpen, BreakerHalfOpen})
 	}
 	report, err := br.cb.Allow()
+	if p := br.probe; errors.Is(err, gobreaker.ErrTooManyRequests) && p != nil && !now.Before(p.at.Add(b.opts.ProbeTimeout)) {
+		// The probe out has not reported for ProbeTimeout: give up on
+		// it and send another.
+		p.end(errAttemptAbandoned)
+		report, err = br.cb.Allow()
+	}
 	switch {
 	case errors.Is(err, gobreaker.ErrTooManyRequests):
 		return nil, &CircuitOpenError{Handler: handler}
@@ -256,18 +310,43 @@ func (b *Breakers) Allow(handler string) (done func(success bool), err error) {
 	case err != nil:
 		return nil, err
 	}
-	var once sync.Once
-	return func(success bool) {
-		once.Do(func() {
-			br.gate.Lock()
-			defer b.unlock(br)
-			if success {
-				report(nil)
-			} else {
-				report(errAttemptFailed)
-			}
-		})
-	}, nil
+	a := &BreakerAttempt{b: b, br: br, report: report, at: now}
+	if br.cb.State() == gobreaker.StateHalfOpen {
+		br.probe = a
+	}
+	return a, nil
+}
+
+// Done reports the attempt's outcome (see [Breakers.Allow]).
+func (a *BreakerAttempt) Done(success bool) {
+	a.br.gate.Lock()
+	defer a.b.unlock(a.br)
+	if success {
+		a.end(nil)
+	} else {
+		a.end(errAttemptFailed)
+	}
+}
+
+// Abandon ends the attempt with no outcome: it counts neither as a
+// success nor as a failure, and if it was the half-open probe, the next
+// Allow sends a new probe.
+func (a *BreakerAttempt) Abandon() {
+	a.br.gate.Lock()
+	defer a.b.unlock(a.br)
+	a.end(errAttemptAbandoned)
+}
+
+// end reports err to gobreaker once; a.br.gate is held.
+func (a *BreakerAttempt) end(err error) {
+	if a.ended {
+		return
+	}
+	a.ended = true
+	if a.br.probe == a {
+		a.br.probe = nil
+	}
+	a.report(err)
 }
 
 // State returns handler's state (BreakerClosed for a handler never seen).

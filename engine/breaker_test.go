@@ -261,3 +261,76 @@ func TestBreakers_Concurrent(t *testing.T) {
 	attempt(t, b, "h1", true)
 	expectState(t, b, "h1", BreakerClosed)
 }
+
+// An abandoned attempt counts neither way; an abandoned probe frees the
+// half-open slot without closing or reopening the circuit, and its late
+// report is ignored.
+func TestBreakers_AbandonFreesProbe(t *testing.T) {
+	b, clock, log := newTestBreakers(t)
+	for range 3 {
+		attempt(t, b, "h", false)
+	}
+	clock.Advance(10 * time.Second)
+	probe, err := b.AllowAttempt("h")
+	if err != nil {
+		t.Fatalf("probe refused: %v", err)
+	}
+	if attempt(t, b, "h", true) {
+		t.Fatal("second attempt allowed while the probe is out")
+	}
+	probe.Abandon()
+	expectState(t, b, "h", BreakerHalfOpen)
+	next, err := b.AllowAttempt("h")
+	if err != nil {
+		t.Fatalf("no new probe after the first was abandoned: %v", err)
+	}
+	probe.Done(false) // ignored: already ended
+	expectState(t, b, "h", BreakerHalfOpen)
+	next.Done(true)
+	expectState(t, b, "h", BreakerClosed)
+	// In the closed state an abandoned attempt does not reset the count.
+	attempt(t, b, "h", false)
+	attempt(t, b, "h", false)
+	a, err := b.AllowAttempt("h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Abandon()
+	attempt(t, b, "h", false)
+	expectState(t, b, "h", BreakerOpen)
+	if ev := log.take(); !slices.Equal(ev, []string{
+		"h:closed->open", "h:open->half-open", "h:half-open->closed", "h:closed->open",
+	}) {
+		t.Fatalf("events %v", ev)
+	}
+}
+
+// A probe that never reports holds the circuit half-open only for
+// ProbeTimeout; then the next Allow abandons it and sends another.
+func TestBreakers_ProbeTimeout(t *testing.T) {
+	clock := NewFakeClock(start)
+	b := NewBreakers(clock, BreakerOptions{ConsecutiveFailures: 1, CoolDown: time.Second, ProbeTimeout: time.Minute})
+	attempt(t, b, "h", false)
+	clock.Advance(time.Second)
+	lost, err := b.Allow("h")
+	if err != nil {
+		t.Fatalf("probe refused: %v", err)
+	}
+	clock.Advance(time.Minute - time.Nanosecond)
+	if attempt(t, b, "h", true) {
+		t.Fatal("second probe allowed before ProbeTimeout")
+	}
+	clock.Advance(time.Nanosecond)
+	if !attempt(t, b, "h", true) {
+		t.Fatal("no new probe after ProbeTimeout")
+	}
+	expectState(t, b, "h", BreakerClosed)
+	lost(false) // the lost probe's late report is ignored
+	expectState(t, b, "h", BreakerClosed)
+	if got := (BreakerOptions{}).WithDefaults().ProbeTimeout; got != BreakerProbeTimeoutDefault {
+		t.Errorf("default ProbeTimeout %v", got)
+	}
+	if err := (BreakerOptions{ProbeTimeout: -1}).Validate(); !errors.Is(err, ErrInvalidBreaker) {
+		t.Errorf("negative ProbeTimeout: %v", err)
+	}
+}

@@ -407,7 +407,13 @@
 // Misfire rule ([Schedule.NextRun]): when slots went by without a run
 // (the leader was down, or a run outlasted the period), the task fires
 // once, at the last missed slot (due at once), and the run after it is on
-// the schedule again: no storm. NextRun also says how many slots were
+// the schedule again: no storm. A run that starts late (after downtime its
+// stored slot fires then) is itself that one run for every slot up to its
+// start: when it ends, [Schedule.NextRunAfter] applies the rule from the
+// last slot at or before the start, so only slots that passed while it
+// ran (a run outlasting its period) bring another run at once; passing
+// the stored slot to NextRun instead fired the task twice after downtime.
+// NextRun also says how many slots were
 // skipped: computed for every, counted for up to 1000 missed cron slots,
 // estimated beyond (the last slot is then found by bisection, so a year of
 // downtime costs about 40 Next calls).
@@ -442,7 +448,11 @@
 // tripping, the single probe, closing, reopening and ignoring late reports
 // stay gobreaker's, and the tests run every transition on a FakeClock,
 // with no sleeps. State, Snapshot (for a gauge per handler) and
-// OnStateChange expose the states.
+// OnStateChange expose the states. An attempt whose outcome will never be
+// known ([Breakers.AllowAttempt], then [BreakerAttempt.Abandon]) counts
+// neither way (gobreaker's IsExcluded) and frees the probe's slot; a probe
+// that reports nothing for ProbeTimeout (5 min) is abandoned by the next
+// Allow, so a lost report cannot hold a handler half-open for ever.
 //
 // # Errors
 //

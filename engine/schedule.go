@@ -283,6 +283,27 @@ func (s *Schedule) NextRun(prevSlot, now time.Time) (slot time.Time, skipped int
 	return lo, estimate - 1
 }
 
+// NextRunAfter is [Schedule.NextRun] for a run that ends now: the run of
+// slot that started at started (its latest attempt; late when the leader
+// was down, or when its attempts were retried). That run was the one run
+// of every slot up to started, so the misfire rule counts only the slots
+// that went by since: the base is the last slot at or before started
+// (slot itself if started is not after it, or is the zero Time), and the
+// result is NextRun(base, now). So after downtime the task fires once,
+// then keeps its schedule, instead of firing its stored slot and then at
+// once the last missed one; and a run that outlasts its period is still
+// followed at once by one run for the slots that passed while it ran.
+// Bases are slots, so an every schedule stays on its grid.
+func (s *Schedule) NextRunAfter(slot, started, now time.Time) (next time.Time, skipped int) {
+	base := slot
+	if started.After(slot) {
+		if last, _ := s.NextRun(slot, started); !last.IsZero() && !last.After(started) {
+			base = last
+		}
+	}
+	return s.NextRun(base, now)
+}
+
 // Limits ends a recurring task: after Repeats runs, or when its next slot
 // would be after Until. The zero value sets no limit.
 type Limits struct {

@@ -457,3 +457,53 @@ func TestNext_AgainstDefinition(t *testing.T) {
 		}
 	}
 }
+
+// TestNextRunAfter: the run that ends was the one run of every slot up to
+// its start. After downtime the stored slot fires late, as the catch-up;
+// once it ends the schedule goes on, with no second immediate run (with
+// NextRun(slot, now), the task fired twice, 3 ms apart). A run that
+// outlasts its period is still followed at once by one run for the slots
+// that passed while it ran.
+func TestNextRunAfter(t *testing.T) {
+	s, _ := Every(2 * time.Second)
+	c := start
+	at := func(d time.Duration) time.Time { return c.Add(d) }
+	for _, tc := range []struct {
+		name                string
+		slot, started, now  time.Duration
+		want                time.Duration
+		wantSkipped, oldDue int // oldDue: 1 if NextRun(slot, now) is due at once
+	}{
+		// Stored slot +6 s; the node was down until +11.2 s, when it fired.
+		{"after downtime", 6 * time.Second, 11200 * time.Millisecond, 11203 * time.Millisecond, 12 * time.Second, 0, 1},
+		{"started on a slot", 6 * time.Second, 12 * time.Second, 12003 * time.Millisecond, 14 * time.Second, 0, 1},
+		{"on time", 6 * time.Second, 6 * time.Second, 6500 * time.Millisecond, 8 * time.Second, 0, 0},
+		{"no start known", 6 * time.Second, -1, 6500 * time.Millisecond, 8 * time.Second, 0, 0},
+		// Fired on time at +6 s, ran until +11.2 s: +8 s and +10 s passed
+		// meanwhile: one run at once, for +10 s.
+		{"outlasts its period", 6 * time.Second, 6 * time.Second, 11200 * time.Millisecond, 10 * time.Second, 1, 1},
+		// Late start and a long run: only the slots after the start
+		// count (+12, +14, +16 s: one run, at +16 s, two skipped).
+		{"late and long", 6 * time.Second, 11200 * time.Millisecond, 16500 * time.Millisecond, 16 * time.Second, 2, 1},
+	} {
+		started := time.Time{}
+		if tc.started >= 0 {
+			started = at(tc.started)
+		}
+		next, skipped := s.NextRunAfter(at(tc.slot), started, at(tc.now))
+		if !next.Equal(at(tc.want)) || skipped != tc.wantSkipped {
+			t.Errorf("%s: %v skipped %d, want %v skipped %d", tc.name, next.Sub(c), skipped, tc.want, tc.wantSkipped)
+		}
+		if old, _ := s.NextRun(at(tc.slot), at(tc.now)); (!old.After(at(tc.now))) != (tc.oldDue == 1) {
+			t.Errorf("%s: NextRun(slot, now) = %v: test case does not exercise what it says", tc.name, old.Sub(c))
+		}
+	}
+	// Cron: a task every minute, down from 10:00:30 to 10:05:20; the
+	// stored 10:01 slot fires at 10:05:20 and is the catch-up.
+	cr := mustCron(t, "* * * * *", "")
+	base := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+	next, skipped := cr.NextRunAfter(base.Add(time.Minute), base.Add(5*time.Minute+20*time.Second), base.Add(5*time.Minute+21*time.Second))
+	if !next.Equal(base.Add(6*time.Minute)) || skipped != 0 {
+		t.Errorf("cron after downtime: %v skipped %d, want 10:06", next, skipped)
+	}
+}

@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/axsched/ax/engine"
@@ -20,8 +22,8 @@ import (
 // submitRequest is the JSON body of POST /v1/tasks. Pointers tell "absent"
 // (or null) from a zero value so that defaults can be filled.
 type submitRequest struct {
-	ID            string          `json:"id"`
-	Handler       string          `json:"handler"`
+	ID            wireString      `json:"id"`
+	Handler       wireString      `json:"handler"`
 	Payload       json.RawMessage `json:"payload"`
 	PayloadBase64 *string         `json:"payload_base64"`
 	Delay         *string         `json:"delay"`
@@ -39,6 +41,74 @@ type submitRequest struct {
 	Backoff  *backoffRequest   `json:"backoff"`
 	RouteKey *string           `json:"route_key"`
 	Labels   map[string]string `json:"labels"`
+}
+
+// wireString is a JSON string field whose raw bytes are checked as well.
+// encoding/json replaces invalid UTF-8 and unpaired UTF-16 surrogate
+// escapes ("\ud800") with U+FFFD, so two different byte strings would
+// decode to the same id; such a string sets bad, and the field is refused.
+type wireString struct {
+	s   string
+	bad bool
+}
+
+func (j *wireString) UnmarshalJSON(raw []byte) error {
+	if string(raw) == "null" {
+		return nil // like a string field: null leaves it unset
+	}
+	if err := json.Unmarshal(raw, &j.s); err != nil {
+		return err // a *json.UnmarshalTypeError: the decoder adds the field name
+	}
+	j.bad = !validJSONString(raw)
+	return nil
+}
+
+// validJSONString reports whether raw, a JSON string literal the decoder
+// has accepted, is valid UTF-8 and pairs every surrogate escape.
+func validJSONString(raw []byte) bool {
+	if !utf8.Valid(raw) {
+		return false
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		if raw[i+1] != 'u' {
+			i++ // a one-character escape
+			continue
+		}
+		r := hexRune(raw[i+2 : i+6])
+		i += 5
+		switch {
+		case utf16.IsSurrogate(r) && r < 0xdc00: // high: a low one must follow
+			if i+6 >= len(raw) || raw[i+1] != '\\' || raw[i+2] != 'u' {
+				return false
+			}
+			if lo := hexRune(raw[i+3 : i+7]); lo < 0xdc00 || lo > 0xdfff {
+				return false
+			}
+			i += 6
+		case utf16.IsSurrogate(r): // a low one alone
+			return false
+		}
+	}
+	return true
+}
+
+// hexRune decodes the 4 hex digits of a \u escape.
+func hexRune(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		default: // 'A'-'F': the decoder accepted the literal
+			r = r<<4 | rune(c-'A'+10)
+		}
+	}
+	return r
 }
 
 // backoffRequest is the "backoff" object of a submit request.
@@ -100,15 +170,18 @@ var fieldTypes = map[string]string{
 // returns the TaskSpec with defaults filled in:
 //
 //   - id: optional; a random id (NewID) when absent or empty. See ValidateID.
+//     Invalid UTF-8 (or an unpaired \u surrogate escape) is refused, not
+//     replaced with U+FFFD as encoding/json does.
 //   - handler: required, at most HandlerMaxBytes, valid UTF-8, no control
-//     characters.
+//     characters, not blank, no white space at either end.
 //   - payload (any JSON value, kept byte for byte as sent) or payload_base64
 //     (standard base64 with padding), not both; at most PayloadMaxBytes once
 //     decoded (413 otherwise). null counts as absent, and an empty payload
 //     is stored as "no payload".
 //   - delay (Go duration, >= 0) or run_at (RFC 3339, in UTC at full
 //     precision; the store rounds it up to the millisecond, so a run is
-//     never due before the instant asked for), not both; neither means "now".
+//     never due before the instant asked for; after 1970-01-01T00:00:00Z),
+//     not both; neither means "now".
 //   - priority: 0 (highest) … PriorityMax, default PriorityDefault.
 //   - timeout: Go duration, > 0 and <= TimeoutMax, default TimeoutDefault.
 //   - max_attempts: 1 … MaxAttemptsMax, default MaxAttemptsDefault.
@@ -174,25 +247,38 @@ func isNull(raw json.RawMessage) bool {
 
 func (r *submitRequest) spec() (TaskSpec, error) {
 	s := TaskSpec{
-		ID:          r.ID,
-		Handler:     r.Handler,
+		ID:          r.ID.s,
+		Handler:     r.Handler.s,
 		Priority:    PriorityDefault,
 		Timeout:     TimeoutDefault,
 		MaxAttempts: MaxAttemptsDefault,
 		Overwrite:   r.Overwrite,
 	}
 
+	if r.ID.bad {
+		return TaskSpec{}, Errorf(ErrInvalid, "id: not valid UTF-8")
+	}
 	if s.ID == "" {
 		s.ID = NewID()
 	} else if err := ValidateID(s.ID); err != nil {
 		return TaskSpec{}, err
 	}
 
+	if r.Handler.bad {
+		return TaskSpec{}, Errorf(ErrInvalid, "handler: not valid UTF-8")
+	}
 	if s.Handler == "" {
 		return TaskSpec{}, Errorf(ErrInvalid, "handler: required")
 	}
 	if err := checkName("handler", s.Handler, HandlerMaxBytes); err != nil {
 		return TaskSpec{}, err
+	}
+	switch strings.TrimSpace(s.Handler) {
+	case "":
+		return TaskSpec{}, Errorf(ErrInvalid, "handler: must not be blank, got %q", s.Handler)
+	case s.Handler:
+	default:
+		return TaskSpec{}, Errorf(ErrInvalid, "handler: must not begin or end with white space, got %q", s.Handler)
 	}
 
 	hasJSON, hasB64 := !isNull(r.Payload), r.PayloadBase64 != nil
@@ -239,6 +325,11 @@ func (r *submitRequest) spec() (TaskSpec, error) {
 		if err != nil {
 			return TaskSpec{}, Errorf(ErrInvalid, "run_at: must be an RFC 3339 time like \"2026-01-02T15:04:05Z\", got %q", *r.RunAt)
 		}
+		// The store keeps Unix milliseconds with 0 for "no run_at": an
+		// earlier time would silently mean "now".
+		if !t.After(time.Unix(0, 0)) {
+			return TaskSpec{}, Errorf(ErrInvalid, "run_at: must be after 1970-01-01T00:00:00Z, got %q", *r.RunAt)
+		}
 		s.RunAt = t.UTC()
 	}
 
@@ -278,13 +369,23 @@ func (r *submitRequest) recurring(s *TaskSpec) error {
 	if r.Cron != nil && r.Every != nil {
 		return Errorf(ErrInvalid, "cron and every: give at most one")
 	}
+	var sched *engine.Schedule // for the first run, checked against until
 	if r.Cron != nil {
 		s.Cron = strings.TrimSpace(*r.Cron)
 		if r.Timezone != nil {
 			s.Timezone = *r.Timezone
+			// The zone alone, with an expression that is always valid,
+			// so that the message names the right field.
+			if _, err := engine.ParseCron("* * * * *", s.Timezone); err != nil {
+				return Errorf(ErrInvalid, "timezone: %s", scheduleText(err, ""))
+			}
 		}
-		if _, err := engine.ParseCron(s.Cron, s.Timezone); err != nil {
-			return Errorf(ErrInvalid, "cron: %v", err)
+		if s.Cron == "" {
+			return Errorf(ErrInvalid, "cron: must not be empty")
+		}
+		var err error
+		if sched, err = engine.ParseCron(s.Cron, s.Timezone); err != nil {
+			return Errorf(ErrInvalid, "cron: %s, got %q", scheduleText(err, s.Cron), s.Cron)
 		}
 	} else if r.Timezone != nil {
 		return Errorf(ErrInvalid, "timezone: only with cron")
@@ -296,6 +397,9 @@ func (r *submitRequest) recurring(s *TaskSpec) error {
 		}
 		if d < EveryMin {
 			return Errorf(ErrInvalid, "every: must be at least %s, got %q", EveryMin, *r.Every)
+		}
+		if sched, err = engine.Every(d); err != nil {
+			return Errorf(ErrInvalid, "every: %s, got %q", scheduleText(err, ""), *r.Every)
 		}
 		s.Every = d
 	}
@@ -317,6 +421,9 @@ func (r *submitRequest) recurring(s *TaskSpec) error {
 			return Errorf(ErrInvalid, "until: must be an RFC 3339 time like \"2026-01-02T15:04:05Z\", got %q", *r.Until)
 		}
 		s.Until = t.UTC()
+		if err := checkUntil(s, sched, time.Now()); err != nil {
+			return err
+		}
 	}
 	if b := r.Backoff; b != nil {
 		d := engine.BackoffDefault
@@ -337,12 +444,68 @@ func (r *submitRequest) recurring(s *TaskSpec) error {
 		if b.Jitter != nil {
 			d.Jitter = *b.Jitter
 		}
-		if err := d.Validate(); err != nil {
-			return Errorf(ErrInvalid, "backoff: %v", err)
+		// engine.Backoff.Validate's rules, in the API's field names.
+		switch {
+		case d.Initial <= 0:
+			return Errorf(ErrInvalid, "backoff.initial: must be > 0, got %q", d.Initial.String())
+		case d.Max <= 0:
+			return Errorf(ErrInvalid, "backoff.max: must be > 0, got %q", d.Max.String())
+		case d.Max < d.Initial:
+			return Errorf(ErrInvalid, "backoff.max: must be >= backoff.initial (%s), got %q", d.Initial, d.Max.String())
+		case !(d.Multiplier >= 1) || math.IsInf(d.Multiplier, 0):
+			return Errorf(ErrInvalid, "backoff.multiplier: must be >= 1, got %v", d.Multiplier)
+		case !(d.Jitter >= 0 && d.Jitter <= 1):
+			return Errorf(ErrInvalid, "backoff.jitter: must be from 0 to 1, got %v", d.Jitter)
+		}
+		if err := d.Validate(); err != nil { // a rule added to the engine
+			return Errorf(ErrInvalid, "backoff: %s", strings.TrimPrefix(err.Error(), engine.ErrInvalidBackoff.Error()+": "))
 		}
 		s.Backoff = &BackoffSpec{Initial: d.Initial, Max: d.Max, Multiplier: d.Multiplier, Jitter: d.Jitter}
 	}
 	return nil
+}
+
+// checkUntil refuses an until that ends a recurring task before its first
+// run, which would still fire once: the first run is at run_at, after
+// delay, or else the schedule's first slot after now (as the leader
+// computes it on submit).
+func checkUntil(s *TaskSpec, sched *engine.Schedule, now time.Time) error {
+	until := s.Until.Format(time.RFC3339Nano)
+	if s.Until.Before(now) {
+		return Errorf(ErrInvalid, "until: %s is in the past", until)
+	}
+	var first time.Time
+	switch {
+	case !s.RunAt.IsZero():
+		first = s.RunAt
+	case s.Delay > 0:
+		first = now.Add(s.Delay)
+	case sched != nil:
+		first = sched.Next(now)
+	}
+	if !first.IsZero() && s.Until.Before(first) {
+		return Errorf(ErrInvalid, "until: %s is before the first run at %s", until, first.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// scheduleText is the text of an engine schedule error for an API message:
+// without the engine's prefix, the expression (the message quotes it) and
+// Go details such as strconv's.
+func scheduleText(err error, expr string) string {
+	msg := strings.TrimPrefix(err.Error(), engine.ErrInvalidSchedule.Error()+": ")
+	if expr != "" {
+		msg = strings.TrimPrefix(msg, fmt.Sprintf("cron %q", expr))
+		msg = strings.TrimSpace(strings.TrimPrefix(msg, ":"))
+	}
+	// "failed to parse int from x: strconv.Atoi: parsing ...",
+	// "expected 5 to 6 fields, found 3: [not a cron]"
+	for _, cut := range []string{": strconv.", ": ["} {
+		if i := strings.Index(msg, cut); i >= 0 {
+			msg = msg[:i]
+		}
+	}
+	return msg
 }
 
 // routing decodes route_key and labels.

@@ -73,16 +73,16 @@ func TestDecodeSubmit_Invalid(t *testing.T) {
 		{`{"handler":"h","every":"500ms"}`, ErrInvalid, "every: must be at least 1s"},
 		{`{"handler":"h","every":"soon"}`, ErrInvalid, "every: must be a Go duration"},
 		{`{"handler":"h","cron":"0 2 * * *","every":"5s"}`, ErrInvalid, "cron and every: give at most one"},
-		{`{"handler":"h","cron":"0 2 * * *","timezone":"Mars/Olympus"}`, ErrInvalid, "cron: "},
-		{`{"handler":"h","cron":"not a cron"}`, ErrInvalid, "cron: "},
+		{`{"handler":"h","cron":"0 2 * * *","timezone":"Mars/Olympus"}`, ErrInvalid, `timezone: unknown time zone "Mars/Olympus"`},
+		{`{"handler":"h","cron":"not a cron"}`, ErrInvalid, `cron: expected 5 to 6 fields, found 3, got "not a cron"`},
 		{`{"handler":"h","timezone":"UTC"}`, ErrInvalid, "timezone: only with cron"},
 		{`{"handler":"h","repeats":3}`, ErrInvalid, "repeats: only with cron or every"},
 		{`{"handler":"h","every":"5s","repeats":-1}`, ErrInvalid, "repeats: must not be negative"},
 		{`{"handler":"h","until":"2027-01-01T00:00:00Z"}`, ErrInvalid, "until: only with cron or every"},
 		{`{"handler":"h","every":"5s","until":"tomorrow"}`, ErrInvalid, "until: must be an RFC 3339 time"},
 		{`{"handler":"h","backoff":{"initial":"soon"}}`, ErrInvalid, "backoff.initial: must be a Go duration"},
-		{`{"handler":"h","backoff":{"multiplier":0.5}}`, ErrInvalid, "backoff: "},
-		{`{"handler":"h","backoff":{"jitter":2}}`, ErrInvalid, "backoff: "},
+		{`{"handler":"h","backoff":{"multiplier":0.5}}`, ErrInvalid, "backoff.multiplier: must be >= 1, got 0.5"},
+		{`{"handler":"h","backoff":{"jitter":2}}`, ErrInvalid, "backoff.jitter: must be from 0 to 1, got 2"},
 		{`{"handler":"h","backoff":{"initial":"1s","delay":"2s"}}`, ErrInvalid, "unknown field"},
 		{`{"handler":"h","labels":{"":"x"}}`, ErrInvalid, "labels: empty key"},
 		{`{"handler":"h","route_key":"a\u0000b"}`, ErrInvalid, "route_key: control character"},
@@ -110,6 +110,75 @@ func TestDecodeSubmit_Invalid(t *testing.T) {
 	// The largest payloads pass.
 	if _, err := DecodeSubmit([]byte(`{"handler":"h","payload":"` + strings.Repeat("x", PayloadMaxBytes-2) + `"}`)); err != nil {
 		t.Errorf("payload of exactly PayloadMaxBytes: %v", err)
+	}
+}
+
+// Values the decoder used to accept and then store as something else, or
+// refuse with a message in Go's terms rather than the API's.
+func TestDecodeSubmit_RefusesWhatItWouldMisread(t *testing.T) {
+	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	soon := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	later := time.Now().Add(3 * time.Hour).UTC().Format(time.RFC3339)
+	for _, tc := range []struct {
+		name, body, msg string
+	}{
+		{"until in the past", `{"handler":"h","every":"1m","until":"` + past + `"}`, "until: " + past + " is in the past"},
+		{"until in the past, cron", `{"handler":"h","cron":"* * * * *","until":"2001-01-01T00:00:00Z"}`, "until: 2001-01-01T00:00:00Z is in the past"},
+		{"until before run_at", `{"handler":"h","every":"1m","run_at":"` + later + `","until":"` + soon + `"}`, "until: " + soon + " is before the first run at " + later},
+		{"until before delay", `{"handler":"h","every":"1m","delay":"3h","until":"` + soon + `"}`, "until: " + soon + " is before the first run at "},
+		{"until before the first slot", `{"handler":"h","every":"2h","until":"` + soon + `"}`, "until: " + soon + " is before the first run at "},
+		{"zero run_at", `{"handler":"h","run_at":"0001-01-01T00:00:00Z"}`, `run_at: must be after 1970-01-01T00:00:00Z, got "0001-01-01T00:00:00Z"`},
+		{"epoch run_at", `{"handler":"h","run_at":"1970-01-01T00:00:00Z"}`, "run_at: must be after 1970-01-01T00:00:00Z"},
+		{"pre-1970 run_at", `{"handler":"h","run_at":"1969-12-31T23:59:59Z"}`, "run_at: must be after 1970-01-01T00:00:00Z"},
+		{"blank handler", `{"handler":"   "}`, `handler: must not be blank, got "   "`},
+		{"handler with a leading space", `{"handler":" q"}`, `handler: must not begin or end with white space, got " q"`},
+		{"handler with a trailing nbsp", `{"handler":"q\u00a0"}`, "handler: must not begin or end with white space"},
+		{"id with a raw 0xff", "{\"handler\":\"h\",\"id\":\"a\xffb\"}", "id: not valid UTF-8"},
+		{"id with a lone high surrogate", `{"handler":"h","id":"a\ud800b"}`, "id: not valid UTF-8"},
+		{"id with a lone low surrogate", `{"handler":"h","id":"\udc00"}`, "id: not valid UTF-8"},
+		{"id with a high surrogate at the end", `{"handler":"h","id":"a\uD83D"}`, "id: not valid UTF-8"},
+		{"handler with a raw 0xfe", "{\"handler\":\"h\xfe\"}", "handler: not valid UTF-8"},
+		{"id of another type", `{"handler":"h","id":42}`, "id: must be a string, got JSON number"},
+		{"handler of another type", `{"handler":true}`, "handler: must be a string, got JSON bool"},
+		{"cron with a bad field", `{"handler":"h","cron":"x * * * *"}`, `cron: failed to parse int from x, got "x * * * *"`},
+		{"empty cron", `{"handler":"h","cron":" "}`, "cron: must not be empty"},
+		{"timezone Local", `{"handler":"h","cron":"0 2 * * *","timezone":"Local"}`, `timezone: time zone "Local" depends on the host`},
+		{"negative backoff.initial", `{"handler":"h","backoff":{"initial":"-1s"}}`, `backoff.initial: must be > 0, got "-1s"`},
+		{"backoff.max below initial", `{"handler":"h","backoff":{"initial":"10s","max":"5s"}}`, `backoff.max: must be >= backoff.initial (10s), got "5s"`},
+		{"zero backoff.max", `{"handler":"h","backoff":{"max":"0s"}}`, `backoff.max: must be > 0, got "0s"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeSubmit([]byte(tc.body))
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("err = %v, want bad_request containing %q", err, tc.msg)
+			}
+			if m := err.Error(); strings.Contains(m, "engine:") || strings.Contains(m, "strconv") || strings.Contains(m, "Initial") {
+				t.Errorf("message %q leaks Go internals", m)
+			}
+		})
+	}
+
+	// Still accepted: a paired surrogate escape, U+FFFD itself, an until
+	// exactly at run_at, inner spaces in a handler, a run_at just after 1970.
+	for _, body := range []string{
+		`{"handler":"h","id":"\ud83d\ude00"}`,
+		`{"handler":"h","id":"\ufffd"}`,
+		"{\"handler\":\"h\",\"id\":\"\uFFFD\"}",
+		`{"handler":"h","id":"a\\ud800"}`,
+		`{"handler":"q r","id":null}`,
+		`{"handler":"h","every":"1m","run_at":"` + soon + `","until":"` + soon + `"}`,
+		`{"handler":"h","cron":"0 2 * * *","until":"2099-01-01T00:00:00Z"}`,
+		`{"handler":"h","run_at":"1970-01-01T00:00:00.001Z"}`,
+	} {
+		if _, err := DecodeSubmit([]byte(body)); err != nil {
+			t.Errorf("%s: %v", body, err)
+		}
+	}
+	// Two ids that differ only in their invalid bytes were the same id.
+	a, errA := DecodeSubmit([]byte("{\"handler\":\"h\",\"id\":\"x\xff\"}"))
+	b, errB := DecodeSubmit([]byte("{\"handler\":\"h\",\"id\":\"x\xfe\"}"))
+	if errA == nil && errB == nil && a.ID == b.ID {
+		t.Errorf("ids x\\xff and x\\xfe both decoded as %q", a.ID)
 	}
 }
 
@@ -182,12 +251,12 @@ func TestTaskJSON(t *testing.T) {
 // "the same spec".
 func TestDecodeSubmit_RecurringFields(t *testing.T) {
 	s, err := DecodeSubmit([]byte(`{"id":"r","handler":"h","cron":" 0 2 * * * ","timezone":"Europe/Berlin","repeats":3,
-		"until":"2027-01-01T00:00:00Z","backoff":{"initial":"1s","max":"10s","multiplier":3,"jitter":0},
+		"until":"2099-01-01T00:00:00Z","backoff":{"initial":"1s","max":"10s","multiplier":3,"jitter":0},
 		"route_key":"customer-7","labels":{"team":"orders"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Cron != "0 2 * * *" || s.Timezone != "Europe/Berlin" || s.Repeats != 3 || !s.Until.Equal(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)) ||
+	if s.Cron != "0 2 * * *" || s.Timezone != "Europe/Berlin" || s.Repeats != 3 || !s.Until.Equal(time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)) ||
 		s.Backoff == nil || *s.Backoff != (BackoffSpec{Initial: time.Second, Max: 10 * time.Second, Multiplier: 3, Jitter: 0}) ||
 		s.RouteKey != "customer-7" || s.Labels["team"] != "orders" || !s.Recurring() {
 		t.Fatalf("spec %+v", s)

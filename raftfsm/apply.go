@@ -126,6 +126,11 @@ func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {
 	ev := Event{Type: CmdSubmit, Task: t}
 	if prev != nil {
 		ev.Prev, ev.PrevNode = prev.State, prev.Node
+		// The new spec starts a new run after the replaced task's latest
+		// one, even if that run was never delivered (a busy answer leaves
+		// no attempt counted): an executor de-duplicating on (id, run,
+		// attempt) must not take its first attempt for an old delivery.
+		t.RunBase = prev.RunNumber()
 	}
 	if err := putTask(w, prev, t); err != nil {
 		return Result{}, nil, err

@@ -155,6 +155,73 @@ func TestSubmitOverwriteRunningTask(t *testing.T) {
 	e.checkIndexes()
 }
 
+// An overwrite starts a new run number (RunNumber, sent as Ax-Run): an
+// executor de-duplicating on (id, run, attempt) must not drop the new
+// spec's first attempt as a repeat of the replaced task's (run 1, attempt
+// 1). The spec's own run count (Run, what repeats limits) starts again at
+// 1. RunBase survives a snapshot and a restart.
+func TestSubmitOverwriteStartsNewRun(t *testing.T) {
+	e := newEnv(t)
+	type key struct{ run, attempt int }
+	deliveredKey := func(id string) key {
+		tk := e.task(id)
+		return key{tk.RunNumber(), tk.Attempts}
+	}
+	// SUCCEEDED: delivered as (run 1, attempt 1).
+	e.apply1(1, submitCmd("done", spec("h", "p"), 5000, 1000))
+	e.apply1(2, fireCmd("done", 1, 1, "n1", 5000, 40000))
+	first := deliveredKey("done")
+	e.apply1(3, completeCmd("done", 1, 1, OutcomeSuccess, "", 0, 6000))
+	r := e.apply1(4, overwriteCmd("done", spec("h", "v2"), 9000, 7000))
+	if !r.Created || r.Task.RunNumber() != 2 || r.Task.Run != 1 {
+		t.Fatalf("overwrite of a SUCCESS task: %+v", r.Task)
+	}
+	e.apply1(5, fireCmd("done", 4, 1, "n1", 9000, 49000))
+	if got := deliveredKey("done"); got == first || got != (key{2, 1}) {
+		t.Fatalf("delivery after overwrite has key %+v, the first delivery had %+v", got, first)
+	}
+
+	// RUNNING: the old attempt may still be in flight.
+	e.apply1(6, submitCmd("busy", spec("h", "p"), 5000, 1000))
+	e.apply1(7, fireCmd("busy", 6, 1, "n1", 5000, 40000))
+	e.apply1(8, overwriteCmd("busy", spec("h", "v2"), 9000, 7000))
+	e.apply1(9, fireCmd("busy", 8, 1, "n2", 9000, 49000))
+	if got := deliveredKey("busy"); got != (key{2, 1}) {
+		t.Fatalf("delivery after overwriting a RUNNING task: %+v, want run 2 attempt 1", got)
+	}
+
+	// Every overwrite moves on, also from a later run of a recurring task
+	// and over a task that has not run yet.
+	rec := Spec{Handler: "h", Priority: 2, TimeoutNs: 30e9, MaxAttempts: 3, EveryNs: 60e9, Repeats: 5}
+	e.apply1(10, Command{Type: CmdSubmit, Submit: &Submit{ID: "rec", Spec: rec, DueMs: 5000, SlotMs: 5000, AtMs: 1000}})
+	e.apply1(11, fireCmd("rec", 10, 1, "n1", 5000, 40000))
+	c := completeCmd("rec", 10, 1, OutcomeSuccess, "", 0, 6000)
+	c.Complete.NextSlotMs, c.Complete.NextDueMs = 65000, 65000
+	e.apply1(12, c)
+	if tk := e.task("rec"); tk.Run != 2 || tk.RunNumber() != 2 {
+		t.Fatalf("recurring task after its first run: %+v", tk)
+	}
+	e.apply1(13, overwriteCmd("rec", spec("h", "v2"), 90000, 7000))
+	e.apply1(14, overwriteCmd("rec", spec("h", "v3"), 90000, 8000))
+	if tk := e.task("rec"); tk.Run != 1 || tk.RunBase != 3 || tk.RunNumber() != 4 {
+		t.Fatalf("after two overwrites of run 2: %+v, want Run 1, RunBase 3 (Ax-Run 4)", tk)
+	}
+	e.checkIndexes()
+
+	stream := persist(t, e.snapshot())
+	e.reopen()
+	if tk := e.task("rec"); tk.RunNumber() != 4 {
+		t.Fatalf("after a restart: %+v", tk)
+	}
+	other := newEnv(t)
+	if err := other.restore(stream); err != nil {
+		t.Fatal(err)
+	}
+	if tk := other.task("rec"); tk.RunNumber() != 4 || tk.Run != 1 {
+		t.Fatalf("after a restore: %+v", tk)
+	}
+}
+
 func TestSubmitOverTerminalTask(t *testing.T) {
 	e := newEnv(t)
 	e.apply1(1, submitCmd("a", spec("h", "p"), 5000, 1000))

@@ -137,10 +137,15 @@ type Task struct {
 	Epoch    uint64 `msgpack:"e"`
 	State    State  `msgpack:"st"`
 	Attempts int    `msgpack:"a"` // attempts of the current run started so far; the current one while RUNNING
-	// Run is the number of the current (or last) run, from 1; a one-off
-	// task has one run. SlotMs is the scheduled slot of that run.
+	// Run is the number of the current (or last) run of the current spec,
+	// from 1; a one-off task has one run, and Spec.Repeats counts these.
+	// SlotMs is the scheduled slot of that run.
 	Run    int   `msgpack:"rn,omitempty"`
 	SlotMs int64 `msgpack:"sl,omitempty"`
+	// RunBase counts the runs of the specs that overwrites replaced: the
+	// run number executors see (Ax-Run, RunNumber) is RunBase + Run, so
+	// (id, run, attempt) never repeats an earlier delivery's key.
+	RunBase int `msgpack:"rb,omitempty"`
 	// FailedRuns counts runs of a recurring task that ended DEAD (their
 	// attempts exhausted) while the schedule went on.
 	FailedRuns int   `msgpack:"fr,omitempty"`
@@ -159,6 +164,10 @@ type Task struct {
 	UpdatedMs  int64  `msgpack:"u"`
 	FinishedMs int64  `msgpack:"f,omitempty"`
 }
+
+// RunNumber is the number of the current (or last) run as executors and
+// the API see it (Ax-Run), from 1: unique for the task id across overwrites.
+func (t *Task) RunNumber() int { return t.RunBase + max(t.Run, 1) }
 
 // Node is what the cluster knows of one node: its addresses and its
 // executors, so the leader can route attempts.

@@ -245,10 +245,7 @@ func taskView(t *raftfsm.Task) ipc.Task {
 	if t.Spec.RunAtMs == 0 && (t.Spec.DelayNs != 0 || !t.Spec.Recurring()) {
 		v.Delay = time.Duration(t.Spec.DelayNs).String()
 	}
-	v.Run, v.Snoozes = t.Run, t.Snoozes
-	if v.Run == 0 {
-		v.Run = 1
-	}
+	v.Run, v.Snoozes = t.RunNumber(), t.Snoozes
 	v.Cron, v.Timezone, v.Repeats, v.RouteKey, v.Labels = t.Spec.Cron, t.Spec.Timezone, t.Spec.Repeats, t.Spec.RouteKey, t.Spec.Labels
 	if t.Spec.EveryNs > 0 {
 		v.Every = time.Duration(t.Spec.EveryNs).String()

@@ -333,7 +333,7 @@ func (d *delivery) deliver(ctx context.Context, t *raftfsm.Task, r *attemptRun, 
 	// may have waited for a slot (its lease was renewed meanwhile).
 	deadline := start.Add(time.Duration(t.Spec.TimeoutNs))
 	out := d.caller.Execute(ctx, x.URL, ipc.Callback{
-		TaskID: t.ID, Handler: t.Spec.Handler, Attempt: t.Attempts, Run: max(t.Run, 1),
+		TaskID: t.ID, Handler: t.Spec.Handler, Attempt: t.Attempts, Run: t.RunNumber(),
 		Deadline: deadline, Payload: t.Spec.Payload,
 	})
 	if ctx.Err() != nil {

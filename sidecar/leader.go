@@ -5,7 +5,6 @@ import (
 	"errors"
 	"hash/fnv"
 	"math"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -64,11 +63,12 @@ type leaderState struct {
 	// (the cluster-wide per-handler cap).
 	running    map[string]int
 	runningIDs map[string]string
-	// breakers is the circuit breaker per handler; probes holds the
-	// report function of each fired attempt ("id#attempt"), called when
-	// its outcome commits.
+	// breakers is the circuit breaker per handler; probes holds, per task
+	// id, the breaker attempt of its fired attempt (a task has at most one
+	// RUNNING), ended when the attempt leaves RUNNING (reportProbe) or
+	// does not start after all.
 	breakers *engine.Breakers
-	probes   map[string]func(success bool)
+	probes   map[string]*probe
 	jumps    uint64 // clock jumps of earlier terms' timers
 	// horizonMs is the end of the load window (Unix ms): every WAITING
 	// task due at or before it has a timer; later ones stay in the store
@@ -79,7 +79,7 @@ type leaderState struct {
 func newLeaderState(n *Node) *leaderState {
 	return &leaderState{n: n, lastSeen: map[string]time.Time{}, due: map[string]dueRun{}, dueByHandler: map[string]int{}, queued: map[string]map[string]int{},
 		load: map[string]int{}, assigned: map[string]int{}, applied: map[string]uint64{}, running: map[string]int{}, runningIDs: map[string]string{},
-		breakers: newBreakers(n), probes: map[string]func(bool){}}
+		breakers: newBreakers(n), probes: map[string]*probe{}}
 }
 
 // start begins leading: it arms timers from the store and runs them until
@@ -135,10 +135,19 @@ func (l *leaderState) stop() {
 	l.timers, l.cancel, l.done = nil, nil, nil
 	clear(l.due)
 	clear(l.dueByHandler)
+	// Their outcomes will commit in another term, if at all: abandon
+	// them, or a probe among them would hold its handler half-open.
+	probes := make([]*probe, 0, len(l.probes))
+	for _, p := range l.probes {
+		probes = append(probes, p)
+	}
 	clear(l.probes)
 	clear(l.running)
 	clear(l.runningIDs)
 	l.mu.Unlock()
+	for _, p := range probes {
+		p.attempt.Abandon()
+	}
 	if cancel != nil {
 		cancel()
 		<-done
@@ -217,7 +226,7 @@ func (l *leaderState) onEvent(ev *raftfsm.Event) {
 	if ev.Prev == raftfsm.StateRunning && (ev.Type != raftfsm.CmdLease) {
 		// The attempt ended (or was cancelled / replaced): report it to
 		// the handler's circuit breaker.
-		l.reportProbe(t.ID, t, ev)
+		l.reportProbe(t, ev)
 	}
 	if ev.Type == raftfsm.CmdComplete {
 		switch {
@@ -286,6 +295,7 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 	}
 	nodes = n.members(nodes)
 	var cmds []raftfsm.Command
+	var probes []*probe       // per command: the Fire's breaker attempt
 	fired := map[string]int{} // per handler, in this batch
 	for _, id := range due {
 		t, err := n.fsm.Task(id)
@@ -308,7 +318,7 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 			l.rearm(dueKeyPrefix+id, now.Add(handlerCapRetry))
 			continue
 		}
-		done, cerr := l.breakers.Allow(t.Spec.Handler)
+		ba, cerr := l.breakers.AllowAttempt(t.Spec.Handler)
 		if cerr != nil {
 			// The handler's circuit is open: the run waits (not fails)
 			// until the cool-down ends and a probe decides.
@@ -323,16 +333,16 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 		}
 		node := l.pick(nodes, t.Spec.Handler, avoid, t.Spec.RouteKey, now)
 		if node == "" {
-			done(true) // no attempt: not the handler's failure
+			ba.Abandon() // no attempt: says nothing of the handler
 			n.log.Debug().Str("task_id", id).Str("handler", t.Spec.Handler).Msg("no live executor for handler; waiting")
 			l.park(id, t.Spec.Handler, t.Spec.Priority)
 			l.rearm(dueKeyPrefix+id, now.Add(noExecutorRetry))
 			continue
 		}
 		fired[t.Spec.Handler]++
-		l.mu.Lock()
-		l.probes[probeKey(id, t.Attempts+1)] = done
-		l.mu.Unlock()
+		p := &probe{id: id, epoch: t.Epoch, run: t.Run, attempt: ba}
+		l.setProbe(p)
+		probes = append(probes, p)
 		// The attempt starts at the due time, or now when late; the node
 		// that delivers waits for it (see fireAt).
 		startMs := max(nowMs, t.DueMs)
@@ -354,18 +364,33 @@ func (l *leaderState) fire(ctx context.Context, due, leases []string) {
 			ID: id, Epoch: t.Epoch, Attempt: t.Attempts, Outcome: raftfsm.OutcomeLost,
 			Error: "lease expired: no outcome from node " + t.Node + " within timeout + grace",
 		}})
+		probes = append(probes, nil)
 	}
 	// In entries of at most MaxBatchCommands: a flood of runs due at one
 	// instant must not make one huge entry.
 	for len(cmds) > 0 {
 		k := min(len(cmds), n.cfg.MaxBatchCommands)
-		if _, err := n.proposer.propose(ctx, cmds[:k]); err != nil && ctx.Err() == nil {
+		results, err := n.proposer.propose(ctx, cmds[:k])
+		if err != nil {
 			// Leadership was lost or raft failed: the next leader re-arms
-			// from the store, so nothing is lost.
-			n.log.Warn().Err(err).Int("commands", k).Msg("proposing fired timers failed")
+			// from the store, so nothing is lost. These Fires may or may
+			// not commit, the rest will not: end their breaker attempts
+			// with no outcome (an attempt that starts anyway runs
+			// without one).
+			if ctx.Err() == nil {
+				n.log.Warn().Err(err).Int("commands", k).Msg("proposing fired timers failed")
+			}
+			for _, p := range probes {
+				l.dropProbe(p)
+			}
 			return
 		}
-		cmds = cmds[k:]
+		for i, r := range results {
+			if r.Code != raftfsm.CodeOK { // a stale Fire: no attempt started
+				l.dropProbe(probes[i])
+			}
+		}
+		cmds, probes = cmds[k:], probes[k:]
 	}
 }
 
@@ -520,25 +545,76 @@ func (l *leaderState) runningOf(handler string) int {
 	return l.running[handler]
 }
 
-func probeKey(id string, attempt int) string { return id + "#" + strconv.Itoa(attempt) }
+// probe is the breaker attempt of a fired attempt of task id, in
+// leaderState.probes, with the task's epoch and run when it was fired.
+type probe struct {
+	id      string
+	epoch   uint64
+	run     int
+	attempt *engine.BreakerAttempt
+}
 
-// reportProbe tells the handler's breaker how the attempt that just left
-// RUNNING ended: a failed or timed-out attempt counts as a failure; a
-// success, a permanent (4xx) answer, a busy answer or a cancel does not.
-func (l *leaderState) reportProbe(id string, t *raftfsm.Task, ev *raftfsm.Event) {
-	attempt := t.Attempts
-	if ev.Type == raftfsm.CmdComplete && ev.Outcome == raftfsm.OutcomeBusy {
-		attempt++ // a busy answer gave its attempt number back
+// setProbe records p as the breaker attempt of the attempt of task p.id
+// being fired. A probe still recorded for the task belongs to no RUNNING
+// attempt (the task was WAITING when read): it is abandoned.
+func (l *leaderState) setProbe(p *probe) {
+	l.mu.Lock()
+	old := l.probes[p.id]
+	l.probes[p.id] = p
+	l.mu.Unlock()
+	if old != nil {
+		old.attempt.Abandon()
+	}
+}
+
+// dropProbe abandons p, the breaker attempt of a Fire that did not
+// apply, unless it is already gone (p nil, or reported).
+func (l *leaderState) dropProbe(p *probe) {
+	if p == nil {
+		return
 	}
 	l.mu.Lock()
-	done := l.probes[probeKey(id, attempt)]
-	delete(l.probes, probeKey(id, attempt))
+	if l.probes[p.id] == p {
+		delete(l.probes, p.id)
+	}
 	l.mu.Unlock()
-	if done == nil {
+	p.attempt.Abandon() // ignored if already ended
+}
+
+// reportProbe tells the handler's breaker how the attempt that just left
+// RUNNING (ev: Prev is RUNNING, t is the task after ev) ended: a failed or
+// timed-out attempt counts as a failure; a success, a permanent (4xx)
+// answer, a busy answer, a lost lease, a cancel or an overwrite does not.
+// The probe is found by task id, since a task has one RUNNING attempt at
+// most: by its attempt number it could not be, as a recurring task's next
+// run starts at attempt 0 and an overwrite starts a new task. A recorded
+// probe that is not that attempt's (another epoch or run) is abandoned.
+func (l *leaderState) reportProbe(t *raftfsm.Task, ev *raftfsm.Event) {
+	l.mu.Lock()
+	p := l.probes[t.ID]
+	delete(l.probes, t.ID)
+	l.mu.Unlock()
+	if p == nil {
+		return
+	}
+	// The ended attempt's epoch and run, as ev tells them: an overwrite
+	// ended the replaced task's attempt (another epoch), and a completed
+	// run of a recurring task may have moved on to the next run.
+	mine := true
+	switch ev.Type {
+	case raftfsm.CmdSubmit:
+		mine = p.epoch != t.Epoch
+	case raftfsm.CmdComplete:
+		mine = p.epoch == t.Epoch && (p.run == t.Run || p.run == t.Run-1 && t.State == raftfsm.StateWaiting && t.Attempts == 0)
+	case raftfsm.CmdCancel:
+		mine = p.epoch == t.Epoch && p.run == t.Run
+	}
+	if !mine {
+		p.attempt.Abandon()
 		return
 	}
 	failed := ev.Type == raftfsm.CmdComplete && (ev.Outcome == raftfsm.OutcomeRetryable || ev.Outcome == raftfsm.OutcomeTimeout)
-	done(!failed)
+	p.attempt.Done(!failed)
 }
 
 // newBreakers makes the leader's per-handler circuit breakers; state

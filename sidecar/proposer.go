@@ -185,6 +185,12 @@ func (p *proposer) admit(cmds []raftfsm.Command) (map[int]string, error) {
 		}
 		depth := p.n.leader.depth(h) + added[h]
 		if depth >= limit {
+			// A submit of an existing id without overwrite adds no run: the
+			// FSM answers it 200 (same spec: a client retrying after a lost
+			// reply) or 409. Only then is the store read.
+			if !s.Overwrite && p.task(s.ID) != nil {
+				continue
+			}
 			return nil, &BacklogError{Handler: h, Depth: depth, Limit: limit}
 		}
 		added[h]++
@@ -359,7 +365,9 @@ func (p *proposer) prepare(c *raftfsm.Command, now time.Time) {
 
 // nextRun decides the next run of a recurring task whose run ends now:
 // the schedule's next slot after the run's slot, with the misfire rule
-// (missed slots fire once, then the schedule goes on; engine.NextRun),
+// (missed slots fire once, then the schedule goes on; the run that ends
+// counts as that one run for the slots up to its start:
+// engine.Schedule.NextRunAfter),
 // unless repeats or until end it.
 func (p *proposer) nextRun(x *raftfsm.Complete, t *raftfsm.Task, now time.Time) {
 	if t == nil || !t.Spec.Recurring() || t.Attempts != x.Attempt {
@@ -374,7 +382,9 @@ func (p *proposer) nextRun(x *raftfsm.Complete, t *raftfsm.Task, now time.Time) 
 	if t.SlotMs == 0 {
 		prev = time.UnixMilli(t.DueMs)
 	}
-	slot, skipped := sched.NextRun(prev, now)
+	// The run that ends was the one run of every slot up to its start
+	// (FiredMs): only slots since then may fire at once (NextRunAfter).
+	slot, skipped := sched.NextRunAfter(prev, time.UnixMilli(t.FiredMs), now)
 	limits := engine.Limits{Repeats: t.Spec.Repeats}
 	if t.Spec.UntilMs != 0 {
 		limits.Until = time.UnixMilli(t.Spec.UntilMs)

@@ -253,7 +253,7 @@ class LiveSidecarTest(unittest.TestCase):
         self.client.cancel(t.id)
         # what only the sidecar checks
         for bad, field in ((dict(timezone="UTC"), "timezone"), (dict(repeats=2), "repeats"),
-                           (dict(cron="not a cron"), "cron"), (dict(cron="@daily", timezone="Mars/Olympus"), "cron")):
+                           (dict(cron="not a cron"), "cron"), (dict(cron="@daily", timezone="Mars/Olympus"), "timezone")):
             with self.subTest(**bad), self.assertRaises(axsched.BadRequest) as cm:
                 self.client.submit("live.cron", **bad)
             self.assertEqual((cm.exception.status, cm.exception.code), (400, "bad_request"))
