@@ -181,6 +181,9 @@ func (n *Node) Cluster(ctx context.Context) (ipc.ClusterInfo, error) {
 // "Committed" does the same).
 func (n *Node) Ready(ctx context.Context) error {
 	_, id := n.raft.LeaderWithID()
+	if id == "" && n.removed.Load() {
+		return ipc.Errorf(ipc.ErrNotReady, "this node was removed from the cluster while it was down: delete its data dir and start it with --join")
+	}
 	if id == "" {
 		return ipc.Errorf(ipc.ErrNotReady, "no leader known yet").WithRetryAfter(time.Second)
 	}

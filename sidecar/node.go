@@ -59,6 +59,7 @@ type Node struct {
 
 	shutdownOnce sync.Once
 	registered   atomic.Bool   // this node's record is committed
+	removed      atomic.Bool   // the leader does not list this node (removal.go)
 	leaderCommit atomic.Uint64 // the leader's commit index at the last load report
 	orphans      []raftfsm.Complete
 }
@@ -183,6 +184,7 @@ func (n *Node) open() error {
 	n.goRun(func() { n.watchLeadership(n.ctx, leaderCh) })
 	n.goRun(func() { n.reportLoop(n.ctx) })
 	n.goRun(func() { n.leaders.run(n.ctx, n.raft) })
+	n.goRun(func() { n.watchRemoval(n.ctx) })
 	n.goRun(func() { n.storage.run(n.ctx) })
 	n.goRun(func() { n.autopilot.run(n.ctx) })
 	n.goRun(func() { n.delivery.renewLeases(n.ctx) })
