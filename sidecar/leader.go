@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/axsched/ax/engine"
@@ -73,7 +74,8 @@ type leaderState struct {
 	// horizonMs is the end of the load window (Unix ms): every WAITING
 	// task due at or before it has a timer; later ones stay in the store
 	// until loadWindow reaches them (DESIGN §4 step 2).
-	horizonMs int64
+	// Written under mu (with the timers check), read without it.
+	horizonMs atomic.Int64
 }
 
 func newLeaderState(n *Node) *leaderState {
@@ -94,7 +96,7 @@ func (l *leaderState) start(parent context.Context) {
 	ctx, cancel := context.WithCancel(parent)
 	timers := engine.NewTimers(l.n.clock, engine.TimersOptions{})
 	l.timers, l.cancel, l.done = timers, cancel, make(chan struct{})
-	l.horizonMs = math.MinInt64 // nothing loaded yet; onEvent arms nothing
+	l.horizonMs.Store(math.MinInt64) // nothing loaded yet; onEvent arms nothing
 	done := l.done
 	l.mu.Unlock()
 
@@ -170,9 +172,9 @@ func (l *leaderState) loadWindow(timers *engine.Timers) (int, error) {
 		l.mu.Unlock()
 		return 0, nil
 	}
-	from := l.horizonMs
+	from := l.horizonMs.Load()
 	to := max(from, now.Add(l.n.cfg.LoadWindow).UnixMilli())
-	l.horizonMs = to
+	l.horizonMs.Store(to)
 	l.mu.Unlock()
 	armed := 0
 	err := l.n.fsm.DueBetween(from, to, func(id string, dueMs int64) bool {
@@ -183,8 +185,8 @@ func (l *leaderState) loadWindow(timers *engine.Timers) (int, error) {
 	if err != nil {
 		// Load the same stretch again soon; what was armed stays armed.
 		l.mu.Lock()
-		if l.timers == timers && l.horizonMs == to {
-			l.horizonMs = from
+		if l.timers == timers && l.horizonMs.Load() == to {
+			l.horizonMs.Store(from)
 		}
 		l.mu.Unlock()
 		timers.Arm(windowKey, now.Add(windowRetry))
@@ -197,10 +199,7 @@ func (l *leaderState) loadWindow(timers *engine.Timers) (int, error) {
 // armDue arms the due timer of a WAITING task if its due time is inside
 // the load window, and drops it otherwise (the window will reach it).
 func (l *leaderState) armDue(timers *engine.Timers, id string, dueMs int64) {
-	l.mu.Lock()
-	inside := dueMs <= l.horizonMs
-	l.mu.Unlock()
-	if inside {
+	if dueMs <= l.horizonMs.Load() {
 		timers.Arm(dueKeyPrefix+id, l.fireAt(dueMs))
 	} else {
 		timers.Cancel(dueKeyPrefix + id)

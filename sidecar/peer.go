@@ -366,12 +366,15 @@ func (p *peerClient) do(ctx context.Context, method, addr, path, ctype string, b
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	if ctx.Done() == nil {
+	answer := func(err error) (int, []byte, error) {
 		defer release()
-		if err := p.c.DoDeadline(req, resp, deadline); err != nil {
+		if err != nil {
 			return 0, nil, err
 		}
 		return resp.StatusCode(), append([]byte(nil), resp.Body()...), nil
+	}
+	if ctx.Done() == nil {
+		return answer(p.c.DoDeadline(req, resp, deadline))
 	}
 	// fasthttp does not watch a context: run the call aside and give up
 	// on it when ctx ends (a forward whose leader was replaced). The
@@ -380,11 +383,7 @@ func (p *peerClient) do(ctx context.Context, method, addr, path, ctype string, b
 	go func() { done <- p.c.DoDeadline(req, resp, deadline) }()
 	select {
 	case err := <-done:
-		defer release()
-		if err != nil {
-			return 0, nil, err
-		}
-		return resp.StatusCode(), append([]byte(nil), resp.Body()...), nil
+		return answer(err)
 	case <-ctx.Done():
 		go func() {
 			<-done

@@ -37,7 +37,8 @@ func newWindowEnv(t *testing.T, window time.Duration) *windowEnv {
 	n := &Node{cfg: Config{LoadWindow: window, FireLead: time.Millisecond}, fsm: f, clock: clock, log: zerolog.Nop()}
 	l := newLeaderState(n)
 	timers := engine.NewTimers(clock, engine.TimersOptions{})
-	l.timers, l.horizonMs = timers, math.MinInt64
+	l.timers = timers
+	l.horizonMs.Store(math.MinInt64)
 	return &windowEnv{t: t, clock: clock, fsm: f, l: l, timers: timers}
 }
 
