@@ -305,8 +305,8 @@ func (w *writer) rebuild() {
 // an error only when the stored record cannot be decoded (corruption):
 // badger errors are retried (see writer).
 func (w *writer) get(key []byte, v any) (bool, error) {
-	var val []byte
 	found := false
+	var decErr error // not a storage error: never retried
 	w.f.retryStorage(w.index, func() error {
 		item, err := w.txn.Get(key)
 		if errors.Is(err, badger.ErrKeyNotFound) {
@@ -316,14 +316,17 @@ func (w *writer) get(key []byte, v any) (bool, error) {
 		if err != nil {
 			return err
 		}
-		val, err = item.ValueCopy(val[:0])
+		err = item.Value(func(b []byte) error {
+			decErr = decodeRecord(b, v)
+			return nil
+		})
 		found = err == nil
 		return err
 	})
 	if !found {
 		return false, nil
 	}
-	return true, decodeRecord(val, v)
+	return true, decErr
 }
 
 func (w *writer) set(key, val []byte) error {

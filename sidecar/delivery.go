@@ -115,7 +115,7 @@ func (d *delivery) onEvent(ev *raftfsm.Event) {
 		}
 	}
 	if ev.Type == raftfsm.CmdFire && t.State == raftfsm.StateRunning && t.Node == self {
-		if now := time.Now(); t.LeaseMs > 0 && now.UnixMilli() >= t.LeaseMs {
+		if leaseEnded(t, time.Now().UnixMilli()) {
 			// The attempt's lease had ended before this node applied its
 			// Fire: a node catching up after a partition replays Fires the
 			// leader has long counted as lost and retried elsewhere (the
@@ -136,6 +136,13 @@ func (d *delivery) onEvent(ev *raftfsm.Event) {
 		}
 		d.start(t)
 	}
+}
+
+// leaseEnded reports whether the lease of t's attempt had ended at nowMs
+// (Unix ms): the leader counts such an attempt lost and retries it, so
+// this node must not start it.
+func leaseEnded(t *raftfsm.Task, nowMs int64) bool {
+	return t.LeaseMs > 0 && nowMs >= t.LeaseMs
 }
 
 // resumeAfterRestore brings the attempts running here in line with a
@@ -180,7 +187,7 @@ func (d *delivery) resumeAfterRestore() {
 	nowMs := time.Now().UnixMilli()
 	started := 0
 	for _, t := range ts {
-		if t.LeaseMs > 0 && nowMs >= t.LeaseMs {
+		if leaseEnded(t, nowMs) {
 			continue // the leader's lease timer retries it
 		}
 		d.mu.Lock()

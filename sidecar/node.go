@@ -350,9 +350,7 @@ func (n *Node) watchLeadership(ctx context.Context, ch <-chan bool) {
 }
 
 func (n *Node) term() uint64 {
-	var t uint64
-	fmt.Sscan(n.raft.Stats()["term"], &t)
-	return t
+	return n.raft.CurrentTerm()
 }
 
 // dispatchEvents hands every applied change to the leader's timers and to
