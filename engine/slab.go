@@ -274,12 +274,6 @@ func (t *keyTab) put(pos int, h uint64, idx int32) {
 	t.n++
 }
 
-// set replaces the entry index stored at pos (a re-armed key that gets a
-// new entry).
-func (t *keyTab) set(pos int, idx int32) {
-	t.slots[pos] = t.slots[pos]&^(1<<32-1) | uint64(uint32(idx)+1)
-}
-
 // del empties slot pos and shifts back the slots after it that probed past
 // it (backward-shift deletion: no tombstones).
 func (t *keyTab) del(pos int) {

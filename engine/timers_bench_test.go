@@ -8,10 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 )
 
 // benchKeys returns n distinct keys shaped like task ids.
@@ -371,16 +369,4 @@ func BenchmarkTimerSetHandleOps(b *testing.B) {
 		i++
 	}
 	b.ReportMetric(float64(threadCPU()-c0)/float64(b.N), "cpu-ns/op")
-}
-
-// threadCPU returns the CPU time of the calling OS thread (lock it first):
-// on a shared machine, it leaves out the time the thread waited for a CPU,
-// which wall-clock ns/op includes.
-func threadCPU() time.Duration {
-	var ts syscall.Timespec
-	const clockThreadCPUTime = 3 // CLOCK_THREAD_CPUTIME_ID
-	if _, _, e := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockThreadCPUTime, uintptr(unsafe.Pointer(&ts)), 0); e != 0 {
-		return 0
-	}
-	return time.Duration(ts.Nano())
 }
