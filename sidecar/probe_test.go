@@ -6,7 +6,6 @@ import (
 
 	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/raftfsm"
-	"github.com/hashicorp/raft"
 )
 
 // leaderObserver hands the FSM's events to the leader, as the node does.
@@ -31,16 +30,7 @@ func newProbeEnv(t *testing.T) *windowEnv {
 func (e *windowEnv) apply(c raftfsm.Command) raftfsm.Result {
 	e.t.Helper()
 	e.index++
-	data, err := raftfsm.EncodeEntry([]raftfsm.Command{c})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	r := e.fsm.Apply(&raft.Log{Index: e.index, Type: raft.LogCommand, Data: data})
-	rs, ok := r.([]raftfsm.Result)
-	if !ok || len(rs) != 1 {
-		e.t.Fatalf("apply: %v", r)
-	}
-	return rs[0]
+	return applyEntry(e.t, e.fsm, e.index, c)[0]
 }
 
 func (e *windowEnv) task(id string) *raftfsm.Task {

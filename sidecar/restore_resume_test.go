@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -18,15 +17,7 @@ import (
 // has running here; and a Fire event still to come for an attempt it
 // started does not start it twice.
 func TestDeliveryResumesAttemptsOfAnInstalledSnapshot(t *testing.T) {
-	db, err := raftfsm.OpenDB(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	f, err := raftfsm.Open(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := testFSM(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	n := &Node{cfg: Config{NodeID: "n1"}, log: zerolog.Nop(), fsm: f, ctx: ctx,
@@ -39,13 +30,7 @@ func TestDeliveryResumesAttemptsOfAnInstalledSnapshot(t *testing.T) {
 	apply := func(cmds ...raftfsm.Command) {
 		t.Helper()
 		index++
-		data, err := raftfsm.EncodeEntry(cmds)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r, ok := f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data}).(error); ok && r != nil {
-			t.Fatal(r)
-		}
+		applyEntry(t, f, index, cmds...)
 	}
 	// This node has an executor for every handler; tasks are due in an
 	// hour, so a started attempt waits for its due time and stays running.

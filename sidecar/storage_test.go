@@ -17,23 +17,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
-
-	"github.com/axsched/ax/raftfsm"
 )
-
-func testFSM(t *testing.T) *raftfsm.FSM {
-	t.Helper()
-	db, err := raftfsm.OpenDB(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	f, err := raftfsm.Open(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
 
 func TestStorageGuardStates(t *testing.T) {
 	g := newStorageGuard("/data", 64<<20, time.Hour, testFSM(t), zerolog.New(zerolog.NewTestWriter(t)))

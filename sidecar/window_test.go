@@ -7,7 +7,6 @@ import (
 
 	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/raftfsm"
-	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
 )
 
@@ -24,15 +23,7 @@ type windowEnv struct {
 
 func newWindowEnv(t *testing.T, window time.Duration) *windowEnv {
 	t.Helper()
-	db, err := raftfsm.OpenDB(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	f, err := raftfsm.Open(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := testFSM(t)
 	clock := engine.NewFakeClock(time.Now().Truncate(time.Millisecond))
 	n := &Node{cfg: Config{LoadWindow: window, FireLead: time.Millisecond}, fsm: f, clock: clock, log: zerolog.Nop()}
 	l := newLeaderState(n)
@@ -45,20 +36,10 @@ func newWindowEnv(t *testing.T, window time.Duration) *windowEnv {
 // submit stores a WAITING task due at now + in.
 func (e *windowEnv) submit(id string, in time.Duration) {
 	e.t.Helper()
-	e.index++
-	due := e.clock.Now().Add(in).UnixMilli()
-	data, err := raftfsm.EncodeEntry([]raftfsm.Command{{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{
-		ID: id, DueMs: due, AtMs: e.clock.Now().UnixMilli(),
+	e.apply(raftfsm.Command{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{
+		ID: id, DueMs: e.clock.Now().Add(in).UnixMilli(), AtMs: e.clock.Now().UnixMilli(),
 		Spec: raftfsm.Spec{Handler: "h", Priority: 2, TimeoutNs: int64(time.Second), MaxAttempts: 1},
-	}}})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if r := e.fsm.Apply(&raft.Log{Index: e.index, Type: raft.LogCommand, Data: data}); r != nil {
-		if err, ok := r.(error); ok {
-			e.t.Fatal(err)
-		}
-	}
+	}})
 }
 
 func (e *windowEnv) armed(id string) bool {
