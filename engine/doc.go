@@ -78,7 +78,14 @@
 //   - far-heap items carry their entry's due time and arm number (16
 //     bytes), so sifting never reads entries and an item whose timer was
 //     cancelled or re-armed is recognised as stale by its arm number: a
-//     cancelled far timer's entry is freed at once;
+//     cancelled far timer's entry is freed at once. Compacting the stale
+//     items away reads no entry either: a side array of one byte per
+//     entry (1 MiB at a million, cache-resident where the 32 MiB slab is
+//     not) holds 7 bits of the arm number of the entry's live far item,
+//     or 0, and an item whose tag does not match is dropped (a stale item
+//     whose entry is far again with an arm number equal in those 7 bits,
+//     about 1 in 128 of them, is kept, and dropped when it reaches the
+//     top, where the entry is read);
 //   - Timers finds keys through an open-addressing table (linear probing,
 //     backward-shift deletion, at most 3/4 full) of 8-byte slots holding
 //     32 bits of the key's hash and the entry's index, split into 64
@@ -87,7 +94,7 @@
 //     bits first, so looking a key up reads one table slot, the entry and
 //     the key's bytes.
 //
-// That is 41 bytes per pending timer at a million for a TimerSet and 57
+// That is 42 bytes per pending timer at a million for a TimerSet and 59
 // for Timers (measured below; plus the key's bytes, which Timers shares
 // with the caller, and 40 bytes per wheel slot: 640 KiB with the
 // defaults). Ties between equal due times are broken by the arm number,
@@ -224,27 +231,29 @@
 //
 //	go test -run '^$' -bench '^BenchmarkTimers$' -benchtime 3000000x ./engine
 //
-// at normal priority on the 2-vCPU AMD EPYC VM at load 0.7–1.1:
+// at normal priority on the 2-vCPU AMD EPYC VM at load 0.4–0.8:
 //
 //	               ns/op              allocs/op   B/pending  same-key  late p50  p99                 max                early
-//	wheel           119 [98–161]      0 (8 B)      40.7       99 ns    0.14 ms    0.93 ms [0.52–1.23]  4.9 ms [3.4–6.4]   0
-//	heap            174 [169–177]     1 (32 B)     41.1       87 ns    0.56 ms    9.8 ms [9.6–15]      22 ms [19–22]      0
-//	runtime         404 [397–412]     2 (182 B)    178       339 ns    0.55 ms    12.8 ms [11.5–13.1]  25 ms [24–26]      0
-//	wheel-by-id     555 [545–613]     0 (8 B)      57.5      167 ns    0.14 ms    0.35 ms [0.34–0.40]  4.2 ms [2.6–5.3]   0
-//	heap-by-id      981 [927–985]     1 (32 B)     96.6      238 ns    0.59 ms    16 ms [13–19]        29 ms [22–30]      0
-//	runtime-by-id  1110 [1003–1113]   2 (160 B)    216       477 ns    0.58 ms    21 ms [14–21]        35 ms [25–35]      0
+//	wheel            97 [87–106]      0 (8 B)      41.8       69 ns    0.14 ms    1.16 ms [0.75–1.26]  5.2 ms [4.4–5.8]   0
+//	heap            162 [160–168]     1 (32 B)     41.1       85 ns    0.55 ms    8.9 ms [8.9–15]      22 ms [16–35]      0
+//	runtime         378 [363–399]     2 (183 B)    178       338 ns    0.54 ms    9.6 ms [7.5–12.3]    24 ms [22–27]      0
+//	wheel-by-id     514 [496–523]     0 (8 B)      58.6      164 ns    0.14 ms    0.32 ms [0.30–0.44]  4.4 ms [4.1–4.8]   0
+//	heap-by-id      918 [912–977]     1 (32 B)     96.7      231 ns    0.58 ms    15 ms [14–16]        26 ms [25–32]      0
+//	runtime-by-id   988 [985–1005]    2 (164 B)    216       596 ns    0.57 ms    17 ms [17–22]        26 ms [25–35]      0
 //
 // The wheel's 8 B/op are amortised growth of slot vectors and the far
-// heap (0 allocs/op). Supplementary runs, 3 each, same load: the wheel
-// row with Run sleeping on a time.Timer instead of a timerfd
-// (ENGINE_BENCH_WAIT=go) 109 ns [95–117], lateness p50 0.53 ms, p99
-// 5.3 ms [3.2–9.0], max 20.5 ms; without the garbage goroutine
-// (ENGINE_BENCH_NO_GC=1) wheel p99 0.30 ms [0.29–0.50], max 1.9 ms, heap
-// p99 1.12 ms, max 3.9 ms; BenchmarkTimerSetHandleOps, the wheel's timed
-// loop alone (fake clock, nothing fires, no harness interface), 78 ns
-// [77–104]. The harness alone (a row whose insert and cancel do nothing)
-// costs 29 ns per op. The previous session's harness drove all three by
-// id and measured the wheel (Timers) at 593 ns, 57 B and a p99 of 2.5 ms.
+// heap (0 allocs/op). BenchmarkTimerSetHandleOps, the wheel's timed loop
+// alone (fake clock, nothing fires, no harness interface): 67 ns [64–75],
+// median of 12 runs alternating with the previous layout (76 ns [73–84])
+// at load 0.7. Supplementary runs with the previous layout (before the
+// far tags, 3 each, load 0.7–1.1): the wheel row with Run sleeping on a
+// time.Timer instead of a timerfd (ENGINE_BENCH_WAIT=go) 109 ns
+// [95–117], lateness p50 0.53 ms, p99 5.3 ms [3.2–9.0], max 20.5 ms;
+// without the garbage goroutine (ENGINE_BENCH_NO_GC=1) wheel p99 0.30 ms
+// [0.29–0.50], max 1.9 ms, heap p99 1.12 ms, max 3.9 ms. The harness
+// alone (a row whose insert and cancel do nothing) costs 29 ns per op.
+// The previous session's harness drove all three by id and measured the
+// wheel (Timers) at 593 ns, 57 B and a p99 of 2.5 ms.
 //
 // Noise: on this VM even the no-Run loop varies 83–149 ns from one process
 // to the next at load below 1, with CPU time equal to wall time, so the
@@ -254,26 +263,31 @@
 //
 // Against the targets:
 //
-//   - insert+cancel ≤ 150 ns with 0 allocations at 1M pending: met by the
-//     median (119 ns; one run of three at 161), 0 allocs/op;
+//   - insert+cancel ≤ 150 ns with 0 allocations at 1M pending: met (97 ns,
+//     all three runs ≤ 106), 0 allocs/op;
 //   - at least 2× faster than the heap: not met. By handle the wheel is
-//     1.46× faster (1.05–1.81× run by run), by id 1.77×. The floor is one
-//     dependent cache miss: a cancel by handle must read and free the
-//     timer's entry, a random line in a 32 MB slab, and a dependent random
-//     read costs ~140 ns on this VM (a 32 MB pointer chase; ~80 ns when
-//     the CPU overlaps consecutive operations, which is what the 78 ns of
-//     BenchmarkTimerSetHandleOps shows). The heap pays that miss too (the
-//     cancelled *item), plus a few more on the sift, and its insert is a
-//     bump allocation into cache-hot memory; with the harness's 29 ns on
-//     both, 2× would need the wheel at ~87 ns in the harness, about the
-//     structure's floor alone. perf shows the remaining wheel time in that
-//     miss, the locked instructions of the two mutex acquisitions that
-//     wait on it, and the far heap (compaction of stale items 12 %, push
-//     7 %: 23 % of ops arm beyond the 13.7-minute window);
-//   - ≤ 64 bytes per pending timer: met (41; 57 by id);
-//   - lateness p99 ≤ 2 ms with GC running, zero early fires: met (0.93 ms;
-//     0.35 ms by id), no early fire in any row or run, thanks to the
-//     timerfd wait ("Lateness"); with a time.Timer the wheel's p99 is
+//     1.67× faster (1.51–1.94× run by run), by id 1.79×. 2× would need
+//     the wheel at ~81 ns in the harness, whose own 29 ns leave ~50 ns
+//     for the structure. The timer's entry is not the cache miss it
+//     looks like here: the ring cancels timers in arm order and the
+//     slab's LIFO free list hands the entry a cancel frees to the very
+//     next arm, so ring position r keeps the same entry from cycle to
+//     cycle and the loop walks the 32 MB slab in order, which the
+//     hardware prefetcher hides. A loop doing only the lookup, free and
+//     alloc under the two lock acquisitions costs 22–25 ns per op
+//     (120–150 ns with the ring shuffled, entries in random order); the
+//     hole a cancel writes lands in the slot vectors, 3–6 MB, which
+//     stay in the 32 MB L3. The remaining ~45 ns of
+//     BenchmarkTimerSetHandleOps are spread: perf (cpu-clock sampling;
+//     the VM has no hardware counters) puts 28 % in the wheel's insert
+//     and remove (the 640 KiB of slot headers and the vectors), 9 % in
+//     the far heap's push and 5 % in its compaction (23 % of ops arm
+//     beyond the 13.7-minute window), much of the rest in Arm and
+//     Cancel around the lock's locked instructions;
+//   - ≤ 64 bytes per pending timer: met (42; 59 by id);
+//   - lateness p99 ≤ 2 ms with GC running, zero early fires: met (1.16 ms;
+//     0.32 ms by id), no early fire in any row or run, thanks to the
+//     timerfd wait ("Lateness"); with a time.Timer the wheel's p99 was
 //     5.3 ms, the heap's 9.8 ms.
 //
 // What changed for these figures, and what did not help (measured, then
@@ -283,13 +297,26 @@
 // last index into the hole (which wrote the moved timer's entry); the
 // tick computed with a reciprocal multiplication instead of a 64-bit
 // division on the cancel's dependent chain (~10 % of the no-Run loop);
-// the batch reused by TimerSet.Run, so firing allocates nothing. Lazy
-// removal from slot vectors (references carrying the arm number,
-// compacted like the far heap) was slower (157 vs 95 ns, best of 8): the
-// compaction reads entries, DRAM misses, where the holes cost a cache
-// line in the slot vectors; keeping free positions in the slot header
-// (no vector write on cancel) and compacting the far heap at 2× instead
-// of 1× stale made no measurable difference.
+// the batch reused by TimerSet.Run, so firing allocates nothing; the
+// far heap's compaction telling stale items by the entries' one-byte
+// far tags instead of reading the entries (BenchmarkTimerSetHandleOps
+// 67 vs 76 ns, medians of 12 alternating runs at load 0.7; the wheel
+// row 103 vs 106 ns, medians of 14 alternating runs at load 0.3–1.2,
+// which is within this VM's noise; 94 vs 108 in 6 runs of a build with
+// 2-byte tags). Lazy removal from slot vectors (references carrying the
+// arm number, compacted like the far heap) was slower (157 vs 95 ns,
+// best of 8): the compaction reads entries, DRAM misses, where the
+// holes cost a cache line in the slot vectors. Lazy removal with a side
+// array instead (a 2-byte tag per entry naming the slot of its live
+// reference: Cancel rewrites the tag and writes no vector element, Arm
+// appends, a full vector at least half stale is compacted by tag,
+// reading no entry) was no faster than the far tags alone:
+// BenchmarkTimerSetHandleOps 78 vs 75 ns (old layout 83; medians of 20
+// alternating runs), the wheel row 96 vs 94 ns (6 runs each); what it
+// saves on the cancel's hole, the compactions' tag reads and the larger
+// vectors give back. Keeping free positions in the slot header (no
+// vector write on cancel) and compacting the far heap at 2× instead of
+// 1× stale made no measurable difference.
 //
 // # Lateness
 //

@@ -86,9 +86,24 @@ const (
 // allocates nothing.
 type slab[P any] struct {
 	chunks []*[slabChunk]entry[P]
-	free   int32 // head of the free list, -1 if empty
-	used   int   // entries not on the free list
+	tags   []uint8 // one per entry: farTag of its far item, or tagNone
+	free   int32   // head of the free list, -1 if empty
+	used   int     // entries not on the free list
 }
+
+// Far tags: a side array of one byte per entry (1 MiB at a million, so it
+// stays in the CPU's caches where the 32 MiB of entries do not), telling
+// the far heap's compaction which items are live without reading their
+// entries. An entry in the far heap has the tag farTag(seq) of its arm
+// number; any other entry has tagNone. A far item whose tag differs from
+// farTag(item.seq) is stale; one whose tag matches is live, or stale with
+// an arm number equal to the live one's in the low 7 bits (about 1 stale
+// item in 128 of those whose entry is far again): compaction keeps those,
+// and [TimerSet.farTop], which reads the entry, drops them.
+const tagNone = 0
+
+// farTag is the tag of an entry whose live far item has arm number seq.
+func farTag(seq uint32) uint8 { return 0x80 | uint8(seq&0x7F) }
 
 func newSlab[P any]() slab[P] { return slab[P]{free: -1} }
 
@@ -152,6 +167,7 @@ func (s *slab[P]) grow() {
 	}
 	c[slabChunk-1].setPos(stFree, s.freeLink())
 	s.chunks = append(s.chunks, c)
+	s.tags = append(s.tags, make([]uint8, slabChunk)...) // tagNone
 	s.free = base
 }
 
@@ -162,6 +178,7 @@ func (s *slab[P]) grow() {
 func (s *slab[P]) shrink() {
 	clear(s.chunks[1:])
 	s.chunks = s.chunks[:1]
+	s.tags = make([]uint8, slabChunk) // tagNone; drops the large array
 	c := s.chunks[0]
 	for j := range c {
 		c[j] = entry[P]{seq: c[j].seq}

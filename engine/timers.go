@@ -135,8 +135,8 @@ type TimersStats struct {
 // index (no pointer per timer but the key), found through an
 // open-addressing index of 8-byte slots at most 3/4 full; a wheel timer
 // also has a 4-byte index in its slot's vector, a far timer a 16-byte heap
-// item. That is about 57 bytes per timer at a million (41 for a TimerSet
-// without the index), plus the key's bytes (which Timers shares with the
+// item, and every entry a 1-byte far tag. That is about 59 bytes per timer
+// at a million (42 for a TimerSet without the index), plus the key's bytes (which Timers shares with the
 // caller), plus 40 bytes per wheel slot. Entries are recycled, so a steady Arm/Cancel/fire load allocates
 // almost nothing (now and then a slot vector or an index table grows, and
 // Run allocates each batch it hands to fire).

@@ -87,7 +87,7 @@ type TimerSet[P any] struct {
 	near       nearHeap[P] // tick <= cur, exact order
 	w          wheel[P]    // cur < tick <= cur+slots
 	far        farHeap     // tick > cur+slots; may hold stale items
-	farStale   int         // stale items in far
+	farLive    int         // live items in far (entries in state stFar)
 	cur        int64       // wheel cursor: tick of the latest Now seen by Run
 	seq        uint32      // arm number of the latest arming
 	sleepUntil int64       // Run's planned wake-up (wall ns), or runBusy/runIdle
@@ -191,7 +191,7 @@ func (s *TimerSet[P]) Stats() TimersStats {
 	return TimersStats{
 		Armed:         s.slab.used,
 		Wheel:         s.w.n,
-		Heap:          s.near.len() + len(s.far) - s.farStale,
+		Heap:          s.near.len() + s.farLive,
 		Fired:         s.fired,
 		Migrated:      s.migrated,
 		ClockJumps:    s.jumps,
@@ -298,7 +298,7 @@ func (s *TimerSet[P]) release(i int32) {
 		} else {
 			s.far = s.far[:0]
 		}
-		s.farStale = 0
+		s.farLive = 0
 	}
 }
 
@@ -491,7 +491,9 @@ func (s *TimerSet[P]) place(i int32) {
 		s.w.insert(&s.slab, i, int(tk&s.w.mask))
 	default:
 		e.setPos(stFar, 0)
+		s.slab.tags[i] = farTag(e.seq)
 		s.far.push(farItem{due: e.due, seq: e.seq, idx: i})
+		s.farLive++
 	}
 }
 
@@ -510,8 +512,9 @@ func (s *TimerSet[P]) unlink(i int32) {
 		e.pos = 0
 	case stFar:
 		e.pos = 0
-		s.farStale++
-		if s.farStale > farCompactMin && 2*s.farStale > len(s.far) {
+		s.slab.tags[i] = tagNone
+		s.farLive--
+		if stale := len(s.far) - s.farLive; stale > farCompactMin && 2*stale > len(s.far) {
 			s.compactFar()
 		}
 	}
@@ -528,17 +531,21 @@ func (s *TimerSet[P]) live(it farItem) bool {
 	return e.state() == stFar && e.seq == it.seq && e.due == it.due
 }
 
-// compactFar drops the stale items of the far heap in O(n).
+// compactFar drops the stale items of the far heap in O(n). It tells them
+// by the entries' far tags (see [farTag]), not the entries, so it reads no
+// entry (at a million timers each would be a cache miss); the few stale
+// items whose arm number aliases a live one's tag are kept, and dropped by
+// farTop.
 func (s *TimerSet[P]) compactFar() {
+	tags := s.slab.tags
 	live := s.far[:0]
 	for _, it := range s.far {
-		if s.live(it) {
+		if tags[it.idx] == farTag(it.seq) {
 			live = append(live, it)
 		}
 	}
 	s.far = live
 	s.far.init()
-	s.farStale = 0
 }
 
 // farTop returns the earliest live item of the far heap, popping stale
@@ -550,7 +557,6 @@ func (s *TimerSet[P]) farTop() (farItem, bool) {
 			return it, true
 		}
 		s.far.pop()
-		s.farStale--
 	}
 	return farItem{}, false
 }
@@ -595,6 +601,8 @@ func (s *TimerSet[P]) migrate() {
 			return
 		}
 		s.far.pop()
+		s.farLive--
+		s.slab.tags[it.idx] = tagNone
 		s.place(it.idx)
 		s.migrated++
 	}

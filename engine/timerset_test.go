@@ -188,8 +188,8 @@ func TestTimerSet_ShrinkDropsStaleFarItems(t *testing.T) {
 	for _, h := range hs[slabChunk:] {
 		s.Cancel(h)
 	}
-	if len(s.slab.chunks) != 1 || len(s.far) != 0 || s.farStale != 0 {
-		t.Fatalf("after emptying: %d chunks, far %d, stale %d", len(s.slab.chunks), len(s.far), s.farStale)
+	if len(s.slab.chunks) != 1 || len(s.slab.tags) != slabChunk || len(s.far) != 0 || s.farLive != 0 {
+		t.Fatalf("after emptying: %d chunks, %d tags, far %d, live %d", len(s.slab.chunks), len(s.slab.tags), len(s.far), s.farLive)
 	}
 	for _, h := range hs {
 		if s.Cancel(h) {
@@ -349,5 +349,49 @@ func TestTimerSet_TickOf(t *testing.T) {
 				t.Fatalf("tick %d: tickOf(%d) = %d, want %d", tick, n, got, want)
 			}
 		}
+	}
+}
+
+// TestTimerSet_FarTagAlias: the far heap's compaction tells stale items by
+// the entries' far tags, which keep 7 bits of the arm number. A far timer
+// cancelled and its entry armed far again with an arm number equal in
+// those bits leaves a stale item that compaction keeps; it must never
+// fire, nor count in Stats, and the new timer must fire once, on time.
+func TestTimerSet_FarTagAlias(t *testing.T) {
+	s := newTestSet(TimersOptions{})
+	s.Arm(at(3*time.Hour), 0) // keeps the set from emptying, which drops every far item
+	hA := s.Arm(at(2*time.Hour), 1)
+	if !s.Cancel(hA) {
+		t.Fatal("Cancel")
+	}
+	s.seq = hA.seq + 127 // the next arm number is hA.seq + 128
+	hB := s.Arm(at(3*time.Hour), 2)
+	if hB.ix != hA.ix || farTag(hB.seq) != farTag(hA.seq) || hB.seq == hA.seq {
+		t.Fatalf("setup: hA %+v hB %+v", hA, hB)
+	}
+	// Enough cancelled far timers to compact the far heap on the way, then
+	// once more for the last of them.
+	var hs []TimerHandle
+	for i := range 3 * farCompactMin {
+		hs = append(hs, s.Arm(at(time.Hour+time.Duration(i)*time.Second), 100+i))
+	}
+	for _, h := range hs {
+		s.Cancel(h)
+	}
+	s.compactFar()
+	if len(s.far) != 3 || s.farLive != 2 {
+		t.Fatalf("after compaction: far %d items, %d live; want A's stale item kept, B live", len(s.far), s.farLive)
+	}
+	if st := s.Stats(); st.Heap != 2 || st.Armed != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	for d := time.Duration(0); d <= 3*time.Hour; d += time.Minute {
+		fs := setStep(s, at(d))
+		if len(fs) > 0 && (d != 3*time.Hour || !slices.Equal(payloads(fs), []int{0, 2})) {
+			t.Fatalf("at %v: fired %v", d, payloads(fs))
+		}
+	}
+	if s.Len() != 0 || len(s.far) != 0 {
+		t.Fatalf("Len = %d, far %d after firing", s.Len(), len(s.far))
 	}
 }
