@@ -65,8 +65,10 @@ const (
 	// disk: it writes through mmap, where a full disk kills the process
 	// with SIGBUS instead of returning an error (see storage.go).
 	StorageReserveDefault = 64 << 20
-	// StorageProbeIntervalDefault is how often the node checks that its
-	// data dir takes writes (free space, write + fsync of a probe file).
+	// StorageProbeIntervalDefault is how often the node checks its data
+	// dir's free space; the probe file (write + fsync) is written every
+	// storageWriteProbeEvery, or every interval while storage is
+	// unavailable.
 	StorageProbeIntervalDefault = 2 * time.Second
 )
 
@@ -209,8 +211,10 @@ type Config struct {
 	// for the node to accept writes (StorageReserveDefault when 0; a
 	// negative value turns the free-space check off).
 	StorageReserve int64
-	// StorageProbeInterval is how often the data dir is probed for
-	// writability (StorageProbeIntervalDefault when 0).
+	// StorageProbeInterval is how often the data dir is probed: free
+	// space every interval, a written probe file every 30 s or, while
+	// storage is unavailable, every interval (StorageProbeIntervalDefault
+	// when 0).
 	StorageProbeInterval time.Duration
 }
 

@@ -274,3 +274,63 @@ func TestNodeRefusesWritesWhileStorageUnavailable(t *testing.T) {
 		t.Fatal("metric not cleared")
 	}
 }
+
+// TestStorageGuardRunWritesProbeFileRarelyWhileHealthy: a healthy node
+// checks free space every interval but writes the probe file only every
+// storageWriteProbeEvery; once storage is unavailable, every interval
+// writes it, so that recovery is noticed within an interval.
+func TestStorageGuardRunWritesProbeFileRarelyWhileHealthy(t *testing.T) {
+	g := newStorageGuard("/data", 64<<20, time.Millisecond, testFSM(t), zerolog.New(zerolog.NewTestWriter(t)))
+	var now atomic.Int64
+	now.Store(time.Unix(1_700_000_000, 0).UnixNano())
+	g.now = func() time.Time { return time.Unix(0, now.Load()) }
+	var statfs, writes atomic.Int64
+	var probeErr atomic.Pointer[error]
+	g.freeBytes = func(string) (uint64, error) { statfs.Add(1); return 1 << 30, nil }
+	g.probeWrite = func(string) error {
+		writes.Add(1)
+		if e := probeErr.Load(); e != nil {
+			return *e
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s (statfs %d, writes %d)", what, statfs.Load(), writes.Load())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+
+	// The clock stands still: one write at start, then free-space checks.
+	waitFor("50 free-space checks", func() bool { return statfs.Load() >= 50 })
+	if w := writes.Load(); w != 1 {
+		t.Fatalf("%d probe files written while healthy within storageWriteProbeEvery, want 1", w)
+	}
+	// storageWriteProbeEvery later: the next interval writes one.
+	now.Add(int64(storageWriteProbeEvery))
+	waitFor("the second probe file", func() bool { return writes.Load() == 2 })
+	s := statfs.Load()
+	waitFor("50 more free-space checks", func() bool { return statfs.Load() >= s+50 })
+	if w := writes.Load(); w != 2 {
+		t.Fatalf("%d probe files written, want 2", w)
+	}
+
+	// A failing write makes the node unavailable at the next full probe;
+	// from then on every interval writes the file.
+	perm := error(&os.PathError{Op: "open", Path: "/data/" + probeFileName, Err: syscall.EROFS})
+	probeErr.Store(&perm)
+	now.Add(int64(storageWriteProbeEvery))
+	waitFor("storage unavailable", func() bool { return g.err() != nil })
+	w := writes.Load()
+	waitFor("20 probe files while unavailable", func() bool { return writes.Load() >= w+20 })
+	probeErr.Store(nil)
+	waitFor("recovery", func() bool { return g.err() == nil })
+}

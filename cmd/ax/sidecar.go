@@ -83,7 +83,7 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.autopilotStabilization, "autopilot-stabilization", sidecar.AutopilotStabilizationDefault, "how long a non-voter must stay healthy (heard from, caught up) before autopilot promotes it")
 	fl.DurationVar(&f.autopilotReplace, "autopilot-replace-after", sidecar.AutopilotReplaceAfterDefault, "how long a voter may go unheard before autopilot promotes a stable non-voter in its place and demotes it")
 	fl.Int64Var(&f.storageReserve, "storage-reserve", sidecar.StorageReserveDefault, "free bytes the data dir must keep: below it the node stops writing badger and answers writes 503 storage_unavailable until space is freed; -1 turns the check off")
-	fl.DurationVar(&f.storageProbeInterval, "storage-probe-interval", sidecar.StorageProbeIntervalDefault, "how often the node checks that its data dir takes writes (free space; write, fsync and remove a probe file)")
+	fl.DurationVar(&f.storageProbeInterval, "storage-probe-interval", sidecar.StorageProbeIntervalDefault, "how often the node checks its data dir's free space; it also writes, fsyncs and removes a probe file every 30s, and every interval while storage is unavailable")
 }
 
 func (f *nodeFlags) config() (sidecar.Config, error) {
