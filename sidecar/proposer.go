@@ -101,27 +101,12 @@ func (p *proposer) propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 // as this node loses leadership meanwhile (storageDown transfers it), so
 // that a forwarded proposal goes to the new leader at once.
 func (p *proposer) waitWritable(ctx context.Context) error {
-	if p.n.storage.err() == nil {
-		return nil
-	}
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ch := p.n.storage.changedCh()
-		e := p.n.storage.err()
-		if e == nil {
-			return nil
-		}
+	return p.n.storage.waitWritable(ctx, func() error {
 		if p.n.raft.State() != raft.Leader {
 			return ErrNotLeader
 		}
-		select {
-		case <-ch:
-		case <-tick.C:
-		case <-ctx.Done():
-			return e
-		}
-	}
+		return nil
+	})
 }
 
 func (p *proposer) run(ctx context.Context) {

@@ -144,17 +144,33 @@ func (g *storageGuard) changedCh() <-chan struct{} {
 	return g.changed
 }
 
-// waitWritable returns nil once storage takes writes, or the
-// *StorageUnavailableError when ctx ends first.
-func (g *storageGuard) waitWritable(ctx context.Context) error {
+// waitWritable returns nil once storage takes writes, the
+// *StorageUnavailableError when ctx ends first, or the first error of stop
+// (when not nil), which it calls every 50 ms while it waits.
+func (g *storageGuard) waitWritable(ctx context.Context, stop func() error) error {
+	if g.err() == nil {
+		return nil
+	}
+	var tick <-chan time.Time
+	if stop != nil {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		ch := g.changedCh()
 		e := g.err()
 		if e == nil {
 			return nil
 		}
+		if stop != nil {
+			if err := stop(); err != nil {
+				return err
+			}
+		}
 		select {
 		case <-ch:
+		case <-tick:
 		case <-ctx.Done():
 			return e
 		}

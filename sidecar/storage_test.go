@@ -61,13 +61,13 @@ func TestStorageGuardStates(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var se *StorageUnavailableError
-	if err := g.waitWritable(ctx); !errors.As(err, &se) {
+	if err := g.waitWritable(ctx, nil); !errors.As(err, &se) {
 		t.Fatalf("waitWritable with an ended ctx: %v", err)
 	}
 
 	// A writer waiting for storage is released when it recovers.
 	released := make(chan error)
-	go func() { released <- g.waitWritable(context.Background()) }()
+	go func() { released <- g.waitWritable(context.Background(), nil) }()
 	free.Store(1 << 30)
 	g.probe()
 	if err := <-released; err != nil {
@@ -333,4 +333,34 @@ func TestStorageGuardRunWritesProbeFileRarelyWhileHealthy(t *testing.T) {
 	waitFor("20 probe files while unavailable", func() bool { return writes.Load() >= w+20 })
 	probeErr.Store(nil)
 	waitFor("recovery", func() bool { return g.err() == nil })
+}
+
+// waitWritable ends with stop's error while storage stays unavailable (the
+// proposer's: this node lost leadership, so a forwarded write goes to the
+// new leader at once instead of waiting for this disk).
+func TestStorageGuardWaitWritableStops(t *testing.T) {
+	g := newStorageGuard("/data", 64<<20, time.Hour, testFSM(t), zerolog.New(zerolog.NewTestWriter(t)))
+	g.freeBytes = func(string) (uint64, error) { return 1 << 20, nil } // below the reserve
+	g.probeWrite = func(string) error { return nil }
+	g.probe()
+	if g.err() == nil {
+		t.Fatal("storage should be unavailable")
+	}
+	var calls atomic.Int64
+	stopped := errors.New("stopped")
+	err := g.waitWritable(context.Background(), func() error {
+		if calls.Add(1) < 3 {
+			return nil
+		}
+		return stopped
+	})
+	if err != stopped || calls.Load() != 3 {
+		t.Fatalf("waitWritable = %v after %d stop calls, want stopped after 3", err, calls.Load())
+	}
+	// Writable: nil at once, stop not called.
+	g.freeBytes = func(string) (uint64, error) { return 1 << 30, nil }
+	g.probe()
+	if err := g.waitWritable(context.Background(), func() error { return stopped }); err != nil {
+		t.Fatalf("waitWritable on writable storage = %v", err)
+	}
 }
