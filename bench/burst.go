@@ -272,25 +272,10 @@ func runBurstOnce(ctx context.Context, opts *Options, cfg BurstConfig, limit str
 		r.Bound = Millis(time.Duration(cfg.Count) * cfg.Work / time.Duration(n))
 	}
 	r.SubmitTime = Millis(time.Duration(lastAnswer.Load() - first.UnixNano()))
-	late := make([]time.Duration, 0, cfg.Count)
-	var firstCb, lastCb int64
-	for i := 0; i < cfg.Count; i++ {
-		if !ok[i] {
-			continue
-		}
-		at := rec.first[i].Load()
-		if at == 0 {
-			r.Missing++
-			continue
-		}
-		r.Received++
-		if firstCb == 0 || at < firstCb {
-			firstCb = at
-		}
-		lastCb = max(lastCb, at)
-		late = append(late, time.Duration(at-due[i]))
-	}
-	r.Lateness = Summarize(late)
+	a := rec.arrivals(ok, func(i int) int64 { return due[i] })
+	r.Received, r.Missing = a.received, a.missing
+	lastCb := a.last
+	r.Lateness = Summarize(a.late)
 	if lastCb > 0 {
 		// The makespan ends when the last callback's work is done.
 		end := lastCb + int64(cfg.Work)

@@ -219,24 +219,10 @@ func RunDelayed(ctx context.Context, opts Options, cfg DelayedConfig) (*DelayedR
 	}
 	r.SubmitTime = Millis(time.Duration(lastAnswer.Load() - firstSend.UnixNano()))
 	r.SubmitRate = rate(r.Submitted, time.Duration(r.SubmitTime))
-	late := make([]time.Duration, 0, cfg.Count)
-	var firstCb, lastCb int64
-	for i := 0; i < cfg.Count; i++ {
-		if !ok[i] {
-			continue
-		}
-		at := rec.first[i].Load()
-		if at == 0 {
-			r.Missing++
-			continue
-		}
-		r.Received++
-		if firstCb == 0 || at < firstCb {
-			firstCb = at
-		}
-		lastCb = max(lastCb, at)
-		l := time.Duration(at - rec.due[i].Load()*1e6)
-		late = append(late, l)
+	a := rec.arrivals(ok, func(i int) int64 { return rec.due[i].Load() * 1e6 })
+	r.Received, r.Missing = a.received, a.missing
+	firstCb, lastCb, late := a.first, a.last, a.late
+	for _, l := range late {
 		switch {
 		case l < 0:
 			r.Early++

@@ -80,6 +80,37 @@ func (r *recorder) record(id string, attempt int, at time.Time) {
 	}
 }
 
+// arrivalStats is what the callbacks of one run's submitted tasks show.
+type arrivalStats struct {
+	received, missing int
+	late              []time.Duration // per task called back: first callback − due time
+	first, last       int64           // unix ns of the earliest and latest first callback; 0: none
+}
+
+// arrivals summarises the first callbacks of the tasks i with ok[i] (those
+// that were submitted); dueNs(i) is task i's due time in unix ns.
+func (r *recorder) arrivals(ok []bool, dueNs func(i int) int64) arrivalStats {
+	var a arrivalStats
+	a.late = make([]time.Duration, 0, len(ok))
+	for i := range ok {
+		if !ok[i] {
+			continue
+		}
+		at := r.first[i].Load()
+		if at == 0 {
+			a.missing++
+			continue
+		}
+		a.received++
+		if a.first == 0 || at < a.first {
+			a.first = at
+		}
+		a.last = max(a.last, at)
+		a.late = append(a.late, time.Duration(at-dueNs(i)))
+	}
+	return a
+}
+
 // executor is the bench's app: an HTTP server on a Unix socket that
 // records every callback and answers 200 after the run's work time.
 type executor struct {
