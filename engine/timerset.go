@@ -88,6 +88,7 @@ type TimerSet[P any] struct {
 	w          wheel[P]    // cur < tick <= cur+slots
 	far        farHeap     // tick > cur+slots; may hold stale items
 	farLive    int         // live items in far (entries in state stFar)
+	compacts   int         // compactions of far (for tests)
 	cur        int64       // wheel cursor: tick of the latest Now seen by Run
 	seq        uint32      // arm number of the latest arming
 	sleepUntil int64       // Run's planned wake-up (wall ns), or runBusy/runIdle
@@ -536,16 +537,37 @@ func (s *TimerSet[P]) live(it farItem) bool {
 // entry (at a million timers each would be a cache miss); the few stale
 // items whose arm number aliases a live one's tag are kept, and dropped by
 // farTop.
+//
+// The tags can alias in bulk: an entry cancelled and re-armed every 128
+// arms (a round robin over 128·k far timers) gets the same tag each time,
+// so every stale item of it matches. When the tag pass keeps more than
+// half of the stale items, a second pass over what it kept reads the
+// entries and drops them all, so each compaction at least halves the stale
+// items and its cost stays amortised O(1) per cancel whatever the pattern
+// (without it, compaction ran at every cancel and dropped nothing). With
+// arm numbers that do not repeat a period of 128 the tags keep about 1
+// stale item in 128 and the second pass never runs.
 func (s *TimerSet[P]) compactFar() {
 	tags := s.slab.tags
+	stale := len(s.far) - s.farLive
 	live := s.far[:0]
 	for _, it := range s.far {
 		if tags[it.idx] == farTag(it.seq) {
 			live = append(live, it)
 		}
 	}
+	if kept := len(live) - s.farLive; 2*kept > stale {
+		exact := live[:0]
+		for _, it := range live {
+			if s.live(it) {
+				exact = append(exact, it)
+			}
+		}
+		live = exact
+	}
 	s.far = live
 	s.far.init()
+	s.compacts++
 }
 
 // farTop returns the earliest live item of the far heap, popping stale

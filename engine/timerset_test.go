@@ -395,3 +395,37 @@ func TestTimerSet_FarTagAlias(t *testing.T) {
 		t.Fatalf("Len = %d, far %d after firing", s.Len(), len(s.far))
 	}
 }
+
+// Re-arming far timers round robin over a multiple of 128 of them gives
+// each entry the same far tag at every arm, so every stale item aliases a
+// live tag. Compaction must still drop them (it reads the entries when the
+// tags keep too many), so that it runs about once per farCompactMin
+// cancels, not at every cancel (which it did: O(n) per cancel), and Stats
+// stays exact.
+func TestTimerSet_FarTagBulkAlias(t *testing.T) {
+	for _, n := range []int{1000, 1024, 8192} {
+		s := newTestSet(TimersOptions{})
+		hs := make([]TimerHandle, n)
+		for k := range hs {
+			hs[k] = s.Arm(at(time.Hour+time.Duration(k)*time.Millisecond), k)
+		}
+		const rounds = 10
+		for r := 1; r <= rounds; r++ {
+			for k := range hs {
+				if !s.Cancel(hs[k]) {
+					t.Fatalf("n=%d round %d: cancel of a live timer failed", n, r)
+				}
+				hs[k] = s.Arm(at(time.Hour+time.Duration(r)*time.Second+time.Duration(k)*time.Millisecond), k)
+			}
+		}
+		if max := rounds*n/farCompactMin + 1; s.compacts > max {
+			t.Errorf("n=%d: %d compactions of the far heap for %d cancels, want at most %d", n, s.compacts, rounds*n, max)
+		}
+		if len(s.far) > 2*s.farLive+farCompactMin+1 {
+			t.Errorf("n=%d: far heap holds %d items for %d live timers", n, len(s.far), s.farLive)
+		}
+		if st := s.Stats(); st.Heap != n || st.Armed != n || s.Len() != n {
+			t.Errorf("n=%d: stats %+v, Len %d", n, st, s.Len())
+		}
+	}
+}
