@@ -268,6 +268,24 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 	return active
 }
 
+// resetAt re-arms the timer for the wall-clock instant at, read against
+// the fake clock's time when it is called: [TimerSet.Run] computes its
+// sleep from an earlier Now, and a test's Advance in between would
+// otherwise arm the timer late by the advance (or drain a fire that the
+// advance had just delivered), leaving Run asleep past its deadline.
+func (t *fakeTimer) resetAt(at time.Time) {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	delete(t.c.armed, t)
+	t.drain()
+	t.c.arm(t, at.Sub(t.c.wall))
+}
+
+// absTimer is a Timer that can be armed for an instant rather than a
+// duration (the fake clock's; real timers measure durations from a clock
+// that does not jump).
+type absTimer interface{ resetAt(at time.Time) }
+
 // drain drops a fired but unreceived value, as time.Timer does since Go 1.23.
 func (t *fakeTimer) drain() {
 	select {

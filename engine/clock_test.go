@@ -184,3 +184,33 @@ func TestRealClock(t *testing.T) {
 		t.Fatal("mono went back")
 	}
 }
+
+// A fake timer re-armed for an instant that an Advance has already reached
+// fires at once, and one re-armed after a partial Advance fires at the
+// instant, not the advance later. TimerSet.Run re-arms this way; with
+// Reset(d) from an earlier Now, an Advance in between left Run asleep past
+// its deadline (TestTimerSet_Run hung about 1 run in 200 under -race).
+func TestFakeTimer_ResetAt(t *testing.T) {
+	c := NewFakeClock(start)
+	tm := c.NewTimer(time.Second)
+	at, ok := tm.(absTimer)
+	if !ok {
+		t.Fatal("the fake clock's timer is not an absTimer")
+	}
+	c.Advance(time.Second) // fires; the value waits in the channel
+	at.resetAt(start.Add(time.Second))
+	select {
+	case <-tm.C():
+	default:
+		t.Fatal("re-armed for a reached instant: no fire")
+	}
+	at.resetAt(start.Add(3 * time.Second))
+	c.Advance(500 * time.Millisecond)
+	at.resetAt(start.Add(3 * time.Second)) // as Run does after its Now
+	c.Advance(1500 * time.Millisecond)     // exactly the instant
+	select {
+	case <-tm.C():
+	default:
+		t.Fatal("re-armed after a partial advance: no fire at the instant")
+	}
+}

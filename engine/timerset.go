@@ -352,6 +352,9 @@ func (s *TimerSet[P]) run(ctx context.Context, emit func(i int32, e *entry[P]), 
 			} else {
 				timer.Reset(d)
 			}
+			if at, ok := timer.(absTimer); ok {
+				at.resetAt(time.Unix(0, wakeAt)) // d is from nowNs; a fake clock may have moved since
+			}
 			tc = timer.C()
 		} else if timer != nil {
 			timer.Stop()
