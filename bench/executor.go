@@ -189,7 +189,7 @@ func (e *executor) serve(w http.ResponseWriter, req *http.Request) {
 	_, _ = io.Copy(io.Discard, req.Body)
 	if d := time.Duration(e.work.Load()); d > 0 {
 		woke := make(chan struct{})
-		h := e.sleeps.Arm(now.Add(d), woke)
+		h := e.sleeps.Arm(time.Now().Add(d), woke) // from when the request is read
 		select {
 		case <-woke:
 		case <-req.Context().Done():

@@ -98,8 +98,10 @@ type slab[P any] struct {
 // number; any other entry has tagNone. A far item whose tag differs from
 // farTag(item.seq) is stale; one whose tag matches is live, or stale with
 // an arm number equal to the live one's in the low 7 bits (about 1 stale
-// item in 128 of those whose entry is far again): compaction keeps those,
-// and [TimerSet.farTop], which reads the entry, drops them.
+// item in 128 of those whose entry is far again with random arm numbers;
+// all of them when an entry is re-armed every 128·k arms): compaction
+// keeps those, and [TimerSet.farTop], which reads the entry, drops them,
+// or compaction itself when they are many (see compactFar).
 const tagNone = 0
 
 // farTag is the tag of an entry whose live far item has arm number seq.
