@@ -91,8 +91,8 @@ type storageGuard struct {
 	log      zerolog.Logger
 	fsm      *raftfsm.FSM
 	now      func() time.Time
-	// freeBytes and probeWrite are the probe's system calls (test hooks).
-	freeBytes  func(dir string) (uint64, error)
+	// freeSpace and probeWrite are the probe's system calls (test hooks).
+	freeSpace  func(dir string) (diskFree, error)
 	probeWrite func(dir string) error
 
 	probeCause atomic.Pointer[string] // nil: the last probe passed
@@ -113,7 +113,7 @@ type storageGuard struct {
 func newStorageGuard(dir string, reserve int64, interval time.Duration, fsm *raftfsm.FSM, log zerolog.Logger) *storageGuard {
 	g := &storageGuard{
 		dir: dir, interval: interval, log: log, fsm: fsm, now: time.Now,
-		freeBytes: statfsFree, probeWrite: writeProbeFile,
+		freeSpace: statfsFree, probeWrite: writeProbeFile,
 		changed: make(chan struct{}), stopCh: make(chan struct{}),
 	}
 	g.reserve.Store(uint64(max(reserve, 0)))
@@ -177,20 +177,30 @@ func (g *storageGuard) waitWritable(ctx context.Context, stop func() error) erro
 	}
 }
 
+// storageMinInodes is the fewest free inodes the write gate accepts (when
+// the file system counts them): badger writes new table and value-log
+// files, Raft new snapshots, and a file system out of inodes fails those
+// with ENOSPC whatever its free bytes.
+const storageMinInodes = 64
+
 // gate is the FSM's write gate: it refuses a badger commit while the data
-// dir has less than the reserve free (a live statfs: one system call).
+// dir has less than the reserve free, or fewer than storageMinInodes free
+// inodes (a live statfs: one system call).
 func (g *storageGuard) gate() error {
 	reserve := g.reserve.Load()
 	if reserve == 0 {
 		return nil
 	}
-	free, err := g.freeBytes(g.dir)
+	free, err := g.freeSpace(g.dir)
 	if err != nil {
 		return nil // cannot tell: let badger try (its own errors are retried)
 	}
-	if free < reserve {
+	if free.bytes < reserve {
 		return fmt.Errorf("data dir %s has %s free, below the reserve of %s (--storage-reserve)",
-			g.dir, mib(free), mib(reserve))
+			g.dir, mib(free.bytes), mib(reserve))
+	}
+	if free.inodes >= 0 && free.inodes < storageMinInodes {
+		return fmt.Errorf("data dir %s has %d free inodes, below %d: new files cannot be created", g.dir, free.inodes, storageMinInodes)
 	}
 	return nil
 }
@@ -361,12 +371,22 @@ func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 // statfsFree returns the bytes of dir's file system available to this
 // (unprivileged) process.
-func statfsFree(dir string) (uint64, error) {
+func statfsFree(dir string) (diskFree, error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, err
+		return diskFree{}, err
 	}
-	return st.Bavail * uint64(st.Bsize), nil
+	f := diskFree{bytes: st.Bavail * uint64(st.Bsize), inodes: -1}
+	if st.Files > 0 { // 0: the file system does not count inodes (btrfs)
+		f.inodes = int64(st.Ffree)
+	}
+	return f, nil
+}
+
+// diskFree is what statfs tells of the data dir's file system.
+type diskFree struct {
+	bytes  uint64 // available to unprivileged users
+	inodes int64  // free inodes; -1 when the file system does not count them
 }
 
 // probeFileName is the file the probe writes in the data dir.

@@ -23,8 +23,10 @@ func TestStorageGuardStates(t *testing.T) {
 	g := newStorageGuard("/data", 64<<20, time.Hour, testFSM(t), zerolog.New(zerolog.NewTestWriter(t)))
 	var free atomic.Uint64
 	free.Store(1 << 30)
+	var inodes atomic.Int64
+	inodes.Store(-1)
 	var probeErr atomic.Pointer[error]
-	g.freeBytes = func(string) (uint64, error) { return free.Load(), nil }
+	g.freeSpace = func(string) (diskFree, error) { return diskFree{bytes: free.Load(), inodes: inodes.Load()}, nil }
 	g.probeWrite = func(string) error {
 		if e := probeErr.Load(); e != nil {
 			return *e
@@ -76,6 +78,19 @@ func TestStorageGuardStates(t *testing.T) {
 	if g.err() != nil || g.status() != nil {
 		t.Fatalf("still unavailable: %v", g.err())
 	}
+
+	// Out of inodes, free bytes or not: refused; uncounted (-1): not.
+	inodes.Store(10)
+	g.probe()
+	if e := g.err(); e == nil || !strings.Contains(e.Cause, "10 free inodes") {
+		t.Fatalf("state with 10 free inodes %+v", e)
+	}
+	inodes.Store(100000)
+	g.probe()
+	if g.err() != nil {
+		t.Fatalf("still unavailable with free inodes: %v", g.err())
+	}
+	inodes.Store(-1)
 
 	// A probe file that cannot be written (read-only dir, ENOSPC).
 	perm := error(&os.PathError{Op: "open", Path: "/data/" + probeFileName, Err: syscall.EACCES})
@@ -286,7 +301,7 @@ func TestStorageGuardRunWritesProbeFileRarelyWhileHealthy(t *testing.T) {
 	g.now = func() time.Time { return time.Unix(0, now.Load()) }
 	var statfs, writes atomic.Int64
 	var probeErr atomic.Pointer[error]
-	g.freeBytes = func(string) (uint64, error) { statfs.Add(1); return 1 << 30, nil }
+	g.freeSpace = func(string) (diskFree, error) { statfs.Add(1); return diskFree{bytes: 1 << 30, inodes: -1}, nil }
 	g.probeWrite = func(string) error {
 		writes.Add(1)
 		if e := probeErr.Load(); e != nil {
@@ -340,7 +355,7 @@ func TestStorageGuardRunWritesProbeFileRarelyWhileHealthy(t *testing.T) {
 // new leader at once instead of waiting for this disk).
 func TestStorageGuardWaitWritableStops(t *testing.T) {
 	g := newStorageGuard("/data", 64<<20, time.Hour, testFSM(t), zerolog.New(zerolog.NewTestWriter(t)))
-	g.freeBytes = func(string) (uint64, error) { return 1 << 20, nil } // below the reserve
+	g.freeSpace = func(string) (diskFree, error) { return diskFree{bytes: 1 << 20, inodes: -1}, nil } // below the reserve
 	g.probeWrite = func(string) error { return nil }
 	g.probe()
 	if g.err() == nil {
@@ -358,7 +373,7 @@ func TestStorageGuardWaitWritableStops(t *testing.T) {
 		t.Fatalf("waitWritable = %v after %d stop calls, want stopped after 3", err, calls.Load())
 	}
 	// Writable: nil at once, stop not called.
-	g.freeBytes = func(string) (uint64, error) { return 1 << 30, nil }
+	g.freeSpace = func(string) (diskFree, error) { return diskFree{bytes: 1 << 30, inodes: -1}, nil }
 	g.probe()
 	if err := g.waitWritable(context.Background(), func() error { return stopped }); err != nil {
 		t.Fatalf("waitWritable on writable storage = %v", err)
