@@ -399,36 +399,8 @@ func TestChaos_KillRandomNode(t *testing.T) {
 		t.Logf("initial leader %s", l.ID)
 	}
 
-	load := &chaosLoad{
-		c: c, clients: clients, rate: rate,
-		rng:      rand.New(rand.NewPCG(seed, 1)),
-		queue:    make(chan *chaosTask, rate*int(chaosSubmitGrace/time.Second)*4),
-		stop:     make(chan struct{}),
-		abandon:  make(chan struct{}),
-		genDone:  make(chan struct{}),
-		errKinds: map[string]int{},
-	}
-	for i := 0; i < chaosWorkers; i++ {
-		load.wg.Add(1)
-		go load.work()
-	}
 	loadStart := time.Now()
-	go load.generate()
-	workersDone := make(chan struct{})
-	go func() { load.wg.Wait(); close(workersDone) }()
-	defer func() { // never leave the load running on a t.Fatal
-		select {
-		case <-load.stop:
-		default:
-			close(load.stop)
-		}
-		select {
-		case <-load.abandon:
-		default:
-			close(load.abandon)
-		}
-		<-workersDone
-	}()
+	load, workersDone := startFaultLoad(t, c, clients, rate, chaosWorkers, seed)
 
 	// The chaos loop.
 	rng := rand.New(rand.NewPCG(seed, 2))

@@ -67,7 +67,7 @@ func startFaultLoad(t *testing.T, c *Cluster, clients map[string]*Client, rate, 
 	load := &chaosLoad{
 		c: c, clients: clients, rate: rate,
 		rng:      rand.New(rand.NewPCG(seed, 1)),
-		queue:    make(chan *chaosTask, rate*60),
+		queue:    make(chan *chaosTask, rate*int(chaosSubmitGrace/time.Second)*4),
 		stop:     make(chan struct{}),
 		abandon:  make(chan struct{}),
 		genDone:  make(chan struct{}),

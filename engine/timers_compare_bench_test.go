@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"math"
-	"math/rand/v2"
 	"os"
 	"runtime"
 	"sync"
@@ -71,15 +70,7 @@ func BenchmarkTimers(b *testing.B) {
 	// One workload for all: 2×pending keys (a cancelled slot's successor
 	// gets the other key of its pair) and 64Ki due offsets.
 	keys := benchKeys("t", 2*pending)
-	rng := rand.New(rand.NewPCG(11, 12))
-	offs := make([]time.Duration, 1<<16)
-	for i := range offs {
-		span := time.Minute
-		if rng.IntN(10) >= 7 {
-			span = time.Hour
-		}
-		offs[i] = 1 + time.Duration(rng.Int64N(int64(span)))
-	}
+	offs := benchOffsets()
 	for _, im := range impls {
 		b.Run(im.name, func(b *testing.B) {
 			runtime.GC()

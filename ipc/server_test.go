@@ -34,10 +34,18 @@ type testServer struct {
 
 func startServer(t *testing.T, opts ServerOptions) *testServer {
 	t.Helper()
-	ts := &testServer{t: t, backend: newFakeBackend(), done: make(chan error, 1)}
+	fb := newFakeBackend()
+	return serveBackend(t, fb, fb, opts)
+}
+
+// serveBackend starts a server on b, whose fake backend (b itself or the
+// one it wraps) is fb, and returns it once it accepts connections.
+func serveBackend(t *testing.T, b Backend, fb *fakeBackend, opts ServerOptions) *testServer {
+	t.Helper()
+	ts := &testServer{t: t, backend: fb, done: make(chan error, 1)}
 	ts.path = filepath.Join(t.TempDir(), "ax.sock")
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)
-	ts.srv = NewServer(ts.backend, log, opts)
+	ts.srv = NewServer(b, log, opts)
 	go func() { ts.done <- ts.srv.ServeUnix(ts.path) }()
 	ts.client = &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {

@@ -1,15 +1,8 @@
 package ipc
 
 import (
-	"context"
-	"net"
-	"net/http"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
-
-	"github.com/rs/zerolog"
 )
 
 // guardedBackend is the fake backend of a node whose storage may refuse
@@ -29,25 +22,7 @@ func (g *guardedBackend) WriteAllowed() error {
 func startGuardedServer(t *testing.T) (*testServer, *guardedBackend) {
 	t.Helper()
 	g := &guardedBackend{fakeBackend: newFakeBackend()}
-	ts := &testServer{t: t, backend: g.fakeBackend, done: make(chan error, 1)}
-	ts.path = filepath.Join(t.TempDir(), "ax.sock")
-	ts.srv = NewServer(g, zerolog.New(zerolog.NewTestWriter(t)), ServerOptions{})
-	go func() { ts.done <- ts.srv.ServeUnix(ts.path) }()
-	ts.client = &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", ts.path)
-		},
-	}}
-	waitFor(t, 5*time.Second, func() bool {
-		c, err := net.Dial("unix", ts.path)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	t.Cleanup(func() { ts.stop() })
-	return ts, g
+	return serveBackend(t, g, g.fakeBackend, ServerOptions{}), g
 }
 
 // A node whose storage cannot take writes answers every write 503

@@ -245,21 +245,11 @@ func (c Config) WithDefaults() Config {
 	dur(&c.LeaderLeaseTimeout, LeaderLeaseTimeoutDefault)
 	dur(&c.LeaseGrace, LeaseGraceDefault)
 	dur(&c.LoadWindow, LoadWindowDefault)
-	switch {
-	case c.FireLead == 0:
-		c.FireLead = FireLeadDefault
-	case c.FireLead < 0:
-		c.FireLead = 0
-	}
+	defaultOrOff(&c.FireLead, FireLeadDefault)
 	if c.DeliveryConcurrency == 0 {
 		c.DeliveryConcurrency = DeliveryConcurrencyDefault
 	}
-	switch {
-	case c.BacklogLimit == 0:
-		c.BacklogLimit = BacklogLimitDefault
-	case c.BacklogLimit < 0:
-		c.BacklogLimit = 0
-	}
+	defaultOrOff(&c.BacklogLimit, BacklogLimitDefault)
 	if c.MaxBatchCommands == 0 {
 		c.MaxBatchCommands = MaxBatchCommandsDefault
 	}
@@ -281,12 +271,7 @@ func (c Config) WithDefaults() Config {
 	}
 	dur(&c.AutopilotStabilization, AutopilotStabilizationDefault)
 	dur(&c.AutopilotReplaceAfter, AutopilotReplaceAfterDefault)
-	switch {
-	case c.StorageReserve == 0:
-		c.StorageReserve = StorageReserveDefault
-	case c.StorageReserve < 0:
-		c.StorageReserve = 0
-	}
+	defaultOrOff(&c.StorageReserve, StorageReserveDefault)
 	dur(&c.StorageProbeInterval, StorageProbeIntervalDefault)
 	return c
 }
@@ -351,4 +336,16 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// defaultOrOff sets *v to def when it is 0, and to 0 (off) when it is
+// negative: the rule of the options whose zero value means "default" and
+// whose negative value turns the feature off.
+func defaultOrOff[T ~int | ~int64](v *T, def T) {
+	switch {
+	case *v == 0:
+		*v = def
+	case *v < 0:
+		*v = 0
+	}
 }

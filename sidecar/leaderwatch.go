@@ -7,33 +7,42 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// broadcast wakes every waiter at once: changed returns a channel that the
+// next notify closes. The zero value is ready to use.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{} // closed at the next notify; nil until asked for
+}
+
+// changed returns a channel closed at the next notify after the call. Take
+// it before reading the state it guards, so a change in between is not
+// missed.
+func (b *broadcast) changed() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+// notify wakes every waiter.
+func (b *broadcast) notify() {
+	b.mu.Lock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+	b.mu.Unlock()
+}
+
 // leaderWatch tells when the Raft leader this node knows of changes, so a
 // request forwarded to a leader that has since been replaced (cut off by a
 // partition, or stopped) is abandoned at once and sent to the new one,
 // instead of hanging until peerTimeout.
-type leaderWatch struct {
-	mu sync.Mutex
-	ch chan struct{} // closed at the next change
-}
+type leaderWatch struct{ broadcast }
 
-func newLeaderWatch() *leaderWatch { return &leaderWatch{ch: make(chan struct{})} }
-
-// changed returns a channel closed at the next leader change after the
-// call. Take it before reading the leader, so a change in between is not
-// missed.
-func (w *leaderWatch) changed() <-chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.ch
-}
-
-// notify signals a leader change to every waiter.
-func (w *leaderWatch) notify() {
-	w.mu.Lock()
-	close(w.ch)
-	w.ch = make(chan struct{})
-	w.mu.Unlock()
-}
+func newLeaderWatch() *leaderWatch { return &leaderWatch{} }
 
 // run feeds w from Raft's leader observations until ctx ends.
 func (w *leaderWatch) run(ctx context.Context, r *raft.Raft) {

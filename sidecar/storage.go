@@ -100,7 +100,7 @@ type storageGuard struct {
 
 	mu       sync.Mutex
 	down     atomic.Pointer[StorageUnavailableError] // nil: writable
-	changed  chan struct{}                           // closed and replaced on every transition
+	changed  broadcast                               // notified on every transition
 	lastDown time.Time                               // last onDown call
 	// onDown is called (in its own goroutine) when the node enters the
 	// state, and every storageTransferEvery while it stays in it. Set it
@@ -114,7 +114,7 @@ func newStorageGuard(dir string, reserve int64, interval time.Duration, fsm *raf
 	g := &storageGuard{
 		dir: dir, interval: interval, log: log, fsm: fsm, now: time.Now,
 		freeSpace: statfsFree, probeWrite: writeProbeFile,
-		changed: make(chan struct{}), stopCh: make(chan struct{}),
+		stopCh: make(chan struct{}),
 	}
 	g.reserve.Store(uint64(max(reserve, 0)))
 	return g
@@ -138,11 +138,7 @@ func (g *storageGuard) setOnDown(fn func()) {
 func (g *storageGuard) err() *StorageUnavailableError { return g.down.Load() }
 
 // changedCh returns a channel closed at the next transition.
-func (g *storageGuard) changedCh() <-chan struct{} {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.changed
-}
+func (g *storageGuard) changedCh() <-chan struct{} { return g.changed.changed() }
 
 // waitWritable returns nil once storage takes writes, the
 // *StorageUnavailableError when ctx ends first, or the first error of stop
@@ -295,8 +291,7 @@ func (g *storageGuard) update() {
 	default:
 		return
 	}
-	close(g.changed)
-	g.changed = make(chan struct{})
+	g.changed.notify()
 }
 
 // storageWriteProbeEvery is how often a node whose storage is fine writes
@@ -318,7 +313,7 @@ func (g *storageGuard) run(ctx context.Context) {
 	defer t.Stop()
 	var lastWrite time.Time
 	for {
-		if now := g.now(); g.err() != nil || lastWrite.IsZero() || now.Sub(lastWrite) >= storageWriteProbeEvery {
+		if now := g.now(); g.err() != nil || now.Sub(lastWrite) >= storageWriteProbeEvery { // the zero lastWrite is long ago
 			lastWrite = now
 			g.probe()
 		} else {
