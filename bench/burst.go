@@ -98,11 +98,11 @@ func ParseLimits(s string) ([]string, error) {
 	return out, nil
 }
 
-// RunBurst runs seed 004's test once per limit, each on a fresh node (or
+// RunBurst runs the burst test once per limit, each on a fresh node (or
 // once against a running cluster).
 func RunBurst(ctx context.Context, opts Options, cfg BurstConfig) (*BurstReport, error) {
 	if len(opts.Sockets) == 0 {
-		opts.Nodes = 1 // seed 004 is about one node's executor
+		opts.Nodes = 1 // the burst test is about one node's executor
 	}
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -175,7 +175,7 @@ func runBurstOnce(ctx context.Context, opts *Options, cfg BurstConfig, limit str
 	first := time.Now()
 	var sampler *limitSampler
 	if e.cl != nil {
-		sampler = startLimitSampler(ctx, e.callers[0], first)
+		sampler = startLimitSampler(ctx, e.clients[0], first)
 	}
 	bar := startProgress(opts.Progress, "burst "+limit, func() (float64, string) {
 		got := rec.recv.Load()
@@ -196,10 +196,10 @@ func runBurstOnce(ctx context.Context, opts *Options, cfg BurstConfig, limit str
 				lo, hi := b*cfg.Batch, min((b+1)*cfg.Batch, cfg.Count)
 				items := make([]json.RawMessage, 0, hi-lo)
 				for i := lo; i < hi; i++ {
-					items = append(items, submitItem{ID: rec.id(i), Handler: handler}.raw())
+					items = append(items, raw(submitItem(rec.id(i), handler)))
 				}
 				sent := time.Now()
-				res, err := submitBatch(ctx, e.callers[b%len(e.callers)], items)
+				res, err := submitBatch(ctx, e.clients[b%len(e.clients)], items)
 				lastAnswer.Store(time.Now().UnixNano())
 				if err != nil {
 					for i := lo; i < hi; i++ {
@@ -284,7 +284,7 @@ func runBurstOnce(ctx context.Context, opts *Options, cfg BurstConfig, limit str
 	}
 	if sampler != nil {
 		r.Trace = trace
-		r.Limiter = summarizeLimits(trace, meanCallback(ctx, e.callers[0], handler), r.Received)
+		r.Limiter = summarizeLimits(trace, meanCallback(ctx, e.clients[0], handler), r.Received)
 	}
 	return r, nil
 }

@@ -17,7 +17,7 @@ import (
 // Defaults of the delayed workload.
 const (
 	// expiredAfter: a callback later than this after its due time counts as
-	// expired (seed 003).
+	// expired.
 	expiredAfter = time.Second
 	// delayedGrace is added to the longest delay to bound the wait for the
 	// last callbacks.
@@ -72,7 +72,7 @@ type DelayedReport struct {
 	Pass     bool     `json:"pass"`
 }
 
-// RunDelayed runs seed 003's test: Count tasks due SpreadMin..SpreadMax
+// RunDelayed runs the delayed test: Count tasks due SpreadMin..SpreadMax
 // after they are submitted; it waits for every callback (or SpreadMax + 30s
 // after the last submit) and reports lateness, early and expired
 // callbacks, duplicates and losses.
@@ -126,10 +126,11 @@ func RunDelayed(ctx context.Context, opts Options, cfg DelayedConfig) (*DelayedR
 				for i := lo; i < hi; i++ {
 					due := ceilMs(base.Add(delays[i]))
 					rec.due[i].Store(due)
-					items = append(items, submitItem{ID: rec.id(i), Handler: handler,
-						RunAt: time.UnixMilli(due).UTC().Format(rfc3339Milli)}.raw())
+					it := submitItem(rec.id(i), handler)
+					it.RunAt = new(time.UnixMilli(due).UTC().Format(rfc3339Milli))
+					items = append(items, raw(it))
 				}
-				res, err := submitBatch(ctx, e.callers[b%len(e.callers)], items)
+				res, err := submitBatch(ctx, e.clients[b%len(e.clients)], items)
 				lastAnswer.Store(time.Now().UnixNano())
 				if err != nil {
 					for i := lo; i < hi; i++ {
@@ -206,7 +207,7 @@ func RunDelayed(ctx context.Context, opts Options, cfg DelayedConfig) (*DelayedR
 	}
 
 	r := &DelayedReport{
-		Workload: "delayed", Target: opts.target(), Nodes: len(e.callers), Count: cfg.Count,
+		Workload: "delayed", Target: opts.target(), Nodes: len(e.clients), Count: cfg.Count,
 		SpreadMin: Millis(cfg.SpreadMin), SpreadMax: Millis(cfg.SpreadMax), Batch: cfg.Batch,
 		Submitted: int(submitted.Load()), TimedOut: timedOut,
 		Errors: errs.n + int(rec.other.Load()), Samples: errs.samples,

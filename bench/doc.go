@@ -3,11 +3,11 @@
 // temporary directory) or against a running one, with its own executor that
 // records when each callback arrives:
 //
-//   - delayed: seed 003's test. N tasks with due times spread uniformly over
+//   - delayed: the lateness test. N tasks with due times spread uniformly over
 //     a range, submitted in batches with an explicit run_at; it checks that
 //     none is called back early, counts the ones late by more than a second
 //     ("expired") and duplicates, and reports the lateness distribution.
-//   - burst: seed 004's test. N tasks due at once on one node, each callback
+//   - burst: the limiter test. N tasks due at once on one node, each callback
 //     taking a fixed time; for each delivery limit it reports the makespan,
 //     the lateness and the peak in-flight at the executor.
 //   - throughput: the highest submit rate that C concurrent clients reach,

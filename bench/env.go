@@ -15,7 +15,7 @@ import (
 	"time"
 
 	ax "github.com/axsched/ax/clients/go"
-	"github.com/axsched/ax/internal/axapi"
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // Names the bench uses on the cluster.
@@ -102,7 +102,6 @@ type env struct {
 	dir     string
 	cl      *cluster // nil when targeting a running cluster
 	exec    *executor
-	callers []*axapi.Caller
 	clients []*ax.Client
 	viaAPI  bool // the executor was registered through the API
 	failed  bool // keep the directory for a look at the logs
@@ -168,14 +167,15 @@ func newEnv(ctx context.Context, opts *Options, ec envConfig) (_ *env, err error
 
 func (e *env) setClients(sockets []string) {
 	for _, s := range sockets {
-		e.callers = append(e.callers, axapi.New(s, submitTimeout))
 		e.clients = append(e.clients, ax.New(ax.Config{SocketPath: s, Timeout: submitTimeout}))
 	}
 }
 
 func (e *env) registerExecutor(ctx context.Context, spec axapi.ExecutorSpec) error {
-	for _, c := range e.callers {
-		if err := c.RegisterExecutor(ctx, spec); err != nil {
+	reg := ax.ExecutorRegistration{Name: spec.Name, Handlers: spec.Handlers, URL: spec.URL,
+		MinConcurrency: spec.MinConcurrency, MaxConcurrency: spec.MaxConcurrency}
+	for _, c := range e.clients {
+		if err := c.RegisterExecutor(ctx, reg); err != nil {
 			return fmt.Errorf("register the bench's executor on %s: %w", c.Socket(), err)
 		}
 	}
@@ -200,13 +200,10 @@ func (e *env) alive() error {
 func (e *env) close() {
 	if e.viaAPI && e.cl == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		for _, c := range e.callers {
+		for _, c := range e.clients {
 			_ = c.UnregisterExecutor(ctx, ExecutorName)
 		}
 		cancel()
-	}
-	for _, c := range e.callers {
-		c.Close()
 	}
 	for _, c := range e.clients {
 		c.CloseIdleConnections()
@@ -235,11 +232,11 @@ func (e *env) saveMetrics() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, n := range e.cl.nodes {
-		c := axapi.New(n.Socket, 5*time.Second)
-		if body, _, err := c.Do(ctx, "GET", "/metrics", nil); err == nil {
-			_ = os.WriteFile(filepath.Join(e.dir, n.ID+".metrics"), body, 0o644)
+		c := ax.New(ax.Config{SocketPath: n.Socket, Timeout: 5 * time.Second})
+		if r, err := c.Call(ctx, "GET", "/metrics", nil); err == nil {
+			_ = os.WriteFile(filepath.Join(e.dir, n.ID+".metrics"), r.Body, 0o644)
 		}
-		c.Close()
+		c.CloseIdleConnections()
 	}
 }
 
@@ -250,17 +247,15 @@ func runID() string {
 	return "axb" + hex.EncodeToString(b[:])
 }
 
-// submitItem is one task of a batch (the fields of POST /v1/tasks).
-type submitItem struct {
-	ID          string `json:"id"`
-	Handler     string `json:"handler"`
-	RunAt       string `json:"run_at,omitempty"`
-	Delay       string `json:"delay,omitempty"`
-	MaxAttempts int    `json:"max_attempts,omitempty"`
+// submitItem is one task of a batch: a submit request with an id and a
+// handler; the workloads set a delay or a run_at.
+func submitItem(id, handler string) axapi.SubmitRequest {
+	return axapi.SubmitRequest{ID: id, Handler: handler}
 }
 
-func (it submitItem) raw() json.RawMessage {
-	b, _ := json.Marshal(it)
+// raw encodes a task of a batch.
+func raw(it axapi.SubmitRequest) json.RawMessage {
+	b, _ := it.Encode()
 	return b
 }
 
@@ -281,10 +276,10 @@ func ceilMs(t time.Time) int64 {
 // submitBatch sends one batch, again while the cluster answers busy (429,
 // 503) or the connection broke; resending is safe since the ids and specs
 // are the same.
-func submitBatch(ctx context.Context, c *axapi.Caller, items []json.RawMessage) ([]axapi.BatchResult, error) {
+func submitBatch(ctx context.Context, c *ax.Client, items []json.RawMessage) ([]axapi.BatchResult, error) {
 	wait := 50 * time.Millisecond
 	for try := 0; ; try++ {
-		res, err := c.SubmitBatch(ctx, items)
+		res, err := postBatch(ctx, c, items)
 		if err == nil {
 			return res, nil
 		}
@@ -334,3 +329,24 @@ type Millis time.Duration
 
 // MarshalJSON writes the duration in milliseconds.
 func (m Millis) MarshalJSON() ([]byte, error) { return json.Marshal(ms(time.Duration(m))) }
+
+// postBatch sends one POST /v1/tasks/batch of encoded submit requests and
+// returns its results, in the order of items.
+func postBatch(ctx context.Context, c *ax.Client, items []json.RawMessage) ([]axapi.BatchResult, error) {
+	body, err := json.Marshal(axapi.BatchRequest{Tasks: items})
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.Call(ctx, "POST", "/v1/tasks/batch", body)
+	if err != nil {
+		return nil, err
+	}
+	var out axapi.BatchResponse
+	if err := json.Unmarshal(r.Body, &out); err != nil || out.Results == nil {
+		return nil, fmt.Errorf("batch answer of %s is not the API's JSON: %.80s", c.Socket(), r.Body)
+	}
+	if len(out.Results) != len(items) {
+		return nil, fmt.Errorf("batch of %d answered with %d results", len(items), len(out.Results))
+	}
+	return out.Results, nil
+}

@@ -13,11 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/axsched/ax/clients/go/axapi"
 	"github.com/axsched/ax/engine"
 )
 
-// ExecutePath is where the sidecar POSTs callbacks.
-const ExecutePath = "/ax/v1/execute"
+// ExecutePath is where the sidecar POSTs callbacks (axapi.ExecutePath).
+const ExecutePath = axapi.ExecutePath
 
 // recorder keeps, for each task of one run, when its first callback arrived
 // and how many arrived. Task ids are prefix + "-" + index.

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/axsched/ax/internal/axapi"
+	ax "github.com/axsched/ax/clients/go"
 )
 
 // limitSampleEvery is how often the burst workload reads the node's
@@ -61,7 +61,7 @@ type LimiterSummary struct {
 // limitSampler reads the node's executor gauges every limitSampleEvery
 // until stopped.
 type limitSampler struct {
-	c     *axapi.Caller
+	c     *ax.Client
 	start time.Time
 
 	mu      sync.Mutex
@@ -70,7 +70,7 @@ type limitSampler struct {
 	stopped chan struct{}
 }
 
-func startLimitSampler(ctx context.Context, c *axapi.Caller, start time.Time) *limitSampler {
+func startLimitSampler(ctx context.Context, c *ax.Client, start time.Time) *limitSampler {
 	s := &limitSampler{c: c, start: start, done: make(chan struct{}), stopped: make(chan struct{})}
 	go s.run(ctx)
 	return s
@@ -98,12 +98,12 @@ func (s *limitSampler) run(ctx context.Context) {
 // read takes one reading of the gauges.
 func (s *limitSampler) read(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	body, status, err := s.c.Do(rctx, "GET", "/metrics", nil)
+	r, err := s.c.Call(rctx, "GET", "/metrics", nil)
 	cancel()
-	if err != nil || status != 200 {
+	if err != nil || r.Status != 200 {
 		return
 	}
-	m := parseMetrics(body)
+	m := parseMetrics(r.Body)
 	smp := LimitSample{At: Millis(time.Since(s.start)),
 		Limit:    m.sum("ax_executor_limit{"),
 		InFlight: m.sum("ax_executor_in_flight{"),
@@ -211,14 +211,14 @@ func summarizeLimits(samples []LimitSample, callback time.Duration, count int) *
 
 // meanCallback reads the mean of ax_attempt_duration_seconds for handler
 // from the node's metrics (0 when unknown).
-func meanCallback(ctx context.Context, c *axapi.Caller, handler string) time.Duration {
+func meanCallback(ctx context.Context, c *ax.Client, handler string) time.Duration {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	body, status, err := c.Do(rctx, "GET", "/metrics", nil)
-	if err != nil || status != 200 {
+	r, err := c.Call(rctx, "GET", "/metrics", nil)
+	if err != nil || r.Status != 200 {
 		return 0
 	}
-	m := parseMetrics(body)
+	m := parseMetrics(r.Body)
 	label := fmt.Sprintf("{handler=%q}", handler)
 	sum, cnt := m["ax_attempt_duration_seconds_sum"+label], m["ax_attempt_duration_seconds_count"+label]
 	if cnt <= 0 {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	ax "github.com/axsched/ax/clients/go"
-	"github.com/axsched/ax/internal/axapi"
 )
 
 // throughputDelay is the delay of the tasks the throughput workload
@@ -114,11 +113,9 @@ func runThroughputPhase(ctx context.Context, e *env, cfg ThroughputConfig, batch
 			defer wg.Done()
 			// Each client has its own connection, like one app; the clients
 			// go round robin over the target's sockets.
-			socket := e.callers[c%len(e.callers)].Socket()
+			socket := e.clients[c%len(e.clients)].Socket()
 			own := ax.New(ax.Config{SocketPath: socket, Timeout: submitTimeout})
 			defer own.CloseIdleConnections()
-			caller := axapi.New(socket, submitTimeout)
-			defer caller.Close()
 			for seq := 0; time.Now().Before(end); seq++ {
 				t0 := time.Now()
 				var err error
@@ -129,10 +126,12 @@ func runThroughputPhase(ctx context.Context, e *env, cfg ThroughputConfig, batch
 				} else {
 					items := make([]json.RawMessage, batch)
 					for k := range items {
-						items[k] = submitItem{ID: fmt.Sprintf("%s-b%d-%d-%d", prefix, c, seq, k), Handler: handler, Delay: throughputDelay.String()}.raw()
+						it := submitItem(fmt.Sprintf("%s-b%d-%d-%d", prefix, c, seq, k), handler)
+						it.Delay = new(throughputDelay.String())
+						items[k] = raw(it)
 					}
 					var res []batchResultLite
-					res, err = submitBatchLite(pctx, caller, items)
+					res, err = submitBatchLite(pctx, own, items)
 					for _, r := range res {
 						if r.failed {
 							errs.add(r.msg)
@@ -176,8 +175,8 @@ type batchResultLite struct {
 
 // submitBatchLite sends one batch once (no retry: a busy answer is an
 // error of the throughput run) and reports failed items.
-func submitBatchLite(ctx context.Context, c *axapi.Caller, items []json.RawMessage) ([]batchResultLite, error) {
-	res, err := c.SubmitBatch(ctx, items)
+func submitBatchLite(ctx context.Context, c *ax.Client, items []json.RawMessage) ([]batchResultLite, error) {
+	res, err := postBatch(ctx, c, items)
 	if err != nil {
 		return nil, err
 	}

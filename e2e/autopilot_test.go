@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/axsched/ax/e2e/harness"
 )
 
 // apMember is a member of GET /v1/cluster with autopilot's fields.
@@ -54,7 +56,7 @@ func (c apCluster) voters() []string {
 	return out
 }
 
-func apClusterOf(ctx context.Context, n *Node) (apCluster, error) {
+func apClusterOf(ctx context.Context, n *harness.Node) (apCluster, error) {
 	var info apCluster
 	resp, err := n.Client.Do(ctx, "GET", "/v1/cluster", nil)
 	if err != nil {
@@ -70,20 +72,20 @@ func apClusterOf(ctx context.Context, n *Node) (apCluster, error) {
 // c through its members' peer addresses (with an executor for every
 // handler, like the others), and adds it to c.Nodes so that c's cleanup
 // kills it and dumps its log.
-func addJoiningNode(t *testing.T, c *Cluster, id string, extra ...string) *Node {
+func addJoiningNode(t *testing.T, c *harness.Cluster, id string, extra ...string) *harness.Node {
 	t.Helper()
 	base := c.Nodes[0]
 	dataRoot, sockRoot := filepath.Dir(base.DataDir), filepath.Dir(base.Socket)
-	ports := freePorts(t, 2)
-	n := &Node{
+	ports := harness.FreePorts(t, 2)
+	n := &harness.Node{
 		ID: id, Index: len(c.Nodes),
 		Socket:   filepath.Join(sockRoot, id+".sock"),
 		DataDir:  filepath.Join(dataRoot, id),
 		RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		PeerAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
 	}
-	n.Client = NewClient(n.Socket)
-	n.Exec = StartExecutor(t, id, filepath.Join(sockRoot, id+"-app.sock"), c.Recorder)
+	n.Client = harness.NewClient(n.Socket)
+	n.Exec = harness.StartExecutor(t, id, filepath.Join(sockRoot, id+"-app.sock"), c.Recorder)
 	var join []string
 	for _, o := range c.Nodes {
 		join = append(join, o.PeerAddr)
@@ -94,7 +96,7 @@ func addJoiningNode(t *testing.T, c *Cluster, id string, extra ...string) *Node 
 		"--join", strings.Join(join, ","), "--log-format", "json", "--log-level", "info",
 		"--executor", "*=unix://" + n.Exec.Socket,
 	}
-	n.Process = NewProcess(n.ID, axBin, filepath.Join(dataRoot, n.ID+".log"), append(args, extra...)...)
+	n.Process = harness.NewProcess(n.ID, harness.AxBin, filepath.Join(dataRoot, n.ID+".log"), append(args, extra...)...)
 	c.Nodes = append(c.Nodes, n)
 	if err := n.Start(); err != nil {
 		t.Fatalf("start %s: %v", id, err)
@@ -110,9 +112,10 @@ func addJoiningNode(t *testing.T, c *Cluster, id string, extra ...string) *Node 
 // spare replaces it. Tasks are submitted and fired all along; every
 // acknowledged one succeeds.
 func TestAutopilot_NonvoterJoinsAndReplacesFailedVoter(t *testing.T) {
-	skipShort(t)
+	harness.SkipShort(t)
+	t.Parallel()
 	apArgs := []string{"--autopilot-stabilization", "2s", "--autopilot-replace-after", "4s"}
-	c := NewCluster(t, WithSize(3), WithArgs(apArgs...))
+	c := harness.NewCluster(t, harness.WithSize(3), harness.WithArgs(apArgs...))
 	c.WaitReady()
 	leader := c.Leader()
 
@@ -121,7 +124,7 @@ func TestAutopilot_NonvoterJoinsAndReplacesFailedVoter(t *testing.T) {
 	var (
 		mu      sync.Mutex
 		acked   []string
-		targets = append([]*Node(nil), c.Nodes...) // c.Nodes grows below
+		targets = append([]*harness.Node(nil), c.Nodes...) // c.Nodes grows below
 		wg      sync.WaitGroup
 	)
 	wg.Add(1)
@@ -129,7 +132,7 @@ func TestAutopilot_NonvoterJoinsAndReplacesFailedVoter(t *testing.T) {
 		defer wg.Done()
 		for i := 0; ctx.Err() == nil; i++ {
 			mu.Lock()
-			var running []*Node
+			var running []*harness.Node
 			for _, n := range targets {
 				if n.Running() {
 					running = append(running, n)
@@ -139,7 +142,7 @@ func TestAutopilot_NonvoterJoinsAndReplacesFailedVoter(t *testing.T) {
 			n := running[i%len(running)]
 			id := fmt.Sprintf("ap-%04d", i)
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			resp, err := n.Client.Submit(rctx, SubmitRequest{ID: id, Handler: handlerOK, Delay: fmt.Sprintf("%dms", i%5*100), Timeout: "2s"}.Body())
+			resp, err := n.Client.Submit(rctx, harness.SubmitRequest{ID: id, Handler: harness.HandlerOK, Delay: fmt.Sprintf("%dms", i%5*100), Timeout: "2s"}.Body())
 			cancel()
 			if err == nil && (resp.Status == 201 || resp.Status == 200) {
 				mu.Lock()
@@ -157,7 +160,7 @@ func TestAutopilot_NonvoterJoinsAndReplacesFailedVoter(t *testing.T) {
 		wg.Wait()
 	}()
 
-	info, err := apClusterOf(reqCtx(t), leader)
+	info, err := apClusterOf(harness.ReqCtx(t), leader)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,15 +170,15 @@ func TestAutopilot_NonvoterJoinsAndReplacesFailedVoter(t *testing.T) {
 
 	// The fourth node joins as a non-voter.
 	n4 := addJoiningNode(t, c, "n4", apArgs...)
-	c.waitReady([]*Node{n4}, readyTimeout)
+	c.WaitReadyNodes([]*harness.Node{n4}, harness.ReadyTimeout)
 	mu.Lock()
 	targets = append(targets, n4)
 	mu.Unlock()
 	// It becomes healthy, and stays a non-voter well past its
 	// stabilization (2s): its healthy streak is 5s old, yet the voters
 	// are still the first three.
-	waitFor(t, 30*time.Second, 100*time.Millisecond, "n4 healthy for 5s", func() error {
-		info, err := apClusterOf(reqCtx(t), c.Leader())
+	harness.WaitFor(t, 30*time.Second, 100*time.Millisecond, "n4 healthy for 5s", func() error {
+		info, err := apClusterOf(harness.ReqCtx(t), c.Leader())
 		if err != nil {
 			return err
 		}
@@ -194,7 +197,7 @@ func TestAutopilot_NonvoterJoinsAndReplacesFailedVoter(t *testing.T) {
 		}
 		return nil
 	})
-	info, err = apClusterOf(reqCtx(t), n4)
+	info, err = apClusterOf(harness.ReqCtx(t), n4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,8 +218,8 @@ func TestAutopilot_NonvoterJoinsAndReplacesFailedVoter(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("killed voter %s (leader %s)", dead.ID, leader.ID)
-	waitFor(t, 30*time.Second, 100*time.Millisecond, "n4 promoted and "+dead.ID+" demoted", func() error {
-		info, err := apClusterOf(reqCtx(t), n4)
+	harness.WaitFor(t, 30*time.Second, 100*time.Millisecond, "n4 promoted and "+dead.ID+" demoted", func() error {
+		info, err := apClusterOf(harness.ReqCtx(t), n4)
 		if err != nil {
 			return err
 		}
@@ -231,8 +234,8 @@ func TestAutopilot_NonvoterJoinsAndReplacesFailedVoter(t *testing.T) {
 		return nil
 	})
 
-	mustSubmit(t, n4, SubmitRequest{ID: "after-promotion", Handler: handlerOK}, 201)
-	waitState(t, n4, "after-promotion", "SUCCESS")
+	harness.MustSubmit(t, n4, harness.SubmitRequest{ID: "after-promotion", Handler: harness.HandlerOK}, 201)
+	harness.WaitState(t, n4, "after-promotion", "SUCCESS")
 
 	// The dead voter comes back with its data: a healthy non-voter, a
 	// spare. Then the leader is killed: the new leader gives every member
@@ -241,9 +244,9 @@ func TestAutopilot_NonvoterJoinsAndReplacesFailedVoter(t *testing.T) {
 	if err := dead.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c.waitReady([]*Node{dead}, readyTimeout)
-	waitFor(t, 30*time.Second, 100*time.Millisecond, dead.ID+" a healthy spare", func() error {
-		info, err := apClusterOf(reqCtx(t), n4)
+	c.WaitReadyNodes([]*harness.Node{dead}, harness.ReadyTimeout)
+	harness.WaitFor(t, 30*time.Second, 100*time.Millisecond, dead.ID+" a healthy spare", func() error {
+		info, err := apClusterOf(harness.ReqCtx(t), n4)
 		if err != nil {
 			return err
 		}
@@ -259,8 +262,8 @@ func TestAutopilot_NonvoterJoinsAndReplacesFailedVoter(t *testing.T) {
 	}
 	newLeader := c.WaitForNewLeader(oldLeader)
 	t.Logf("killed leader %s; new leader %s", oldLeader.ID, newLeader.ID)
-	waitFor(t, 30*time.Second, 100*time.Millisecond, dead.ID+" promoted and "+oldLeader.ID+" demoted", func() error {
-		info, err := apClusterOf(reqCtx(t), newLeader)
+	harness.WaitFor(t, 30*time.Second, 100*time.Millisecond, dead.ID+" promoted and "+oldLeader.ID+" demoted", func() error {
+		info, err := apClusterOf(harness.ReqCtx(t), newLeader)
 		if err != nil {
 			return err
 		}
@@ -273,8 +276,8 @@ func TestAutopilot_NonvoterJoinsAndReplacesFailedVoter(t *testing.T) {
 	})
 
 	// Writes and callbacks went on; every acknowledged task succeeds.
-	mustSubmit(t, newLeader, SubmitRequest{ID: "after-leader-replacement", Handler: handlerOK}, 201)
-	waitState(t, newLeader, "after-leader-replacement", "SUCCESS")
+	harness.MustSubmit(t, newLeader, harness.SubmitRequest{ID: "after-leader-replacement", Handler: harness.HandlerOK}, 201)
+	harness.WaitState(t, newLeader, "after-leader-replacement", "SUCCESS")
 	stop()
 	wg.Wait()
 	mu.Lock()
@@ -283,10 +286,10 @@ func TestAutopilot_NonvoterJoinsAndReplacesFailedVoter(t *testing.T) {
 	if len(ids) < 50 {
 		t.Fatalf("only %d tasks acknowledged", len(ids))
 	}
-	waitFor(t, 30*time.Second, 200*time.Millisecond, "every acknowledged task SUCCESS", func() error {
+	harness.WaitFor(t, 30*time.Second, 200*time.Millisecond, "every acknowledged task SUCCESS", func() error {
 		var notYet []string
 		for _, id := range ids {
-			task, err := newLeader.Client.GetTask(reqCtx(t), id)
+			task, err := newLeader.Client.GetTask(harness.ReqCtx(t), id)
 			if err != nil || task.State != "SUCCESS" {
 				notYet = append(notYet, id)
 			}

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/axsched/ax/e2e/harness"
 )
 
 // Sizes and bounds of the firing test.
@@ -35,7 +36,7 @@ const (
 type submitted struct {
 	id       string
 	handler  string
-	req      SubmitRequest
+	req      harness.SubmitRequest
 	body     []byte // expected callback body
 	delay    time.Duration
 	sent     time.Time // just before the request
@@ -73,8 +74,8 @@ func makeBatch(rng *rand.Rand, batch string, n int) []*submitted {
 	for i := range subs {
 		delay := minDelay + time.Duration(rng.Int64N(int64(maxDelay-minDelay)))
 		prio := rng.IntN(5)
-		s := &submitted{id: taskID(batch, i), handler: handlerOK, delay: delay}
-		s.req = SubmitRequest{ID: s.id, Handler: s.handler, Delay: delay.String(), Priority: &prio, Timeout: taskTimeout.String()}
+		s := &submitted{id: taskID(batch, i), handler: harness.HandlerOK, delay: delay}
+		s.req = harness.SubmitRequest{ID: s.id, Handler: s.handler, Delay: delay.String(), Priority: &prio, Timeout: taskTimeout.String()}
 		switch i % 5 {
 		case 0:
 			s.req.Payload = fmt.Appendf(nil, `{"order": %d,  "note": "ünïcode \"quoted\" <&>",`+"\n\t"+`"items": [1, 2.50, {"k": null}] }`, i)
@@ -102,7 +103,7 @@ func makeBatch(rng *rand.Rand, batch string, n int) []*submitted {
 // submitBatch submits every task through client with submitWorkers
 // goroutines, retrying 503s until ctx ends, and checks each reply (201, the
 // task as sent, WAITING, next_run_at = accept time + delay).
-func submitBatch(t *testing.T, ctx context.Context, client *Client, subs []*submitted) {
+func submitBatch(t *testing.T, ctx context.Context, client *harness.Client, subs []*submitted) {
 	t.Helper()
 	work := make(chan *submitted)
 	var wg sync.WaitGroup
@@ -158,7 +159,7 @@ func submitBatch(t *testing.T, ctx context.Context, client *Client, subs []*subm
 }
 
 // checkSubmitted checks a submit reply against the request.
-func checkSubmitted(s *submitted, task Task) string {
+func checkSubmitted(s *submitted, task harness.Task) string {
 	var problems []string
 	if task.ID != s.id {
 		problems = append(problems, fmt.Sprintf("id %q", task.ID))
@@ -196,7 +197,7 @@ func checkSubmitted(s *submitted, task Task) string {
 
 // waitBatch waits until every task of the batch has been called back and
 // reads SUCCESS through client.
-func waitBatch(t *testing.T, c *Cluster, client *Client, subs []*submitted) {
+func waitBatch(t *testing.T, c *harness.Cluster, client *harness.Client, subs []*submitted) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
@@ -240,7 +241,7 @@ func waitBatch(t *testing.T, c *Cluster, client *Client, subs []*submitted) {
 // checkCallbacks checks the callbacks of a batch: at least one each (exactly
 // one when exactlyOnce), never before the due time, the payload byte for
 // byte, the headers. It returns the lateness of each task's first callback.
-func checkCallbacks(t *testing.T, rec *Recorder, subs []*submitted, exactlyOnce bool) []time.Duration {
+func checkCallbacks(t *testing.T, rec *harness.Recorder, subs []*submitted, exactlyOnce bool) []time.Duration {
 	t.Helper()
 	var lateness []time.Duration
 	dups := 0
@@ -270,7 +271,7 @@ func checkCallbacks(t *testing.T, rec *Recorder, subs []*submitted, exactlyOnce 
 			if !bytes.Equal(c.Body, s.body) {
 				t.Errorf("task %q: callback body %q, want %q", s.id, c.Body, s.body)
 			}
-			for _, msg := range checkHeaders(c, s.id, s.handler, i+1, taskTimeout) {
+			for _, msg := range harness.CheckHeaders(c, s.id, s.handler, i+1, taskTimeout) {
 				t.Errorf("task %q: callback %d: %s", s.id, i+1, msg)
 			}
 		}
@@ -282,75 +283,16 @@ func checkCallbacks(t *testing.T, rec *Recorder, subs []*submitted, exactlyOnce 
 	return lateness
 }
 
-// checkHeaders checks a callback's method, path and Ax-* headers.
-func checkHeaders(c Call, id, handler string, attempt int, timeout time.Duration) []string {
-	var p []string
-	if c.Method != http.MethodPost || c.Path != executePath {
-		p = append(p, fmt.Sprintf("%s %s, want POST %s", c.Method, c.Path, executePath))
-	}
-	if c.TaskID != id {
-		p = append(p, fmt.Sprintf("Ax-Task-Id %q, want %q", c.TaskID, id))
-	}
-	if c.Handler != handler {
-		p = append(p, fmt.Sprintf("Ax-Handler %q, want %q", c.Handler, handler))
-	}
-	if c.Attempt != fmt.Sprint(attempt) {
-		p = append(p, fmt.Sprintf("Ax-Attempt %q, want %d", c.Attempt, attempt))
-	}
-	if c.Run != "1" {
-		p = append(p, fmt.Sprintf("Ax-Run %q, want 1", c.Run))
-	}
-	dl, err := time.Parse(time.RFC3339Nano, c.Deadline)
-	switch {
-	case err != nil:
-		p = append(p, fmt.Sprintf("Ax-Deadline %q: %v", c.Deadline, err))
-	case !dl.After(c.At):
-		p = append(p, fmt.Sprintf("Ax-Deadline %s is not after the receive time %s", c.Deadline, c.At.Format(time.RFC3339Nano)))
-	case dl.After(c.At.Add(timeout + time.Second)):
-		p = append(p, fmt.Sprintf("Ax-Deadline %s is more than timeout %s after the receive time %s", c.Deadline, timeout, c.At.Format(time.RFC3339Nano)))
-	}
-	return p
-}
-
-// latency is a lateness summary.
-type latency struct {
-	N     int     `json:"n"`
-	MinMs float64 `json:"min_ms"`
-	P50Ms float64 `json:"p50_ms"`
-	P95Ms float64 `json:"p95_ms"`
-	P99Ms float64 `json:"p99_ms"`
-	MaxMs float64 `json:"max_ms"`
-}
-
-func summarize(ds []time.Duration) latency {
-	if len(ds) == 0 {
-		return latency{}
-	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	pct := func(q float64) float64 {
-		i := int(math.Ceil(q*float64(len(s)))) - 1
-		return ms(s[max(i, 0)])
-	}
-	return latency{N: len(s), MinMs: ms(s[0]), P50Ms: pct(0.50), P95Ms: pct(0.95), P99Ms: pct(0.99), MaxMs: ms(s[len(s)-1])}
-}
-
-func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
-
-func (l latency) String() string {
-	return fmt.Sprintf("n=%d min=%.3fms p50=%.3fms p95=%.3fms p99=%.3fms max=%.3fms", l.N, l.MinMs, l.P50Ms, l.P95Ms, l.P99Ms, l.MaxMs)
-}
-
 // latencyReport is what AX_E2E_LATENCY_OUT receives (JSON).
 type latencyReport struct {
-	Test               string   `json:"test"`
-	FirstBatch         latency  `json:"first_batch"`
-	AfterFailover      *latency `json:"after_failover,omitempty"`
-	ElectionMs         float64  `json:"kill_to_new_leader_ms,omitempty"`
-	FirstSubmitMs      float64  `json:"kill_to_first_accepted_submit_ms,omitempty"`
-	FailoverGapMs      float64  `json:"kill_to_first_callback_ms,omitempty"`
-	CallbacksPerNode   []string `json:"callbacks_per_node,omitempty"`
-	SecondBatchSubmits string   `json:"second_batch_submitted_via,omitempty"`
+	Test               string           `json:"test"`
+	FirstBatch         harness.Latency  `json:"first_batch"`
+	AfterFailover      *harness.Latency `json:"after_failover,omitempty"`
+	ElectionMs         float64          `json:"kill_to_new_leader_ms,omitempty"`
+	FirstSubmitMs      float64          `json:"kill_to_first_accepted_submit_ms,omitempty"`
+	FailoverGapMs      float64          `json:"kill_to_first_callback_ms,omitempty"`
+	CallbacksPerNode   []string         `json:"callbacks_per_node,omitempty"`
+	SecondBatchSubmits string           `json:"second_batch_submitted_via,omitempty"`
 }
 
 func writeLatency(t *testing.T, r latencyReport) {
@@ -364,27 +306,14 @@ func writeLatency(t *testing.T, r latencyReport) {
 	}
 }
 
-func callsPerNode(rec *Recorder) []string {
-	counts := map[string]int{}
-	for _, c := range rec.All() {
-		counts[c.Node]++
-	}
-	var out []string
-	for n, k := range counts {
-		out = append(out, fmt.Sprintf("%s=%d", n, k))
-	}
-	sort.Strings(out)
-	return out
-}
-
 // TestCluster_ThreeNodes_FireOnceAndSurviveLeaderKill submits 200 delayed
 // tasks through a follower of a three-node cluster, checks that each is
 // called back exactly once, never early, with its payload and headers, and
 // measures lateness; then it kills the leader with SIGKILL and checks that
 // 100 more tasks submitted through a survivor are all delivered.
 func TestCluster_ThreeNodes_FireOnceAndSurviveLeaderKill(t *testing.T) {
-	skipShort(t)
-	c := NewCluster(t, WithSize(3))
+	harness.SkipShort(t)
+	c := harness.NewCluster(t, harness.WithSize(3))
 	c.WaitReady()
 	follower := c.Followers()[0]
 	t.Logf("leader %s; submitting through follower %s", c.Leader().ID, follower.ID)
@@ -401,8 +330,8 @@ func TestCluster_ThreeNodes_FireOnceAndSurviveLeaderKill(t *testing.T) {
 	t.Logf("submitted %d tasks through %s in %s", len(first), follower.ID, time.Since(start).Round(time.Millisecond))
 	waitBatch(t, c, follower.Client, first)
 	late1 := checkCallbacks(t, c.Recorder, first, true)
-	report.FirstBatch = summarize(late1)
-	report.CallbacksPerNode = callsPerNode(c.Recorder)
+	report.FirstBatch = harness.Summarize(late1)
+	report.CallbacksPerNode = harness.CallsPerNode(c.Recorder)
 	t.Logf("lateness, first batch (%d tasks): %s", len(first), report.FirstBatch)
 	t.Logf("callbacks per node: %v", report.CallbacksPerNode)
 	writeLatency(t, report)
@@ -418,7 +347,7 @@ func TestCluster_ThreeNodes_FireOnceAndSurviveLeaderKill(t *testing.T) {
 	}
 	newLeader := c.WaitForNewLeader(old)
 	elected := time.Since(killAt)
-	report.ElectionMs = ms(elected)
+	report.ElectionMs = harness.Millis(elected)
 	t.Logf("killed leader %s; new leader %s after %s", old.ID, newLeader.ID, elected.Round(time.Millisecond))
 
 	// Second batch, through a survivor (a follower of the new leader, so
@@ -445,12 +374,12 @@ func TestCluster_ThreeNodes_FireOnceAndSurviveLeaderKill(t *testing.T) {
 			retried++
 		}
 	}
-	report.FirstSubmitMs = ms(firstAccepted.Sub(killAt))
+	report.FirstSubmitMs = harness.Millis(firstAccepted.Sub(killAt))
 	t.Logf("submitted %d tasks through %s in %s (%d needed retries); first accepted %s after the kill",
 		len(second), via.ID, time.Since(start).Round(time.Millisecond), retried, firstAccepted.Sub(killAt).Round(time.Millisecond))
 	waitBatch(t, c, via.Client, second)
 	late2 := checkCallbacks(t, c.Recorder, second, true)
-	after := summarize(late2)
+	after := harness.Summarize(late2)
 	report.AfterFailover = &after
 
 	var firstCallback time.Time
@@ -459,8 +388,8 @@ func TestCluster_ThreeNodes_FireOnceAndSurviveLeaderKill(t *testing.T) {
 			firstCallback = call.At
 		}
 	}
-	report.FailoverGapMs = ms(firstCallback.Sub(killAt))
-	report.CallbacksPerNode = callsPerNode(c.Recorder)
+	report.FailoverGapMs = harness.Millis(firstCallback.Sub(killAt))
+	report.CallbacksPerNode = harness.CallsPerNode(c.Recorder)
 	t.Logf("lateness, after failover (%d tasks): %s", len(second), after)
 	t.Logf("failover: kill → new leader %s, kill → first accepted submit %s, kill → first callback %s (includes the 1–3 s delays)",
 		elected.Round(time.Millisecond), firstAccepted.Sub(killAt).Round(time.Millisecond), firstCallback.Sub(killAt).Round(time.Millisecond))
@@ -489,8 +418,8 @@ func TestCluster_ThreeNodes_FireOnceAndSurviveLeaderKill(t *testing.T) {
 // the survivors must complete without a second delivery. Then the killed
 // node is restarted with its data and must rejoin and catch up by itself.
 func TestCluster_LeaderKill_PendingAndRunningTasks(t *testing.T) {
-	skipShort(t)
-	c := NewCluster(t, WithSize(3))
+	harness.SkipShort(t)
+	c := harness.NewCluster(t, harness.WithSize(3))
 	c.WaitReady()
 	old := c.Leader()
 	follower := c.Followers()[0]
@@ -501,8 +430,8 @@ func TestCluster_LeaderKill_PendingAndRunningTasks(t *testing.T) {
 	const holdTimeout = 3 * time.Second
 	var held []*submitted
 	for i := 0; i < 6; i++ {
-		s := &submitted{id: fmt.Sprintf("hold/%d|ü", i), handler: handlerHold}
-		s.req = SubmitRequest{ID: s.id, Handler: handlerHold, Timeout: holdTimeout.String(), MaxAttempts: 3}
+		s := &submitted{id: fmt.Sprintf("hold/%d|ü", i), handler: harness.HandlerHold}
+		s.req = harness.SubmitRequest{ID: s.id, Handler: harness.HandlerHold, Timeout: holdTimeout.String(), MaxAttempts: 3}
 		held = append(held, s)
 	}
 	for _, s := range held {
@@ -541,7 +470,7 @@ func TestCluster_LeaderKill_PendingAndRunningTasks(t *testing.T) {
 	}
 	// The dead node's callbacks are cut when its connections close; only
 	// then let the survivors' held callbacks answer.
-	waitFor(t, 5*time.Second, 10*time.Millisecond, "the killed node's callbacks to be cut", func() error {
+	harness.WaitFor(t, 5*time.Second, 10*time.Millisecond, "the killed node's callbacks to be cut", func() error {
 		for id := range onOld {
 			if call := c.Recorder.Calls(id)[0]; !call.Cancelled {
 				return fmt.Errorf("callback of %q still open", id)
@@ -560,7 +489,7 @@ func TestCluster_LeaderKill_PendingAndRunningTasks(t *testing.T) {
 	}
 
 	waitBatch(t, c, follower.Client, pending)
-	late := summarize(checkCallbacks(t, c.Recorder, pending, true))
+	late := harness.Summarize(checkCallbacks(t, c.Recorder, pending, true))
 	t.Logf("lateness of tasks waiting across the kill (%d tasks): %s", len(pending), late)
 	if os.Getenv("AX_E2E_VERBOSE") != "" {
 		sort.Slice(pending, func(i, j int) bool { return pending[i].due.Before(pending[j].due) })
@@ -572,7 +501,7 @@ func TestCluster_LeaderKill_PendingAndRunningTasks(t *testing.T) {
 
 	// Held attempts.
 	for _, s := range held {
-		task := waitState(t, follower, s.id, "SUCCESS")
+		task := harness.WaitState(t, follower, s.id, "SUCCESS")
 		calls := c.Recorder.Calls(s.id)
 		if !onOld[s.id] {
 			if len(calls) != 1 || task.Attempts != 1 {
@@ -597,21 +526,21 @@ func TestCluster_LeaderKill_PendingAndRunningTasks(t *testing.T) {
 
 	// The killed node comes back with its data and catches up. Everything
 	// committed before it restarts must be applied on it once it says ready.
-	before, err := newLeader.Client.Cluster(reqCtx(t))
+	before, err := newLeader.Client.Cluster(harness.ReqCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := old.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, readyTimeout, 5*time.Millisecond, "restarted "+old.ID+" ready", func() error {
-		resp, err := old.Client.Do(reqCtx(t), "GET", "/readyz", nil)
+	harness.WaitFor(t, harness.ReadyTimeout, 5*time.Millisecond, "restarted "+old.ID+" ready", func() error {
+		resp, err := old.Client.Do(harness.ReqCtx(t), "GET", "/readyz", nil)
 		if err == nil && resp.Status != http.StatusOK {
 			err = fmt.Errorf("%s", resp)
 		}
 		return err
 	})
-	if info, err := old.Client.Cluster(reqCtx(t)); err != nil {
+	if info, err := old.Client.Cluster(harness.ReqCtx(t)); err != nil {
 		t.Error(err)
 	} else if info.AppliedIndex < before.CommitIndex {
 		t.Errorf("restarted %s says ready with applied_index %d (commit_index %d), but the leader had committed %d before it restarted",
@@ -628,18 +557,18 @@ func TestCluster_LeaderKill_PendingAndRunningTasks(t *testing.T) {
 	var stale []string
 	for _, s := range all {
 		// (checked right away: ready means caught up)
-		task, err := old.Client.GetTask(reqCtx(t), s.id)
+		task, err := old.Client.GetTask(harness.ReqCtx(t), s.id)
 		if err != nil || task.State != "SUCCESS" {
 			stale = append(stale, fmt.Sprintf("%q %s (err %v)", s.id, task.State, err))
 		}
 	}
 	if len(stale) > 0 {
 		t.Errorf("restarted %s answers /readyz 200 but reads %d of %d tasks stale, e.g. %s", old.ID, len(stale), len(all), stale[0])
-		info, _ := old.Client.Cluster(reqCtx(t))
+		info, _ := old.Client.Cluster(harness.ReqCtx(t))
 		t.Logf("restarted %s right after ready: %+v", old.ID, info)
-		waitFor(t, 20*time.Second, 50*time.Millisecond, "restarted node to catch up", func() error {
+		harness.WaitFor(t, 20*time.Second, 50*time.Millisecond, "restarted node to catch up", func() error {
 			for _, s := range all {
-				task, err := old.Client.GetTask(reqCtx(t), s.id)
+				task, err := old.Client.GetTask(harness.ReqCtx(t), s.id)
 				if err != nil || task.State != "SUCCESS" {
 					return fmt.Errorf("%q %s (err %v)", s.id, task.State, err)
 				}
@@ -648,7 +577,7 @@ func TestCluster_LeaderKill_PendingAndRunningTasks(t *testing.T) {
 		})
 		t.Logf("restarted %s caught up %s after it said ready", old.ID, time.Since(readyAt).Round(time.Millisecond))
 	}
-	info, err := old.Client.Cluster(reqCtx(t))
+	info, err := old.Client.Cluster(harness.ReqCtx(t))
 	if err != nil || len(info.Members) != 3 {
 		t.Errorf("restarted %s: cluster %+v (err %v)", old.ID, info, err)
 	}
@@ -669,8 +598,8 @@ func TestCluster_LeaderKill_PendingAndRunningTasks(t *testing.T) {
 // paused (SIGSTOP), so that the new leader is one of them and the old
 // leader's uncommitted entry is dropped.
 func TestCluster_BusyAnswerAcrossLeaderChange(t *testing.T) {
-	skipShort(t)
-	c := NewCluster(t, WithSize(3))
+	harness.SkipShort(t)
+	c := harness.NewCluster(t, harness.WithSize(3))
 	c.WaitReady()
 	leader := c.Leader()
 	followers := c.Followers()
@@ -678,10 +607,10 @@ func TestCluster_BusyAnswerAcrossLeaderChange(t *testing.T) {
 	defer cancel()
 
 	id := "busy/leader-change"
-	mustSubmit(t, leader, SubmitRequest{ID: id, Handler: handlerGate, MaxAttempts: 2}, http.StatusCreated)
+	harness.MustSubmit(t, leader, harness.SubmitRequest{ID: id, Handler: harness.HandlerGate, MaxAttempts: 2}, http.StatusCreated)
 
 	// Answer busy until an attempt runs on the leader's own executor.
-	var onLeader GatedCall
+	var onLeader harness.GatedCall
 	for onLeader.Reply == nil {
 		select {
 		case g := <-c.Recorder.Gated():
@@ -701,8 +630,8 @@ func TestCluster_BusyAnswerAcrossLeaderChange(t *testing.T) {
 		}
 	}
 	onLeader.Reply <- http.StatusServiceUnavailable
-	waitFor(t, 10*time.Second, 20*time.Millisecond, "the isolated leader to step down", func() error {
-		info, err := leader.Client.Cluster(reqCtx(t))
+	harness.WaitFor(t, 10*time.Second, 20*time.Millisecond, "the isolated leader to step down", func() error {
+		info, err := leader.Client.Cluster(harness.ReqCtx(t))
 		if err == nil && info.State == "Leader" {
 			err = fmt.Errorf("still Leader")
 		}
@@ -716,9 +645,9 @@ func TestCluster_BusyAnswerAcrossLeaderChange(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var newLeader *Node
-	waitFor(t, leaderTimeout, pollInterval, "a new leader among the followers", func() error {
-		if newLeader = c.leaderOf(followers); newLeader == nil {
+	var newLeader *harness.Node
+	harness.WaitFor(t, harness.LeaderTimeout, harness.PollInterval, "a new leader among the followers", func() error {
+		if newLeader = c.LeaderOf(followers); newLeader == nil {
 			return fmt.Errorf("none yet")
 		}
 		return nil
@@ -738,16 +667,16 @@ func TestCluster_BusyAnswerAcrossLeaderChange(t *testing.T) {
 		case g := <-c.Recorder.Gated():
 			g.Reply <- http.StatusOK
 			t.Logf("delivered again on %s %s after the busy answer", g.Call.Node, g.Call.At.Sub(onLeader.Call.At).Round(time.Millisecond))
-			waitState(t, newLeader, id, "SUCCESS")
+			harness.WaitState(t, newLeader, id, "SUCCESS")
 			return
 		case <-tick.C:
-			task, err := newLeader.Client.GetTask(reqCtx(t), id)
+			task, err := newLeader.Client.GetTask(harness.ReqCtx(t), id)
 			if err == nil && task.NextRunAt != nil && time.Until(*task.NextRunAt) > time.Minute {
 				t.Fatalf("after a busy answer with Retry-After: 1 the task is snoozed until %s (in %s); state %s, attempts %d",
 					task.NextRunAt.Format(time.RFC3339Nano), time.Until(*task.NextRunAt).Round(time.Hour), task.State, task.Attempts)
 			}
 		case <-deadline:
-			task, err := newLeader.Client.GetTask(reqCtx(t), id)
+			task, err := newLeader.Client.GetTask(harness.ReqCtx(t), id)
 			t.Fatalf("not delivered again within 10 s of a busy answer with Retry-After: 1; task %+v (err %v)", task, err)
 		}
 	}

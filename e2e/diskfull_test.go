@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/axsched/ax/e2e/harness"
 )
 
 // fillDisk writes path until the file system is full (ENOSPC) and returns
@@ -47,11 +49,12 @@ func fillDisk(t *testing.T, path string) int64 {
 // exit, and once the junk is removed serves writes again and catches up; no
 // task submitted to the cluster is lost.
 func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
-	skipShort(t)
+	harness.SkipShort(t)
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("disk-full e2e: needs root to mount a tmpfs as one node's data dir")
 	}
-	c := NewCluster(t, WithDeferredStart(0, 1, 2), WithArgs("--storage-reserve", "8388608", "--storage-probe-interval", "200ms"))
+	c := harness.NewCluster(t, harness.WithDeferredStart(0, 1, 2), harness.WithArgs("--storage-reserve", "8388608", "--storage-probe-interval", "200ms"))
 	for _, n := range c.Nodes {
 		if err := os.MkdirAll(n.DataDir, 0o750); err != nil {
 			t.Fatal(err)
@@ -78,7 +81,7 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
 	defer cancel()
 	var ids []string
-	submit := func(cl *Client, id string) (*Response, error) {
+	submit := func(cl *harness.Client, id string) (*harness.Response, error) {
 		return cl.Submit(ctx, []byte(fmt.Sprintf(`{"id":%q,"handler":"disk","delay":"300ms"}`, id)))
 	}
 	for i := range 10 {
@@ -96,7 +99,7 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 
 	// full refuses writes with storage_unavailable.
 	probe := 0
-	waitFor(t, 10*time.Second, 100*time.Millisecond, "full refuses writes", func() error {
+	harness.WaitFor(t, 10*time.Second, 100*time.Millisecond, "full refuses writes", func() error {
 		probe++
 		id := fmt.Sprintf("probe-%d", probe)
 		resp, err := submit(full.Client, id)
@@ -118,7 +121,7 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 		return nil
 	})
 	// A leader that cannot write hands leadership over.
-	waitFor(t, 10*time.Second, 100*time.Millisecond, "leadership leaves the full node", func() error {
+	harness.WaitFor(t, 10*time.Second, 100*time.Millisecond, "leadership leaves the full node", func() error {
 		info, err := other.Client.Cluster(ctx)
 		if err != nil {
 			return err
@@ -155,7 +158,7 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 	if err := os.Remove(junk); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, 100*time.Millisecond, "full accepts writes again", func() error {
+	harness.WaitFor(t, 20*time.Second, 100*time.Millisecond, "full accepts writes again", func() error {
 		probe++
 		id := fmt.Sprintf("after-%d", probe)
 		resp, err := submit(full.Client, id)
@@ -174,16 +177,22 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 
 	// Nothing lost: every accepted task succeeds, and full catches up.
 	lost := 0
-	waitFor(t, 20*time.Second, 200*time.Millisecond, "every task SUCCESS", func() error {
+	harness.WaitFor(t, 20*time.Second, 200*time.Millisecond, "every task SUCCESS", func() error {
 		lost = 0
+		var which []string
 		for _, id := range ids {
 			tk, err := other.Client.GetTask(ctx, id)
 			if err != nil || tk.State != "SUCCESS" {
 				lost++
+				if err != nil {
+					which = append(which, fmt.Sprintf("%s: %v", id, err))
+				} else {
+					which = append(which, fmt.Sprintf("%s %s on %q, attempt %d, %q", id, tk.State, tk.Node, tk.Attempts, tk.LastError))
+				}
 			}
 		}
 		if lost > 0 {
-			return fmt.Errorf("%d of %d tasks not SUCCESS", lost, len(ids))
+			return fmt.Errorf("%d of %d tasks not SUCCESS: %s", lost, len(ids), strings.Join(which, "; "))
 		}
 		return nil
 	})
@@ -191,7 +200,7 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 	if info, err := other.Client.Cluster(ctx); err == nil {
 		leaderApplied = info.AppliedIndex
 	}
-	waitFor(t, 10*time.Second, 100*time.Millisecond, "full catches up", func() error {
+	harness.WaitFor(t, 10*time.Second, 100*time.Millisecond, "full catches up", func() error {
 		info, err := full.Client.Cluster(ctx)
 		if err != nil {
 			return err
@@ -208,7 +217,7 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 		}
 	}
 	if strings.Contains(logs, "panic") || strings.Contains(logs, "fatal error") {
-		t.Errorf("full panicked:\n%s", tail(logs, 4000))
+		t.Errorf("full panicked:\n%s", harness.Tail(logs, 4000))
 	}
 	t.Logf("tasks: %d submitted, lost 0; %s stayed up through the full disk", len(ids), full.ID)
 }

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/axsched/ax/e2e/harness"
 )
 
 // The executor path, end to end: busy answers (429 + Retry-After) are
@@ -47,9 +49,9 @@ const (
 // scriptExecutor is one node's executor for the handlers "xe.*". The
 // executors of a cluster share a Recorder and a scriptState.
 type scriptExecutor struct {
-	node   *Node
+	node   *harness.Node
 	socket string
-	rec    *Recorder
+	rec    *harness.Recorder
 	st     *scriptState
 	srv    *http.Server
 }
@@ -91,7 +93,7 @@ func (s *scriptState) heartbeats(id string) []int {
 
 // startScriptExecutor serves an executor for n on a socket under dir until
 // the test ends.
-func startScriptExecutor(t *testing.T, n *Node, dir string, rec *Recorder, st *scriptState) *scriptExecutor {
+func startScriptExecutor(t *testing.T, n *harness.Node, dir string, rec *harness.Recorder, st *scriptState) *scriptExecutor {
 	t.Helper()
 	sock := filepath.Join(dir, n.ID+"-xe.sock")
 	_ = os.Remove(sock)
@@ -120,7 +122,7 @@ func startScriptExecutor(t *testing.T, n *Node, dir string, rec *Recorder, st *s
 func (e *scriptExecutor) register(t *testing.T) {
 	t.Helper()
 	body := fmt.Sprintf(`{"name":"xe","handlers":["xe.*"],"url":"unix://%s"}`, e.socket)
-	resp, err := e.node.Client.Do(reqCtx(t), "POST", "/v1/executors", []byte(body))
+	resp, err := e.node.Client.Do(harness.ReqCtx(t), "POST", "/v1/executors", []byte(body))
 	if err != nil {
 		t.Fatalf("register the executor on %s: %v", e.node.ID, err)
 	}
@@ -132,14 +134,14 @@ func (e *scriptExecutor) register(t *testing.T) {
 func (e *scriptExecutor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	at := time.Now()
 	body, err := io.ReadAll(r.Body)
-	c := &Call{
+	c := &harness.Call{
 		Node: e.node.ID, Method: r.Method, Path: r.URL.Path, At: at, Body: body, Header: r.Header.Clone(),
 		TaskID: r.Header.Get("Ax-Task-Id"), Handler: r.Header.Get("Ax-Handler"),
 		Attempt: r.Header.Get("Ax-Attempt"), Run: r.Header.Get("Ax-Run"), Deadline: r.Header.Get("Ax-Deadline"),
 	}
-	e.rec.add(c)
+	e.rec.Add(c)
 	if err != nil {
-		e.rec.finish(c, true)
+		e.rec.Finish(c, true)
 		return
 	}
 	answer := func(status int) {
@@ -148,7 +150,7 @@ func (e *scriptExecutor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		e.st.answered(c.TaskID, status)
 		w.WriteHeader(status)
-		e.rec.finish(c, false)
+		e.rec.Finish(c, false)
 	}
 	// wait waits d or until the request is cancelled; false when cancelled.
 	wait := func(d time.Duration) bool {
@@ -158,7 +160,7 @@ func (e *scriptExecutor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-tm.C:
 			return true
 		case <-r.Context().Done():
-			e.rec.finish(c, true)
+			e.rec.Finish(c, true)
 			return false
 		}
 	}
@@ -173,7 +175,7 @@ func (e *scriptExecutor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answer(http.StatusOK)
 	case strings.HasPrefix(h, "xe.hang"):
 		<-r.Context().Done()
-		e.rec.finish(c, true)
+		e.rec.Finish(c, true)
 	case strings.HasPrefix(h, "xe.accept"):
 		answer(http.StatusAccepted)
 	case h == "xe.failaccept":
@@ -187,7 +189,7 @@ func (e *scriptExecutor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Not the request's context: if the heartbeat aborts the callback,
 		// its answer is still read.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := e.node.Client.Do(ctx, "POST", TaskPath(c.TaskID)+"/heartbeat", []byte(fmt.Sprintf(`{"attempt":%d}`, attempt)))
+		resp, err := e.node.Client.Do(ctx, "POST", harness.TaskPath(c.TaskID)+"/heartbeat", []byte(fmt.Sprintf(`{"attempt":%d}`, attempt)))
 		cancel()
 		status := -1
 		if err == nil {
@@ -213,35 +215,20 @@ func (e *scriptExecutor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// sumMetric adds up one sample over the nodes (counters of attempts are
-// kept by the node that ran them).
-func sumMetric(t *testing.T, nodes []*Node, name string) float64 {
-	t.Helper()
-	var s float64
-	for _, n := range nodes {
-		s += scrape(t, n)[name]
-	}
-	return s
-}
-
-func attemptsMetric(handler, outcome string) string {
-	return fmt.Sprintf(`ax_attempts_total{handler=%q,outcome=%q}`, handler, outcome)
-}
-
 // postAttempt sends POST /v1/tasks/{id}/{what} (heartbeat or result) with
 // body through n.
-func postAttempt(t *testing.T, n *Node, id, what, body string) *Response {
+func postAttempt(t *testing.T, n *harness.Node, id, what, body string) *harness.Response {
 	t.Helper()
-	resp, err := n.Client.Do(reqCtx(t), "POST", TaskPath(id)+"/"+what, []byte(body))
+	resp, err := n.Client.Do(harness.ReqCtx(t), "POST", harness.TaskPath(id)+"/"+what, []byte(body))
 	if err != nil {
 		t.Fatalf("POST %s of %q via %s: %v", what, id, n.ID, err)
 	}
 	return resp
 }
 
-func getTask(t *testing.T, n *Node, id string) Task {
+func getTask(t *testing.T, n *harness.Node, id string) harness.Task {
 	t.Helper()
-	task, err := n.Client.GetTask(reqCtx(t), id)
+	task, err := n.Client.GetTask(harness.ReqCtx(t), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +237,7 @@ func getTask(t *testing.T, n *Node, id string) Task {
 
 // sameAfterRefusal checks that a refused heartbeat or result changed
 // nothing: state, attempts, snoozes, last error and updated_at.
-func sameAfterRefusal(t *testing.T, what string, before, after Task) {
+func sameAfterRefusal(t *testing.T, what string, before, after harness.Task) {
 	t.Helper()
 	if before.State != after.State || before.Attempts != after.Attempts || before.Snoozes != after.Snoozes ||
 		before.LastError != after.LastError || !before.UpdatedAt.Equal(after.UpdatedAt) {
@@ -261,12 +248,12 @@ func sameAfterRefusal(t *testing.T, what string, before, after Task) {
 // TestExecutors runs the callback semantics against a three-node cluster
 // whose executors are registered through the API.
 func TestExecutors(t *testing.T) {
-	skipShort(t)
+	harness.SkipShort(t)
 	t.Parallel()
-	c := NewCluster(t, WithSize(3), WithExecutorsOn())
+	c := harness.NewCluster(t, harness.WithSize(3), harness.WithExecutorsOn())
 	c.WaitReady()
 	st := newScriptState()
-	dir := shortDir(t, t.TempDir())
+	dir := harness.ShortDir(t, t.TempDir())
 	for _, n := range c.Nodes {
 		startScriptExecutor(t, n, dir, c.Recorder, st).register(t)
 	}
@@ -306,17 +293,17 @@ func TestExecutors(t *testing.T) {
 // every answer is a snooze (same attempt, no failed attempt even with
 // max_attempts 1), delivered again after Retry-After, and every task
 // succeeds once the executor takes work.
-func testBusyForTwoSeconds(t *testing.T, c *Cluster, st *scriptState, via *Node) {
+func testBusyForTwoSeconds(t *testing.T, c *harness.Cluster, st *scriptState, via *harness.Node) {
 	const handler = "xe.busy"
 	var ids []string
 	for i := range 5 {
 		id := fmt.Sprintf("xe/busy/%d", i)
-		mustSubmit(t, via, SubmitRequest{ID: id, Handler: handler, MaxAttempts: 1}, http.StatusCreated)
+		harness.MustSubmit(t, via, harness.SubmitRequest{ID: id, Handler: handler, MaxAttempts: 1}, http.StatusCreated)
 		ids = append(ids, id)
 	}
 	busy := 0
 	for _, id := range ids {
-		task := waitState(t, via, id, "SUCCESS")
+		task := harness.WaitState(t, via, id, "SUCCESS")
 		answers := st.answers(id)
 		n429 := 0
 		for _, s := range answers {
@@ -354,13 +341,13 @@ func testBusyForTwoSeconds(t *testing.T, c *Cluster, st *scriptState, via *Node)
 		name string
 		want float64
 	}{
-		{attemptsMetric(handler, "failed"), 0},
-		{attemptsMetric(handler, "timeout"), 0},
-		{attemptsMetric(handler, "snoozed"), float64(busy)},
-		{attemptsMetric(handler, "success"), float64(len(ids))},
+		{harness.AttemptsMetric(handler, "failed"), 0},
+		{harness.AttemptsMetric(handler, "timeout"), 0},
+		{harness.AttemptsMetric(handler, "snoozed"), float64(busy)},
+		{harness.AttemptsMetric(handler, "success"), float64(len(ids))},
 		{fmt.Sprintf(`ax_retries_total{handler=%q}`, handler), 0},
 	} {
-		if got := sumMetric(t, nodes, m.name); got != m.want {
+		if got := harness.SumMetric(t, nodes, m.name); got != m.want {
 			t.Errorf("%s = %v over the nodes, want %v", m.name, got, m.want)
 		}
 	}
@@ -371,11 +358,11 @@ func testBusyForTwoSeconds(t *testing.T, c *Cluster, st *scriptState, via *Node)
 // timeout (1 s; the executor sees its request context end), counted as a
 // failed attempt and retried; after max_attempts the task is DEAD with a
 // last_error about the timeout.
-func testHangCutAtTimeout(t *testing.T, c *Cluster, via *Node) {
+func testHangCutAtTimeout(t *testing.T, c *harness.Cluster, via *harness.Node) {
 	const handler = "xe.hang.timeout"
 	id := "xe/hang"
-	mustSubmit(t, via, SubmitRequest{ID: id, Handler: handler, Timeout: "1s", MaxAttempts: 2}, http.StatusCreated)
-	dead := waitState(t, via, id, "DEAD")
+	harness.MustSubmit(t, via, harness.SubmitRequest{ID: id, Handler: handler, Timeout: "1s", MaxAttempts: 2}, http.StatusCreated)
+	dead := harness.WaitState(t, via, id, "DEAD")
 	if dead.Attempts != 2 || !strings.Contains(strings.ToLower(dead.LastError), "timeout") {
 		t.Errorf("DEAD with attempts %d, last_error %q; want 2 and a mention of the timeout", dead.Attempts, dead.LastError)
 	}
@@ -402,23 +389,23 @@ func testHangCutAtTimeout(t *testing.T, c *Cluster, via *Node) {
 			t.Errorf("callback %d: Ax-Deadline %s after it arrived, want about 1s", i+1, d)
 		}
 	}
-	if got := sumMetric(t, c.Running(), attemptsMetric(handler, "timeout")); got != 2 {
-		t.Errorf("%s = %v, want 2", attemptsMetric(handler, "timeout"), got)
+	if got := harness.SumMetric(t, c.Running(), harness.AttemptsMetric(handler, "timeout")); got != 2 {
+		t.Errorf("%s = %v, want 2", harness.AttemptsMetric(handler, "timeout"), got)
 	}
 }
 
 // (c) Cancelling a RUNNING task through a node other than the one running
 // it aborts the callback (the executor sees the request context end); the
 // task ends CANCELLED everywhere and is not called again.
-func testCancelAbortsCallback(t *testing.T, c *Cluster) {
+func testCancelAbortsCallback(t *testing.T, c *harness.Cluster) {
 	const handler = "xe.hang.cancel"
 	id := "xe/cancel-running"
-	mustSubmit(t, c.Nodes[0], SubmitRequest{ID: id, Handler: handler, Timeout: "30s"}, http.StatusCreated)
-	if short := c.Recorder.WaitCalls(reqCtx(t), []string{id}, 1); len(short) > 0 {
+	harness.MustSubmit(t, c.Nodes[0], harness.SubmitRequest{ID: id, Handler: handler, Timeout: "30s"}, http.StatusCreated)
+	if short := c.Recorder.WaitCalls(harness.ReqCtx(t), []string{id}, 1); len(short) > 0 {
 		t.Fatalf("no callback")
 	}
-	running := waitState(t, c.Nodes[0], id, "RUNNING")
-	var via *Node
+	running := harness.WaitState(t, c.Nodes[0], id, "RUNNING")
+	var via *harness.Node
 	for _, n := range c.Nodes {
 		if n.ID != running.Node {
 			via = n
@@ -426,14 +413,14 @@ func testCancelAbortsCallback(t *testing.T, c *Cluster) {
 		}
 	}
 	cancelled := time.Now()
-	resp, err := via.Client.Cancel(reqCtx(t), id)
+	resp, err := via.Client.Cancel(harness.ReqCtx(t), id)
 	if err != nil || resp.Status != http.StatusOK {
 		t.Fatalf("DELETE via %s: %v %v", via.ID, resp, err)
 	}
 	if task, _ := resp.Task(); task.State != "CANCELLED" {
 		t.Errorf("DELETE of a running task: state %s, want CANCELLED", task.State)
 	}
-	waitFor(t, 5*time.Second, 10*time.Millisecond, "the callback to be aborted", func() error {
+	harness.WaitFor(t, 5*time.Second, 10*time.Millisecond, "the callback to be aborted", func() error {
 		if !c.Recorder.Calls(id)[0].Cancelled {
 			return fmt.Errorf("the executor's request is still open")
 		}
@@ -451,8 +438,8 @@ func testCancelAbortsCallback(t *testing.T, c *Cluster) {
 		}
 	}
 	for _, o := range []string{"failed", "timeout", "success"} {
-		if got := sumMetric(t, c.Running(), attemptsMetric(handler, o)); got != 0 {
-			t.Errorf("%s = %v, want 0", attemptsMetric(handler, o), got)
+		if got := harness.SumMetric(t, c.Running(), harness.AttemptsMetric(handler, o)); got != 0 {
+			t.Errorf("%s = %v, want 0", harness.AttemptsMetric(handler, o), got)
 		}
 	}
 }
@@ -462,15 +449,15 @@ func testCancelAbortsCallback(t *testing.T, c *Cluster) {
 // attempt's heartbeats extend its lease (timeout 1 s + grace 5 s) well
 // past its expiry, while a twin without heartbeats is timed out and
 // retried.
-func testHeartbeat(t *testing.T, c *Cluster, via *Node) {
+func testHeartbeat(t *testing.T, c *harness.Cluster, via *harness.Node) {
 	// Not running: waiting, and finished.
-	mustSubmit(t, via, SubmitRequest{ID: "xe/hb/waiting", Handler: "xe.ok", Delay: "1h"}, http.StatusCreated)
-	mustSubmit(t, via, SubmitRequest{ID: "xe/hb/done", Handler: "xe.ok"}, http.StatusCreated)
-	waitState(t, via, "xe/hb/done", "SUCCESS")
+	harness.MustSubmit(t, via, harness.SubmitRequest{ID: "xe/hb/waiting", Handler: "xe.ok", Delay: "1h"}, http.StatusCreated)
+	harness.MustSubmit(t, via, harness.SubmitRequest{ID: "xe/hb/done", Handler: "xe.ok"}, http.StatusCreated)
+	harness.WaitState(t, via, "xe/hb/done", "SUCCESS")
 	for _, id := range []string{"xe/hb/waiting", "xe/hb/done"} {
 		before := getTask(t, via, id)
 		resp := postAttempt(t, via, id, "heartbeat", `{"attempt":1}`)
-		wantError(t, resp, http.StatusConflict, "conflict")
+		harness.WantError(t, resp, http.StatusConflict, "conflict")
 		sameAfterRefusal(t, "a heartbeat of "+id, before, getTask(t, via, id))
 	}
 	if resp := postAttempt(t, via, "xe/hb/no such task", "heartbeat", `{"attempt":1}`); resp.Status != http.StatusNotFound {
@@ -480,20 +467,20 @@ func testHeartbeat(t *testing.T, c *Cluster, via *Node) {
 	// Running attempt 2 (attempt 1 failed with a 500), answered 202.
 	id, twin := "xe/hb/running", "xe/hb/no-heartbeat"
 	for _, x := range []string{id, twin} {
-		mustSubmit(t, via, SubmitRequest{ID: x, Handler: "xe.failaccept", Timeout: "1s", MaxAttempts: 3}, http.StatusCreated)
+		harness.MustSubmit(t, via, harness.SubmitRequest{ID: x, Handler: "xe.failaccept", Timeout: "1s", MaxAttempts: 3}, http.StatusCreated)
 	}
-	if short := c.Recorder.WaitCalls(reqCtx(t), []string{id, twin}, 2); len(short) > 0 {
+	if short := c.Recorder.WaitCalls(harness.ReqCtx(t), []string{id, twin}, 2); len(short) > 0 {
 		t.Fatalf("no second attempt of %v", short)
 	}
 	accepted := c.Recorder.Calls(id)[1].At
-	cur := waitState(t, via, id, "RUNNING")
+	cur := harness.WaitState(t, via, id, "RUNNING")
 	if cur.Attempts != 2 {
 		t.Fatalf("running attempt %d, want 2", cur.Attempts)
 	}
 	for _, stale := range []int{1, 3} {
 		before := getTask(t, via, id)
 		resp := postAttempt(t, via, id, "heartbeat", fmt.Sprintf(`{"attempt":%d}`, stale))
-		wantError(t, resp, http.StatusConflict, "conflict")
+		harness.WantError(t, resp, http.StatusConflict, "conflict")
 		sameAfterRefusal(t, fmt.Sprintf("a heartbeat of attempt %d", stale), before, getTask(t, via, id))
 	}
 	// Heartbeat every 1.5 s, through every node in turn, for 9 s (past the
@@ -545,15 +532,15 @@ func testHeartbeat(t *testing.T, c *Cluster, via *Node) {
 // A heartbeat sent by the executor while its (synchronous) callback runs
 // is accepted and does not disturb that callback: it completes with 200,
 // once.
-func testHeartbeatDuringCallback(t *testing.T, c *Cluster, st *scriptState, via *Node) {
+func testHeartbeatDuringCallback(t *testing.T, c *harness.Cluster, st *scriptState, via *harness.Node) {
 	id := "xe/hb/sync"
-	mustSubmit(t, via, SubmitRequest{ID: id, Handler: "xe.hbsync", Timeout: "3s", MaxAttempts: 2}, http.StatusCreated)
-	if short := c.Recorder.WaitCalls(reqCtx(t), []string{id}, 1); len(short) > 0 {
+	harness.MustSubmit(t, via, harness.SubmitRequest{ID: id, Handler: "xe.hbsync", Timeout: "3s", MaxAttempts: 2}, http.StatusCreated)
+	if short := c.Recorder.WaitCalls(harness.ReqCtx(t), []string{id}, 1); len(short) > 0 {
 		t.Fatalf("no callback")
 	}
 	// It ends within a second or so; give it the time a lease expiry and a
 	// retry would take, to report what happened instead.
-	var task Task
+	var task harness.Task
 	for deadline := time.Now().Add(12 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		task = getTask(t, via, id)
 		if (task.State != "RUNNING" && task.State != "WAITING") || time.Now().After(deadline) {
@@ -580,43 +567,43 @@ func testHeartbeatDuringCallback(t *testing.T, c *Cluster, st *scriptState, via 
 // (e) A 202 answer leaves the attempt RUNNING until POST
 // /v1/tasks/{id}/result; a result for another attempt, or for a task no
 // longer running, gets 409 and changes nothing.
-func testAcceptedThenResult(t *testing.T, c *Cluster, via *Node) {
+func testAcceptedThenResult(t *testing.T, c *harness.Cluster, via *harness.Node) {
 	ok, perm := "xe/accept/ok", "xe/accept/permanent"
 	for _, id := range []string{ok, perm} {
-		mustSubmit(t, via, SubmitRequest{ID: id, Handler: "xe.accept"}, http.StatusCreated)
+		harness.MustSubmit(t, via, harness.SubmitRequest{ID: id, Handler: "xe.accept"}, http.StatusCreated)
 	}
-	if short := c.Recorder.WaitCalls(reqCtx(t), []string{ok, perm}, 1); len(short) > 0 {
+	if short := c.Recorder.WaitCalls(harness.ReqCtx(t), []string{ok, perm}, 1); len(short) > 0 {
 		t.Fatalf("no callback for %v", short)
 	}
 	for _, id := range []string{ok, perm} {
-		waitState(t, via, id, "RUNNING")
+		harness.WaitState(t, via, id, "RUNNING")
 	}
 	time.Sleep(500 * time.Millisecond) // the 202 changes nothing meanwhile
-	before := waitState(t, via, ok, "RUNNING")
+	before := harness.WaitState(t, via, ok, "RUNNING")
 	resp := postAttempt(t, via, ok, "result", `{"attempt":2,"status":"success"}`)
-	wantError(t, resp, http.StatusConflict, "conflict")
+	harness.WantError(t, resp, http.StatusConflict, "conflict")
 	sameAfterRefusal(t, "a result of attempt 2", before, getTask(t, via, ok))
 
 	resp = postAttempt(t, via, ok, "result", `{"attempt":1,"status":"success"}`)
 	if resp.Status != http.StatusOK {
 		t.Fatalf("result of the current attempt: %s", resp)
 	}
-	done := waitState(t, via, ok, "SUCCESS")
+	done := harness.WaitState(t, via, ok, "SUCCESS")
 	if done.Attempts != 1 {
 		t.Errorf("SUCCESS with attempts %d", done.Attempts)
 	}
 	for _, n := range c.Nodes {
-		waitState(t, n, ok, "SUCCESS")
+		harness.WaitState(t, n, ok, "SUCCESS")
 	}
 	resp = postAttempt(t, via, ok, "result", `{"attempt":1,"status":"failed","error":"late"}`)
-	wantError(t, resp, http.StatusConflict, "conflict")
+	harness.WantError(t, resp, http.StatusConflict, "conflict")
 	sameAfterRefusal(t, "a result for a finished task", done, getTask(t, via, ok))
 
 	resp = postAttempt(t, c.Leader(), perm, "result", `{"attempt":1,"status":"permanent","error":"refused by the app"}`)
 	if resp.Status != http.StatusOK {
 		t.Fatalf("permanent result: %s", resp)
 	}
-	if failed := waitState(t, via, perm, "FAILED"); failed.LastError != "refused by the app" || failed.Attempts != 1 {
+	if failed := harness.WaitState(t, via, perm, "FAILED"); failed.LastError != "refused by the app" || failed.Attempts != 1 {
 		t.Errorf("FAILED with last_error %q, attempts %d", failed.LastError, failed.Attempts)
 	}
 	for _, id := range []string{ok, perm} {
@@ -634,18 +621,18 @@ func testAcceptedThenResult(t *testing.T, c *Cluster, via *Node) {
 // out or delivered twice, the executor never sees more than 2 at once, and
 // the priority-0 tasks overtake most of the backlog.
 func TestExecutors_QueuedAttemptsKeepTheirLease(t *testing.T) {
-	skipShort(t)
+	harness.SkipShort(t)
 	t.Parallel()
 	const (
 		handler = "xe.slow"
 		nLow    = 30
 		nHigh   = 10
 	)
-	dir := shortDir(t, t.TempDir())
-	rec, st := NewRecorder(), newScriptState()
+	dir := harness.ShortDir(t, t.TempDir())
+	rec, st := harness.NewRecorder(), newScriptState()
 	sock := filepath.Join(dir, "n1-xe.sock")
-	c := NewCluster(t, WithSize(1), WithExecutorsOn(),
-		WithArgs("--delivery-concurrency", "2", "--delivery-min-concurrency", "2", "--executor", "xe.*=unix://"+sock))
+	c := harness.NewCluster(t, harness.WithSize(1), harness.WithExecutorsOn(),
+		harness.WithArgs("--delivery-concurrency", "2", "--delivery-min-concurrency", "2", "--executor", "xe.*=unix://"+sock))
 	n := c.Nodes[0]
 	e := startScriptExecutor(t, n, dir, rec, st)
 	if e.socket != sock {
@@ -660,7 +647,7 @@ func TestExecutors_QueuedAttemptsKeepTheirLease(t *testing.T) {
 			ids = append(ids, id)
 			items = append(items, fmt.Sprintf(`{"id":%q,"handler":%q,"priority":%d,"timeout":"1s","max_attempts":3}`, id, handler, prio))
 		}
-		resp, err := n.Client.Do(reqCtx(t), "POST", "/v1/tasks/batch", []byte(`{"tasks":[`+strings.Join(items, ",")+`]}`))
+		resp, err := n.Client.Do(harness.ReqCtx(t), "POST", "/v1/tasks/batch", []byte(`{"tasks":[`+strings.Join(items, ",")+`]}`))
 		if err != nil || resp.Status != http.StatusOK {
 			t.Fatalf("batch of priority %d: %v %v", prio, resp, err)
 		}
@@ -680,7 +667,7 @@ func TestExecutors_QueuedAttemptsKeepTheirLease(t *testing.T) {
 	start := time.Now()
 	low := batch(4, 0, nLow)
 	// Let the backlog of priority 4 reach the executor's queue first.
-	if short := rec.WaitCalls(reqCtx(t), low[:1], 1); len(short) > 0 {
+	if short := rec.WaitCalls(harness.ReqCtx(t), low[:1], 1); len(short) > 0 {
 		t.Fatalf("no callback of the priority-4 backlog")
 	}
 	high := batch(0, 0, nHigh)
@@ -737,12 +724,12 @@ func TestExecutors_QueuedAttemptsKeepTheirLease(t *testing.T) {
 	if len(bad) > 0 {
 		t.Errorf("%d of %d tasks were not delivered exactly once, e.g.\n  %s", len(bad), len(all), strings.Join(bad[:min(len(bad), 3)], "\n  "))
 	}
-	m := scrape(t, n)
+	m := harness.Scrape(t, n)
 	for name, want := range map[string]float64{
-		attemptsMetric(handler, "timeout"):                   0,
-		attemptsMetric(handler, "failed"):                    0,
-		attemptsMetric(handler, "cancelled"):                 0,
-		attemptsMetric(handler, "success"):                   nLow + nHigh,
+		harness.AttemptsMetric(handler, "timeout"):           0,
+		harness.AttemptsMetric(handler, "failed"):            0,
+		harness.AttemptsMetric(handler, "cancelled"):         0,
+		harness.AttemptsMetric(handler, "success"):           nLow + nHigh,
 		fmt.Sprintf(`ax_retries_total{handler=%q}`, handler): 0,
 	} {
 		if got := m[name]; got != want {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/axsched/ax/e2e/harness"
 )
 
 // TestFailoverGap measures the failover gap: the time from SIGKILL of the
@@ -16,17 +18,18 @@ import (
 // are due every 10 ms from just before the kill, so the gap is the time
 // without callbacks, not a task's delay. It logs p50/p99/max.
 func TestFailoverGap(t *testing.T) {
-	skipShort(t)
+	harness.SkipShort(t)
+	t.Parallel()
 	kills := 3
 	if v, err := strconv.Atoi(os.Getenv("AX_E2E_FAILOVER_KILLS")); err == nil && v > 0 {
 		kills = v
 	}
-	c := NewCluster(t, WithSize(3))
+	c := harness.NewCluster(t, harness.WithSize(3))
 	c.WaitReady()
 	var gaps []time.Duration
 	for k := range kills {
 		leader := c.Leader()
-		var via *Node
+		var via *harness.Node
 		for _, n := range c.Followers() {
 			via = n
 		}
@@ -34,9 +37,9 @@ func TestFailoverGap(t *testing.T) {
 		var items []string
 		for i := range 400 { // one task due every 10 ms for 4 s
 			at := start.Add(time.Duration(i) * 10 * time.Millisecond).UTC().Format(time.RFC3339Nano)
-			items = append(items, fmt.Sprintf(`{"id":"fo-%d-%d","handler":%q,"run_at":%q}`, k, i, handlerOK, at))
+			items = append(items, fmt.Sprintf(`{"id":"fo-%d-%d","handler":%q,"run_at":%q}`, k, i, harness.HandlerOK, at))
 		}
-		resp, err := via.Client.Do(reqCtx(t), "POST", "/v1/tasks/batch", []byte(`{"tasks":[`+strings.Join(items, ",")+`]}`))
+		resp, err := via.Client.Do(harness.ReqCtx(t), "POST", "/v1/tasks/batch", []byte(`{"tasks":[`+strings.Join(items, ",")+`]}`))
 		if err != nil || resp.Status != 200 {
 			t.Fatalf("kill %d: batch: %v %v", k, resp, err)
 		}
@@ -54,7 +57,7 @@ func TestFailoverGap(t *testing.T) {
 				start.Add(time.Duration(i)*10*time.Millisecond).After(killedAt.Add(60*time.Millisecond))
 		}
 		var first time.Time
-		waitFor(t, 20*time.Second, 10*time.Millisecond, "a callback after the kill", func() error {
+		harness.WaitFor(t, 20*time.Second, 10*time.Millisecond, "a callback after the kill", func() error {
 			for _, call := range c.Recorder.All() {
 				if firedByNew(call.TaskID) && call.At.After(killedAt) {
 					if first.IsZero() || call.At.Before(first) {
@@ -76,7 +79,7 @@ func TestFailoverGap(t *testing.T) {
 		// Every task of this round ran, none lost (an attempt that was on
 		// the killed node is retried when it restarts).
 		for i := range 400 {
-			waitState(t, via, fmt.Sprintf("fo-%d-%d", k, i), "SUCCESS")
+			harness.WaitState(t, via, fmt.Sprintf("fo-%d-%d", k, i), "SUCCESS")
 		}
 	}
 	slices.Sort(gaps)

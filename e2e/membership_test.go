@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/axsched/ax/e2e/harness"
 )
 
 // TestMembership_TokenRemoveLeaveStrongRead covers the operator side of a
@@ -14,8 +16,9 @@ import (
 // others keep working; a node started with --leave-on-shutdown leaves the
 // configuration when it gets SIGTERM.
 func TestMembership_TokenRemoveLeaveStrongRead(t *testing.T) {
-	skipShort(t)
-	c := NewCluster(t, WithSize(3), WithArgs("--cluster-token", "s3cret", "--leave-on-shutdown"))
+	harness.SkipShort(t)
+	t.Parallel()
+	c := harness.NewCluster(t, harness.WithSize(3), harness.WithArgs("--cluster-token", "s3cret", "--leave-on-shutdown"))
 	c.WaitReady()
 	leader := c.Leader()
 	follower := c.Followers()[0]
@@ -37,27 +40,27 @@ func TestMembership_TokenRemoveLeaveStrongRead(t *testing.T) {
 	}
 
 	// Strong read through a follower right after a write through the leader.
-	mustSubmit(t, leader, SubmitRequest{ID: "strong-1", Handler: handlerOK, Delay: "1h"}, 201)
-	resp, err := follower.Client.Do(reqCtx(t), "GET", TaskPath("strong-1")+"?consistency=strong", nil)
+	harness.MustSubmit(t, leader, harness.SubmitRequest{ID: "strong-1", Handler: harness.HandlerOK, Delay: "1h"}, 201)
+	resp, err := follower.Client.Do(harness.ReqCtx(t), "GET", harness.TaskPath("strong-1")+"?consistency=strong", nil)
 	if err != nil || resp.Status != 200 {
 		t.Fatalf("strong read via follower: %v %v", resp, err)
 	}
-	resp, _ = follower.Client.Do(reqCtx(t), "GET", TaskPath("strong-1")+"?consistency=eventual", nil)
-	wantError(t, resp, 400, "bad_request")
+	resp, _ = follower.Client.Do(harness.ReqCtx(t), "GET", harness.TaskPath("strong-1")+"?consistency=eventual", nil)
+	harness.WantError(t, resp, 400, "bad_request")
 
 	// Remove a dead follower.
 	dead := c.Followers()[1]
 	if err := dead.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	resp, err = follower.Client.Do(reqCtx(t), "DELETE", "/v1/cluster/members/"+dead.ID, nil)
+	resp, err = follower.Client.Do(harness.ReqCtx(t), "DELETE", "/v1/cluster/members/"+dead.ID, nil)
 	if err != nil || resp.Status != 204 {
 		t.Fatalf("remove %s via %s: %v %v", dead.ID, follower.ID, resp, err)
 	}
-	resp, _ = follower.Client.Do(reqCtx(t), "DELETE", "/v1/cluster/members/"+dead.ID, nil)
-	wantError(t, resp, 404, "not_found")
-	waitFor(t, 10*time.Second, 50*time.Millisecond, "two members", func() error {
-		info, err := leader.Client.Cluster(reqCtx(t))
+	resp, _ = follower.Client.Do(harness.ReqCtx(t), "DELETE", "/v1/cluster/members/"+dead.ID, nil)
+	harness.WantError(t, resp, 404, "not_found")
+	harness.WaitFor(t, 10*time.Second, 50*time.Millisecond, "two members", func() error {
+		info, err := leader.Client.Cluster(harness.ReqCtx(t))
 		if err != nil {
 			return err
 		}
@@ -67,15 +70,15 @@ func TestMembership_TokenRemoveLeaveStrongRead(t *testing.T) {
 		return nil
 	})
 	// Two of two voters: writes and callbacks go on.
-	mustSubmit(t, follower, SubmitRequest{ID: "after-remove", Handler: handlerOK}, 201)
-	waitState(t, leader, "after-remove", "SUCCESS")
+	harness.MustSubmit(t, follower, harness.SubmitRequest{ID: "after-remove", Handler: harness.HandlerOK}, 201)
+	harness.WaitState(t, leader, "after-remove", "SUCCESS")
 
 	// --leave-on-shutdown: SIGTERM on the follower removes it.
 	if err := follower.Stop(); err != nil {
 		t.Fatalf("stop %s: %v", follower.ID, err)
 	}
-	waitFor(t, 10*time.Second, 50*time.Millisecond, "one member after a leave", func() error {
-		info, err := leader.Client.Cluster(reqCtx(t))
+	harness.WaitFor(t, 10*time.Second, 50*time.Millisecond, "one member after a leave", func() error {
+		info, err := leader.Client.Cluster(harness.ReqCtx(t))
 		if err != nil {
 			return err
 		}
@@ -84,6 +87,6 @@ func TestMembership_TokenRemoveLeaveStrongRead(t *testing.T) {
 		}
 		return nil
 	})
-	mustSubmit(t, leader, SubmitRequest{ID: "after-leave", Handler: handlerOK}, 201)
-	waitState(t, leader, "after-leave", "SUCCESS")
+	harness.MustSubmit(t, leader, harness.SubmitRequest{ID: "after-leave", Handler: harness.HandlerOK}, 201)
+	harness.WaitState(t, leader, "after-leave", "SUCCESS")
 }

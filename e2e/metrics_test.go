@@ -1,41 +1,12 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
-)
 
-// scrape reads GET /metrics from n and returns each sample line's value by
-// its full name with labels, e.g. `ax_tasks{state="SUCCESS"}`.
-func scrape(t *testing.T, n *Node) map[string]float64 {
-	t.Helper()
-	resp, err := n.Client.Do(reqCtx(t), "GET", "/metrics", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.Status != 200 {
-		t.Fatalf("GET /metrics on %s: %s", n.ID, resp)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(string(resp.Body)))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		out[line[:i]] = v
-	}
-	return out
-}
+	"github.com/axsched/ax/e2e/harness"
+)
 
 // sumPrefix adds up every sample whose name (with labels) starts with p.
 func sumPrefix(m map[string]float64, p string) float64 {
@@ -53,28 +24,29 @@ func sumPrefix(m map[string]float64, p string) float64 {
 // the observability issue asks for, with values that follow from the
 // workload: the lateness count equals the callbacks made, and so on.
 func TestMetrics_AfterSmallWorkload(t *testing.T) {
-	skipShort(t)
-	c := NewCluster(t, WithSize(1), WithBootstrapExpect(1))
+	harness.SkipShort(t)
+	t.Parallel()
+	c := harness.NewCluster(t, harness.WithSize(1), harness.WithBootstrapExpect(1))
 	c.WaitReady()
 	n := c.Nodes[0]
 	var ids []string
 	for i := range 5 {
 		id := fmt.Sprintf("m-ok-%d", i)
-		mustSubmit(t, n, SubmitRequest{ID: id, Handler: "e2e.ok", Delay: "50ms"}, 201)
+		harness.MustSubmit(t, n, harness.SubmitRequest{ID: id, Handler: "e2e.ok", Delay: "50ms"}, 201)
 		ids = append(ids, id)
 	}
-	mustSubmit(t, n, SubmitRequest{ID: "m-perm", Handler: "e2e.permanent"}, 201)
-	mustSubmit(t, n, SubmitRequest{ID: "m-dead", Handler: "e2e.fail", MaxAttempts: 2}, 201)
-	mustSubmit(t, n, SubmitRequest{ID: "m-wait", Handler: "e2e.ok", Delay: "5m"}, 201)
+	harness.MustSubmit(t, n, harness.SubmitRequest{ID: "m-perm", Handler: "e2e.permanent"}, 201)
+	harness.MustSubmit(t, n, harness.SubmitRequest{ID: "m-dead", Handler: "e2e.fail", MaxAttempts: 2}, 201)
+	harness.MustSubmit(t, n, harness.SubmitRequest{ID: "m-wait", Handler: "e2e.ok", Delay: "5m"}, 201)
 	// Beyond the leader's 10-minute load window: stored, not armed.
-	mustSubmit(t, n, SubmitRequest{ID: "m-far", Handler: "e2e.ok", Delay: "1h"}, 201)
+	harness.MustSubmit(t, n, harness.SubmitRequest{ID: "m-far", Handler: "e2e.ok", Delay: "1h"}, 201)
 	for _, id := range ids {
-		waitState(t, n, id, "SUCCESS")
+		harness.WaitState(t, n, id, "SUCCESS")
 	}
-	waitState(t, n, "m-perm", "FAILED")
-	waitState(t, n, "m-dead", "DEAD")
+	harness.WaitState(t, n, "m-perm", "FAILED")
+	harness.WaitState(t, n, "m-dead", "DEAD")
 
-	m := scrape(t, n)
+	m := harness.Scrape(t, n)
 	callbacks := float64(len(c.Recorder.All()))
 	if callbacks != 5+1+2 {
 		t.Fatalf("executor saw %v callbacks, want 8", callbacks)

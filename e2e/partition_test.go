@@ -4,18 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/axsched/ax/e2e/harness"
 )
 
 // Knobs of the leader fault tests (partition, SIGSTOP).
 const (
 	// faultRate is the submits started per second across the fault, each
-	// due within 0–5 s (chaosMaxDelay).
+	// due within 0–5 s (TrafficMaxDelay).
 	faultRate = 150
 	// faultWorkers submit concurrently: more than the chaos test's, since
 	// a third of the tries go to the faulty node and wait for their
@@ -38,10 +39,10 @@ const (
 type faultHooks struct {
 	what    string        // "partition", "SIGSTOP"
 	holdFor time.Duration // from the fault to the recovery
-	fault   func(old *Node)
-	recover func(old *Node)
+	fault   func(old *harness.Node)
+	recover func(old *harness.Node)
 	// during runs after the new leader is elected, before the recovery.
-	during func(old, newLeader *Node)
+	during func(old, newLeader *harness.Node)
 	// follower: the fault hits a follower instead of the leader (the
 	// leader stays; "old" is then the follower).
 	follower bool
@@ -50,7 +51,7 @@ type faultHooks struct {
 // faultResult is what runLeaderFault measured.
 type faultResult struct {
 	faultAt, recoverAt time.Time
-	old, newLeader     *Node
+	old, newLeader     *harness.Node
 	electedIn          time.Duration
 	stepDownIn         time.Duration // old leader no longer says Leader (partition: while cut; SIGSTOP: after SIGCONT)
 	acked, lost, early int
@@ -59,54 +60,6 @@ type faultResult struct {
 	uncommitted        []string // callbacks with no committed Fire (task, attempt, node) in the new leader's log
 	firedByNew         int      // callbacks on the other nodes, during the fault, of runs due after fault + margin
 	superseded         []string // callbacks of an attempt after a callback of a later attempt of the same task
-}
-
-// startFaultLoad starts a chaosLoad (the kill test's submitter: retries
-// with the same id through the next node) at rate submits/s.
-func startFaultLoad(t *testing.T, c *Cluster, clients map[string]*Client, rate, workers int, seed uint64) (*chaosLoad, chan struct{}) {
-	load := &chaosLoad{
-		c: c, clients: clients, rate: rate,
-		rng:      rand.New(rand.NewPCG(seed, 1)),
-		queue:    make(chan *chaosTask, rate*int(chaosSubmitGrace/time.Second)*4),
-		stop:     make(chan struct{}),
-		abandon:  make(chan struct{}),
-		genDone:  make(chan struct{}),
-		errKinds: map[string]int{},
-	}
-	for range workers {
-		load.wg.Add(1)
-		go load.work()
-	}
-	go load.generate()
-	workersDone := make(chan struct{})
-	go func() { load.wg.Wait(); close(workersDone) }()
-	t.Cleanup(func() { // never leave the load running on a t.Fatal
-		select {
-		case <-load.stop:
-		default:
-			close(load.stop)
-		}
-		select {
-		case <-load.abandon:
-		default:
-			close(load.abandon)
-		}
-		<-workersDone
-	})
-	return load, workersDone
-}
-
-// stopFaultLoad stops generating and waits up to chaosSubmitGrace for the
-// submits in progress.
-func stopFaultLoad(load *chaosLoad, workersDone chan struct{}) {
-	close(load.stop)
-	<-load.genDone
-	select {
-	case <-workersDone:
-	case <-time.After(chaosSubmitGrace):
-		close(load.abandon)
-		<-workersDone
-	}
 }
 
 // fireKey names one attempt delivered to one node.
@@ -137,8 +90,8 @@ func committedFires(logs string) map[string]bool {
 
 // runningOn lists, through cl, the tasks RUNNING with their attempt on
 // one of nodes (all nodes when nodes is empty).
-func runningOn(ctx context.Context, cl *Client, nodes ...string) (map[string]bool, error) {
-	tasks, err := chaosListTasks(ctx, cl, "RUNNING")
+func runningOn(ctx context.Context, cl *harness.Client, nodes ...string) (map[string]bool, error) {
+	tasks, err := harness.ListTasks(ctx, cl, "RUNNING")
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +112,7 @@ func runningOn(ctx context.Context, cl *Client, nodes ...string) (map[string]boo
 // waitConverged waits until every node has applied the same index and
 // holds the same tasks (state digest over every task's view); it returns
 // the index.
-func waitConverged(t *testing.T, c *Cluster, clients map[string]*Client, timeout time.Duration) uint64 {
+func waitConverged(t *testing.T, c *harness.Cluster, clients map[string]*harness.Client, timeout time.Duration) uint64 {
 	t.Helper()
 	var applied uint64
 	var last string
@@ -223,13 +176,13 @@ func waitConverged(t *testing.T, c *Cluster, clients map[string]*Client, timeout
 // fault (bound), no callback on the old leader during the fault for a run
 // due after it (stale), every callback backed by a committed Fire
 // (uncommitted), and the nodes converge.
-func runLeaderFault(t *testing.T, c *Cluster, hooks faultHooks) faultResult {
+func runLeaderFault(t *testing.T, c *harness.Cluster, hooks faultHooks) faultResult {
 	t.Helper()
 	c.WaitReady()
-	clients := map[string]*Client{}
+	clients := map[string]*harness.Client{}
 	for _, n := range c.Nodes {
-		cl := NewClient(n.Socket)
-		cl.tr.MaxIdleConnsPerHost = faultWorkers
+		cl := harness.NewClient(n.Socket)
+		cl.SetMaxIdleConns(faultWorkers)
 		clients[n.ID] = cl
 	}
 	t.Cleanup(func() {
@@ -238,9 +191,9 @@ func runLeaderFault(t *testing.T, c *Cluster, hooks faultHooks) faultResult {
 		}
 	})
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("%s under %d submits/s (due within %s), held %s; seed %d", hooks.what, faultRate, chaosMaxDelay, hooks.holdFor, seed)
+	t.Logf("%s under %d submits/s (due within %s), held %s; seed %d", hooks.what, faultRate, harness.TrafficMaxDelay, hooks.holdFor, seed)
 
-	load, workersDone := startFaultLoad(t, c, clients, faultRate, faultWorkers, seed)
+	load, workersDone := harness.StartTraffic(t, c, clients, faultRate, faultWorkers, seed)
 	loadStart := time.Now()
 	time.Sleep(faultLoadBefore)
 
@@ -249,7 +202,7 @@ func runLeaderFault(t *testing.T, c *Cluster, hooks faultHooks) faultResult {
 	if hooks.follower {
 		r.old = c.Followers()[0]
 	}
-	var others []*Node
+	var others []*harness.Node
 	for _, n := range c.Nodes {
 		if n != r.old {
 			others = append(others, n)
@@ -257,9 +210,9 @@ func runLeaderFault(t *testing.T, c *Cluster, hooks faultHooks) faultResult {
 	}
 	r.faultAt = time.Now()
 	hooks.fault(r.old)
-	r.newLeader = chaosLeader(c, others, leaderTimeout)
+	r.newLeader = harness.AgreedLeader(c, others, harness.LeaderTimeout)
 	if r.newLeader == nil {
-		t.Fatalf("%s of %s: the two others agreed on no leader within %s", hooks.what, r.old.ID, leaderTimeout)
+		t.Fatalf("%s of %s: the two others agreed on no leader within %s", hooks.what, r.old.ID, harness.LeaderTimeout)
 	}
 	r.electedIn = time.Since(r.faultAt)
 	t.Logf("%s of %s at +%s: %s leads the two others after %s", hooks.what, r.old.ID, r.faultAt.Sub(loadStart).Round(time.Millisecond), r.newLeader.ID, r.electedIn.Round(time.Millisecond))
@@ -301,7 +254,7 @@ func runLeaderFault(t *testing.T, c *Cluster, hooks faultHooks) faultResult {
 
 	// The old leader steps down (or has already) and follows the new one
 	// (the isolated follower follows the leader again).
-	waitFor(t, 20*time.Second, 20*time.Millisecond, "the faulty node follows", func() error {
+	harness.WaitFor(t, 20*time.Second, 20*time.Millisecond, "the faulty node follows", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		info, err := clients[r.old.ID].Cluster(ctx)
@@ -322,39 +275,39 @@ func runLeaderFault(t *testing.T, c *Cluster, hooks faultHooks) faultResult {
 
 	time.Sleep(faultLoadAfter)
 	stopAt := time.Now()
-	stopFaultLoad(load, workersDone)
-	var acked []*chaosTask
-	for _, ts := range load.tasks {
-		if ts.acked {
+	harness.StopTraffic(load, workersDone)
+	var acked []*harness.TrafficTask
+	for _, ts := range load.Tasks {
+		if ts.Acked {
 			acked = append(acked, ts)
 		}
 	}
 	loadTime := stopAt.Sub(loadStart)
 	var kinds []string
-	for k, v := range load.errKinds {
+	for k, v := range load.ErrKinds {
 		kinds = append(kinds, fmt.Sprintf("%s=%d", k, v))
 	}
 	sort.Strings(kinds)
 	t.Logf("load: %d tasks started in %s (%.0f/s), %d acknowledged; retried answers: %s",
-		len(load.tasks), loadTime.Round(time.Millisecond), float64(len(load.tasks))/loadTime.Seconds(), len(acked), strings.Join(kinds, ", "))
+		len(load.Tasks), loadTime.Round(time.Millisecond), float64(len(load.Tasks))/loadTime.Seconds(), len(acked), strings.Join(kinds, ", "))
 
 	// Every acknowledged task SUCCESS, read through the leader.
-	c.waitReady(c.Nodes, faultSettleTimeout)
+	c.WaitReadyNodes(c.Nodes, faultSettleTimeout)
 	settleDeadline := time.Now().Add(faultSettleTimeout)
-	final := map[string]Task{}
+	final := map[string]harness.Task{}
 	for {
-		cl, _ := chaosReader(c, clients)
+		cl, _ := harness.ReaderClient(c, clients)
 		lctx, lcancel := context.WithTimeout(context.Background(), 20*time.Second)
-		all, err := chaosListTasks(lctx, cl, "")
+		all, err := harness.ListTasks(lctx, cl, "")
 		lcancel()
 		done := err == nil
 		if err == nil {
-			final = map[string]Task{}
+			final = map[string]harness.Task{}
 			for _, task := range all {
 				final[task.ID] = task
 			}
 			for _, ts := range acked {
-				if final[ts.id].State != "SUCCESS" {
+				if final[ts.ID].State != "SUCCESS" {
 					done = false
 					break
 				}
@@ -370,27 +323,27 @@ func runLeaderFault(t *testing.T, c *Cluster, hooks faultHooks) faultResult {
 
 	// The checks.
 	fires := committedFires(r.newLeader.Logs())
-	byID := map[string]*chaosTask{}
-	for _, ts := range load.tasks {
-		byID[ts.id] = ts
+	byID := map[string]*harness.TrafficTask{}
+	for _, ts := range load.Tasks {
+		byID[ts.ID] = ts
 	}
 	var lost, early []string
 	dupExplained := 0
-	for _, ts := range load.tasks {
-		calls := c.Recorder.Calls(ts.id)
-		due := ts.due
-		if due.IsZero() && !ts.firstSent.IsZero() {
-			due = ts.firstSent.Add(ts.delay).Truncate(time.Millisecond)
+	for _, ts := range load.Tasks {
+		calls := c.Recorder.Calls(ts.ID)
+		due := ts.Due
+		if due.IsZero() && !ts.FirstSent.IsZero() {
+			due = ts.FirstSent.Add(ts.Delay).Truncate(time.Millisecond)
 		}
 		for _, call := range calls {
 			if call.At.Before(due) {
-				early = append(early, fmt.Sprintf("%s on %s attempt %s at %s, due %s", ts.id, call.Node, call.Attempt, call.At.Format(time.RFC3339Nano), due.Format(time.RFC3339Nano)))
+				early = append(early, fmt.Sprintf("%s on %s attempt %s at %s, due %s", ts.ID, call.Node, call.Attempt, call.At.Format(time.RFC3339Nano), due.Format(time.RFC3339Nano)))
 			}
 		}
 		for i, call := range calls {
 			for _, prev := range calls[:i] {
 				if a, b := atoi(call.Attempt), atoi(prev.Attempt); a < b {
-					r.superseded = append(r.superseded, fmt.Sprintf("%s attempt %s on %s at +%s after attempt %s on %s at +%s", ts.id,
+					r.superseded = append(r.superseded, fmt.Sprintf("%s attempt %s on %s at +%s after attempt %s on %s at +%s", ts.ID,
 						call.Attempt, call.Node, call.At.Sub(loadStart).Round(time.Millisecond), prev.Attempt, prev.Node, prev.At.Sub(loadStart).Round(time.Millisecond)))
 					break
 				}
@@ -398,17 +351,17 @@ func runLeaderFault(t *testing.T, c *Cluster, hooks faultHooks) faultResult {
 		}
 		if len(calls) > 1 {
 			r.dupTasks++
-			if inFlight[ts.id] {
+			if inFlight[ts.ID] {
 				dupExplained++
 			}
 			var desc []string
 			for _, call := range calls {
 				desc = append(desc, fmt.Sprintf("%s attempt %s at +%s", call.Node, call.Attempt, call.At.Sub(loadStart).Round(time.Millisecond)))
 			}
-			t.Logf("duplicate: %s (in flight at the fault: %v): %s", ts.id, inFlight[ts.id], strings.Join(desc, "; "))
+			t.Logf("duplicate: %s (in flight at the fault: %v): %s", ts.ID, inFlight[ts.ID], strings.Join(desc, "; "))
 		}
-		if ts.acked && (len(calls) == 0 || final[ts.id].State != "SUCCESS") {
-			lost = append(lost, fmt.Sprintf("%s: %d callbacks, state %q", ts.id, len(calls), final[ts.id].State))
+		if ts.Acked && (len(calls) == 0 || final[ts.ID].State != "SUCCESS") {
+			lost = append(lost, fmt.Sprintf("%s: %d callbacks, state %q", ts.ID, len(calls), final[ts.ID].State))
 		}
 	}
 	for _, call := range c.Recorder.All() {
@@ -419,12 +372,12 @@ func runLeaderFault(t *testing.T, c *Cluster, hooks faultHooks) faultResult {
 		if !fires[fireKey(call.TaskID, call.Attempt, call.Node)] {
 			r.uncommitted = append(r.uncommitted, fmt.Sprintf("%s attempt %s on %s at +%s", call.TaskID, call.Attempt, call.Node, call.At.Sub(loadStart).Round(time.Millisecond)))
 		}
-		lateRun := ts.due.After(r.faultAt.Add(faultStaleMargin))
+		lateRun := ts.Due.After(r.faultAt.Add(faultStaleMargin))
 		during := call.At.After(r.faultAt) && call.At.Before(r.recoverAt)
 		if lateRun && during {
 			if call.Node == r.old.ID {
 				r.stale = append(r.stale, fmt.Sprintf("%s attempt %s due +%s called at +%s", call.TaskID, call.Attempt,
-					ts.due.Sub(loadStart).Round(time.Millisecond), call.At.Sub(loadStart).Round(time.Millisecond)))
+					ts.Due.Sub(loadStart).Round(time.Millisecond), call.At.Sub(loadStart).Round(time.Millisecond)))
 			} else {
 				r.firedByNew++
 			}
@@ -432,11 +385,11 @@ func runLeaderFault(t *testing.T, c *Cluster, hooks faultHooks) faultResult {
 	}
 	r.acked, r.lost, r.early = len(acked), len(lost), len(early)
 	t.Logf("callbacks per node: %v; attempts not delivered because their lease had ended before their fire was applied (ax_stale_fires_skipped_total): %s=%.0f",
-		callsPerNode(c.Recorder), r.old.ID, scrape(t, r.old)["ax_stale_fires_skipped_total"])
+		harness.CallsPerNode(c.Recorder), r.old.ID, harness.Scrape(t, r.old)["ax_stale_fires_skipped_total"])
 	t.Logf("RESULT %s: the others agreed on a leader after %s, the faulty node follows it %s after the recovery; acknowledged=%d lost=%d early=%d duplicates=%d (%d in flight at the fault) bound=%d stale-from-faulty-node=%d uncommitted=%d superseded=%d fired-by-leader-during-fault=%d",
 		hooks.what, r.electedIn.Round(time.Millisecond), r.stepDownIn.Round(time.Millisecond), r.acked, r.lost, r.early, r.dupTasks, dupExplained, r.bound,
 		len(r.stale), len(r.uncommitted), len(r.superseded), r.firedByNew)
-	logNodeProblems(t, c, loadStart)
+	harness.LogNodeProblems(t, c, loadStart)
 
 	for _, l := range lost[:min(len(lost), 20)] {
 		t.Errorf("LOST: %s", l)
@@ -478,8 +431,9 @@ func atoi(s string) int {
 // cut; after healing, the nodes converge (same applied index, same task
 // digest) and no acknowledged task is lost or early.
 func TestPartition_LeaderIsolated(t *testing.T) {
-	skipShort(t)
-	c := NewCluster(t, WithSize(3), WithPeerProxies(), WithLogLevel("debug"))
+	harness.SkipShort(t)
+	t.Parallel()
+	c := harness.NewCluster(t, harness.WithSize(3), harness.WithPeerProxies(), harness.WithLogLevel("debug"))
 	var cutAt time.Time
 	steppedDown := make(chan time.Duration, 1)
 	r := runLeaderFault(t, c, faultHooks{
@@ -487,7 +441,7 @@ func TestPartition_LeaderIsolated(t *testing.T) {
 		// Longer than an attempt's lease (timeout 5s + grace 5s): the
 		// attempts the old leader's node was running are retried elsewhere.
 		holdFor: 12 * time.Second,
-		fault: func(old *Node) {
+		fault: func(old *harness.Node) {
 			c.Net.Isolate(old.ID)
 			cutAt = time.Now()
 			// Cut off, the old leader must step down on its own (no quorum
@@ -506,8 +460,8 @@ func TestPartition_LeaderIsolated(t *testing.T) {
 				steppedDown <- 0
 			}()
 		},
-		recover: func(*Node) { c.Net.HealAll() },
-		during: func(old, _ *Node) {
+		recover: func(*harness.Node) { c.Net.HealAll() },
+		during: func(old, _ *harness.Node) {
 			if d := <-steppedDown; d == 0 {
 				t.Errorf("the isolated leader %s still led 10s after the cut", old.ID)
 			} else {
@@ -526,14 +480,15 @@ func TestPartition_LeaderIsolated(t *testing.T) {
 // deliver those (they were superseded), nor anything during the cut for a
 // run due after it; nothing lost, nothing early, the nodes converge.
 func TestPartition_FollowerIsolated(t *testing.T) {
-	skipShort(t)
-	c := NewCluster(t, WithSize(3), WithPeerProxies(), WithLogLevel("debug"))
+	harness.SkipShort(t)
+	t.Parallel()
+	c := harness.NewCluster(t, harness.WithSize(3), harness.WithPeerProxies(), harness.WithLogLevel("debug"))
 	r := runLeaderFault(t, c, faultHooks{
 		what:     "follower partition",
 		follower: true,
 		holdFor:  12 * time.Second,
-		fault:    func(f *Node) { c.Net.Isolate(f.ID) },
-		recover:  func(*Node) { c.Net.HealAll() },
+		fault:    func(f *harness.Node) { c.Net.Isolate(f.ID) },
+		recover:  func(*harness.Node) { c.Net.HealAll() },
 	})
 	t.Logf("proxies of %s's links: %s", r.old.ID, c.Net.Stats())
 }

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axsched/ax/e2e/harness"
+
 	ax "github.com/axsched/ax/clients/go"
 )
 
@@ -43,11 +45,14 @@ import (
 // clients meet a wrong socket path, a 429 and a dead sidecar, and the
 // Python worker stops on SIGTERM, unregistering itself first.
 func TestPolyglot(t *testing.T) {
-	skipShort(t)
-	py := requirePython(t)
-	script := repoDir(t, "e2e", "testdata", "polyglot.py")
+	harness.SkipShort(t)
+	// Not parallel: its two scenarios are parallel subtests sharing one
+	// 2-minute context, and beside other parallel tests they waited for a
+	// free slot past it (seen in a -parallel 3 run).
+	py := harness.RequirePython(t)
+	script := harness.RepoDir(t, "e2e", "testdata", "polyglot.py")
 
-	c := NewCluster(t, WithExecutorsOn())
+	c := harness.NewCluster(t, harness.WithExecutorsOn())
 	c.WaitReady()
 	fol := c.Followers()
 	nodeA, nodeB := fol[0], fol[1]
@@ -144,7 +149,7 @@ func TestPolyglot(t *testing.T) {
 		if err := worker.waitErr; err != nil {
 			t.Fatalf("the Python worker exited with %v; its log:\n%s", err, worker.logs())
 		}
-		if !isClosed(worker.stopped) {
+		if !harness.IsClosed(worker.stopped) {
 			t.Errorf("the Python worker did not report a clean stop; its log:\n%s", worker.logs())
 		}
 		if names := executorNames(t, nodeA); names["py-worker"] {
@@ -283,7 +288,7 @@ func polyglotScenario(t *testing.T, ctx context.Context, app, observer appClient
 
 // polyglotErrors checks that both clients explain, in one line, a socket
 // path where nothing is, a 429 with Retry-After and a killed sidecar.
-func polyglotErrors(t *testing.T, ctx context.Context, pyApp *pyAppClient, sockDir string, victim *Node) {
+func polyglotErrors(t *testing.T, ctx context.Context, pyApp *pyAppClient, sockDir string, victim *harness.Node) {
 	oneLine := func(what, msg string) {
 		t.Helper()
 		if strings.ContainsAny(msg, "\n\r") || !strings.HasPrefix(msg, "ax: ") {
@@ -532,9 +537,9 @@ func startPyApp(t *testing.T, py, script, socket string) *pyAppClient {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(py, script, "app", "--socket", socket)
-	cmd.Env = pythonEnv(t)
+	cmd.Env = harness.PythonEnv(t)
 	cmd.Stderr = logf
-	cmd.SysProcAttr = procAttr()
+	cmd.SysProcAttr = harness.ProcAttr()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -746,9 +751,9 @@ func startPyWorker(t *testing.T, py, script string, calls *callLog, args ...stri
 		t.Fatal(err)
 	}
 	w.cmd = exec.Command(py, append([]string{script}, args...)...)
-	w.cmd.Env = pythonEnv(t)
+	w.cmd.Env = harness.PythonEnv(t)
 	w.cmd.Stderr = logf
-	w.cmd.SysProcAttr = procAttr()
+	w.cmd.SysProcAttr = harness.ProcAttr()
 	stdout, err := w.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -781,7 +786,7 @@ func startPyWorker(t *testing.T, py, script string, calls *callLog, args ...stri
 		close(w.exited)
 	}()
 	t.Cleanup(func() {
-		if !isClosed(w.exited) {
+		if !harness.IsClosed(w.exited) {
 			w.cmd.Process.Kill()
 			<-w.exited
 		}
@@ -850,9 +855,9 @@ func decodeJSON(t *testing.T, b []byte) any {
 }
 
 // executorNames returns the names of the executors registered on n.
-func executorNames(t *testing.T, n *Node) map[string]bool {
+func executorNames(t *testing.T, n *harness.Node) map[string]bool {
 	t.Helper()
-	resp, err := n.Client.Do(reqCtx(t), "GET", "/v1/executors", nil)
+	resp, err := n.Client.Do(harness.ReqCtx(t), "GET", "/v1/executors", nil)
 	if err != nil || resp.Status != http.StatusOK {
 		t.Fatalf("GET /v1/executors on %s: %v %v", n.ID, resp, err)
 	}

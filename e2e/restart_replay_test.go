@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/axsched/ax/e2e/harness"
 )
 
 // Sizes of the restart test; the environment overrides them:
@@ -47,7 +49,7 @@ const (
 )
 
 // restartMetrics scrapes /metrics without failing the test.
-func restartMetrics(ctx context.Context, cl *Client) (map[string]float64, error) {
+func restartMetrics(ctx context.Context, cl *harness.Client) (map[string]float64, error) {
 	resp, err := cl.Do(ctx, "GET", "/metrics", nil)
 	if err != nil {
 		return nil, err
@@ -85,8 +87,8 @@ func taskCounts(m map[string]float64) string {
 
 // stateDigest lists every task through cl and returns a SHA-256 over their
 // full JSON views in id order, and the views by id.
-func stateDigest(ctx context.Context, cl *Client) (string, map[string]string, error) {
-	tasks, err := chaosListTasks(ctx, cl, "")
+func stateDigest(ctx context.Context, cl *harness.Client) (string, map[string]string, error) {
+	tasks, err := harness.ListTasks(ctx, cl, "")
 	if err != nil {
 		return "", nil, err
 	}
@@ -115,19 +117,20 @@ func stateDigest(ctx context.Context, cl *Client) (string, map[string]string, er
 // for an old task) nor deliver any task again.
 // AX_RESTART_SINGLES=70000 gives the issue's 100 000 applied entries.
 func TestRestart_ReplaysOnlyNewEntries(t *testing.T) {
-	skipShort(t)
-	nBatch := envInt(t, "AX_RESTART_TASKS", restartTasksDefault)
-	nSingle := envInt(t, "AX_RESTART_SINGLES", restartSinglesDefault)
+	harness.SkipShort(t)
+	t.Parallel()
+	nBatch := harness.EnvInt(t, "AX_RESTART_TASKS", restartTasksDefault)
+	nSingle := harness.EnvInt(t, "AX_RESTART_SINGLES", restartSinglesDefault)
 	snapshot := os.Getenv("AX_RESTART_SNAPSHOT") != "0"
-	opts := []ClusterOption{WithSize(1), WithLogLevel("debug")}
+	opts := []harness.ClusterOption{harness.WithSize(1), harness.WithLogLevel("debug")}
 	if snapshot {
-		opts = append(opts, WithArgs("--snapshot-threshold", fmt.Sprint(restartSnapshotThreshold),
+		opts = append(opts, harness.WithArgs("--snapshot-threshold", fmt.Sprint(restartSnapshotThreshold),
 			"--snapshot-interval", restartSnapshotInterval.String()))
 	}
-	c := NewCluster(t, opts...)
+	c := harness.NewCluster(t, opts...)
 	c.WaitReady()
 	n := c.Nodes[0]
-	cl := NewClient(n.Socket)
+	cl := harness.NewClient(n.Socket)
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -137,7 +140,7 @@ func TestRestart_ReplaysOnlyNewEntries(t *testing.T) {
 	for b := 0; b*restartBatchSize < nBatch; b++ {
 		var items []string
 		for i := b * restartBatchSize; i < min((b+1)*restartBatchSize, nBatch); i++ {
-			items = append(items, fmt.Sprintf(`{"id":"rs/batch/%06d","handler":%q,"delay":"1h","payload":{"i":%d}}`, i, handlerOK, i))
+			items = append(items, fmt.Sprintf(`{"id":"rs/batch/%06d","handler":%q,"delay":"1h","payload":{"i":%d}}`, i, harness.HandlerOK, i))
 		}
 		body := []byte(`{"tasks":[` + strings.Join(items, ",") + `]}`)
 		resp, err := cl.Do(ctx, "POST", "/v1/tasks/batch", body)
@@ -163,7 +166,7 @@ func TestRestart_ReplaysOnlyNewEntries(t *testing.T) {
 	want := submitSingles(t, ctx, cl, "single", nSingle)
 	settle := func() map[string]float64 {
 		var m map[string]float64
-		waitFor(t, restartSettleTimeout, 200*time.Millisecond, "the due-now tasks to end", func() error {
+		harness.WaitFor(t, restartSettleTimeout, 200*time.Millisecond, "the due-now tasks to end", func() error {
 			var err error
 			m, err = restartMetrics(ctx, cl)
 			if err != nil {
@@ -181,7 +184,7 @@ func TestRestart_ReplaysOnlyNewEntries(t *testing.T) {
 	if snapshot {
 		snapDir := filepath.Join(n.DataDir, "snapshots")
 		var snap string
-		waitFor(t, restartSnapshotTimeout, 100*time.Millisecond, "a Raft snapshot", func() error {
+		harness.WaitFor(t, restartSnapshotTimeout, 100*time.Millisecond, "a Raft snapshot", func() error {
 			ents, _ := os.ReadDir(snapDir)
 			for _, e := range ents {
 				if e.IsDir() && !strings.HasSuffix(e.Name(), ".tmp") {
@@ -352,7 +355,7 @@ func TestRestart_ReplaysOnlyNewEntries(t *testing.T) {
 // (SUCCESS), every 10th+1 is refused by the executor (FAILED), every
 // 10th+2 is cancelled (one more entry), the others wait for an hour. It
 // returns how many end SUCCESS, FAILED and CANCELLED.
-func submitSingles(t *testing.T, ctx context.Context, cl *Client, prefix string, n int) [3]float64 {
+func submitSingles(t *testing.T, ctx context.Context, cl *harness.Client, prefix string, n int) [3]float64 {
 	t.Helper()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -364,12 +367,12 @@ func submitSingles(t *testing.T, ctx context.Context, cl *Client, prefix string,
 			defer wg.Done()
 			for i := w; i < n; i += restartSingleWorkers {
 				id := fmt.Sprintf("rs/%s/%06d", prefix, i)
-				req := SubmitRequest{ID: id, Handler: handlerOK, Delay: "1h", Payload: fmt.Appendf(nil, `[%d]`, i)}
+				req := harness.SubmitRequest{ID: id, Handler: harness.HandlerOK, Delay: "1h", Payload: fmt.Appendf(nil, `[%d]`, i)}
 				switch i % 10 {
 				case 0:
 					req.Delay = ""
 				case 1:
-					req.Delay, req.Handler = "", handlerPermanent
+					req.Delay, req.Handler = "", harness.HandlerPermanent
 				}
 				resp, err := cl.Submit(ctx, req.Body())
 				if err == nil && resp.Status == http.StatusCreated && i%10 == 2 {

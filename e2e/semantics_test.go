@@ -2,94 +2,26 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/axsched/ax/e2e/harness"
 )
-
-// stateTimeout bounds the wait for a task to reach a state.
-const stateTimeout = 20 * time.Second
-
-func reqCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// mustSubmit submits r through n and fails unless the status is want; it
-// returns the task of the reply.
-func mustSubmit(t *testing.T, n *Node, r SubmitRequest, want int) Task {
-	t.Helper()
-	resp, err := n.Client.Submit(reqCtx(t), r.Body())
-	if err != nil {
-		t.Fatalf("submit %q via %s: %v", r.ID, n.ID, err)
-	}
-	if resp.Status != want {
-		t.Fatalf("submit %q via %s: want %d, got %s", r.ID, n.ID, want, resp)
-	}
-	task, err := resp.Task()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return task
-}
-
-// waitState polls GET on n until the task is in state and returns it.
-func waitState(t *testing.T, n *Node, id, state string) Task {
-	t.Helper()
-	var task Task
-	waitFor(t, stateTimeout, 50*time.Millisecond, fmt.Sprintf("task %q to be %s on %s", id, state, n.ID), func() error {
-		var err error
-		task, err = n.Client.GetTask(reqCtx(t), id)
-		if err != nil {
-			return err
-		}
-		if task.State != state {
-			return fmt.Errorf("state %s (attempts %d, last_error %q)", task.State, task.Attempts, task.LastError)
-		}
-		return nil
-	})
-	return task
-}
-
-// wantError checks an error reply: status, a JSON body with the code and a
-// non-empty message.
-func wantError(t *testing.T, resp *Response, status int, code string) APIError {
-	t.Helper()
-	if resp.Status != status {
-		t.Errorf("want %d %s, got %s", status, code, resp)
-	}
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		t.Errorf("error reply Content-Type %q, want application/json", ct)
-	}
-	e, err := resp.APIError()
-	if err != nil {
-		t.Errorf("%v", err)
-		return e
-	}
-	if e.Error.Code != code {
-		t.Errorf("error code %q, want %q (reply %s)", e.Error.Code, code, resp)
-	}
-	if strings.TrimSpace(e.Error.Message) == "" {
-		t.Errorf("error reply without a message: %s", resp)
-	}
-	return e
-}
 
 // TestSemantics checks the API's semantics on a three-node cluster with an
 // executor on every node: retries and DEAD, FAILED, timeouts, cancel,
 // idempotent submits, conflicts and overwrite, bad input, forwarding and
 // reading one's writes on a follower.
 func TestSemantics(t *testing.T) {
-	skipShort(t)
-	c := NewCluster(t, WithSize(3))
+	harness.SkipShort(t)
+	c := harness.NewCluster(t, harness.WithSize(3))
 	c.WaitReady()
 	leader := c.Leader()
 	follower := c.Followers()[0]
-	targets := []*Node{leader, follower}
+	targets := []*harness.Node{leader, follower}
 	t.Logf("leader %s, follower %s", leader.ID, follower.ID)
 
 	t.Run("group", func(t *testing.T) {
@@ -147,7 +79,7 @@ func TestSemantics(t *testing.T) {
 	})
 }
 
-func roleOf(n, leader *Node) string {
+func roleOf(n, leader *harness.Node) string {
 	if n == leader {
 		return "leader"
 	}
@@ -156,13 +88,13 @@ func roleOf(n, leader *Node) string {
 
 // A callback answering 500 is retried with backoff (2 s ± 20 %) until
 // max_attempts, then the task is DEAD with the error kept.
-func testRetryThenDead(t *testing.T, c *Cluster, via *Node) {
+func testRetryThenDead(t *testing.T, c *harness.Cluster, via *harness.Node) {
 	id := "sem/dead|500@ü"
-	task := mustSubmit(t, via, SubmitRequest{ID: id, Handler: handlerFail, MaxAttempts: 2, Payload: []byte(`{"x": 1}`)}, http.StatusCreated)
+	task := harness.MustSubmit(t, via, harness.SubmitRequest{ID: id, Handler: harness.HandlerFail, MaxAttempts: 2, Payload: []byte(`{"x": 1}`)}, http.StatusCreated)
 	if task.MaxAttempts != 2 {
 		t.Errorf("max_attempts %d, want 2", task.MaxAttempts)
 	}
-	dead := waitState(t, via, id, "DEAD")
+	dead := harness.WaitState(t, via, id, "DEAD")
 	if dead.Attempts != 2 {
 		t.Errorf("DEAD with attempts %d, want 2", dead.Attempts)
 	}
@@ -177,7 +109,7 @@ func testRetryThenDead(t *testing.T, c *Cluster, via *Node) {
 		t.Fatalf("%d callbacks, want 2: %+v", len(calls), calls)
 	}
 	for i, call := range calls {
-		for _, msg := range checkHeaders(call, id, handlerFail, i+1, 30*time.Second) {
+		for _, msg := range harness.CheckHeaders(call, id, harness.HandlerFail, i+1, 30*time.Second) {
 			t.Errorf("callback %d: %s", i+1, msg)
 		}
 		if string(call.Body) != `{"x": 1}` {
@@ -193,7 +125,7 @@ func testRetryThenDead(t *testing.T, c *Cluster, via *Node) {
 		t.Errorf("second attempt %s after the first answer; the backoff is 2s ± 20%%", gap)
 	}
 	// Cancelling a terminal task changes nothing.
-	resp, err := via.Client.Cancel(reqCtx(t), id)
+	resp, err := via.Client.Cancel(harness.ReqCtx(t), id)
 	if err != nil || resp.Status != http.StatusOK {
 		t.Fatalf("DELETE of a DEAD task: %v %v", resp, err)
 	}
@@ -203,10 +135,10 @@ func testRetryThenDead(t *testing.T, c *Cluster, via *Node) {
 }
 
 // Another 4xx is a permanent failure: FAILED after one attempt.
-func testPermanentFailure(t *testing.T, c *Cluster, via *Node) {
+func testPermanentFailure(t *testing.T, c *harness.Cluster, via *harness.Node) {
 	id := "sem/permanent"
-	mustSubmit(t, via, SubmitRequest{ID: id, Handler: handlerPermanent}, http.StatusCreated)
-	failed := waitState(t, via, id, "FAILED")
+	harness.MustSubmit(t, via, harness.SubmitRequest{ID: id, Handler: harness.HandlerPermanent}, http.StatusCreated)
+	failed := harness.WaitState(t, via, id, "FAILED")
 	if failed.Attempts != 1 || !strings.Contains(failed.LastError, "400") {
 		t.Errorf("FAILED with attempts %d, last_error %q; want 1 and a mention of 400", failed.Attempts, failed.LastError)
 	}
@@ -217,10 +149,10 @@ func testPermanentFailure(t *testing.T, c *Cluster, via *Node) {
 
 // A callback running past the task's timeout is aborted (the executor sees
 // its request cancelled) and counts as a failed attempt.
-func testTimeout(t *testing.T, c *Cluster, via *Node) {
+func testTimeout(t *testing.T, c *harness.Cluster, via *harness.Node) {
 	id := "sem/timeout"
-	mustSubmit(t, via, SubmitRequest{ID: id, Handler: handlerSlow, Timeout: "500ms", MaxAttempts: 1}, http.StatusCreated)
-	dead := waitState(t, via, id, "DEAD")
+	harness.MustSubmit(t, via, harness.SubmitRequest{ID: id, Handler: harness.HandlerSlow, Timeout: "500ms", MaxAttempts: 1}, http.StatusCreated)
+	dead := harness.WaitState(t, via, id, "DEAD")
 	if dead.Attempts != 1 || !strings.Contains(strings.ToLower(dead.LastError), "timeout") {
 		t.Errorf("DEAD with attempts %d, last_error %q; want 1 and a mention of timeout", dead.Attempts, dead.LastError)
 	}
@@ -229,7 +161,7 @@ func testTimeout(t *testing.T, c *Cluster, via *Node) {
 		t.Fatalf("%d callbacks, want 1", len(calls))
 	}
 	call := calls[0]
-	for _, msg := range checkHeaders(call, id, handlerSlow, 1, 500*time.Millisecond) {
+	for _, msg := range harness.CheckHeaders(call, id, harness.HandlerSlow, 1, 500*time.Millisecond) {
 		t.Error(msg)
 	}
 	if !call.Cancelled || call.Ended.IsZero() {
@@ -241,14 +173,14 @@ func testTimeout(t *testing.T, c *Cluster, via *Node) {
 
 // A waiting task cancelled with DELETE is CANCELLED on every node and never
 // called back.
-func testCancelWaiting(t *testing.T, c *Cluster, leader, follower *Node) {
+func testCancelWaiting(t *testing.T, c *harness.Cluster, leader, follower *harness.Node) {
 	var cancelled []string
 	var lastDue time.Time
-	for _, tc := range []struct{ submitVia, cancelVia *Node }{{leader, follower}, {follower, leader}, {follower, follower}} {
+	for _, tc := range []struct{ submitVia, cancelVia *harness.Node }{{leader, follower}, {follower, leader}, {follower, follower}} {
 		id := fmt.Sprintf("sem/cancel/%s→%s", tc.submitVia.ID, tc.cancelVia.ID)
-		task := mustSubmit(t, tc.submitVia, SubmitRequest{ID: id, Handler: handlerOK, Delay: "2s"}, http.StatusCreated)
+		task := harness.MustSubmit(t, tc.submitVia, harness.SubmitRequest{ID: id, Handler: harness.HandlerOK, Delay: "2s"}, http.StatusCreated)
 		due := *task.NextRunAt
-		resp, err := tc.cancelVia.Client.Cancel(reqCtx(t), id)
+		resp, err := tc.cancelVia.Client.Cancel(harness.ReqCtx(t), id)
 		if err != nil || resp.Status != http.StatusOK {
 			t.Fatalf("DELETE %q via %s: %v %v", id, tc.cancelVia.ID, resp, err)
 		}
@@ -259,7 +191,7 @@ func testCancelWaiting(t *testing.T, c *Cluster, leader, follower *Node) {
 		if got.NextRunAt != nil {
 			t.Errorf("CANCELLED task still has next_run_at %s", got.NextRunAt)
 		}
-		again, err := tc.submitVia.Client.Cancel(reqCtx(t), id)
+		again, err := tc.submitVia.Client.Cancel(harness.ReqCtx(t), id)
 		if err != nil || again.Status != http.StatusOK {
 			t.Errorf("second DELETE %q: %v %v", id, again, err)
 		} else if a, _ := again.Task(); a.State != "CANCELLED" {
@@ -278,7 +210,7 @@ func testCancelWaiting(t *testing.T, c *Cluster, leader, follower *Node) {
 			t.Errorf("cancelled task %q was called back: %+v", id, calls)
 		}
 		for _, n := range c.Nodes {
-			task, err := n.Client.GetTask(reqCtx(t), id)
+			task, err := n.Client.GetTask(harness.ReqCtx(t), id)
 			if err != nil || task.State != "CANCELLED" {
 				t.Errorf("%q on %s: state %s (err %v), want CANCELLED", id, n.ID, task.State, err)
 			}
@@ -288,13 +220,13 @@ func testCancelWaiting(t *testing.T, c *Cluster, leader, follower *Node) {
 
 // Same id + same spec → 200 and the same task; same id + different spec →
 // 409 conflict, the stored task unchanged; overwrite replaces it.
-func testIdempotency(t *testing.T, c *Cluster, via *Node, role string) {
+func testIdempotency(t *testing.T, c *harness.Cluster, via *harness.Node, role string) {
 	id := "sem/idem|" + role + "@x/ü"
 	prio := 3
-	a := SubmitRequest{ID: id, Handler: handlerOK, Delay: "1h", Priority: &prio, Payload: []byte(`{"v": 1}`)}
-	created := mustSubmit(t, via, a, http.StatusCreated)
+	a := harness.SubmitRequest{ID: id, Handler: harness.HandlerOK, Delay: "1h", Priority: &prio, Payload: []byte(`{"v": 1}`)}
+	created := harness.MustSubmit(t, via, a, http.StatusCreated)
 
-	same := mustSubmit(t, via, a, http.StatusOK)
+	same := harness.MustSubmit(t, via, a, http.StatusOK)
 	if !sameTask(created, same) {
 		t.Errorf("resubmit with the same spec: got %+v, want %+v", same, created)
 	}
@@ -306,14 +238,14 @@ func testIdempotency(t *testing.T, c *Cluster, via *Node, role string) {
 	p := a
 	p0 := 0
 	p.Priority = &p0
-	for name, r := range map[string]SubmitRequest{"payload": b, "delay": d, "priority": p} {
-		resp, err := via.Client.Submit(reqCtx(t), r.Body())
+	for name, r := range map[string]harness.SubmitRequest{"payload": b, "delay": d, "priority": p} {
+		resp, err := via.Client.Submit(harness.ReqCtx(t), r.Body())
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Run("conflict/"+name, func(t *testing.T) { wantError(t, resp, http.StatusConflict, "conflict") })
+		t.Run("conflict/"+name, func(t *testing.T) { harness.WantError(t, resp, http.StatusConflict, "conflict") })
 	}
-	stored, err := via.Client.GetTask(reqCtx(t), id)
+	stored, err := via.Client.GetTask(harness.ReqCtx(t), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +254,7 @@ func testIdempotency(t *testing.T, c *Cluster, via *Node, role string) {
 	}
 
 	b.Overwrite = true
-	resp, err := via.Client.Submit(reqCtx(t), b.Body())
+	resp, err := via.Client.Submit(harness.ReqCtx(t), b.Body())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,8 +266,8 @@ func testIdempotency(t *testing.T, c *Cluster, via *Node, role string) {
 		t.Errorf("overwrite reply: %s", resp)
 	}
 	for _, n := range c.Nodes {
-		waitFor(t, 5*time.Second, 50*time.Millisecond, "overwritten task on "+n.ID, func() error {
-			got, err := n.Client.GetTask(reqCtx(t), id)
+		harness.WaitFor(t, 5*time.Second, 50*time.Millisecond, "overwritten task on "+n.ID, func() error {
+			got, err := n.Client.GetTask(harness.ReqCtx(t), id)
 			if err != nil {
 				return err
 			}
@@ -346,18 +278,18 @@ func testIdempotency(t *testing.T, c *Cluster, via *Node, role string) {
 		})
 	}
 	// The old spec is now the different one.
-	resp, err = via.Client.Submit(reqCtx(t), a.Body())
+	resp, err = via.Client.Submit(harness.ReqCtx(t), a.Body())
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantError(t, resp, http.StatusConflict, "conflict")
+	harness.WantError(t, resp, http.StatusConflict, "conflict")
 	if calls := c.Recorder.Calls(id); len(calls) != 0 {
 		t.Errorf("a task due in an hour was called back: %+v", calls)
 	}
 }
 
 // sameTask compares the fields that identify one stored version of a task.
-func sameTask(a, b Task) bool {
+func sameTask(a, b harness.Task) bool {
 	eqT := func(x, y *time.Time) bool { return (x == nil) == (y == nil) && (x == nil || x.Equal(*y)) }
 	return a.ID == b.ID && a.Handler == b.Handler && a.State == b.State && a.Priority == b.Priority &&
 		a.Attempts == b.Attempts && a.MaxAttempts == b.MaxAttempts && a.Timeout == b.Timeout && a.Delay == b.Delay &&
@@ -366,7 +298,7 @@ func sameTask(a, b Task) bool {
 
 // Bad input gets the right 4xx with a JSON error, the same on a follower as
 // on the leader, and the node keeps serving.
-func testBadInput(t *testing.T, leader, follower *Node) {
+func testBadInput(t *testing.T, leader, follower *harness.Node) {
 	big := make([]byte, 0, 1<<20+16)
 	big = append(big, '"')
 	big = append(big, bytes.Repeat([]byte("a"), 1<<20)...)
@@ -396,10 +328,10 @@ func testBadInput(t *testing.T, leader, follower *Node) {
 		{"bad base64", "POST", "/v1/tasks", []byte(`{"handler": "e2e.ok", "payload_base64": "!!!"}`), 400, "bad_request"},
 		{"control character in id", "POST", "/v1/tasks", []byte(`{"id": "a\u0001b", "handler": "e2e.ok"}`), 400, "bad_request"},
 		{"payload over 1 MiB", "POST", "/v1/tasks", append(append([]byte(`{"handler": "e2e.ok", "payload": `), big...), '}'), 413, "payload_too_large"},
-		{"GET unknown id", "GET", TaskPath("sem/no such task|ü"), nil, 404, "not_found"},
-		{"DELETE unknown id", "DELETE", TaskPath("sem/no such task|ü"), nil, 404, "not_found"},
+		{"GET unknown id", "GET", harness.TaskPath("sem/no such task|ü"), nil, 404, "not_found"},
+		{"DELETE unknown id", "DELETE", harness.TaskPath("sem/no such task|ü"), nil, 404, "not_found"},
 		{"PUT on tasks", "PUT", "/v1/tasks", []byte(`{}`), 405, "method_not_allowed"},
-		{"POST on a task", "POST", TaskPath("x"), []byte(`{}`), 405, "method_not_allowed"},
+		{"POST on a task", "POST", harness.TaskPath("x"), []byte(`{}`), 405, "method_not_allowed"},
 		{"unknown route", "GET", "/v1/nope", nil, 404, "not_found"},
 	}
 	type answer struct {
@@ -407,16 +339,16 @@ func testBadInput(t *testing.T, leader, follower *Node) {
 		code   string
 	}
 	got := map[string]map[string]answer{}
-	for _, n := range []*Node{leader, follower} {
+	for _, n := range []*harness.Node{leader, follower} {
 		role := roleOf(n, leader)
 		got[role] = map[string]answer{}
 		for _, tc := range cases {
 			t.Run(role+"/"+tc.name, func(t *testing.T) {
-				resp, err := n.Client.Do(reqCtx(t), tc.method, tc.path, tc.body)
+				resp, err := n.Client.Do(harness.ReqCtx(t), tc.method, tc.path, tc.body)
 				if err != nil {
 					t.Fatal(err)
 				}
-				e := wantError(t, resp, tc.status, tc.code)
+				e := harness.WantError(t, resp, tc.status, tc.code)
 				got[role][tc.name] = answer{resp.Status, e.Error.Code}
 				if tc.status == 405 && resp.Header.Get("Allow") == "" {
 					t.Errorf("405 without an Allow header")
@@ -424,11 +356,11 @@ func testBadInput(t *testing.T, leader, follower *Node) {
 			})
 		}
 		// Still serving.
-		resp, err := n.Client.Do(reqCtx(t), "GET", "/healthz", nil)
+		resp, err := n.Client.Do(harness.ReqCtx(t), "GET", "/healthz", nil)
 		if err != nil || resp.Status != http.StatusOK {
 			t.Errorf("%s /healthz after bad input: %v %v", role, resp, err)
 		}
-		mustSubmit(t, n, SubmitRequest{ID: "sem/bad/after|" + role, Handler: handlerOK, Delay: "1h"}, http.StatusCreated)
+		harness.MustSubmit(t, n, harness.SubmitRequest{ID: "sem/bad/after|" + role, Handler: harness.HandlerOK, Delay: "1h"}, http.StatusCreated)
 	}
 	for _, tc := range cases {
 		if l, f := got["leader"][tc.name], got["follower"][tc.name]; l != f {
@@ -439,11 +371,11 @@ func testBadInput(t *testing.T, leader, follower *Node) {
 
 // A task submitted through a follower can be read back from that follower
 // at once, and reads the same on the leader.
-func testFollowerReadsItsWrites(t *testing.T, c *Cluster, leader, follower *Node) {
+func testFollowerReadsItsWrites(t *testing.T, c *harness.Cluster, leader, follower *harness.Node) {
 	for i := 0; i < 30; i++ {
 		id := fmt.Sprintf("sem/ryw/%02d|ü", i)
-		created := mustSubmit(t, follower, SubmitRequest{ID: id, Handler: handlerOK, Delay: "1h", Payload: []byte(`{"i": ` + fmt.Sprint(i) + `}`)}, http.StatusCreated)
-		resp, err := follower.Client.Get(reqCtx(t), id)
+		created := harness.MustSubmit(t, follower, harness.SubmitRequest{ID: id, Handler: harness.HandlerOK, Delay: "1h", Payload: []byte(`{"i": ` + fmt.Sprint(i) + `}`)}, http.StatusCreated)
+		resp, err := follower.Client.Get(harness.ReqCtx(t), id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -454,7 +386,7 @@ func testFollowerReadsItsWrites(t *testing.T, c *Cluster, leader, follower *Node
 		if !sameTask(created, got) {
 			t.Errorf("GET %q on the follower: %+v, want %+v", id, got, created)
 		}
-		onLeader, err := leader.Client.GetTask(reqCtx(t), id)
+		onLeader, err := leader.Client.GetTask(harness.ReqCtx(t), id)
 		if err != nil {
 			t.Fatalf("GET %q on the leader: %v", id, err)
 		}
@@ -465,9 +397,9 @@ func testFollowerReadsItsWrites(t *testing.T, c *Cluster, leader, follower *Node
 }
 
 // Every node describes the same cluster.
-func testClusterView(t *testing.T, c *Cluster, leader *Node) {
+func testClusterView(t *testing.T, c *harness.Cluster, leader *harness.Node) {
 	for _, n := range c.Nodes {
-		info, err := n.Client.Cluster(reqCtx(t))
+		info, err := n.Client.Cluster(harness.ReqCtx(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -511,17 +443,18 @@ func testClusterView(t *testing.T, c *Cluster, leader *Node) {
 // waiting one survive: the waiting one fires once, not early, after the
 // restart.
 func TestSingleNode_RestartKeepsTasks(t *testing.T) {
-	skipShort(t)
-	c := NewCluster(t, WithSize(1))
+	harness.SkipShort(t)
+	t.Parallel()
+	c := harness.NewCluster(t, harness.WithSize(1))
 	c.WaitReady()
 	n := c.Nodes[0]
 	if l := c.Leader(); l != n {
 		t.Fatalf("leader %v", l)
 	}
 
-	mustSubmit(t, n, SubmitRequest{ID: "single/done", Handler: handlerOK, Payload: []byte(`"now"`)}, http.StatusCreated)
-	waitState(t, n, "single/done", "SUCCESS")
-	later := mustSubmit(t, n, SubmitRequest{ID: "single/later|ü", Handler: handlerOK, Delay: "3s", PayloadBase64: "AAEC"}, http.StatusCreated)
+	harness.MustSubmit(t, n, harness.SubmitRequest{ID: "single/done", Handler: harness.HandlerOK, Payload: []byte(`"now"`)}, http.StatusCreated)
+	harness.WaitState(t, n, "single/done", "SUCCESS")
+	later := harness.MustSubmit(t, n, harness.SubmitRequest{ID: "single/later|ü", Handler: harness.HandlerOK, Delay: "3s", PayloadBase64: "AAEC"}, http.StatusCreated)
 	due := *later.NextRunAt
 
 	if err := n.Restart(); err != nil {
@@ -531,10 +464,10 @@ func TestSingleNode_RestartKeepsTasks(t *testing.T) {
 		t.Errorf("the node did not exit cleanly on SIGTERM")
 	}
 	c.WaitReady()
-	if task, err := n.Client.GetTask(reqCtx(t), "single/done"); err != nil || task.State != "SUCCESS" {
+	if task, err := n.Client.GetTask(harness.ReqCtx(t), "single/done"); err != nil || task.State != "SUCCESS" {
 		t.Errorf("after restart: single/done %+v (err %v), want SUCCESS", task, err)
 	}
-	waitState(t, n, "single/later|ü", "SUCCESS")
+	harness.WaitState(t, n, "single/later|ü", "SUCCESS")
 	calls := c.Recorder.Calls("single/later|ü")
 	if len(calls) != 1 {
 		t.Fatalf("%d callbacks, want 1", len(calls))
@@ -553,14 +486,14 @@ func TestSingleNode_RestartKeepsTasks(t *testing.T) {
 
 // Cancelling a running task aborts its callback request and no retry
 // follows.
-func testCancelRunning(t *testing.T, c *Cluster, via *Node) {
+func testCancelRunning(t *testing.T, c *harness.Cluster, via *harness.Node) {
 	id := "sem/cancel-running"
-	mustSubmit(t, via, SubmitRequest{ID: id, Handler: handlerSlow, Timeout: "30s"}, http.StatusCreated)
-	if short := c.Recorder.WaitCalls(reqCtx(t), []string{id}, 1); len(short) > 0 {
+	harness.MustSubmit(t, via, harness.SubmitRequest{ID: id, Handler: harness.HandlerSlow, Timeout: "30s"}, http.StatusCreated)
+	if short := c.Recorder.WaitCalls(harness.ReqCtx(t), []string{id}, 1); len(short) > 0 {
 		t.Fatalf("no callback")
 	}
-	waitState(t, via, id, "RUNNING")
-	resp, err := via.Client.Cancel(reqCtx(t), id)
+	harness.WaitState(t, via, id, "RUNNING")
+	resp, err := via.Client.Cancel(harness.ReqCtx(t), id)
 	if err != nil || resp.Status != http.StatusOK {
 		t.Fatalf("DELETE: %v %v", resp, err)
 	}
@@ -568,7 +501,7 @@ func testCancelRunning(t *testing.T, c *Cluster, via *Node) {
 		t.Errorf("DELETE of a running task: state %s, want CANCELLED", task.State)
 	}
 	cancelledAt := time.Now()
-	waitFor(t, 5*time.Second, 20*time.Millisecond, "the callback request to be aborted", func() error {
+	harness.WaitFor(t, 5*time.Second, 20*time.Millisecond, "the callback request to be aborted", func() error {
 		if call := c.Recorder.Calls(id)[0]; !call.Cancelled {
 			return fmt.Errorf("still open")
 		}
@@ -579,7 +512,7 @@ func testCancelRunning(t *testing.T, c *Cluster, via *Node) {
 	if calls := c.Recorder.Calls(id); len(calls) != 1 {
 		t.Errorf("%d callbacks after cancelling the running task, want 1", len(calls))
 	}
-	if task, err := via.Client.GetTask(reqCtx(t), id); err != nil || task.State != "CANCELLED" {
+	if task, err := via.Client.GetTask(harness.ReqCtx(t), id); err != nil || task.State != "CANCELLED" {
 		t.Errorf("after cancel: %+v (err %v)", task, err)
 	}
 }
@@ -587,14 +520,14 @@ func testCancelRunning(t *testing.T, c *Cluster, via *Node) {
 // A busy answer (503 + Retry-After) snoozes the task: it is delivered again
 // after Retry-After with the same attempt number, and never counts toward
 // max_attempts.
-func testBusy(t *testing.T, c *Cluster, via *Node) {
+func testBusy(t *testing.T, c *harness.Cluster, via *harness.Node) {
 	id := "sem/busy"
-	mustSubmit(t, via, SubmitRequest{ID: id, Handler: handlerBusy, MaxAttempts: 1}, http.StatusCreated)
-	if short := c.Recorder.WaitCalls(reqCtx(t), []string{id}, 3); len(short) > 0 {
-		task, _ := via.Client.GetTask(reqCtx(t), id)
+	harness.MustSubmit(t, via, harness.SubmitRequest{ID: id, Handler: harness.HandlerBusy, MaxAttempts: 1}, http.StatusCreated)
+	if short := c.Recorder.WaitCalls(harness.ReqCtx(t), []string{id}, 3); len(short) > 0 {
+		task, _ := via.Client.GetTask(harness.ReqCtx(t), id)
 		t.Fatalf("fewer than 3 callbacks in 10 s; task %+v", task)
 	}
-	task, err := via.Client.GetTask(reqCtx(t), id)
+	task, err := via.Client.GetTask(harness.ReqCtx(t), id)
 	if err != nil || (task.State != "WAITING" && task.State != "RUNNING") {
 		t.Errorf("after 3 busy answers with max_attempts 1: %+v (err %v), want WAITING or RUNNING", task, err)
 	}
@@ -609,20 +542,20 @@ func testBusy(t *testing.T, c *Cluster, via *Node) {
 			}
 		}
 	}
-	resp, err := via.Client.Cancel(reqCtx(t), id)
+	resp, err := via.Client.Cancel(harness.ReqCtx(t), id)
 	if err != nil || resp.Status != http.StatusOK {
 		t.Errorf("DELETE: %v %v", resp, err)
 	}
-	waitState(t, via, id, "CANCELLED")
+	harness.WaitState(t, via, id, "CANCELLED")
 }
 
 // run_at is an absolute due time; the task never fires before it, even
 // with sub-millisecond digits (rounded up, never down).
-func testRunAt(t *testing.T, c *Cluster, via *Node) {
+func testRunAt(t *testing.T, c *harness.Cluster, via *harness.Node) {
 	runAt := time.Now().Add(1500 * time.Millisecond).UTC()
 	runAt = runAt.Truncate(time.Millisecond).Add(999 * time.Microsecond) // x.yyy999
 	id := "sem/run_at"
-	task := mustSubmit(t, via, SubmitRequest{ID: id, Handler: handlerOK, RunAt: runAt.Format(time.RFC3339Nano)}, http.StatusCreated)
+	task := harness.MustSubmit(t, via, harness.SubmitRequest{ID: id, Handler: harness.HandlerOK, RunAt: runAt.Format(time.RFC3339Nano)}, http.StatusCreated)
 	if task.NextRunAt == nil {
 		t.Fatalf("no next_run_at: %+v", task)
 	}
@@ -630,7 +563,7 @@ func testRunAt(t *testing.T, c *Cluster, via *Node) {
 		t.Errorf("run_at %s gives next_run_at %s, %s before the asked time (due times are rounded up, never down)",
 			runAt.Format(time.RFC3339Nano), task.NextRunAt.Format(time.RFC3339Nano), runAt.Sub(*task.NextRunAt))
 	}
-	waitState(t, via, id, "SUCCESS")
+	harness.WaitState(t, via, id, "SUCCESS")
 	calls := c.Recorder.Calls(id)
 	if len(calls) != 1 {
 		t.Fatalf("%d callbacks", len(calls))
@@ -639,21 +572,21 @@ func testRunAt(t *testing.T, c *Cluster, via *Node) {
 		t.Errorf("callback at %s, %s before run_at", calls[0].At.Format(time.RFC3339Nano), runAt.Sub(calls[0].At))
 	}
 	// A run_at in the past fires at once.
-	past := mustSubmit(t, via, SubmitRequest{ID: "sem/run_at/past", Handler: handlerOK, RunAt: "2001-02-03T04:05:06Z"}, http.StatusCreated)
+	past := harness.MustSubmit(t, via, harness.SubmitRequest{ID: "sem/run_at/past", Handler: harness.HandlerOK, RunAt: "2001-02-03T04:05:06Z"}, http.StatusCreated)
 	if past.RunAt == nil || !past.RunAt.Equal(time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)) {
 		t.Errorf("run_at in the reply: %v", past.RunAt)
 	}
-	waitState(t, via, "sem/run_at/past", "SUCCESS")
+	harness.WaitState(t, via, "sem/run_at/past", "SUCCESS")
 }
 
 // The same submit sent at once to every node creates one task: one 201,
 // the rest 200 with the same task.
-func testConcurrentSameID(t *testing.T, c *Cluster) {
+func testConcurrentSameID(t *testing.T, c *harness.Cluster) {
 	id := "sem/concurrent|same@id/ü"
-	r := SubmitRequest{ID: id, Handler: handlerOK, Delay: "1h", Payload: []byte(`{"same": true}`)}
+	r := harness.SubmitRequest{ID: id, Handler: harness.HandlerOK, Delay: "1h", Payload: []byte(`{"same": true}`)}
 	type result struct {
 		node string
-		resp *Response
+		resp *harness.Response
 		err  error
 	}
 	results := make(chan result, 4*len(c.Nodes))
@@ -662,14 +595,14 @@ func testConcurrentSameID(t *testing.T, c *Cluster) {
 		for k := 0; k < 4; k++ {
 			go func() {
 				<-start
-				resp, err := n.Client.Submit(reqCtx(t), r.Body())
+				resp, err := n.Client.Submit(harness.ReqCtx(t), r.Body())
 				results <- result{n.ID, resp, err}
 			}()
 		}
 	}
 	close(start)
 	created := 0
-	var first *Task
+	var first *harness.Task
 	for i := 0; i < 4*len(c.Nodes); i++ {
 		res := <-results
 		if res.err != nil {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/axsched/ax/e2e/harness"
 )
 
 // TestSigstop_Leader pauses the leader of a three-node cluster with
@@ -19,39 +21,40 @@ import (
 // returns the task or an error, never 404. No task lost, none early,
 // duplicates within the attempts in flight at the pause.
 func TestSigstop_Leader(t *testing.T) {
-	skipShort(t)
-	c := NewCluster(t, WithSize(3), WithLogLevel("debug"))
+	harness.SkipShort(t)
+	t.Parallel()
+	c := harness.NewCluster(t, harness.WithSize(3), harness.WithLogLevel("debug"))
 	const marker = "sigstop/marker"
 	type readResult struct {
-		resp *Response
+		resp *harness.Response
 		err  error
 	}
 	strongRead := make(chan readResult, 1)
 	r := runLeaderFault(t, c, faultHooks{
 		what:    "SIGSTOP",
 		holdFor: 4 * time.Second,
-		fault: func(old *Node) {
+		fault: func(old *harness.Node) {
 			if err := old.Pause(); err != nil {
 				t.Fatalf("SIGSTOP %s: %v", old.ID, err)
 			}
 		},
-		during: func(old, newLeader *Node) {
+		during: func(old, newLeader *harness.Node) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			resp, _, err := newLeader.Client.SubmitRetry(ctx, SubmitRequest{ID: marker, Handler: handlerOK, Delay: "1h"}.Body())
+			resp, _, err := newLeader.Client.SubmitRetry(ctx, harness.SubmitRequest{ID: marker, Handler: harness.HandlerOK, Delay: "1h"}.Body())
 			if err != nil || resp.Status != http.StatusCreated {
 				t.Errorf("submit %s through the new leader %s: %v %v", marker, newLeader.ID, resp, err)
 			}
 		},
-		recover: func(old *Node) {
+		recover: func(old *harness.Node) {
 			// The strong read goes to the stopped process first: the kernel
 			// queues it, and the old leader serves it as soon as it runs.
 			go func() {
-				cl := NewClient(old.Socket)
+				cl := harness.NewClient(old.Socket)
 				defer cl.Close()
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
-				resp, err := cl.Do(ctx, "GET", TaskPath(marker)+"?consistency=strong", nil)
+				resp, err := cl.Do(ctx, "GET", harness.TaskPath(marker)+"?consistency=strong", nil)
 				strongRead <- readResult{resp, err}
 			}()
 			time.Sleep(200 * time.Millisecond)

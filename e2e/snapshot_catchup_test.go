@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/axsched/ax/e2e/harness"
 )
 
 // Small Raft log bounds for the catch-up tests: a node that misses a few
@@ -30,7 +32,7 @@ const (
 // with every tenth batch also a task due now (run by an executor) and a
 // cancel of an earlier task, so the state has WAITING, SUCCESS and
 // CANCELLED tasks and the snapshot carries all of them.
-func catchUpWrites(t *testing.T, via *Node, prefix string) {
+func catchUpWrites(t *testing.T, via *harness.Node, prefix string) {
 	t.Helper()
 	for b := range catchUpEntries {
 		var items []string
@@ -40,14 +42,18 @@ func catchUpWrites(t *testing.T, via *Node, prefix string) {
 		if b%10 == 0 {
 			// A short timeout: an attempt the leader routed to a node just
 			// cut off is retried when its lease (timeout + 5s) ends.
-			items = append(items, fmt.Sprintf(`{"id":"%s-run-%d","handler":%q,"timeout":"2s"}`, prefix, b, handlerOK))
+			items = append(items, fmt.Sprintf(`{"id":"%s-run-%d","handler":%q,"timeout":"2s"}`, prefix, b, harness.HandlerOK))
 		}
-		resp, err := via.Client.Do(reqCtx(t), "POST", "/v1/tasks/batch", []byte(`{"tasks":[`+strings.Join(items, ",")+`]}`))
+		resp, err := retry503(t, func() (*harness.Response, error) {
+			return via.Client.Do(harness.ReqCtx(t), "POST", "/v1/tasks/batch", []byte(`{"tasks":[`+strings.Join(items, ",")+`]}`))
+		})
 		if err != nil || resp.Status != http.StatusOK {
 			t.Fatalf("batch %d through %s: %v %v", b, via.ID, resp, err)
 		}
 		if b%10 == 5 {
-			resp, err := via.Client.Cancel(reqCtx(t), fmt.Sprintf("%s-%d-0", prefix, b-5))
+			resp, err := retry503(t, func() (*harness.Response, error) {
+				return via.Client.Cancel(harness.ReqCtx(t), fmt.Sprintf("%s-%d-0", prefix, b-5))
+			})
 			if err != nil || resp.Status != http.StatusOK {
 				t.Fatalf("cancel through %s: %v %v", via.ID, resp, err)
 			}
@@ -55,12 +61,28 @@ func catchUpWrites(t *testing.T, via *Node, prefix string) {
 	}
 }
 
+// retry503 sends a write again while it is answered 503 (a leader change
+// under a loaded machine: the write may or may not have been applied, and
+// batch submits and cancels are idempotent), up to 30 s. The tests here
+// check the catch-up, not the leader's stability.
+func retry503(t *testing.T, send func() (*harness.Response, error)) (*harness.Response, error) {
+	t.Helper()
+	end := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := send()
+		if err == nil && resp.Status != http.StatusServiceUnavailable || time.Now().After(end) {
+			return resp, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // checkCatchUp waits for the cluster to converge, then checks that node
 // n installed one snapshot, or two (not a loop), and that the count does
 // not grow once it has caught up.
-func checkCatchUp(t *testing.T, c *Cluster, n *Node, prefix string) {
+func checkCatchUp(t *testing.T, c *harness.Cluster, n *harness.Node, prefix string) {
 	t.Helper()
-	clients := map[string]*Client{}
+	clients := map[string]*harness.Client{}
 	for _, o := range c.Nodes {
 		clients[o.ID] = o.Client
 	}
@@ -91,7 +113,7 @@ func checkCatchUp(t *testing.T, c *Cluster, n *Node, prefix string) {
 	// The node has every task, with the same views (waitConverged compared
 	// the digests); spot-check a few through its own socket.
 	for _, id := range []string{prefix + "-0-1", prefix + "-0-0", fmt.Sprintf("%s-%d-4", prefix, catchUpEntries-1)} {
-		task, err := n.Client.GetTask(reqCtx(t), id)
+		task, err := n.Client.GetTask(harness.ReqCtx(t), id)
 		if err != nil {
 			t.Errorf("%s on %s after catching up: %v", id, n.ID, err)
 			continue
@@ -107,11 +129,11 @@ func checkCatchUp(t *testing.T, c *Cluster, n *Node, prefix string) {
 	// Every task due now ran (one routed to the lagging node just after
 	// the cut is retried elsewhere once its lease ends).
 	for b := 0; b < catchUpEntries; b += 10 {
-		waitState(t, n, fmt.Sprintf("%s-run-%d", prefix, b), "SUCCESS")
+		harness.WaitState(t, n, fmt.Sprintf("%s-run-%d", prefix, b), "SUCCESS")
 	}
 	// It works as a member: a task due now submitted through it runs.
-	mustSubmit(t, n, SubmitRequest{ID: prefix + "-after", Handler: handlerOK}, 201)
-	waitState(t, n, prefix+"-after", "SUCCESS")
+	harness.MustSubmit(t, n, harness.SubmitRequest{ID: prefix + "-after", Handler: harness.HandlerOK}, 201)
+	harness.WaitState(t, n, prefix+"-after", "SUCCESS")
 }
 
 // TestSnapshot_LaggingFollowerCatchesUp cuts a follower off (every link,
@@ -121,8 +143,9 @@ func checkCatchUp(t *testing.T, c *Cluster, n *Node, prefix string) {
 // twice, if a new snapshot was taken meanwhile), not in a loop, and every
 // node ends with the same applied index and state.
 func TestSnapshot_LaggingFollowerCatchesUp(t *testing.T) {
-	skipShort(t)
-	c := NewCluster(t, WithSize(3), WithPeerProxies(), WithLogLevel("debug"), WithArgs(catchUpArgs...))
+	harness.SkipShort(t)
+	t.Parallel()
+	c := harness.NewCluster(t, harness.WithSize(3), harness.WithPeerProxies(), harness.WithLogLevel("debug"), harness.WithArgs(catchUpArgs...))
 	c.WaitReady()
 	leader := c.Leader()
 	lagging := c.Followers()[0]
@@ -147,8 +170,9 @@ func TestSnapshot_LaggingFollowerCatchesUp(t *testing.T) {
 // logs; a third node started only then joins, gets a snapshot instead of
 // the (compacted) log, and ends with the same applied index and state.
 func TestSnapshot_LateJoinerCatchesUp(t *testing.T) {
-	skipShort(t)
-	c := NewCluster(t, WithSize(3), WithBootstrapExpect(2), WithDeferredStart(2), WithLogLevel("debug"), WithArgs(catchUpArgs...))
+	harness.SkipShort(t)
+	t.Parallel()
+	c := harness.NewCluster(t, harness.WithSize(3), harness.WithBootstrapExpect(2), harness.WithDeferredStart(2), harness.WithLogLevel("debug"), harness.WithArgs(catchUpArgs...))
 	c.WaitReady()
 	late := c.Nodes[2]
 	leader := c.Leader()
@@ -157,9 +181,9 @@ func TestSnapshot_LateJoinerCatchesUp(t *testing.T) {
 	if err := late.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c.waitReady([]*Node{late}, readyTimeout)
-	waitFor(t, 20*time.Second, 100*time.Millisecond, late.ID+" is a member", func() error {
-		info, err := leader.Client.Cluster(reqCtx(t))
+	c.WaitReadyNodes([]*harness.Node{late}, harness.ReadyTimeout)
+	harness.WaitFor(t, 20*time.Second, 100*time.Millisecond, late.ID+" is a member", func() error {
+		info, err := leader.Client.Cluster(harness.ReqCtx(t))
 		if err != nil {
 			return err
 		}

@@ -14,9 +14,10 @@ import (
 // so the first retry waits about Initial, each further one Multiplier times
 // longer, never more than Max, and each delay is spread uniformly over
 // ±Jitter×base around its base to keep failed tasks from retrying in step
-// (the "thundering herd" of seed 000, which added a random 0–2 s offset to
-// 2 s, 4 s, 8 s …). Because the result is capped at Max after jitter, delays
-// at the cap fall in [Max×(1−Jitter), Max].
+// (the "thundering herd"; the scheduler ax grew out of spread its retries
+// with a random 0–2 s offset to 2 s, 4 s, 8 s …). Because the result is
+// capped at Max after jitter, delays at the cap fall in
+// [Max×(1−Jitter), Max].
 //
 // A Backoff is a plain value, safe to copy and to use concurrently. It is
 // what a task's `backoff` field (initial, max, multiplier, jitter) maps to.
@@ -35,7 +36,7 @@ type Backoff struct {
 }
 
 // BackoffDefault is the retry backoff used when a task names none: 2 s, 4 s,
-// 8 s, 16 s, then 30 s, each ±20 % (seed 000's defaults).
+// 8 s, 16 s, then 30 s, each ±20 % (the in-house scheduler's defaults).
 var BackoffDefault = Backoff{Initial: 2 * time.Second, Max: 30 * time.Second, Multiplier: 2, Jitter: 0.2}
 
 // Delay returns how long to wait before the next attempt. attempt is the

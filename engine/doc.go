@@ -118,8 +118,9 @@
 // batch. A large step backwards re-centres the wheel on the new time.
 // [Timers.Stats] counts the steps (a difference of more than
 // [ClockJumpThreshold] between elapsed wall and monotonic time) for the
-// leader to log and export as a metric; the leader should then reload
-// from storage, as DESIGN §7 says.
+// leader to export as a metric; no reload from storage is needed, since
+// the timers hold the stored wall-clock due times (docs/DESIGN.md
+// section 7).
 //
 // TestTimers_ModelBased checks the acceptance properties against a
 // reference model (a map of key to due time) over thousands of random
@@ -153,7 +154,7 @@
 // slot lists; slot tables then half the size shown):
 //
 //	Tick × Slots       window  slot tables  1M in 10 min  200k in 2 s
-//	100 ms ×    512     51 s      16 KiB       2.63          1.10   (seed 003)
+//	100 ms ×    512     51 s      16 KiB       2.63          1.10   (delayed bench)
 //	  1 ms ×  4 096      4 s     128 KiB       2.90          1.05
 //	  1 ms × 65 536     65 s       2 MiB       2.83          1.12
 //	 10 ms ×  4 096     41 s     128 KiB       2.46          1.29
@@ -357,10 +358,11 @@
 //	sparse: one timer at a time, idle process  0.07 / 0.65 ms   0.57 / 1.13 ms
 //	sparse, 1M other timers armed              0.07 / 0.78 ms   0.59 / 1.12 ms
 //	dense: 10 000 timers/s                     0.15 / 1.07 ms   0.54 / 1.09 ms
-//	seed's 100 ms × 512 wheel, sparse          0.07 / 0.77 ms   0.57 / 1.09 ms
-//	seed's 100 ms × 512 wheel, dense           0.15 / 0.44 ms   0.54 / 1.11 ms
+//	100 ms × 512 wheel, sparse                 0.07 / 0.77 ms   0.57 / 1.09 ms
+//	100 ms × 512 wheel, dense                  0.15 / 0.44 ms   0.54 / 1.11 ms
 //
-// The seeds' wheels fired at tick boundaries and reported a p99 of 210 ms.
+// Wheels that fire at tick boundaries report a p99 near the tick (210 ms
+// in the scheduler ax grew out of).
 // Maxima of a few milliseconds come from other processes on the 2 vCPUs
 // and from GC pauses. Under load from other sessions' tests (loads 2–7),
 // 19 runs of BenchmarkTimers' wheel row with the timerfd gave a p99 of
@@ -415,7 +417,7 @@
 // [Backoff.Delay] takes the random number as an argument, so the leader
 // draws it, records the resulting due time in the Raft command, and every
 // node's state machine stays deterministic. [BackoffDefault] is 2 s
-// doubling to 30 s, ±20 %, the seed's defaults.
+// doubling to 30 s, ±20 %, the defaults of the scheduler ax grew out of.
 //
 // # Recurring schedules
 //
@@ -491,11 +493,11 @@
 // # Adaptive concurrency
 //
 // [Limiter] decides how many callbacks may be in flight to one executor
-// (one limiter per executor; DESIGN §8). It is non-blocking: the delivery
+// (one limiter per executor; docs/DESIGN.md section 8). It is non-blocking: the delivery
 // loop keeps its priority queue, reports its length with Observe, admits
 // runs with TryAcquire, waits on Changed when refused, and ends every call
-// with [Token.Done] and a [LimitOutcome] (success, failure, busy 429/503,
-// timeout, dropped). It has no goroutine: decisions are taken inside those
+// with [Token.Done] and a [LimitSignal] (success, failure, busy 429/503,
+// timeout, dropped, overload: the executor did not take the connection). It has no goroutine: decisions are taken inside those
 // calls once an Interval has passed, so its tests drive it on a
 // [FakeClock]. Four rules, detailed on [Limiter]:
 //
@@ -508,8 +510,9 @@
 //     against a no-load baseline kept as brpc's auto limiter keeps its
 //     min_latency: cut at 2× the baseline (by at most half), eased down
 //     above 1.25×, grown only below it;
-//  4. AIMD's multiplicative decrease (×0.8) on a busy answer or a
-//     time-out, and in proportion to the share of them in a window.
+//  4. AIMD's multiplicative decrease (×0.8) on a busy answer, an
+//     overload or a time-out, and in proportion to the share of busy
+//     answers and time-outs in a window.
 //
 // The known traps each have a test: busy and dropped answers are not
 // latency samples; windows with fewer than MinSamples samples decide
@@ -526,7 +529,7 @@
 // Interval does not slow them down. SlowStart is 8 rather than TCP's 2:
 // from 4 to 200 in two round trips instead of six. Every round trip spent
 // below the target idles (target − limit) slots, up to 0.08 s of makespan
-// per round trip in seed 004's burst, and with no latency history there
+// per round trip in the burst benchmark, and with no latency history there
 // is nothing better to go by than the backlog; what a large factor risks
 // is a deeper overshoot when the executor's capacity is below the
 // backlog's need (the latency rule cuts it back at up to ×0.5 per window:
@@ -538,7 +541,7 @@
 // backlog (RFC 7661's rule that a window grows only while it is used):
 // that load now peaks at 16, as with ×2 or ×3.
 //
-// Simulated on the fake clock (BenchmarkLimiterBurst; seed 004's burst:
+// Simulated on the fake clock (BenchmarkLimiterBurst; the burst benchmark's load:
 // 20 000 tasks at once, 80 ms callbacks, an executor serving 200 at once
 // and slowing in proportion beyond that; lateness is the wait before a
 // call starts):

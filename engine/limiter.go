@@ -98,8 +98,8 @@ type LimiterOptions struct {
 	// target decisions, which must each see the effect of the previous
 	// one (about one round trip of typical 10–80 ms callbacks) and
 	// MinSamples answers (10 take 200 ms at 4 × 80 ms calls, 4 ms at
-	// 200). brpc decides every 1 s, too slow for a burst; the seed
-	// recomputed every 2 s. Must be >= 1 ms. Defaults to
+	// 200). brpc decides every 1 s, too slow for a burst; the in-house
+	// scheduler ax grew out of recomputed every 2 s. Must be >= 1 ms. Defaults to
 	// LimiterIntervalDefault (100 ms).
 	Interval time.Duration
 	// MaxWindow bounds how long a window that has fewer than MinSamples
@@ -147,7 +147,7 @@ type LimiterOptions struct {
 	// 4 to 200 in two round trips instead of six (160 ms instead of
 	// 480 ms with 80 ms calls; 3 needs four, 4 three): each round trip
 	// below the target idles (target − limit) slots, up to 0.08 s of
-	// makespan per round trip on seed 004's burst. The demand bound keeps
+	// makespan per round trip on the burst benchmark. The demand bound keeps
 	// a steady load from being overshot (it rises as with 3); what ×8
 	// risks is a larger overshoot of an executor whose capacity is below
 	// the backlog's need, up to 8× the last healthy limit (bounded by
@@ -315,15 +315,18 @@ func (o LimiterOptions) WithDefaults() LimiterOptions {
 	return o
 }
 
-// LimitOutcome is what became of a call a [Limiter] admitted, reported
-// with [Token.Done].
-type LimitOutcome uint8
+// LimitSignal is what became of a call a [Limiter] admitted, as the
+// limiter sees it, reported with [Token.Done]. It is the limiter's input,
+// not an attempt's outcome: the caller maps its own outcome to it (ax's
+// delivery maps an attempt's outcome, and whether the executor was
+// overloaded, to it).
+type LimitSignal uint8
 
 const (
 	// LimitSuccess: the executor answered 2xx (or 202 and later a
 	// result). Its latency is a sample for the window mean, the baseline
 	// and slow start.
-	LimitSuccess LimitOutcome = iota
+	LimitSuccess LimitSignal = iota
 	// LimitFailure: the executor answered 5xx, another error or a 4xx that
 	// fails the task. Its latency counts in the window mean (a slow error
 	// still shows queueing) but never in the baseline, and it does not
@@ -338,12 +341,22 @@ const (
 	// once and is not a latency sample.
 	LimitTimeout
 	// LimitDropped: the call was cancelled (task cancelled, node shutting
-	// down) before an answer. It only frees the slot: no sample, no signal.
+	// down) before an answer, or it never reached the executor because
+	// the executor is gone (connection refused, no socket). It only frees
+	// the slot: no sample, no signal.
 	LimitDropped
+	// LimitOverload: the executor is there but did not take the
+	// connection (its accept queue was full: EAGAIN on a Unix socket, a
+	// TCP connect or request not acknowledged in time), so the request
+	// was never given to it. It cuts the limit by Backoff at once, like
+	// LimitBusy, and is not a latency sample; unlike LimitBusy it does
+	// not count in a window's loss share (rule 4b): the connects that
+	// fail together are one event.
+	LimitOverload
 )
 
 // String returns the outcome's name.
-func (o LimitOutcome) String() string {
+func (o LimitSignal) String() string {
 	switch o {
 	case LimitSuccess:
 		return "success"
@@ -355,8 +368,10 @@ func (o LimitOutcome) String() string {
 		return "timeout"
 	case LimitDropped:
 		return "dropped"
+	case LimitOverload:
+		return "overload"
 	}
-	return fmt.Sprintf("LimitOutcome(%d)", uint8(o))
+	return fmt.Sprintf("LimitSignal(%d)", uint8(o))
 }
 
 // LimiterStats is a snapshot of a [Limiter], for metrics and debugging.
@@ -393,9 +408,9 @@ type LimiterStats struct {
 	SkippedWindows uint64
 	// LastReason is the reason of the last change ("" before any).
 	LastReason string
-	// Successes, Failures, Busy, Timeouts and Dropped count Done calls by
-	// outcome.
-	Successes, Failures, Busy, Timeouts, Dropped uint64
+	// Successes, Failures, Busy, Timeouts, Overloads and Dropped count
+	// Done calls by outcome.
+	Successes, Failures, Busy, Timeouts, Overloads, Dropped uint64
 	// Stale counts answers to calls admitted before the last decrease:
 	// they free their slot but are neither samples nor signals, since
 	// they describe the old limit.
@@ -427,7 +442,7 @@ type LimiterStats struct {
 //     Interval. It stops at Max, at the demand (the calls in flight plus
 //     the backlog: a limit is grown only while it is used, RFC 7661), and
 //     one below the Little's-law target when that is lower.
-//  2. Target (Little's law, L = λW, with seed 004's backlog term). A
+//  2. Target (Little's law, L = λW, plus a backlog term). A
 //     window closes after Interval once it holds MinSamples latency
 //     samples (it is extended up to MaxWindow, then discarded). Its mean
 //     latency and arrivals update the smoothed service time S and rate λ,
@@ -525,6 +540,7 @@ type Limiter struct {
 	failures   uint64
 	busy       uint64
 	timeouts   uint64
+	overloads  uint64
 	dropped    uint64
 	stale      uint64
 	rejected   uint64
@@ -606,6 +622,40 @@ func (l *Limiter) Limit() int {
 	return n
 }
 
+// Bounds returns the limiter's current Min and Max, in concurrent calls.
+func (l *Limiter) Bounds() (minLimit, maxLimit int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.o.Min, l.o.Max
+}
+
+// SetBounds changes Min and Max at once (an executor registered again
+// with new concurrency bounds): the limit is clamped into [minLimit,
+// maxLimit] and slow start is re-opened, so a raised Max is reached as
+// fast as a new limiter's would be. Calls in flight are not affected. It
+// returns an error wrapping [ErrInvalidOptions], and changes nothing, when
+// minLimit < 1, maxLimit < minLimit or maxLimit > LimiterMaxLimit.
+func (l *Limiter) SetBounds(minLimit, maxLimit int) error {
+	if minLimit < 1 || maxLimit < minLimit || maxLimit > LimiterMaxLimit {
+		return fmt.Errorf("%w: bounds [%d, %d] must satisfy 1 <= Min <= Max <= %d", ErrInvalidOptions, minLimit, maxLimit, LimiterMaxLimit)
+	}
+	now := l.since()
+	l.mu.Lock()
+	l.tickLocked(now)
+	if l.o.Min == minLimit && l.o.Max == maxLimit {
+		l.unlockAndNotify()
+		return nil
+	}
+	l.o.Min, l.o.Max = minLimit, maxLimit
+	l.ssthresh, l.ssAcc = maxLimit+1, 0
+	l.setLimitLocked(now, l.limit, fmt.Sprintf("bounds changed to [%d, %d]", minLimit, maxLimit))
+	l.epoch++
+	l.resetWindowLocked(now)
+	l.signal()
+	l.unlockAndNotify()
+	return nil
+}
+
 // InFlight returns the number of admitted calls not yet Done.
 func (l *Limiter) InFlight() int {
 	l.mu.Lock()
@@ -674,6 +724,7 @@ func (l *Limiter) Stats() LimiterStats {
 		Failures:       l.failures,
 		Busy:           l.busy,
 		Timeouts:       l.timeouts,
+		Overloads:      l.overloads,
 		Dropped:        l.dropped,
 		Stale:          l.stale,
 		Rejected:       l.rejected,
@@ -686,7 +737,7 @@ func (l *Limiter) Stats() LimiterStats {
 // sending the request to the answer; for LimitTimeout the time waited).
 // It frees the slot. An unknown outcome counts as LimitDropped. Calls
 // after the first, and calls on a nil Token, are ignored.
-func (t *Token) Done(outcome LimitOutcome, latency time.Duration) {
+func (t *Token) Done(outcome LimitSignal, latency time.Duration) {
 	if t == nil || t.l == nil {
 		return
 	}
@@ -701,11 +752,20 @@ func (t *Token) Done(outcome LimitOutcome, latency time.Duration) {
 	l.inflight--
 	l.tickLocked(now)
 	latency = max(latency, 0)
-	if outcome > LimitDropped {
+	if outcome > LimitOverload {
 		outcome = LimitDropped // unknown: only free the slot
 	}
 	fresh := t.gen == l.gen
-	if outcome != LimitDropped {
+	switch outcome {
+	case LimitDropped:
+	case LimitOverload:
+		// Not an answer of the window: the calls that found the accept
+		// queue full together are one congestion event, so their share
+		// says how many were connecting at that moment, not how far the
+		// limit is above the executor's capacity (rule 4b would cut by
+		// it). The cut is rule 4's, once per generation.
+		l.reopenAt = max(l.reopenAt, now+max(latency, l.o.Interval))
+	default:
 		l.w.answers++
 		if outcome == LimitBusy || outcome == LimitTimeout {
 			l.noteDropLocked(now, latency)
@@ -743,6 +803,9 @@ func (t *Token) Done(outcome LimitOutcome, latency time.Duration) {
 	case LimitTimeout:
 		l.timeouts++
 		l.dropLocked(now, fresh, fmt.Sprintf("timeout after %v (in flight %d, backlog %d)", latency, l.inflight+1, l.queue))
+	case LimitOverload:
+		l.overloads++
+		l.dropLocked(now, fresh, fmt.Sprintf("overload: executor did not take the connection (in flight %d, backlog %d)", l.inflight+1, l.queue))
 	default:
 		l.dropped++
 	}

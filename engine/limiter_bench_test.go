@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// BenchmarkLimiterBurst simulates the seed-004 workload on the fake clock:
+// BenchmarkLimiterBurst simulates the burst workload on the fake clock:
 // 20 000 tasks queued at once, 80 ms callbacks, one executor that serves
 // 200 calls at once and slows down in proportion beyond that. It reports
 // the simulated makespan, the lateness (queueing delay before a call

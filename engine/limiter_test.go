@@ -33,14 +33,14 @@ type limSim struct {
 	seq      int
 	// exec answers a call that starts with n calls (itself included) in
 	// flight at the executor.
-	exec func(s *limSim, n int) (LimitOutcome, time.Duration)
+	exec func(s *limSim, n int) (LimitSignal, time.Duration)
 	// arrive, if set, returns the time of the next arrival after the
 	// given one (or -1 for none); the first arrival is at arrivalAt.
 	arrive    func(prev time.Duration) time.Duration
 	arrivalAt time.Duration
 
 	admitted, completed int
-	outcomes            map[LimitOutcome]int
+	outcomes            map[LimitSignal]int
 	lastEnd             time.Duration // time of the last answer
 	peakInFlight        int
 	minLimit, maxLimit  int
@@ -60,7 +60,7 @@ type limCall struct {
 	end     time.Duration
 	seq     int
 	tok     *Token
-	outcome LimitOutcome
+	outcome LimitSignal
 	latency time.Duration
 }
 
@@ -82,9 +82,9 @@ func (h *limCalls) Pop() any {
 	return x
 }
 
-func newLimSim(tb testing.TB, opts LimiterOptions, exec func(s *limSim, n int) (LimitOutcome, time.Duration)) *limSim {
+func newLimSim(tb testing.TB, opts LimiterOptions, exec func(s *limSim, n int) (LimitSignal, time.Duration)) *limSim {
 	s := &limSim{tb: tb, clock: NewFakeClock(limStart), exec: exec, arrivalAt: -1,
-		outcomes: map[LimitOutcome]int{}, firstAt: map[int]time.Duration{}}
+		outcomes: map[LimitSignal]int{}, firstAt: map[int]time.Duration{}}
 	user := opts.OnChange
 	opts.OnChange = func(old, n int, reason string) {
 		s.changes = append(s.changes, fmt.Sprintf("%8v %3d -> %3d  %s", s.now, old, n, reason))
@@ -102,8 +102,8 @@ func newLimSim(tb testing.TB, opts LimiterOptions, exec func(s *limSim, n int) (
 // limSaturating is an executor that serves up to capacity calls at once in
 // service time each; beyond that its latency grows in proportion (a
 // processor-sharing server), as a thread pool with a queue would.
-func limSaturating(service time.Duration, capacity int) func(*limSim, int) (LimitOutcome, time.Duration) {
-	return func(_ *limSim, n int) (LimitOutcome, time.Duration) {
+func limSaturating(service time.Duration, capacity int) func(*limSim, int) (LimitSignal, time.Duration) {
+	return func(_ *limSim, n int) (LimitSignal, time.Duration) {
 		if n <= capacity {
 			return LimitSuccess, service
 		}
@@ -235,7 +235,7 @@ func (d *limDriver) acquire(n int) []*Token {
 }
 
 // round admits n calls, lets lat pass and ends them all with out.
-func (d *limDriver) round(n int, out LimitOutcome, lat time.Duration) {
+func (d *limDriver) round(n int, out LimitSignal, lat time.Duration) {
 	d.tb.Helper()
 	toks := d.acquire(n)
 	d.clock.Advance(lat)
@@ -328,14 +328,14 @@ func TestLimiterTryAcquireAndChanged(t *testing.T) {
 	if st.Rejected != 1 || st.Dropped != 1 || st.Successes != 0 || st.InFlight != 3 || st.Limit != 3 {
 		t.Fatalf("stats %+v", st)
 	}
-	for _, o := range []LimitOutcome{LimitSuccess, LimitFailure, LimitBusy, LimitTimeout, LimitDropped, 9} {
+	for _, o := range []LimitSignal{LimitSuccess, LimitFailure, LimitBusy, LimitTimeout, LimitDropped, 9} {
 		if o.String() == "" {
 			t.Fatal("empty outcome name")
 		}
 	}
 }
 
-// The seed-004 burst: 20 000 tasks at once, 80 ms each, an executor that
+// The burst workload: 20 000 tasks at once, 80 ms each, an executor that
 // saturates at 200 calls. The limit must climb from Min to Max within a few
 // round trips and the makespan must stay within 8.5 s (8.0 s is the bound
 // with 200 slots).
@@ -450,7 +450,7 @@ func TestLimiterSettlesUnderSteadyLoad(t *testing.T) {
 	})
 	t.Run("poisson", func(t *testing.T) {
 		r := rand.New(rand.NewPCG(1, 2))
-		s := newLimSim(t, LimiterOptions{}, func(*limSim, int) (LimitOutcome, time.Duration) {
+		s := newLimSim(t, LimiterOptions{}, func(*limSim, int) (LimitSignal, time.Duration) {
 			return LimitSuccess, 15*time.Millisecond + time.Duration(r.Int64N(int64(10*time.Millisecond)))
 		})
 		s.arrivalAt = 0
@@ -471,7 +471,7 @@ func TestLimiterSettlesUnderSteadyLoad(t *testing.T) {
 // 200 to near 50 in a few windows and then hold.
 func TestLimiterFallsOnLatencyInflation(t *testing.T) {
 	const svc = 20 * time.Millisecond
-	s := newLimSim(t, LimiterOptions{}, func(s *limSim, n int) (LimitOutcome, time.Duration) {
+	s := newLimSim(t, LimiterOptions{}, func(s *limSim, n int) (LimitSignal, time.Duration) {
 		c := 1000
 		if s.now >= 2*time.Second {
 			c = 50
@@ -502,7 +502,7 @@ func TestLimiterFallsOnLatencyInflation(t *testing.T) {
 // to about 40 within milliseconds, and busy answers are never samples.
 func TestLimiterFallsOnBusy(t *testing.T) {
 	const svc = 20 * time.Millisecond
-	s := newLimSim(t, LimiterOptions{}, func(s *limSim, n int) (LimitOutcome, time.Duration) {
+	s := newLimSim(t, LimiterOptions{}, func(s *limSim, n int) (LimitSignal, time.Duration) {
 		if s.now >= 2*time.Second && n > 40 {
 			return LimitBusy, time.Millisecond
 		}
@@ -529,7 +529,7 @@ func TestLimiterFallsOnBusy(t *testing.T) {
 // after 1 s. The first time-out cuts, the wave of time-outs behind it cuts
 // in proportion (rule 4b).
 func TestLimiterFallsOnTimeouts(t *testing.T) {
-	s := newLimSim(t, LimiterOptions{}, func(s *limSim, n int) (LimitOutcome, time.Duration) {
+	s := newLimSim(t, LimiterOptions{}, func(s *limSim, n int) (LimitSignal, time.Duration) {
 		if s.now >= 2*time.Second && n > 40 {
 			return LimitTimeout, time.Second
 		}
@@ -552,7 +552,7 @@ func TestLimiterFallsOnTimeouts(t *testing.T) {
 // The e2e case at the limiter's level: 429 for the first 2 s, then
 // fine. The limit sits at Min meanwhile and climbs fast afterwards.
 func TestLimiterRecoversAfterBusyPhase(t *testing.T) {
-	s := newLimSim(t, LimiterOptions{}, func(s *limSim, n int) (LimitOutcome, time.Duration) {
+	s := newLimSim(t, LimiterOptions{}, func(s *limSim, n int) (LimitSignal, time.Duration) {
 		if s.now < 2*time.Second {
 			return LimitBusy, 5 * time.Millisecond
 		}
@@ -602,7 +602,7 @@ func TestLimiterNeverLeavesBounds(t *testing.T) {
 				if len(out) > 0 {
 					i := r.IntN(len(out))
 					lat := time.Duration(r.ExpFloat64() * float64(time.Duration(1+r.IntN(200))*time.Millisecond))
-					out[i].Done(LimitOutcome(r.IntN(6)), lat)
+					out[i].Done(LimitSignal(r.IntN(6)), lat)
 					out[i] = out[len(out)-1]
 					out = out[:len(out)-1]
 				}
@@ -650,7 +650,7 @@ func TestLimiterTrapRejectedAnswersAreNotSamples(t *testing.T) {
 		}})
 		d.l.Observe(1000)
 		d.baseline(20, lat)
-		for _, out := range []LimitOutcome{LimitBusy, LimitTimeout} {
+		for _, out := range []LimitSignal{LimitBusy, LimitTimeout} {
 			old := d.acquire(3)
 			d.clock.Advance(time.Millisecond)
 			old[0].Done(out, time.Millisecond) // cuts: the others become stale
@@ -914,7 +914,7 @@ func TestLimiterConcurrent(t *testing.T) {
 					}
 				case 2:
 					if len(mine) > 0 {
-						mine[0].Done(LimitOutcome(r.IntN(5)), time.Duration(r.IntN(50))*time.Millisecond)
+						mine[0].Done(LimitSignal(r.IntN(5)), time.Duration(r.IntN(50))*time.Millisecond)
 						mine = mine[1:]
 					}
 				case 3:

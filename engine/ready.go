@@ -253,11 +253,24 @@ func (q *ReadyQueue) Requeue(it ReadyItem) error {
 // Pop removes and returns the next task to dispatch (see [ReadyQueue] for
 // the order), or false if the queue is empty.
 func (q *ReadyQueue) Pop() (ReadyItem, bool) {
+	it, _, ok := q.PopIf(nil)
+	return it, ok
+}
+
+// PopIf is Pop for a dispatcher that may not be able to place the next
+// task: it calls accept (nil accepts all) with the task Pop would return,
+// and removes it only if accept returns true. Otherwise the queue is left
+// exactly as it was, round-robin credit included, so the same task comes
+// next and a refused look costs its level nothing (Requeue after Pop
+// would spend the level's turn). It returns the task, whether it was
+// taken, and false as the last value if the queue is empty. accept runs
+// with the queue locked: it must not call the queue.
+func (q *ReadyQueue) PopIf(accept func(ReadyItem) bool) (it ReadyItem, taken, ok bool) {
 	now := q.clock.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.m) == 0 {
-		return ReadyItem{}, false
+		return ReadyItem{}, false, false
 	}
 	// Ageing: the oldest head, if it is over budget. Each level is FIFO by
 	// push time (Requeue puts back an item older than the rest), so its
@@ -270,27 +283,38 @@ func (q *ReadyQueue) Pop() (ReadyItem, bool) {
 				oldest = p
 			}
 		}
-		if now.Sub(q.levels[oldest].head.item.Queued) > q.maxWait {
-			it := q.take(oldest)
+		if h := q.levels[oldest].head; now.Sub(h.item.Queued) > q.maxWait {
+			it = h.item
 			it.Aged = true
-			return it, true
+			if accept != nil && !accept(it) {
+				return it, false, true
+			}
+			q.take(oldest)
+			return it, true, true
 		}
 	}
 	// Smooth weighted round robin over the non-empty levels.
+	credit := q.credit
 	best, total := -1, 0
 	for p := range q.levels {
 		if q.levels[p].n == 0 {
-			q.credit[p] = 0
+			credit[p] = 0
 			continue
 		}
-		q.credit[p] += q.weights[p]
+		credit[p] += q.weights[p]
 		total += q.weights[p]
-		if best < 0 || q.credit[p] > q.credit[best] {
+		if best < 0 || credit[p] > credit[best] {
 			best = p
 		}
 	}
-	q.credit[best] -= total
-	return q.take(best), true
+	credit[best] -= total
+	it = q.levels[best].head.item
+	if accept != nil && !accept(it) {
+		return it, false, true
+	}
+	q.credit = credit
+	q.take(best)
+	return it, true, true
 }
 
 // take removes the head of level p; q.mu is held and the level is not empty.

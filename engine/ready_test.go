@@ -385,3 +385,48 @@ func BenchmarkReadyPushPop(b *testing.B) {
 		q.Pop()
 	}
 }
+
+// A look that PopIf refuses leaves the queue as it was: the same task
+// comes next, and the pop sequence (round-robin credit included) is the
+// one of a queue never looked at. Requeue after Pop spent the level's
+// turn: a dispatcher that could not place priority 0's head then served
+// priority 4 twice as often.
+func TestReady_PopIfRefusedLeavesQueue(t *testing.T) {
+	fill := func() *ReadyQueue {
+		q := NewReadyQueue(NewFakeClock(start), ReadyOptions{MaxWait: -1, Capacity: -1})
+		for i := range 20 {
+			for _, p := range []int{0, 4} {
+				if err := q.Push(fmt.Sprintf("p%d-%02d", p, i), p); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return q
+	}
+	plain, looked := fill(), fill()
+	for {
+		want, ok := plain.Pop()
+		for range 3 {
+			it, taken, ok2 := looked.PopIf(func(ReadyItem) bool { return false })
+			if taken || ok2 != ok || (ok && it.Key != want.Key) {
+				t.Fatalf("refused look: %v taken %v ok %v, want %v untaken", it.Key, taken, ok2, want.Key)
+			}
+		}
+		got, taken, ok2 := looked.PopIf(func(ReadyItem) bool { return true })
+		if ok2 != ok || (ok && (!taken || got.Key != want.Key)) {
+			t.Fatalf("after refused looks: %v (taken %v), want %v", got.Key, taken, want.Key)
+		}
+		if !ok {
+			break
+		}
+	}
+	// Ageing: the aged head is offered, and stays when refused.
+	c := NewFakeClock(start)
+	q := NewReadyQueue(c, ReadyOptions{MaxWait: time.Second})
+	_ = q.Push("old", 4)
+	c.Advance(2 * time.Second)
+	_ = q.Push("new", 0)
+	if it, taken, _ := q.PopIf(func(ReadyItem) bool { return false }); taken || it.Key != "old" || !it.Aged || q.Len() != 2 {
+		t.Fatalf("aged look: %+v taken %v len %d", it, taken, q.Len())
+	}
+}

@@ -190,7 +190,7 @@ func BenchmarkTimersConfig(b *testing.B) {
 		slots int
 	}
 	configs := []config{
-		{100 * time.Millisecond, 512},   // seed 003's first choice: 51 s window
+		{100 * time.Millisecond, 512},   // the delayed benchmark's first choice: 51 s window
 		{time.Millisecond, 4096},        // 4 s
 		{time.Millisecond, 65536},       // 65 s
 		{10 * time.Millisecond, 4096},   // 41 s
@@ -327,7 +327,7 @@ func BenchmarkTimersLateness(b *testing.B) {
 		<-done
 		lat.report(b)
 	}
-	// Lateness does not depend on the tick: the seed's 100 ms × 512 wheel
+	// Lateness does not depend on the tick: a coarse 100 ms × 512 wheel
 	// gives the same figures as the default.
 	configs := []struct {
 		name string

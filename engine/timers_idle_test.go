@@ -108,6 +108,10 @@ func TestTimers_TicklessForwardStep(t *testing.T) {
 	tm.Arm("a", at(10*time.Minute))
 	tm.Arm("b", at(50*time.Minute))
 	tm.Arm("c", at(2*time.Hour))
+	// The wake-ups of the Arms above are over: one left pending would make
+	// Run plan again after the step below (a CI race run fired a and b at
+	// +1 h 1 s).
+	settleRun(t, tm)
 	clock.BlockUntil(1)
 	clock.Set(at(time.Hour)) // NTP steps the wall clock forward by 1 h
 	clock.Advance(time.Second)
@@ -126,6 +130,7 @@ func TestTimers_TicklessForwardStep(t *testing.T) {
 
 	// An Arm of an earlier deadline wakes Run, which then sees the step.
 	tm.Arm("d", at(3*time.Hour))
+	settleRun(t, tm) // d's wake-up is over before the step
 	clock.BlockUntil(1)
 	clock.Set(at(4 * time.Hour))
 	tm.Arm("e", at(4*time.Hour+time.Minute)) // later than d: no wake

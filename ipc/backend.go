@@ -3,11 +3,13 @@ package ipc
 import (
 	"context"
 	"time"
+
+	"github.com/axsched/ax/engine"
 )
 
 // Backend is everything the application API needs from a node. The sidecar
-// implements it; ipc never imports raft or raftfsm, and handler tests use a
-// fake. Errors returned by a Backend should wrap one of the sentinels in
+// implements it; the handlers never use raft or raftfsm, and handler tests
+// use a fake. Errors returned by a Backend should wrap one of the sentinels in
 // errors.go (ErrNotFound, ErrConflict, ErrNoLeader, ErrInvalid, ...) so that
 // the server can map them to an HTTP status with errors.Is.
 type Backend interface {
@@ -52,6 +54,22 @@ type Backend interface {
 	UnregisterExecutor(ctx context.Context, name string) error
 	// Executors lists this node's executors.
 	Executors(ctx context.Context) ([]ExecutorSpec, error)
+
+	// PurgeTask deletes a finished task now and returns 1: ErrNotFound
+	// for an unknown id, ErrConflict for a task that is not finished.
+	PurgeTask(ctx context.Context, id string) (int, error)
+	// PurgeTasks deletes up to q.Limit finished tasks that match q.
+	PurgeTasks(ctx context.Context, q PurgeQuery) (PurgeResult, error)
+	// PauseHandler pauses (paused true) or resumes a handler's runs
+	// (handlers_api.go); ErrHandlerNotFound for a handler with no task,
+	// no executor and no pause. Idempotent.
+	PauseHandler(ctx context.Context, name string, paused bool) (HandlerPause, error)
+	// PauseTask pauses or resumes one task and returns it; ErrNotFound,
+	// or ErrTaskFinished for a pause of a finished task. Idempotent.
+	PauseTask(ctx context.Context, id string, paused bool) (Task, error)
+	// Handlers lists the handlers that have tasks, an executor or a
+	// pause, sorted by name.
+	Handlers(ctx context.Context) ([]HandlerInfo, error)
 }
 
 // BatchItem is one result of SubmitBatch.
@@ -67,36 +85,6 @@ type ListQuery struct {
 	State   string // one of the State* names
 	Limit   int    // 1..ListLimitMax; the server fills ListLimitDefault
 	Cursor  string // opaque, from a previous page's NextCursor
-}
-
-// ListPage is one page of List.
-type ListPage struct {
-	Tasks      []Task `json:"tasks"`
-	NextCursor string `json:"next_cursor,omitempty"` // empty on the last page
-}
-
-// List page sizes.
-const (
-	ListLimitDefault = 100
-	ListLimitMax     = 1000
-)
-
-// AttemptResult is the body of POST /v1/tasks/{id}/result.
-type AttemptResult struct {
-	Attempt int    `json:"attempt"`
-	Status  string `json:"status"` // "success", "failed" (retry), "permanent" (no retry)
-	Error   string `json:"error,omitempty"`
-}
-
-// ExecutorSpec is an executor registered on a node (POST /v1/executors).
-type ExecutorSpec struct {
-	Name           string   `json:"name"`
-	Handlers       []string `json:"handlers"` // "*" = every handler; "order.*" = by prefix
-	URL            string   `json:"url"`      // unix:///abs/path.sock or http://127.0.0.1:PORT
-	MinConcurrency int      `json:"min_concurrency,omitempty"`
-	MaxConcurrency int      `json:"max_concurrency,omitempty"`
-	Timeout        string   `json:"timeout,omitempty"`   // Go duration; default attempt timeout for its tasks
-	FromFlag       bool     `json:"from_flag,omitempty"` // registered by --executor (read only)
 }
 
 // TaskSpec is a validated submit request: what the client asked for, with
@@ -137,17 +125,15 @@ type TaskSpec struct {
 	RouteKey string
 	// Labels are free-form key/value pairs kept with the task.
 	Labels map[string]string
+	// Retention, when positive, is how long the task is kept once
+	// finished, instead of the node's --retention or --retention-dead.
+	Retention time.Duration
 }
 
-// BackoffSpec is the retry backoff of a task: the n-th retry waits
-// Initial × Multiplier^(n-1), at most Max, with ±Jitter (a fraction) of
-// random spread.
-type BackoffSpec struct {
-	Initial    time.Duration
-	Max        time.Duration
-	Multiplier float64
-	Jitter     float64
-}
+// BackoffSpec is the retry backoff of a task, validated: the n-th retry
+// waits Initial × Multiplier^(n-1), at most Max, with ±Jitter (a fraction)
+// of random spread. It is the engine's Backoff, which computes the waits.
+type BackoffSpec = engine.Backoff
 
 // Recurring reports whether the spec has a schedule.
 func (s TaskSpec) Recurring() bool { return s.Cron != "" || s.Every > 0 }
@@ -158,7 +144,8 @@ func SameSpec(a, b TaskSpec) bool {
 		a.PayloadBase64 == b.PayloadBase64 && a.Delay == b.Delay && a.RunAt.Equal(b.RunAt) &&
 		a.Priority == b.Priority && a.Timeout == b.Timeout && a.MaxAttempts == b.MaxAttempts &&
 		a.Cron == b.Cron && a.Timezone == b.Timezone && a.Every == b.Every && a.Repeats == b.Repeats &&
-		a.Until.Equal(b.Until) && sameBackoff(a.Backoff, b.Backoff) && a.RouteKey == b.RouteKey && sameLabels(a.Labels, b.Labels)
+		a.Until.Equal(b.Until) && sameBackoff(a.Backoff, b.Backoff) && a.RouteKey == b.RouteKey && sameLabels(a.Labels, b.Labels) &&
+		a.Retention == b.Retention
 }
 
 func sameBackoff(a, b *BackoffSpec) bool {
@@ -178,144 +165,4 @@ func sameLabels(a, b map[string]string) bool {
 		}
 	}
 	return true
-}
-
-// Defaults for submit fields the client leaves out.
-const (
-	PriorityDefault    = 2
-	PriorityMax        = 4
-	TimeoutDefault     = 30 * time.Second
-	TimeoutMax         = 24 * time.Hour
-	MaxAttemptsDefault = 4 // 3 retries, seed 000's default
-	MaxAttemptsMax     = 1000
-	// PayloadMaxBytes bounds a payload (DESIGN.md section 9): 1 MiB.
-	PayloadMaxBytes = 1 << 20
-	// IDMaxBytes bounds a task id.
-	IDMaxBytes = 512
-	// HandlerMaxBytes bounds a handler name.
-	HandlerMaxBytes = 256
-)
-
-// Task states, upper case on the wire (DESIGN.md section 2).
-const (
-	StateWaiting   = "WAITING"
-	StateRunning   = "RUNNING"
-	StateSuccess   = "SUCCESS"
-	StateDead      = "DEAD"
-	StateFailed    = "FAILED"
-	StateCancelled = "CANCELLED"
-)
-
-// Task is the JSON view of a task returned by the API.
-type Task struct {
-	ID          string `json:"id"`
-	Handler     string `json:"handler"`
-	State       string `json:"state"`
-	Priority    int    `json:"priority"`
-	Attempts    int    `json:"attempts"`
-	MaxAttempts int    `json:"max_attempts"`
-	// Timeout is a Go duration string ("30s").
-	Timeout string `json:"timeout"`
-	// Delay (Go duration string) or RunAt, as submitted.
-	Delay string     `json:"delay,omitempty"`
-	RunAt *time.Time `json:"run_at,omitempty"`
-	// NextRunAt is when the next attempt is due; absent for a task that is
-	// running or terminal.
-	NextRunAt *time.Time `json:"next_run_at,omitempty"`
-	// LastError describes the last failed attempt ("http 500: ...").
-	LastError string `json:"last_error,omitempty"`
-	// Node runs the current attempt while the task is RUNNING.
-	Node string `json:"node,omitempty"`
-	// Recurring tasks: the schedule as submitted and the number of runs
-	// started so far (Ax-Run of the current or last run).
-	Cron     string     `json:"cron,omitempty"`
-	Timezone string     `json:"timezone,omitempty"`
-	Every    string     `json:"every,omitempty"`
-	Repeats  int        `json:"repeats,omitempty"`
-	Until    *time.Time `json:"until,omitempty"`
-	Run      int        `json:"run"`
-	// Snoozes counts busy answers (429/503), which are not attempts.
-	Snoozes    int               `json:"snoozes"`
-	Backoff    *BackoffView      `json:"backoff,omitempty"`
-	RouteKey   string            `json:"route_key,omitempty"`
-	Labels     map[string]string `json:"labels,omitempty"`
-	CreatedAt  time.Time         `json:"created_at"`
-	UpdatedAt  time.Time         `json:"updated_at"`
-	FinishedAt *time.Time        `json:"finished_at,omitempty"`
-	// Payload is the payload when it was submitted as JSON; PayloadBase64
-	// when it was submitted as payload_base64.
-	Payload       []byte `json:"-"`
-	PayloadBase64 bool   `json:"-"`
-	// BacklogWarning, set on a submit's answer when the handler's backlog
-	// is at 80 % of its bound or more ("depth/limit"), is sent as the
-	// Ax-Backlog-Warning header.
-	BacklogWarning string `json:"-"`
-}
-
-// BackoffView is a task's retry backoff in the API (durations as Go
-// duration strings).
-type BackoffView struct {
-	Initial    string  `json:"initial"`
-	Max        string  `json:"max"`
-	Multiplier float64 `json:"multiplier"`
-	Jitter     float64 `json:"jitter"`
-}
-
-// ClusterInfo is the reply of GET /v1/cluster.
-type ClusterInfo struct {
-	NodeID       string   `json:"node_id"`
-	State        string   `json:"state"`  // Raft state of this node: Leader, Follower, Candidate, Shutdown
-	Leader       string   `json:"leader"` // node id of the leader, "" when none is known
-	Term         uint64   `json:"term"`
-	AppliedIndex uint64   `json:"applied_index"`
-	CommitIndex  uint64   `json:"commit_index"`
-	Members      []Member `json:"members"`
-	// Storage is set while this node's storage cannot take writes: every
-	// write is then answered 503 storage_unavailable. Absent when healthy.
-	Storage *StorageStatus `json:"storage,omitempty"`
-	// VotersTarget is the number of voters autopilot keeps (--voters).
-	VotersTarget int `json:"voters_target,omitempty"`
-	// FailureTolerance is how many more voters may fail before the
-	// cluster loses its quorum: the reachable voters less a quorum of all
-	// voters (the leader's view; absent when no leader is known).
-	FailureTolerance *int `json:"failure_tolerance,omitempty"`
-}
-
-// Member is one server of the Raft configuration.
-type Member struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	PeerAddr string `json:"peer_addr,omitempty"`
-	Suffrage string `json:"suffrage"` // Voter, Nonvoter
-	Leader   bool   `json:"leader"`
-	// Reachable says whether the leader heard from the member within the
-	// liveness window (about a second); LastContactMs is how long ago, in
-	// milliseconds (-1: never since this leader was elected), and
-	// AppliedIndex the member's applied index at its last report. All three
-	// are the leader's view (a follower asks the leader); absent when no
-	// leader is known.
-	Reachable     *bool  `json:"reachable,omitempty"`
-	LastContactMs *int64 `json:"last_contact_ms,omitempty"`
-	AppliedIndex  uint64 `json:"applied_index,omitempty"`
-	// Role is the member's Raft state at its last report: leader,
-	// follower or candidate; absent when it has not been heard from.
-	Role string `json:"role,omitempty"`
-	// Status is autopilot's: leader, voter, nonvoter, or staging (a
-	// healthy non-voter autopilot will promote once it is stable).
-	Status string `json:"status,omitempty"`
-	// Healthy: heard from recently and caught up with the leader's
-	// commit index (autopilot's rule); StableSince is when its current
-	// healthy streak began (absent while unhealthy). Leader's view.
-	Healthy     *bool      `json:"healthy,omitempty"`
-	StableSince *time.Time `json:"stable_since,omitempty"`
-}
-
-// StorageStatus says why a node refuses writes (ClusterInfo.Storage).
-type StorageStatus struct {
-	// Cause names the failure: the data dir is below its free-space
-	// reserve or not writable, a badger write is being retried, or a Raft
-	// log write failed.
-	Cause string `json:"cause"`
-	// Since is when the node stopped accepting writes.
-	Since time.Time `json:"since"`
 }

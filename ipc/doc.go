@@ -1,10 +1,21 @@
 // Package ipc is the application-facing edge of ax: the JSON API that
-// applications call on their sidecar's Unix socket, its error model, and the
-// callback client that delivers attempts to executors.
+// applications call on their sidecar's Unix socket and its error model. The
+// callback client that delivers attempts to executors is
+// sidecar/delivery/callback.
+//
+// The JSON types, limits and error codes of the API are the wire contract
+// of package axapi (github.com/axsched/ax/clients/go/axapi), which the Go
+// client and the command line use too; contract.go names the types ipc's
+// Backend uses (Task, ExecutorSpec, HandlerInfo, ClusterInfo, ...). ipc adds
+// what only the server does: the routes, the strict decoding and validation
+// of requests (DecodeSubmit and its siblings), and the Error sentinels built
+// from axapi's error table.
 //
 // ipc knows nothing of Raft or storage. Everything the handlers need from a
 // node is the Backend interface (backend.go), which the sidecar implements and
-// tests fake. ipc never imports raft or raftfsm.
+// tests fake. ipc never imports raft; of raftfsm it uses only the
+// attempt outcome (raftfsm.Outcome, the one outcome type of ax), in the
+// callback client.
 //
 // # The API
 //
@@ -17,13 +28,21 @@
 //	POST   /v1/tasks                  submit; 201 + task when created, 200 + the existing
 //	                                  task when the same id comes with the same spec,
 //	                                  409 conflict when the spec differs (unless overwrite)
-//	POST   /v1/tasks/batch            submit 1 to BatchMaxTasks tasks; 200 {"results":[...]}
+//	POST   /v1/tasks/batch            submit 1 to axapi.BatchMaxTasks tasks; 200 {"results":[...]}
+//	POST   /v1/tasks/purge            {"handler","state","finished_before","limit"}: delete
+//	                                  finished tasks now; 200 {"purged":n,"more":bool}
 //	GET    /v1/tasks/{id}             the task
 //	DELETE /v1/tasks/{id}             cancel; 200 + the task in its new state
+//	                                  (?purge=true: delete a finished task; 200 {"purged":1})
 //	POST   /v1/tasks/{id}/retry       re-run a DEAD or FAILED task; 200 + the task
 //	POST   /v1/tasks/{id}/heartbeat   {"attempt":N}: extend the running attempt's deadline
 //	POST   /v1/tasks/{id}/result      {"attempt":N,"status":"success"|"failed"|"permanent",
 //	                                  "error":"..."}: outcome of an attempt answered 202
+//	POST   /v1/tasks/{id}/pause       pause the task's runs (a running attempt goes on); 200 + the task
+//	POST   /v1/tasks/{id}/resume      resume it; 200 + the task
+//	GET    /v1/handlers               {"handlers":[...]}: backlog, parked runs, pause, circuit, executors
+//	POST   /v1/handlers/{name}/pause  pause every run of a handler; 200 {"name","paused":true}
+//	POST   /v1/handlers/{name}/resume resume them; 200 {"name","paused":false}
 //	GET    /v1/executors              {"executors":[...]}: this node's executors
 //	POST   /v1/executors              register (201) or replace by name (200) an executor
 //	DELETE /v1/executors/{name}       remove an executor; 204
@@ -39,11 +58,11 @@
 // the three in step.
 //
 // Task ids are opaque UTF-8 strings ("order|42", "a@b", "A/B", "ü日本"), at
-// most IDMaxBytes, without control characters. Clients URL-escape them in
+// most axapi.IDMaxBytes, without control characters. Clients URL-escape them in
 // paths ("/v1/tasks/A%2FB"); the server routes on the raw request path and
 // unescapes the id segment, so an escaped slash stays inside the id, and a
 // task named "batch" is still GET /v1/tasks/batch (only POST goes to the
-// batch route). Executor names are 1 to ExecutorNameMaxBytes characters among
+// batch route). Executor names are 1 to axapi.ExecutorNameMaxBytes characters among
 // A-Z a-z 0-9 . _ : - (see ValidateExecutorName). A query string is ignored
 // except by GET /v1/tasks, which refuses parameters it does not know.
 //
@@ -69,8 +88,13 @@
 // Every request runs with a context that ends after
 // ServerOptions.RequestTimeout (30s by default); request bodies are bounded by
 // ServerOptions.MaxRequestBodyBytes (a PayloadMaxBytes payload in base64 plus
-// slack). Requests are logged at debug level without payloads. The socket is
-// created with mode 0660.
+// slack). A new connection must send its first request, and every request
+// its headers, within ServerOptions.HeaderTimeout (10s; a connection that
+// sent nothing is closed without an answer), its body within ReadTimeout
+// (30s); at most MaxConns (16 384) connections are served at once.
+// Requests are logged at debug level without payloads, and neither logs
+// nor error answers quote a request's bytes. The socket is created with
+// mode 0660.
 //
 // # Errors
 //
@@ -84,15 +108,18 @@
 //	bad_request         400     ErrInvalid           invalid field, unknown field, bad id
 //	invalid_json        400     ErrInvalidJSON       the body is not a JSON object
 //	not_found           404     ErrNotFound          unknown task, executor or path
+//	handler_not_found   404     ErrHandlerNotFound   pause or resume of a handler with no task, executor or pause
 //	method_not_allowed  405     ErrMethodNotAllowed  see the Allow header
 //	conflict            409     ErrConflict          same id, different spec; retry of a task that is not
 //	                                                 DEAD or FAILED; heartbeat or result of a stale attempt
+//	task_finished       409     ErrTaskFinished      pause of a finished task
 //	payload_too_large   413     ErrTooLarge          payload over PayloadMaxBytes, or body too large
 //	queue_full          429     ErrQueueFull         a bound was hit; Retry-After says when to retry
 //	no_leader           503     ErrNoLeader          no Raft leader; Retry-After: 1
 //	not_ready           503     ErrNotReady          the node is not ready, or the request timed out
 //	storage_unavailable 503     ErrStorageUnavailable  writes only: the node's disk cannot take writes;
-//	                                                 Retry-After: 5 (a Backend that is a WriteGuard)
+//	                                                 Retry-After: 5 (a Backend that is a WriteGuard;
+//	                                                 a FreeingWriteGuard still takes cancels and purges)
 //	internal            500     ErrInternal          anything else; detail only in the server log
 //
 // ErrorCodes lists the codes; the client libraries mirror them. A Backend
@@ -103,33 +130,4 @@
 // decides. A Backend call that outlives the request timeout answers 503
 // not_ready with Retry-After: 1, whose message warns that a submit may still
 // take effect (retry with the same id).
-//
-// # Callbacks
-//
-// A Caller delivers one attempt with Execute: it POSTs the payload, byte for
-// byte, to the executor's base URL + "/ax/v1/execute". Base URLs are
-// unix:///abs/path.sock or http://127.0.0.1:PORT (loopback only; see
-// ParseExecutorURL). Request headers:
-//
-//	Content-Type: application/octet-stream
-//	Ax-Task-Id:   the task id (raw UTF-8 bytes; HTTP trims spaces at its ends)
-//	Ax-Handler:   the handler
-//	Ax-Attempt:   attempt number within the run, from 1
-//	Ax-Run:       run number of the task, from 1
-//	Ax-Deadline:  when the sidecar gives up, RFC 3339 UTC with milliseconds
-//
-// The executor's answer decides the Outcome:
-//
-//	2xx except 202          OutcomeSuccess    done
-//	202                     OutcomeAccepted   the executor reports later via /v1/tasks/{id}/result
-//	429, 503                OutcomeBusy       not a failed attempt; Retry-After honoured, limiter backs off
-//	other 4xx               OutcomePermanent  FAILED, no retry
-//	5xx, other, conn. error OutcomeRetryable  failed attempt, retried with backoff
-//	deadline reached        OutcomeTimeout    failed attempt; the request is aborted
-//	ctx cancelled           OutcomeCancelled  the request is aborted (task cancelled, node stopping)
-//
-// Outcome.Error holds "http 500: <first 200 characters of the body>",
-// "timeout after 30s" or the connection error, ready for Task.LastError.
-// The executor must treat the task id and attempt as a de-duplication key:
-// delivery is at least once.
 package ipc

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // Error is an API error: a stable code, the HTTP status it is sent with, a
@@ -29,59 +31,91 @@ type Error struct {
 	// (rounded up), when positive.
 	RetryAfter time.Duration
 	// Depth and Limit, for queue_full, are the backlog that was full and
-	// its bound (sent as error.depth and error.limit, seed 004's hints).
+	// its bound (sent as error.depth and error.limit: hints for the client's backoff).
 	Depth, Limit int
 
 	cause error // the error wrapped by Errorf's %w, if any
 }
 
-// The error table of the application API. Every error the server sends has one
-// of these codes; clients/go and clients/python mirror the list.
+// The sentinels of the application API, one per row of the error table
+// (axapi.ErrorTable: code, status, default message and Retry-After, shared
+// with the clients). Every error the server sends has one of these codes.
 var (
 	// ErrInvalid is returned when a request is well-formed JSON but asks for
 	// something invalid: a missing handler, a negative delay, an unknown field.
-	ErrInvalid = &Error{Code: "bad_request", Status: http.StatusBadRequest, Message: "bad request"}
+	ErrInvalid = tableError(axapi.CodeBadRequest)
 	// ErrInvalidJSON is returned when a request body is not valid JSON (or not
 	// a JSON object).
-	ErrInvalidJSON = &Error{Code: "invalid_json", Status: http.StatusBadRequest, Message: "invalid json"}
+	ErrInvalidJSON = tableError(axapi.CodeInvalidJSON)
 	// ErrNotFound is returned when a task (or route) does not exist.
-	ErrNotFound = &Error{Code: "not_found", Status: http.StatusNotFound, Message: "not found"}
+	ErrNotFound = tableError(axapi.CodeNotFound)
+	// ErrHandlerNotFound is returned when a handler named in the path has
+	// no task, no executor and no pause: probably a typo.
+	ErrHandlerNotFound = tableError(axapi.CodeHandlerNotFound)
 	// ErrMethodNotAllowed is returned when a route exists but not for the
 	// request's method. The response carries an Allow header.
-	ErrMethodNotAllowed = &Error{Code: "method_not_allowed", Status: http.StatusMethodNotAllowed, Message: "method not allowed"}
+	ErrMethodNotAllowed = tableError(axapi.CodeMethodNotAllowed)
 	// ErrConflict is returned when a task with the same id exists with a
 	// different spec and overwrite is not set.
-	ErrConflict = &Error{Code: "conflict", Status: http.StatusConflict, Message: "conflict"}
+	ErrConflict = tableError(axapi.CodeConflict)
+	// ErrTaskFinished is returned when a command needs a task that is
+	// not finished (a pause of a SUCCESS, DEAD, FAILED or CANCELLED task).
+	ErrTaskFinished = tableError(axapi.CodeTaskFinished)
 	// ErrTooLarge is returned when a payload or request body is over its
 	// limit (PayloadMaxBytes for a payload).
-	ErrTooLarge = &Error{Code: "payload_too_large", Status: http.StatusRequestEntityTooLarge, Message: "payload too large"}
+	ErrTooLarge = tableError(axapi.CodePayloadTooLarge)
 	// ErrQueueFull is returned when a bound is hit (DESIGN.md section 9): the
 	// client should try again after Retry-After. Use WithRetryAfter to give a
 	// better hint than the default of one second.
-	ErrQueueFull = &Error{Code: "queue_full", Status: http.StatusTooManyRequests, Message: "queue full", RetryAfter: time.Second}
+	ErrQueueFull = tableError(axapi.CodeQueueFull)
 	// ErrNoLeader is returned when no Raft leader is known, so a write cannot
 	// be committed now. Retry-After: 1.
-	ErrNoLeader = &Error{Code: "no_leader", Status: http.StatusServiceUnavailable, Message: "no leader", RetryAfter: time.Second}
+	ErrNoLeader = tableError(axapi.CodeNoLeader)
 	// ErrNotReady is returned when the node cannot serve the request yet (it
 	// is catching up with the leader, starting or shutting down), and by
 	// GET /readyz when the node is not ready.
-	ErrNotReady = &Error{Code: "not_ready", Status: http.StatusServiceUnavailable, Message: "not ready"}
+	ErrNotReady = tableError(axapi.CodeNotReady)
 	// ErrStorageUnavailable is returned for every write while the node's
 	// own storage cannot take writes: its data dir is full or below the
 	// free-space reserve, not writable, or a badger or Raft log write
 	// failed. The message names the cause. Reads keep working. Retry-After:
 	// 5 (the node recovers by itself once the disk takes writes again).
-	ErrStorageUnavailable = &Error{Code: "storage_unavailable", Status: http.StatusServiceUnavailable, Message: "storage unavailable", RetryAfter: 5 * time.Second}
+	ErrStorageUnavailable = tableError(axapi.CodeStorageUnavailable)
 	// ErrInternal is what every error without an API code becomes. Its
 	// message is generic; the detail is logged by the server, never sent.
-	ErrInternal = &Error{Code: "internal", Status: http.StatusInternalServerError, Message: "internal error"}
+	ErrInternal = tableError(axapi.CodeInternal)
 )
 
-// errorTable lists every code, in the order of the documentation.
-var errorTable = []*Error{
-	ErrInvalid, ErrInvalidJSON, ErrNotFound, ErrMethodNotAllowed, ErrConflict,
-	ErrTooLarge, ErrQueueFull, ErrNoLeader, ErrNotReady, ErrStorageUnavailable, ErrInternal,
+// tableError returns the sentinel of a code of axapi's error table. It
+// panics (at init) for a code the table does not have.
+func tableError(code string) *Error {
+	row, ok := axapi.LookupCode(code)
+	if !ok {
+		panic("ipc: error code " + code + " is not in axapi's error table")
+	}
+	return &Error{Code: row.Code, Status: row.Status, Message: row.Message, RetryAfter: row.RetryAfter}
 }
+
+// errorTable lists the sentinel of every code, in the order of axapi's
+// table (the order of the documentation).
+var errorTable = func() []*Error {
+	sentinels := []*Error{
+		ErrInvalid, ErrInvalidJSON, ErrNotFound, ErrHandlerNotFound, ErrMethodNotAllowed, ErrConflict,
+		ErrTaskFinished, ErrTooLarge, ErrQueueFull, ErrNoLeader, ErrNotReady, ErrStorageUnavailable, ErrInternal,
+	}
+	table := make([]*Error, 0, len(sentinels))
+	for _, code := range axapi.Codes() {
+		for _, e := range sentinels {
+			if e.Code == code {
+				table = append(table, e)
+			}
+		}
+	}
+	if len(table) != len(sentinels) {
+		panic("ipc: the sentinels and axapi's error table differ")
+	}
+	return table
+}()
 
 // ErrorCodes returns the code of every API error, in a stable order. Client
 // libraries test that they know the same list.
@@ -180,17 +214,9 @@ func MapError(err error) (status int, code, message string, retryAfter time.Dura
 
 // errorBody is the JSON body of every error response:
 // {"error": {"code": "...", "message": "..."}}.
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
+type errorBody = axapi.ErrorBody
 
-type errorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	// Depth and Limit come with queue_full: the backlog and its bound.
-	Depth int `json:"depth,omitempty"`
-	Limit int `json:"limit,omitempty"`
-}
+type errorDetail = axapi.ErrorDetail
 
 // retryAfterSeconds renders d for the Retry-After header: whole seconds,
 // rounded up, at least 1.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // fakeBackend is an in-memory Backend for handler tests. Its error fields,
@@ -44,6 +46,10 @@ type fakeBackend struct {
 	lastExecutor  ExecutorSpec
 	// batchShort makes SubmitBatch drop its last result (a Backend bug).
 	batchShort bool
+	// lastPurge is the query of the last PurgeTasks (purge_test.go).
+	lastPurge PurgeQuery
+	// pausedHandlers holds the paused handlers (fake_pause_test.go).
+	pausedHandlers map[string]bool
 }
 
 var _ Backend = (*fakeBackend)(nil)
@@ -58,7 +64,7 @@ func viewOf(s TaskSpec) Task {
 	t := Task{
 		ID:            s.ID,
 		Handler:       s.Handler,
-		State:         StateWaiting,
+		State:         axapi.StateWaiting,
 		Priority:      s.Priority,
 		MaxAttempts:   s.MaxAttempts,
 		Timeout:       s.Timeout.String(),
@@ -127,8 +133,8 @@ func (f *fakeBackend) Cancel(ctx context.Context, id string) (Task, error) {
 	if !ok {
 		return Task{}, Errorf(ErrNotFound, "task %q", id)
 	}
-	if t.State == StateWaiting || t.State == StateRunning {
-		t.State = StateCancelled
+	if t.State == axapi.StateWaiting || t.State == axapi.StateRunning {
+		t.State = axapi.StateCancelled
 		t.NextRunAt = nil
 		fin := fakeNow.Add(time.Second)
 		t.FinishedAt = &fin
@@ -226,10 +232,10 @@ func (f *fakeBackend) Retry(ctx context.Context, id string) (Task, error) {
 	if !ok {
 		return Task{}, Errorf(ErrNotFound, "task %q", id)
 	}
-	if t.State != StateDead && t.State != StateFailed {
+	if t.State != axapi.StateDead && t.State != axapi.StateFailed {
 		return Task{}, Errorf(ErrConflict, "task %q is %s, not DEAD or FAILED", id, t.State)
 	}
-	t.State, t.Attempts, t.FinishedAt = StateWaiting, 0, nil
+	t.State, t.Attempts, t.FinishedAt = axapi.StateWaiting, 0, nil
 	next := fakeNow
 	t.NextRunAt = &next
 	f.tasks[id] = t
@@ -242,7 +248,7 @@ func (f *fakeBackend) running(id string, attempt int) (Task, error) {
 	if !ok {
 		return Task{}, Errorf(ErrNotFound, "task %q", id)
 	}
-	if t.State != StateRunning || t.Attempts != attempt {
+	if t.State != axapi.StateRunning || t.Attempts != attempt {
 		return Task{}, Errorf(ErrConflict, "task %q: attempt %d is not running", id, attempt)
 	}
 	return t, nil
@@ -263,7 +269,7 @@ func (f *fakeBackend) ReportResult(ctx context.Context, id string, r AttemptResu
 	if err != nil {
 		return Task{}, err
 	}
-	t.State = map[string]string{ResultSuccess: StateSuccess, ResultFailed: StateWaiting, ResultPermanent: StateFailed}[r.Status]
+	t.State = map[string]string{axapi.ResultSuccess: axapi.StateSuccess, axapi.ResultFailed: axapi.StateWaiting, axapi.ResultPermanent: axapi.StateFailed}[r.Status]
 	t.LastError = r.Error
 	f.tasks[id] = t
 	return t, nil

@@ -8,6 +8,8 @@ import (
 	"net/url"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // listTasks answers GET /v1/tasks?handler=&state=&limit=&cursor=:
@@ -80,7 +82,7 @@ func (s *Server) submitBatch(rctx context.Context, ctx *fasthttp.RequestCtx, _ s
 			status = fasthttp.StatusCreated
 		}
 		if it.Task.BacklogWarning != "" {
-			ctx.Response.Header.Set(HeaderBacklogWarning, it.Task.BacklogWarning)
+			ctx.Response.Header.Set(axapi.HeaderBacklogWarning, it.Task.BacklogWarning)
 		}
 		b, err := it.Task.MarshalJSON()
 		if err != nil {

@@ -10,6 +10,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/axsched/ax/clients/go/axapi"
+	"github.com/axsched/ax/sidecar/delivery/callback"
 )
 
 // openapi.yaml is written in the JSON subset of YAML, after a header of
@@ -238,13 +241,23 @@ func TestOpenAPI_ErrorCodes(t *testing.T) {
 	}
 }
 
-// jsonFields lists the JSON names of a struct's fields.
+// jsonFields lists the JSON names of a struct's fields, those of an
+// embedded struct without a tag included (as encoding/json promotes them).
 func jsonFields(v any) []string {
 	var out []string
 	typ := reflect.TypeOf(v)
 	for i := range typ.NumField() {
-		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
-		if name != "" && name != "-" {
+		f := typ.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			for _, n := range jsonFields(reflect.Zero(f.Type).Interface()) {
+				if !slices.Contains(out, n) {
+					out = append(out, n)
+				}
+			}
+			continue
+		}
+		if name != "" && name != "-" && !slices.Contains(out, name) {
 			out = append(out, name)
 		}
 	}
@@ -278,6 +291,9 @@ func TestOpenAPI_Schemas(t *testing.T) {
 		{"ListPage", jsonFields(ListPage{})},
 		{"ClusterInfo", jsonFields(ClusterInfo{})},
 		{"Member", jsonFields(Member{})},
+		{"HandlerInfo", jsonFields(HandlerInfo{})},
+		{"HandlerExecutor", jsonFields(HandlerExecutor{})},
+		{"HandlerPause", jsonFields(HandlerPause{})},
 	} {
 		sort.Strings(tc.fields)
 		if got := props(t, spec, tc.schema); !slices.Equal(got, tc.fields) {
@@ -286,36 +302,36 @@ func TestOpenAPI_Schemas(t *testing.T) {
 	}
 
 	sch := func(keys ...string) any { return at(t, spec, append([]string{"components", "schemas"}, keys...)...) }
-	if got := strs(t, sch("State", "enum")); !slices.Equal(got, States()) {
-		t.Errorf("State enum = %v, want %v", got, States())
+	if got := strs(t, sch("State", "enum")); !slices.Equal(got, axapi.States()) {
+		t.Errorf("State enum = %v, want %v", got, axapi.States())
 	}
-	if got := strs(t, sch("AttemptResult", "properties", "status", "enum")); !slices.Equal(got, ResultStatuses()) {
-		t.Errorf("AttemptResult.status enum = %v, want %v", got, ResultStatuses())
+	if got := strs(t, sch("AttemptResult", "properties", "status", "enum")); !slices.Equal(got, axapi.ResultStatuses()) {
+		t.Errorf("AttemptResult.status enum = %v, want %v", got, axapi.ResultStatuses())
 	}
 	for _, tc := range []struct {
 		got  any
 		want int
 		what string
 	}{
-		{sch("BatchRequest", "properties", "tasks", "maxItems"), BatchMaxTasks, "BatchRequest.tasks maxItems"},
-		{sch("AttemptResult", "properties", "error", "maxLength"), ResultErrorMaxBytes, "AttemptResult.error maxLength"},
-		{sch("ExecutorSpec", "properties", "handlers", "maxItems"), ExecutorHandlersMax, "ExecutorSpec.handlers maxItems"},
-		{sch("ExecutorSpec", "properties", "handlers", "items", "maxLength"), HandlerMaxBytes, "ExecutorSpec.handlers item maxLength"},
-		{sch("ExecutorSpec", "properties", "min_concurrency", "maximum"), ConcurrencyMax, "min_concurrency maximum"},
-		{sch("ExecutorSpec", "properties", "max_concurrency", "maximum"), ConcurrencyMax, "max_concurrency maximum"},
-		{sch("SubmitRequest", "properties", "id", "maxLength"), IDMaxBytes, "SubmitRequest.id maxLength"},
-		{sch("SubmitRequest", "properties", "handler", "maxLength"), HandlerMaxBytes, "SubmitRequest.handler maxLength"},
-		{sch("SubmitRequest", "properties", "priority", "maximum"), PriorityMax, "priority maximum"},
-		{sch("SubmitRequest", "properties", "priority", "default"), PriorityDefault, "priority default"},
-		{sch("SubmitRequest", "properties", "max_attempts", "maximum"), MaxAttemptsMax, "max_attempts maximum"},
-		{sch("SubmitRequest", "properties", "max_attempts", "default"), MaxAttemptsDefault, "max_attempts default"},
+		{sch("BatchRequest", "properties", "tasks", "maxItems"), axapi.BatchMaxTasks, "BatchRequest.tasks maxItems"},
+		{sch("AttemptResult", "properties", "error", "maxLength"), axapi.ResultErrorMaxBytes, "AttemptResult.error maxLength"},
+		{sch("ExecutorSpec", "properties", "handlers", "maxItems"), axapi.ExecutorHandlersMax, "ExecutorSpec.handlers maxItems"},
+		{sch("ExecutorSpec", "properties", "handlers", "items", "maxLength"), axapi.HandlerMaxBytes, "ExecutorSpec.handlers item maxLength"},
+		{sch("ExecutorSpec", "properties", "min_concurrency", "maximum"), axapi.ConcurrencyMax, "min_concurrency maximum"},
+		{sch("ExecutorSpec", "properties", "max_concurrency", "maximum"), axapi.ConcurrencyMax, "max_concurrency maximum"},
+		{sch("SubmitRequest", "properties", "id", "maxLength"), axapi.IDMaxBytes, "SubmitRequest.id maxLength"},
+		{sch("SubmitRequest", "properties", "handler", "maxLength"), axapi.HandlerMaxBytes, "SubmitRequest.handler maxLength"},
+		{sch("SubmitRequest", "properties", "priority", "maximum"), axapi.PriorityMax, "priority maximum"},
+		{sch("SubmitRequest", "properties", "priority", "default"), axapi.PriorityDefault, "priority default"},
+		{sch("SubmitRequest", "properties", "max_attempts", "maximum"), axapi.MaxAttemptsMax, "max_attempts maximum"},
+		{sch("SubmitRequest", "properties", "max_attempts", "default"), axapi.MaxAttemptsDefault, "max_attempts default"},
 	} {
 		if got := num(t, tc.got); got != tc.want {
 			t.Errorf("%s = %d, want %d", tc.what, got, tc.want)
 		}
 	}
-	if got := sch("SubmitRequest", "properties", "timeout", "default"); got != TimeoutDefault.String() {
-		t.Errorf("SubmitRequest.timeout default = %v, want %s", got, TimeoutDefault)
+	if got := sch("SubmitRequest", "properties", "timeout", "default"); got != axapi.TimeoutDefault.String() {
+		t.Errorf("SubmitRequest.timeout default = %v, want %s", got, axapi.TimeoutDefault)
 	}
 
 	// The list query parameters are those parseListQuery knows.
@@ -340,7 +356,7 @@ func TestOpenAPI_Schemas(t *testing.T) {
 
 	// The patterns agree with the validators.
 	namePattern := regexp.MustCompile(sch("ExecutorSpec", "properties", "name", "pattern").(string))
-	for _, name := range []string{"w", "a.b_c:d-1", strings.Repeat("n", ExecutorNameMaxBytes), "", "a b", "a/b", "ü", strings.Repeat("n", ExecutorNameMaxBytes+1)} {
+	for _, name := range []string{"w", "a.b_c:d-1", strings.Repeat("n", axapi.ExecutorNameMaxBytes), "", "a b", "a/b", "ü", strings.Repeat("n", axapi.ExecutorNameMaxBytes+1)} {
 		if ok := ValidateExecutorName(name) == nil; ok != namePattern.MatchString(name) {
 			t.Errorf("name %q: ValidateExecutorName ok = %v, pattern %v", name, ok, !ok)
 		}
@@ -367,13 +383,13 @@ func TestOpenAPI_Callback(t *testing.T) {
 			headers = append(headers, p["name"].(string))
 		}
 	}
-	want := []string{HeaderTaskID, HeaderHandler, HeaderAttempt, HeaderRun, HeaderDeadline}
+	want := []string{callback.HeaderTaskID, callback.HeaderHandler, callback.HeaderAttempt, callback.HeaderRun, callback.HeaderDeadline}
 	if !slices.Equal(headers, want) {
 		t.Errorf("callback headers = %v, want %v", headers, want)
 	}
 	for _, text := range []string{at(t, post, "description").(string), at(t, spec, "info", "description").(string)} {
-		if !strings.Contains(text, ExecutePath) {
-			t.Errorf("callback description does not name %s", ExecutePath)
+		if !strings.Contains(text, callback.ExecutePath) {
+			t.Errorf("callback description does not name %s", callback.ExecutePath)
 		}
 	}
 }

@@ -11,47 +11,13 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/axsched/ax/clients/go/axapi"
+	"github.com/axsched/ax/sidecar/delivery/callback"
 )
-
-// Bounds of the requests other than submit.
-const (
-	// BatchMaxTasks bounds the tasks of one POST /v1/tasks/batch. The whole
-	// body is also bounded by ServerOptions.MaxRequestBodyBytes.
-	BatchMaxTasks = 1000
-	// ResultErrorMaxBytes bounds the error text of POST /v1/tasks/{id}/result.
-	ResultErrorMaxBytes = 4 << 10
-	// ExecutorNameMaxBytes bounds an executor name.
-	ExecutorNameMaxBytes = 128
-	// ExecutorHandlersMax bounds the handler patterns of one executor.
-	ExecutorHandlersMax = 64
-	// ConcurrencyMax bounds an executor's min_concurrency and max_concurrency.
-	ConcurrencyMax = 10000
-	// cursorMaxBytes bounds a list cursor (opaque, made by the Backend).
-	cursorMaxBytes = 4 << 10
-)
-
-// Attempt result statuses (POST /v1/tasks/{id}/result).
-const (
-	// ResultSuccess: the attempt succeeded; the run is done.
-	ResultSuccess = "success"
-	// ResultFailed: the attempt failed; it is retried with backoff.
-	ResultFailed = "failed"
-	// ResultPermanent: the attempt failed and must not be retried (FAILED).
-	ResultPermanent = "permanent"
-)
-
-// States lists the task states in the order of DESIGN.md section 2.
-func States() []string {
-	return []string{StateWaiting, StateRunning, StateSuccess, StateDead, StateFailed, StateCancelled}
-}
-
-// ResultStatuses lists the statuses of an attempt result.
-func ResultStatuses() []string {
-	return []string{ResultSuccess, ResultFailed, ResultPermanent}
-}
 
 // DecodeSubmitBatch decodes and validates the body of POST /v1/tasks/batch,
-// {"tasks": [<submit request>, ...]}: 1 to BatchMaxTasks items, each decoded
+// {"tasks": [<submit request>, ...]}: 1 to axapi.BatchMaxTasks items, each decoded
 // and validated by DecodeSubmit. One invalid item fails the whole batch;
 // the message names it ("tasks[3]: handler: required") and the error keeps
 // the item's kind (ErrInvalid, ErrInvalidJSON, ErrTooLarge).
@@ -63,10 +29,10 @@ func DecodeSubmitBatch(body []byte) ([]TaskSpec, error) {
 		return nil, err
 	}
 	if req.Tasks == nil {
-		return nil, Errorf(ErrInvalid, "tasks: required, an array of 1 to %d submit requests", BatchMaxTasks)
+		return nil, Errorf(ErrInvalid, "tasks: required, an array of 1 to %d submit requests", axapi.BatchMaxTasks)
 	}
-	if n := len(req.Tasks); n < 1 || n > BatchMaxTasks {
-		return nil, Errorf(ErrInvalid, "tasks: must hold 1 to %d submit requests, got %d", BatchMaxTasks, n)
+	if n := len(req.Tasks); n < 1 || n > axapi.BatchMaxTasks {
+		return nil, Errorf(ErrInvalid, "tasks: must hold 1 to %d submit requests, got %d", axapi.BatchMaxTasks, n)
 	}
 	specs := make([]TaskSpec, len(req.Tasks))
 	for i, raw := range req.Tasks {
@@ -139,7 +105,7 @@ func checkAttempt(a *int) (int, error) {
 //   - status: required, "success", "failed" (retried) or "permanent" (FAILED,
 //     not retried).
 //   - error: optional text for Task.LastError, valid UTF-8, at most
-//     ResultErrorMaxBytes; only with "failed" or "permanent".
+//     axapi.ResultErrorMaxBytes; only with "failed" or "permanent".
 func DecodeAttemptResult(body []byte) (AttemptResult, error) {
 	var req struct {
 		Attempt *int    `json:"attempt"`
@@ -157,16 +123,16 @@ func DecodeAttemptResult(body []byte) (AttemptResult, error) {
 		return AttemptResult{}, Errorf(ErrInvalid, `status: required, one of "success", "failed", "permanent"`)
 	}
 	switch *req.Status {
-	case ResultSuccess, ResultFailed, ResultPermanent:
+	case axapi.ResultSuccess, axapi.ResultFailed, axapi.ResultPermanent:
 	default:
 		return AttemptResult{}, Errorf(ErrInvalid, `status: must be one of "success", "failed", "permanent", got %q`, *req.Status)
 	}
 	if req.Error != "" {
-		if *req.Status == ResultSuccess {
+		if *req.Status == axapi.ResultSuccess {
 			return AttemptResult{}, Errorf(ErrInvalid, `error: only with status "failed" or "permanent"`)
 		}
-		if len(req.Error) > ResultErrorMaxBytes {
-			return AttemptResult{}, Errorf(ErrInvalid, "error: %d bytes, the limit is %d", len(req.Error), ResultErrorMaxBytes)
+		if len(req.Error) > axapi.ResultErrorMaxBytes {
+			return AttemptResult{}, Errorf(ErrInvalid, "error: %d bytes, the limit is %d", len(req.Error), axapi.ResultErrorMaxBytes)
 		}
 		if !utf8.ValidString(req.Error) {
 			return AttemptResult{}, Errorf(ErrInvalid, "error: not valid UTF-8")
@@ -198,14 +164,14 @@ func parseListQuery(args iter.Seq2[[]byte, []byte]) (ListQuery, error) {
 		}
 		switch key {
 		case "handler":
-			if err := checkName("handler", val, HandlerMaxBytes); err != nil {
+			if err := checkName("handler", val, axapi.HandlerMaxBytes); err != nil {
 				return ListQuery{}, err
 			}
 			q.Handler = val
 		case "state":
 			q.State = strings.ToUpper(val)
-			if !slices.Contains(States(), q.State) {
-				return ListQuery{}, Errorf(ErrInvalid, "state: must be one of %s, got %q", strings.Join(States(), ", "), val)
+			if !slices.Contains(axapi.States(), q.State) {
+				return ListQuery{}, Errorf(ErrInvalid, "state: must be one of %s, got %q", strings.Join(axapi.States(), ", "), val)
 			}
 		case "limit":
 			n, err := strconv.Atoi(val)
@@ -214,7 +180,7 @@ func parseListQuery(args iter.Seq2[[]byte, []byte]) (ListQuery, error) {
 			}
 			q.Limit = n
 		case "cursor":
-			if err := checkName("cursor", val, cursorMaxBytes); err != nil {
+			if err := checkName("cursor", val, axapi.CursorMaxBytes); err != nil {
 				return ListQuery{}, err
 			}
 			q.Cursor = val
@@ -270,14 +236,14 @@ func DecodeExecutor(body []byte) (ExecutorSpec, error) {
 // Timeout normalized ("1m" becomes "1m0s"):
 //
 //   - name: required; see ValidateExecutorName.
-//   - handlers: 1 to ExecutorHandlersMax patterns, each a handler name
-//     (at most HandlerMaxBytes, valid UTF-8, no control characters) where
+//   - handlers: 1 to axapi.ExecutorHandlersMax patterns, each a handler name
+//     (at most axapi.HandlerMaxBytes, valid UTF-8, no control characters) where
 //     "*" may only stand alone (every handler) or end the pattern
 //     ("order.*": by prefix).
-//   - url: see ParseExecutorURL.
+//   - url: see callback.ParseExecutorURL.
 //   - min_concurrency, max_concurrency: 0 (the sidecar's default) or 1 to
-//     ConcurrencyMax; min <= max when both are set.
-//   - timeout: optional Go duration, > 0 and <= TimeoutMax: the attempt
+//     axapi.ConcurrencyMax; min <= max when both are set.
+//   - timeout: optional Go duration, > 0 and <= axapi.TimeoutMax: the attempt
 //     timeout of its tasks that give none.
 //
 // FromFlag is not checked. Errors wrap ErrInvalid and name the field.
@@ -286,17 +252,17 @@ func ValidateExecutor(e ExecutorSpec) (ExecutorSpec, error) {
 		return ExecutorSpec{}, err
 	}
 	if len(e.Handlers) == 0 {
-		return ExecutorSpec{}, Errorf(ErrInvalid, `handlers: required, 1 to %d handler patterns ("*" for every handler)`, ExecutorHandlersMax)
+		return ExecutorSpec{}, Errorf(ErrInvalid, `handlers: required, 1 to %d handler patterns ("*" for every handler)`, axapi.ExecutorHandlersMax)
 	}
-	if len(e.Handlers) > ExecutorHandlersMax {
-		return ExecutorSpec{}, Errorf(ErrInvalid, "handlers: %d patterns, the limit is %d", len(e.Handlers), ExecutorHandlersMax)
+	if len(e.Handlers) > axapi.ExecutorHandlersMax {
+		return ExecutorSpec{}, Errorf(ErrInvalid, "handlers: %d patterns, the limit is %d", len(e.Handlers), axapi.ExecutorHandlersMax)
 	}
 	for i, h := range e.Handlers {
 		field := fmt.Sprintf("handlers[%d]", i)
 		if h == "" {
 			return ExecutorSpec{}, Errorf(ErrInvalid, "%s: must not be empty", field)
 		}
-		if err := checkName(field, h, HandlerMaxBytes); err != nil {
+		if err := checkName(field, h, axapi.HandlerMaxBytes); err != nil {
 			return ExecutorSpec{}, err
 		}
 		if star := strings.IndexByte(h, '*'); star >= 0 && star != len(h)-1 {
@@ -306,7 +272,7 @@ func ValidateExecutor(e ExecutorSpec) (ExecutorSpec, error) {
 	if e.URL == "" {
 		return ExecutorSpec{}, Errorf(ErrInvalid, "url: required, unix:///path/to.sock or http://127.0.0.1:PORT")
 	}
-	if _, _, err := ParseExecutorURL(e.URL); err != nil {
+	if _, _, err := callback.ParseExecutorURL(e.URL); err != nil {
 		return ExecutorSpec{}, Errorf(ErrInvalid, "url: %v", err)
 	}
 	for _, c := range []struct {
@@ -325,8 +291,8 @@ func ValidateExecutor(e ExecutorSpec) (ExecutorSpec, error) {
 		if err != nil {
 			return ExecutorSpec{}, Errorf(ErrInvalid, "timeout: must be a Go duration like \"30s\", got %q", e.Timeout)
 		}
-		if d <= 0 || d > TimeoutMax {
-			return ExecutorSpec{}, Errorf(ErrInvalid, "timeout: must be > 0 and <= %s, got %q", TimeoutMax, e.Timeout)
+		if d <= 0 || d > axapi.TimeoutMax {
+			return ExecutorSpec{}, Errorf(ErrInvalid, "timeout: must be > 0 and <= %s, got %q", axapi.TimeoutMax, e.Timeout)
 		}
 		e.Timeout = d.String()
 	}
@@ -335,13 +301,13 @@ func ValidateExecutor(e ExecutorSpec) (ExecutorSpec, error) {
 }
 
 func checkConcurrency(field string, n int) error {
-	if n < 0 || n > ConcurrencyMax {
-		return Errorf(ErrInvalid, "%s: must be 0 (the default) or from 1 to %d, got %d", field, ConcurrencyMax, n)
+	if n < 0 || n > axapi.ConcurrencyMax {
+		return Errorf(ErrInvalid, "%s: must be 0 (the default) or from 1 to %d, got %d", field, axapi.ConcurrencyMax, n)
 	}
 	return nil
 }
 
-// ValidateExecutorName checks an executor name: 1 to ExecutorNameMaxBytes
+// ValidateExecutorName checks an executor name: 1 to axapi.ExecutorNameMaxBytes
 // characters among A-Z a-z 0-9 . _ : - and neither "." nor ".." (names
 // appear as a path segment in DELETE /v1/executors/{name}). Errors wrap
 // ErrInvalid.
@@ -349,8 +315,8 @@ func ValidateExecutorName(name string) error {
 	if name == "" {
 		return Errorf(ErrInvalid, "name: required")
 	}
-	if len(name) > ExecutorNameMaxBytes {
-		return Errorf(ErrInvalid, "name: %d bytes, the limit is %d", len(name), ExecutorNameMaxBytes)
+	if len(name) > axapi.ExecutorNameMaxBytes {
+		return Errorf(ErrInvalid, "name: %d bytes, the limit is %d", len(name), axapi.ExecutorNameMaxBytes)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 func TestRoutes_Table(t *testing.T) {
@@ -111,7 +113,7 @@ func TestServer_List(t *testing.T) {
 		}
 		ts.do("POST", "/v1/tasks", `{"id":"`+id+`","handler":"`+h+`","payload":{"n": 1}}`)
 	}
-	ts.backend.setTask("t2", func(t *Task) { t.State = StateDead })
+	ts.backend.setTask("t2", func(t *Task) { t.State = axapi.StateDead })
 
 	ids, next := ts.do("GET", "/v1/tasks", "").listIDs(t)
 	if strings.Join(ids, ",") != "t1,t2,t3,t4,t5" || next != "" {
@@ -157,11 +159,11 @@ func TestServer_List(t *testing.T) {
 		t.Errorf("handler filter = %v (query %+v)", ids, ts.backend.lastQuery)
 	}
 	ids, _ = ts.do("GET", "/v1/tasks?state=dead&limit=1000", "").listIDs(t)
-	if strings.Join(ids, ",") != "t2" || ts.backend.lastQuery.State != StateDead || ts.backend.lastQuery.Limit != 1000 {
+	if strings.Join(ids, ",") != "t2" || ts.backend.lastQuery.State != axapi.StateDead || ts.backend.lastQuery.Limit != 1000 {
 		t.Errorf("state filter = %v (query %+v)", ids, ts.backend.lastQuery)
 	}
 	ts.do("GET", "/v1/tasks?handler=a&state=WAITING&cursor=a%26b%7Cc%20d&limit=7", "").listIDs(t)
-	if q := ts.backend.lastQuery; q != (ListQuery{Handler: "a", State: StateWaiting, Cursor: "a&b|c d", Limit: 7}) {
+	if q := ts.backend.lastQuery; q != (ListQuery{Handler: "a", State: axapi.StateWaiting, Cursor: "a&b|c d", Limit: 7}) {
 		t.Errorf("query = %+v", q)
 	}
 	// Empty values do not filter.
@@ -183,7 +185,7 @@ func TestServer_List(t *testing.T) {
 		{"colour=red", "bad_request", `unknown query parameter "colour"`},
 		{"handler=a&consistent=true", "bad_request", `unknown query parameter "consistent"`},
 		{"handler=a%07b", "bad_request", "handler: control character U+0007"},
-		{"handler=" + strings.Repeat("h", HandlerMaxBytes+1), "bad_request", "handler: 257 bytes"},
+		{"handler=" + strings.Repeat("h", axapi.HandlerMaxBytes+1), "bad_request", "handler: 257 bytes"},
 		{"cursor=%FF", "bad_request", "cursor: not valid UTF-8"},
 		{"cursor=bad", "bad_request", "cursor: not one of ours"}, // from the Backend
 	} {
@@ -249,14 +251,14 @@ func TestServer_Batch(t *testing.T) {
 	if err := json.Unmarshal(res[1].Task, &gen); err != nil || len(gen.ID) != 32 || string(gen.Payload) != "\x00\xff" || !gen.PayloadBase64 {
 		t.Errorf("results[1].task = %s (%v), want a generated id and the binary payload", res[1].Task, err)
 	}
-	if specs := ts.backend.lastBatch; len(specs) != 5 || specs[4].Delay.String() != "1m0s" || specs[2].Priority != PriorityDefault {
+	if specs := ts.backend.lastBatch; len(specs) != 5 || specs[4].Delay.String() != "1m0s" || specs[2].Priority != axapi.PriorityDefault {
 		t.Errorf("specs = %+v", specs)
 	}
 	// A task named "batch" is a task like any other, except for POST.
 	if r := ts.do("GET", "/v1/tasks/batch", ""); r.status != 200 || r.task(t).ID != "batch" {
 		t.Errorf("GET /v1/tasks/batch = %d %s", r.status, r.body)
 	}
-	if r := ts.do("DELETE", "/v1/tasks/batch", ""); r.status != 200 || r.task(t).State != StateCancelled {
+	if r := ts.do("DELETE", "/v1/tasks/batch", ""); r.status != 200 || r.task(t).State != axapi.StateCancelled {
 		t.Errorf("DELETE /v1/tasks/batch = %d %s", r.status, r.body)
 	}
 	r := ts.do("PUT", "/v1/tasks/batch", "{}")
@@ -292,15 +294,15 @@ func TestServer_Batch(t *testing.T) {
 	ts.backend.set(func(f *fakeBackend) { f.batchShort = false })
 
 	// The largest batch passes.
-	items := strings.TrimSuffix(strings.Repeat(`{"handler":"h"},`, BatchMaxTasks), ",")
-	if res := ts.do("POST", "/v1/tasks/batch", `{"tasks":[`+items+`]}`).batch(t); len(res) != BatchMaxTasks {
-		t.Errorf("%d results, want %d", len(res), BatchMaxTasks)
+	items := strings.TrimSuffix(strings.Repeat(`{"handler":"h"},`, axapi.BatchMaxTasks), ",")
+	if res := ts.do("POST", "/v1/tasks/batch", `{"tasks":[`+items+`]}`).batch(t); len(res) != axapi.BatchMaxTasks {
+		t.Errorf("%d results, want %d", len(res), axapi.BatchMaxTasks)
 	}
 }
 
 func TestServer_BatchInvalid(t *testing.T) {
 	ts := startServer(t, ServerOptions{})
-	tooMany := `{"tasks":[` + strings.TrimSuffix(strings.Repeat(`{"handler":"h"},`, BatchMaxTasks+1), ",") + `]}`
+	tooMany := `{"tasks":[` + strings.TrimSuffix(strings.Repeat(`{"handler":"h"},`, axapi.BatchMaxTasks+1), ",") + `]}`
 	big := `{"tasks":[{"handler":"h"},{"handler":"h","payload":"` + strings.Repeat("x", PayloadMaxBytes) + `"}]}`
 	for _, tc := range []struct {
 		name, body string
@@ -347,12 +349,12 @@ func TestServer_RetryHeartbeatResult(t *testing.T) {
 	// retry
 	ts.do("POST", p("t1", "retry"), "").wantError(t, 409, "conflict", `task "t1" is WAITING, not DEAD or FAILED`)
 	for _, tc := range []struct{ id, body string }{{"t1", ""}, {"A/B", "{}"}, {"order|42", " { } \n"}, {"x/retry", ""}} {
-		ts.backend.setTask(tc.id, func(t *Task) { t.State, t.Attempts = StateDead, 4 })
+		ts.backend.setTask(tc.id, func(t *Task) { t.State, t.Attempts = axapi.StateDead, 4 })
 		r := ts.do("POST", p(tc.id, "retry"), tc.body)
 		if r.status != 200 {
 			t.Fatalf("retry %q = %d %s", tc.id, r.status, r.body)
 		}
-		if got := r.task(t); got.ID != tc.id || got.State != StateWaiting || got.Attempts != 0 {
+		if got := r.task(t); got.ID != tc.id || got.State != axapi.StateWaiting || got.Attempts != 0 {
 			t.Errorf("retried task = %+v", got)
 		}
 	}
@@ -364,9 +366,9 @@ func TestServer_RetryHeartbeatResult(t *testing.T) {
 
 	// heartbeat and result need the current attempt of a running task.
 	for _, id := range []string{"t1", "A/B"} {
-		ts.backend.setTask(id, func(t *Task) { t.State, t.Attempts, t.NextRunAt = StateRunning, 2, nil })
+		ts.backend.setTask(id, func(t *Task) { t.State, t.Attempts, t.NextRunAt = axapi.StateRunning, 2, nil })
 		r := ts.do("POST", p(id, "heartbeat"), `{"attempt":2}`)
-		if r.status != 200 || r.task(t).ID != id || r.task(t).State != StateRunning || ts.backend.lastHeartbeat != 2 {
+		if r.status != 200 || r.task(t).ID != id || r.task(t).State != axapi.StateRunning || ts.backend.lastHeartbeat != 2 {
 			t.Errorf("heartbeat %q = %d %s", id, r.status, r.body)
 		}
 	}
@@ -377,18 +379,18 @@ func TestServer_RetryHeartbeatResult(t *testing.T) {
 	if r.status != 200 {
 		t.Fatalf("result = %d %s", r.status, r.body)
 	}
-	if got := r.task(t); got.ID != "A/B" || got.State != StateWaiting || got.LastError != "http 500: <boom> é" {
+	if got := r.task(t); got.ID != "A/B" || got.State != axapi.StateWaiting || got.LastError != "http 500: <boom> é" {
 		t.Errorf("task after result = %+v", got)
 	}
-	if res := ts.backend.lastResult; res != (AttemptResult{Attempt: 2, Status: ResultFailed, Error: "http 500: <boom> é"}) {
+	if res := ts.backend.lastResult; res != (AttemptResult{Attempt: 2, Status: axapi.ResultFailed, Error: "http 500: <boom> é"}) {
 		t.Errorf("result = %+v", res)
 	}
-	if r := ts.do("POST", p("t1", "result"), `{"attempt":2,"status":"success"}`); r.status != 200 || r.task(t).State != StateSuccess {
+	if r := ts.do("POST", p("t1", "result"), `{"attempt":2,"status":"success"}`); r.status != 200 || r.task(t).State != axapi.StateSuccess {
 		t.Errorf("success result = %d %s", r.status, r.body)
 	}
 	ts.do("POST", p("t1", "result"), `{"attempt":2,"status":"success"}`).wantError(t, 409, "conflict", "attempt 2 is not running")
-	ts.backend.setTask("order|42", func(t *Task) { t.State, t.Attempts = StateRunning, 1 })
-	if r := ts.do("POST", p("order|42", "result"), `{"attempt":1,"status":"permanent","error":"bad input"}`); r.task(t).State != StateFailed {
+	ts.backend.setTask("order|42", func(t *Task) { t.State, t.Attempts = axapi.StateRunning, 1 })
+	if r := ts.do("POST", p("order|42", "result"), `{"attempt":1,"status":"permanent","error":"bad input"}`); r.task(t).State != axapi.StateFailed {
 		t.Errorf("permanent result = %d %s", r.status, r.body)
 	}
 
@@ -411,7 +413,7 @@ func TestServer_RetryHeartbeatResult(t *testing.T) {
 		{"result upper status", "result", `{"attempt":1,"status":"SUCCESS"}`, "bad_request", `got "SUCCESS"`},
 		{"result status type", "result", `{"attempt":1,"status":true}`, "bad_request", `status: must be one of "success", "failed", "permanent", got JSON bool`},
 		{"result error on success", "result", `{"attempt":1,"status":"success","error":"x"}`, "bad_request", `error: only with status "failed" or "permanent"`},
-		{"result error too long", "result", `{"attempt":1,"status":"failed","error":"` + strings.Repeat("e", ResultErrorMaxBytes+1) + `"}`, "bad_request", "error: 4097 bytes, the limit is 4096"},
+		{"result error too long", "result", `{"attempt":1,"status":"failed","error":"` + strings.Repeat("e", axapi.ResultErrorMaxBytes+1) + `"}`, "bad_request", "error: 4097 bytes, the limit is 4096"},
 		{"result error type", "result", `{"attempt":1,"status":"failed","error":{"msg":"x"}}`, "bad_request", "error: must be a string"},
 		{"result unknown field", "result", `{"attempt":1,"status":"failed","retry_in":"5s"}`, "bad_request", `unknown field "retry_in"`},
 	} {
@@ -519,7 +521,7 @@ func TestServer_Executors(t *testing.T) {
 	ts.do("DELETE", "/v1/executors/a%2Fb", "").wantError(t, 400, "bad_request", `name: '/' at byte 1 is not allowed`)
 	ts.do("DELETE", "/v1/executors/%2E%2E", "").wantError(t, 400, "bad_request", `name: ".." is not allowed`)
 	ts.raw("DELETE /v1/executors/a%zz HTTP/1.1\r\nHost: ax\r\n\r\n").wantError(t, 400, "bad_request", "name: bad URL escape")
-	ts.do("DELETE", "/v1/executors/"+strings.Repeat("n", ExecutorNameMaxBytes+1), "").wantError(t, 400, "bad_request", "name: 129 bytes, the limit is 128")
+	ts.do("DELETE", "/v1/executors/"+strings.Repeat("n", axapi.ExecutorNameMaxBytes+1), "").wantError(t, 400, "bad_request", "name: 129 bytes, the limit is 128")
 	ts.do("DELETE", "/v1/executors/", "").wantError(t, 404, "not_found", "no route")
 	r = ts.do("PUT", "/v1/executors", "{}")
 	r.wantError(t, 405, "method_not_allowed", "allowed: GET, HEAD, POST")
@@ -537,7 +539,7 @@ func TestServer_Executors(t *testing.T) {
 func TestServer_ExecutorInvalid(t *testing.T) {
 	ts := startServer(t, ServerOptions{})
 	ok := `"handlers":["h"],"url":"unix:///w.sock"`
-	manyHandlers := `["h` + strings.Repeat(`","h`, ExecutorHandlersMax) + `"]`
+	manyHandlers := `["h` + strings.Repeat(`","h`, axapi.ExecutorHandlersMax) + `"]`
 	for _, tc := range []struct {
 		name, body string
 		code, msg  string
@@ -546,7 +548,7 @@ func TestServer_ExecutorInvalid(t *testing.T) {
 		{"malformed", `{"name":`, "invalid_json", "invalid json"},
 		{"no name", `{` + ok + `}`, "bad_request", "name: required"},
 		{"empty name", `{"name":"",` + ok + `}`, "bad_request", "name: required"},
-		{"long name", `{"name":"` + strings.Repeat("n", ExecutorNameMaxBytes+1) + `",` + ok + `}`, "bad_request", "name: 129 bytes, the limit is 128"},
+		{"long name", `{"name":"` + strings.Repeat("n", axapi.ExecutorNameMaxBytes+1) + `",` + ok + `}`, "bad_request", "name: 129 bytes, the limit is 128"},
 		{"space in name", `{"name":"a b",` + ok + `}`, "bad_request", `name: ' ' at byte 1 is not allowed; use A-Z a-z 0-9 . _ : -`},
 		{"slash in name", `{"name":"a/b",` + ok + `}`, "bad_request", `name: '/' at byte 1 is not allowed`},
 		{"unicode name", `{"name":"wü",` + ok + `}`, "bad_request", `name: 'ü' at byte 1 is not allowed`},
@@ -561,7 +563,7 @@ func TestServer_ExecutorInvalid(t *testing.T) {
 		{"two stars", `{"name":"w","handlers":["h","order.**"],"url":"unix:///w.sock"}`, "bad_request", `handlers[1]: "order.**"`},
 		{"leading star", `{"name":"w","handlers":["*.x"],"url":"unix:///w.sock"}`, "bad_request", `handlers[0]: "*.x"`},
 		{"control in handler", `{"name":"w","handlers":["a\u0001"],"url":"unix:///w.sock"}`, "bad_request", "handlers[0]: control character U+0001"},
-		{"long handler", `{"name":"w","handlers":["` + strings.Repeat("h", HandlerMaxBytes+1) + `"],"url":"unix:///w.sock"}`, "bad_request", "handlers[0]: 257 bytes"},
+		{"long handler", `{"name":"w","handlers":["` + strings.Repeat("h", axapi.HandlerMaxBytes+1) + `"],"url":"unix:///w.sock"}`, "bad_request", "handlers[0]: 257 bytes"},
 		{"handlers type", `{"name":"w","handlers":"*","url":"unix:///w.sock"}`, "bad_request", "handlers: must be an array of handler patterns"},
 		{"handler type", `{"name":"w","handlers":[1],"url":"unix:///w.sock"}`, "bad_request", "must be an array of handler patterns"},
 		{"no url", `{"name":"w","handlers":["h"]}`, "bad_request", "url: required"},
@@ -602,7 +604,7 @@ func TestValidateExecutor(t *testing.T) {
 	if in.Handlers[0] != "*" {
 		t.Errorf("ValidateExecutor shares the handlers slice with its argument")
 	}
-	for _, name := range []string{"w", "W-1", "a.b", "...", "a:b:c", "_", strings.Repeat("n", ExecutorNameMaxBytes)} {
+	for _, name := range []string{"w", "W-1", "a.b", "...", "a:b:c", "_", strings.Repeat("n", axapi.ExecutorNameMaxBytes)} {
 		if err := ValidateExecutorName(name); err != nil {
 			t.Errorf("ValidateExecutorName(%q) = %v", name, err)
 		}

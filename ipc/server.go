@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,23 +17,47 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // Server defaults (see ServerOptions).
 const (
 	// RequestTimeoutDefault bounds the Backend call of one request.
 	RequestTimeoutDefault = 30 * time.Second
-	// ReadTimeoutDefault bounds reading one request, headers and body, and
-	// the wait for the first request on a new connection. It is as long as
-	// IdleTimeoutDefault on purpose: HTTP clients (Go's among them) open
-	// spare connections that stay idle before their first request, and
-	// fasthttp answers a first-request timeout with an error response the
-	// client never asked for ("unsolicited response on idle channel").
-	ReadTimeoutDefault = 2 * time.Minute
+	// HeaderTimeoutDefault bounds the wait for a new connection's first
+	// request and the reading of each request's headers (from its first
+	// byte on a keep-alive connection). A client that connects and sends
+	// nothing, or sends its headers a byte at a time (slowloris), is
+	// closed after it. A connection that sent nothing is closed without
+	// an answer, as an idle keep-alive one is: HTTP clients (Go's among
+	// them) open spare connections that stay idle before their first
+	// request, and an error reply there would be one they never asked
+	// for ("unsolicited response on idle channel").
+	HeaderTimeoutDefault = 10 * time.Second
+	// ReadTimeoutDefault bounds reading one request's body, once its
+	// headers are in: room for a MaxRequestBodyDefault body from a slow
+	// client.
+	ReadTimeoutDefault = 30 * time.Second
 	// WriteTimeoutDefault bounds writing one response.
 	WriteTimeoutDefault = 10 * time.Second
-	// IdleTimeoutDefault closes keep-alive connections idle for this long.
+	// IdleTimeoutDefault closes keep-alive connections idle for this long:
+	// longer than clients keep theirs (Go's net/http 90 s), so that the
+	// client, not the server, closes an idle connection.
 	IdleTimeoutDefault = 2 * time.Minute
+	// MaxConnsDefault bounds the connections the server holds at once;
+	// one more is answered 503 and closed. It is far above what the
+	// applications of one node open, and below the descriptors a node
+	// has (Go raises the soft RLIMIT_NOFILE to the hard one, 1 048 576 in
+	// most container runtimes): a client that opens connections without
+	// end gets refused, and Raft, badger and the peer API keep theirs.
+	// The socket has no per-client bound: a Unix socket's clients have no
+	// address to tell them apart, and only those its mode and group admit
+	// can connect at all.
+	MaxConnsDefault = 16 << 10
+	// MaxHeaderBytes bounds a request's line and headers; larger ones are
+	// answered 413 payload_too_large.
+	MaxHeaderBytes = 8 << 10
 	// SocketModeDefault is the permission of the Unix socket (DESIGN.md
 	// section 11): owner and group may connect, others may not.
 	SocketModeDefault os.FileMode = 0o660
@@ -55,8 +80,15 @@ type ServerOptions struct {
 	// with 413 payload_too_large. Defaults to MaxRequestBodyDefault (about
 	// 1.4 MiB: room for a PayloadMaxBytes payload in base64).
 	MaxRequestBodyBytes int
-	// ReadTimeout bounds reading a request (headers and body).
-	// Defaults to ReadTimeoutDefault (2m).
+	// HeaderTimeout bounds the wait for a connection's first request and
+	// the reading of each request's headers. Defaults to
+	// HeaderTimeoutDefault (10s).
+	HeaderTimeout time.Duration
+	// MaxConns bounds the connections served at once; the next is
+	// answered 503 and closed. Defaults to MaxConnsDefault (16 384).
+	MaxConns int
+	// ReadTimeout bounds reading a request's body once its headers are
+	// in. Defaults to ReadTimeoutDefault (30s).
 	ReadTimeout time.Duration
 	// RequestTimeout bounds the work of one request: it is the timeout of
 	// the context passed to the Backend. When it expires the client gets 503
@@ -80,6 +112,12 @@ func (o ServerOptions) WithDefaults() ServerOptions {
 	if o.MaxRequestBodyBytes <= 0 {
 		o.MaxRequestBodyBytes = MaxRequestBodyDefault
 	}
+	if o.HeaderTimeout <= 0 {
+		o.HeaderTimeout = HeaderTimeoutDefault
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = MaxConnsDefault
+	}
 	if o.ReadTimeout <= 0 {
 		o.ReadTimeout = ReadTimeoutDefault
 	}
@@ -95,7 +133,7 @@ func (o ServerOptions) WithDefaults() ServerOptions {
 	return o
 }
 
-// Server serves the application API (DESIGN.md section 5) over fasthttp,
+// Server serves the application API (docs/DESIGN.md section 5) over fasthttp,
 // normally on the node's Unix socket. Create it with NewServer, run it with
 // ServeUnix or Serve, stop it with Shutdown. Its methods are safe for
 // concurrent use.
@@ -122,13 +160,24 @@ func NewServer(b Backend, log zerolog.Logger, opts ServerOptions) *Server {
 	s := &Server{backend: b, log: log, opts: opts.WithDefaults()}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.fs = &fasthttp.Server{
-		Handler:                      s.Handler(),
-		ErrorHandler:                 s.handleParseError,
-		Name:                         "ax",
-		MaxRequestBodySize:           s.opts.MaxRequestBodyBytes,
-		ReadTimeout:                  s.opts.ReadTimeout,
-		WriteTimeout:                 s.opts.WriteTimeout,
-		IdleTimeout:                  s.opts.IdleTimeout,
+		Handler:            s.Handler(),
+		ErrorHandler:       s.handleParseError,
+		Name:               "ax",
+		MaxRequestBodySize: s.opts.MaxRequestBodyBytes,
+		Concurrency:        s.opts.MaxConns,
+		ReadBufferSize:     MaxHeaderBytes,
+		// fasthttp's ReadTimeout is armed when a connection opens (for
+		// its first request) or at a request's first byte, and covers the
+		// headers; HeaderReceived rearms it for the body.
+		ReadTimeout:  s.opts.HeaderTimeout,
+		WriteTimeout: s.opts.WriteTimeout,
+		IdleTimeout:  s.opts.IdleTimeout,
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: s.opts.ReadTimeout}
+		},
+		// Errors of fasthttp's own (a malformed request) never quote the
+		// request's bytes: they could hold a payload.
+		SecureErrorLogMessage:        true,
 		DisablePreParseMultipartForm: true,
 		NoDefaultServerHeader:        true,
 		Logger:                       fasthttpLogger{log},
@@ -281,11 +330,9 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx) {
 	}
 
 	if def.Method != "GET" {
-		if g, ok := s.backend.(WriteGuard); ok {
-			if failure = g.WriteAllowed(); failure != nil {
-				s.writeError(ctx, failure)
-				return
-			}
+		if failure = s.writeAllowed(def); failure != nil {
+			s.writeError(ctx, failure)
+			return
 		}
 	}
 
@@ -367,16 +414,11 @@ func (s *Server) submit(rctx context.Context, ctx *fasthttp.RequestCtx, _ string
 		ctx.Response.Header.Set("Location", "/v1/tasks/"+url.PathEscape(task.ID))
 	}
 	if task.BacklogWarning != "" {
-		ctx.Response.Header.Set(HeaderBacklogWarning, task.BacklogWarning)
+		ctx.Response.Header.Set(axapi.HeaderBacklogWarning, task.BacklogWarning)
 	}
 	s.writeTask(ctx, status, task)
 	return nil
 }
-
-// HeaderBacklogWarning is set on a submit's answer when the handler's
-// backlog is at 80 % of its bound or more: "depth/limit". Producers should
-// slow down before they get 429 queue_full.
-const HeaderBacklogWarning = "Ax-Backlog-Warning"
 
 // getTask answers GET /v1/tasks/{id}.
 func (s *Server) getTask(rctx context.Context, ctx *fasthttp.RequestCtx, rawID string) error {
@@ -414,11 +456,18 @@ func StrongRead(ctx context.Context) bool {
 	return v
 }
 
-// cancelTask answers DELETE /v1/tasks/{id}.
+// cancelTask answers DELETE /v1/tasks/{id}; with ?purge=true it deletes a
+// finished task instead (purgeTask).
 func (s *Server) cancelTask(rctx context.Context, ctx *fasthttp.RequestCtx, rawID string) error {
 	id, err := pathID(rawID)
 	if err != nil {
 		return err
+	}
+	if purge, err := purgeParam(ctx); err != nil || purge {
+		if err != nil {
+			return err
+		}
+		return s.purgeTask(rctx, ctx, id)
 	}
 	task, err := s.backend.Cancel(rctx, id)
 	if err != nil {
@@ -502,23 +551,65 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		s.writeError(ctx, Errorf(ErrTooLarge, "request body over %d bytes (the bound of one request, batches included: send fewer or smaller tasks per batch)", s.opts.MaxRequestBodyBytes))
 	case errors.As(err, &small):
 		s.writeError(ctx, Errorf(ErrTooLarge, "request headers too large"))
+	case isNothingRead(err):
+		// A new connection that sent nothing before HeaderTimeout: closed
+		// without an answer (see HeaderTimeoutDefault). fasthttp passes
+		// the read's own error for it, unwrapped; a request cut short
+		// comes wrapped ("error when reading request headers: ...").
+		if c := ctx.Conn(); c != nil {
+			_ = c.Close()
+		}
+		return
 	case errors.As(err, &ne) && ne.Timeout():
 		s.writeError(ctx, Errorf(ErrInvalid, "timed out reading the request"))
 	default:
-		s.writeError(ctx, Errorf(ErrInvalid, "malformed HTTP request: %v", err))
+		s.writeError(ctx, Errorf(ErrInvalid, "malformed HTTP request: %s", withheld(err)))
 	}
-	s.log.Debug().Err(err).Int("status", ctx.Response.StatusCode()).Msg("ipc: unreadable request")
+	s.log.Debug().Str("error", withheld(err)).Int("status", ctx.Response.StatusCode()).Msg("ipc: unreadable request")
+}
+
+// isNothingRead reports whether err is fasthttp's error for a connection
+// whose first request never began: the bare read error, a timeout.
+func isNothingRead(err error) bool {
+	ne, ok := err.(net.Error) //nolint:errorlint // the bare error only, not one wrapping it
+	return ok && ne.Timeout()
 }
 
 // fasthttpLogger sends fasthttp's own messages to zerolog: errors of single
 // connections (a client's fault, already answered) at debug level, the rest
-// (accept errors, concurrency limit) at warn level.
+// (accept errors, concurrency limit) at warn level. A connection's error
+// is logged without the request bytes fasthttp quotes in some of its
+// errors (SecureErrorLogMessage does not cover them all): they could hold
+// a payload.
 type fasthttpLogger struct{ log zerolog.Logger }
 
 func (l fasthttpLogger) Printf(format string, args ...any) {
 	ev := l.log.Warn()
 	if strings.HasPrefix(format, "error when serving connection") {
 		ev = l.log.Debug()
+		args = withheldRequestBytes(args)
 	}
 	ev.Msgf("fasthttp: "+format, args...)
+}
+
+// withheldRequestBytes replaces the error of fasthttp's "error when
+// serving connection %q<->%q: %v" by withheld's text.
+func withheldRequestBytes(args []any) []any {
+	out := slices.Clone(args)
+	if len(out) == 3 {
+		if err, ok := out[2].(error); ok {
+			out[2] = withheld(err)
+		}
+	}
+	return out
+}
+
+// withheld is err's text up to its first quote, where fasthttp begins to
+// quote the request's bytes.
+func withheld(err error) string {
+	msg := err.Error()
+	if i := strings.IndexByte(msg, '"'); i >= 0 {
+		msg = msg[:i] + "(request bytes withheld)"
+	}
+	return msg
 }

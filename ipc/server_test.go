@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // testServer is a Server on a Unix socket in t.TempDir() with a plain
@@ -320,12 +322,12 @@ func TestServer_SubmitCreatedExistingConflict(t *testing.T) {
 		t.Errorf("Location = %q", loc)
 	}
 	task := r.task(t)
-	if task.ID != "order-1" || task.Handler != "order.timeout" || task.State != StateWaiting ||
-		task.Priority != 1 || task.Delay != "30m0s" || task.MaxAttempts != MaxAttemptsDefault || task.Timeout != "30s" {
+	if task.ID != "order-1" || task.Handler != "order.timeout" || task.State != axapi.StateWaiting ||
+		task.Priority != 1 || task.Delay != "30m0s" || task.MaxAttempts != axapi.MaxAttemptsDefault || task.Timeout != "30s" {
 		t.Errorf("task = %+v", task)
 	}
 	spec := ts.backend.lastSpec
-	if spec.Delay != 30*time.Minute || spec.Priority != 1 || spec.Timeout != TimeoutDefault || string(spec.Payload) != `{"order":1}` {
+	if spec.Delay != 30*time.Minute || spec.Priority != 1 || spec.Timeout != axapi.TimeoutDefault || string(spec.Payload) != `{"order":1}` {
 		t.Errorf("spec = %+v", spec)
 	}
 
@@ -335,7 +337,7 @@ func TestServer_SubmitCreatedExistingConflict(t *testing.T) {
 	if r.status != 200 {
 		t.Fatalf("same submit = %d %s, want 200", r.status, r.body)
 	}
-	if got := r.task(t); got.ID != "order-1" || got.State != StateWaiting {
+	if got := r.task(t); got.ID != "order-1" || got.State != axapi.StateWaiting {
 		t.Errorf("existing task = %+v", got)
 	}
 
@@ -364,7 +366,7 @@ func TestServer_GetCancel(t *testing.T) {
 	ts.do("POST", "/v1/tasks", `{"id":"t1","handler":"h"}`)
 
 	r := ts.do("GET", "/v1/tasks/t1", "")
-	if r.status != 200 || r.task(t).State != StateWaiting {
+	if r.status != 200 || r.task(t).State != axapi.StateWaiting {
 		t.Fatalf("GET = %d %s", r.status, r.body)
 	}
 	if r := ts.do("GET", "/v1/tasks/t1?consistent=true", ""); r.status != 200 {
@@ -374,10 +376,10 @@ func TestServer_GetCancel(t *testing.T) {
 	if r.status != 200 {
 		t.Fatalf("DELETE = %d %s", r.status, r.body)
 	}
-	if got := r.task(t); got.State != StateCancelled || got.FinishedAt == nil {
+	if got := r.task(t); got.State != axapi.StateCancelled || got.FinishedAt == nil {
 		t.Errorf("cancelled task = %+v", got)
 	}
-	if r := ts.do("GET", "/v1/tasks/t1", ""); r.task(t).State != StateCancelled {
+	if r := ts.do("GET", "/v1/tasks/t1", ""); r.task(t).State != axapi.StateCancelled {
 		t.Errorf("GET after cancel: %s", r.body)
 	}
 

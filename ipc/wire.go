@@ -16,31 +16,19 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/axsched/ax/clients/go/axapi"
 	"github.com/axsched/ax/engine"
 )
 
-// submitRequest is the JSON body of POST /v1/tasks. Pointers tell "absent"
-// (or null) from a zero value so that defaults can be filled.
+// submitRequest is the JSON body of POST /v1/tasks: the contract's
+// SubmitRequest, whose pointers tell "absent" (or null) from a zero value
+// so that defaults can be filled, with id and handler decoded as
+// wireStrings (the shallower fields win over the embedded ones). Retention:
+// see ParseRetention (purge.go).
 type submitRequest struct {
-	ID            wireString      `json:"id"`
-	Handler       wireString      `json:"handler"`
-	Payload       json.RawMessage `json:"payload"`
-	PayloadBase64 *string         `json:"payload_base64"`
-	Delay         *string         `json:"delay"`
-	RunAt         *string         `json:"run_at"`
-	Priority      *int            `json:"priority"`
-	Timeout       *string         `json:"timeout"`
-	MaxAttempts   *int            `json:"max_attempts"`
-	Overwrite     bool            `json:"overwrite"`
-
-	Cron     *string           `json:"cron"`
-	Timezone *string           `json:"timezone"`
-	Every    *string           `json:"every"`
-	Repeats  *int              `json:"repeats"`
-	Until    *string           `json:"until"`
-	Backoff  *backoffRequest   `json:"backoff"`
-	RouteKey *string           `json:"route_key"`
-	Labels   map[string]string `json:"labels"`
+	axapi.SubmitRequest
+	ID      wireString `json:"id"`
+	Handler wireString `json:"handler"`
 }
 
 // wireString is a JSON string field whose raw bytes are checked as well.
@@ -111,25 +99,6 @@ func hexRune(h []byte) rune {
 	return r
 }
 
-// backoffRequest is the "backoff" object of a submit request.
-type backoffRequest struct {
-	Initial    *string  `json:"initial"`
-	Max        *string  `json:"max"`
-	Multiplier *float64 `json:"multiplier"`
-	Jitter     *float64 `json:"jitter"`
-}
-
-// Limits of the recurring and routing fields.
-const (
-	// EveryMin is the shortest interval of an "every" schedule.
-	EveryMin = time.Second
-	// LabelsMax bounds the labels of a task; LabelMaxBytes each key and value.
-	LabelsMax     = 32
-	LabelMaxBytes = 256
-	// RouteKeyMaxBytes bounds a route_key.
-	RouteKeyMaxBytes = 256
-)
-
 // fieldTypes names the JSON type each request field expects, for messages.
 var fieldTypes = map[string]string{
 	"id":             "a string",
@@ -153,6 +122,7 @@ var fieldTypes = map[string]string{
 	"jitter":         "a number from 0 to 1",
 	"route_key":      "a string",
 	"labels":         "an object of string values",
+	"retention":      `a Go duration string like "24h"`,
 
 	// The other request bodies (requests.go).
 	"tasks":           "an array of submit requests",
@@ -164,6 +134,8 @@ var fieldTypes = map[string]string{
 	"url":             "a string",
 	"min_concurrency": "an integer from 0 to 10000",
 	"max_concurrency": "an integer from 0 to 10000",
+	"finished_before": `an RFC 3339 time string like "2026-01-02T15:04:05Z"`,
+	"limit":           "an integer from 1 to 10000",
 }
 
 // DecodeSubmit decodes and validates the JSON body of a submit request and
@@ -172,7 +144,7 @@ var fieldTypes = map[string]string{
 //   - id: optional; a random id (NewID) when absent or empty. See ValidateID.
 //     Invalid UTF-8 (or an unpaired \u surrogate escape) is refused, not
 //     replaced with U+FFFD as encoding/json does.
-//   - handler: required, at most HandlerMaxBytes, valid UTF-8, no control
+//   - handler: required, at most axapi.HandlerMaxBytes, valid UTF-8, no control
 //     characters, not blank, no white space at either end.
 //   - payload (any JSON value, kept byte for byte as sent) or payload_base64
 //     (standard base64 with padding), not both; at most PayloadMaxBytes once
@@ -182,9 +154,9 @@ var fieldTypes = map[string]string{
 //     precision; the store rounds it up to the millisecond, so a run is
 //     never due before the instant asked for; after 1970-01-01T00:00:00Z),
 //     not both; neither means "now".
-//   - priority: 0 (highest) … PriorityMax, default PriorityDefault.
-//   - timeout: Go duration, > 0 and <= TimeoutMax, default TimeoutDefault.
-//   - max_attempts: 1 … MaxAttemptsMax, default MaxAttemptsDefault.
+//   - priority: 0 (highest) … axapi.PriorityMax, default axapi.PriorityDefault.
+//   - timeout: Go duration, > 0 and <= axapi.TimeoutMax, default axapi.TimeoutDefault.
+//   - max_attempts: 1 … axapi.MaxAttemptsMax, default axapi.MaxAttemptsDefault.
 //   - overwrite: bool.
 //
 // Malformed JSON fails with ErrInvalidJSON; unknown fields, fields of later
@@ -226,14 +198,17 @@ func decodeError(err error) error {
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return Errorf(ErrInvalidJSON, "invalid json: unexpected end of input")
 	case errors.As(err, &typ):
-		if typ.Field == "" {
+		// encoding/json names an embedded struct's fields through its type
+		// (submitRequest embeds axapi.SubmitRequest): the API's names do not.
+		field := strings.TrimPrefix(typ.Field, "SubmitRequest.")
+		if field == "" {
 			return Errorf(ErrInvalidJSON, "invalid json: want a JSON object, got %s", typ.Value)
 		}
-		want := fieldTypes[typ.Field]
+		want := fieldTypes[field]
 		if want == "" {
 			want = "a " + typ.Type.String()
 		}
-		return Errorf(ErrInvalid, "%s: must be %s, got JSON %s", typ.Field, want, typ.Value)
+		return Errorf(ErrInvalid, "%s: must be %s, got JSON %s", field, want, typ.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return Errorf(ErrInvalid, "unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
 	}
@@ -249,9 +224,9 @@ func (r *submitRequest) spec() (TaskSpec, error) {
 	s := TaskSpec{
 		ID:          r.ID.s,
 		Handler:     r.Handler.s,
-		Priority:    PriorityDefault,
-		Timeout:     TimeoutDefault,
-		MaxAttempts: MaxAttemptsDefault,
+		Priority:    axapi.PriorityDefault,
+		Timeout:     axapi.TimeoutDefault,
+		MaxAttempts: axapi.MaxAttemptsDefault,
 		Overwrite:   r.Overwrite,
 	}
 
@@ -270,7 +245,7 @@ func (r *submitRequest) spec() (TaskSpec, error) {
 	if s.Handler == "" {
 		return TaskSpec{}, Errorf(ErrInvalid, "handler: required")
 	}
-	if err := checkName("handler", s.Handler, HandlerMaxBytes); err != nil {
+	if err := checkName("handler", s.Handler, axapi.HandlerMaxBytes); err != nil {
 		return TaskSpec{}, err
 	}
 	switch strings.TrimSpace(s.Handler) {
@@ -334,8 +309,8 @@ func (r *submitRequest) spec() (TaskSpec, error) {
 	}
 
 	if r.Priority != nil {
-		if p := *r.Priority; p < 0 || p > PriorityMax {
-			return TaskSpec{}, Errorf(ErrInvalid, "priority: must be between 0 (highest) and %d (lowest), got %d", PriorityMax, p)
+		if p := *r.Priority; p < 0 || p > axapi.PriorityMax {
+			return TaskSpec{}, Errorf(ErrInvalid, "priority: must be between 0 (highest) and %d (lowest), got %d", axapi.PriorityMax, p)
 		}
 		s.Priority = *r.Priority
 	}
@@ -344,14 +319,14 @@ func (r *submitRequest) spec() (TaskSpec, error) {
 		if err != nil {
 			return TaskSpec{}, Errorf(ErrInvalid, "timeout: must be a Go duration like \"30s\", got %q", *r.Timeout)
 		}
-		if d <= 0 || d > TimeoutMax {
-			return TaskSpec{}, Errorf(ErrInvalid, "timeout: must be > 0 and <= %s, got %q", TimeoutMax, *r.Timeout)
+		if d <= 0 || d > axapi.TimeoutMax {
+			return TaskSpec{}, Errorf(ErrInvalid, "timeout: must be > 0 and <= %s, got %q", axapi.TimeoutMax, *r.Timeout)
 		}
 		s.Timeout = d
 	}
 	if r.MaxAttempts != nil {
-		if n := *r.MaxAttempts; n < 1 || n > MaxAttemptsMax {
-			return TaskSpec{}, Errorf(ErrInvalid, "max_attempts: must be between 1 and %d, got %d", MaxAttemptsMax, n)
+		if n := *r.MaxAttempts; n < 1 || n > axapi.MaxAttemptsMax {
+			return TaskSpec{}, Errorf(ErrInvalid, "max_attempts: must be between 1 and %d, got %d", axapi.MaxAttemptsMax, n)
 		}
 		s.MaxAttempts = *r.MaxAttempts
 	}
@@ -359,6 +334,9 @@ func (r *submitRequest) spec() (TaskSpec, error) {
 		return TaskSpec{}, err
 	}
 	if err := r.routing(&s); err != nil {
+		return TaskSpec{}, err
+	}
+	if err := r.retention(&s); err != nil {
 		return TaskSpec{}, err
 	}
 	return s, nil
@@ -395,8 +373,8 @@ func (r *submitRequest) recurring(s *TaskSpec) error {
 		if err != nil {
 			return Errorf(ErrInvalid, "every: must be a Go duration like \"5m\", got %q", *r.Every)
 		}
-		if d < EveryMin {
-			return Errorf(ErrInvalid, "every: must be at least %s, got %q", EveryMin, *r.Every)
+		if d < axapi.EveryMin {
+			return Errorf(ErrInvalid, "every: must be at least %s, got %q", axapi.EveryMin, *r.Every)
 		}
 		if sched, err = engine.Every(d); err != nil {
 			return Errorf(ErrInvalid, "every: %s, got %q", scheduleText(err, ""), *r.Every)
@@ -460,7 +438,7 @@ func (r *submitRequest) recurring(s *TaskSpec) error {
 		if err := d.Validate(); err != nil { // a rule added to the engine
 			return Errorf(ErrInvalid, "backoff: %s", strings.TrimPrefix(err.Error(), engine.ErrInvalidBackoff.Error()+": "))
 		}
-		s.Backoff = &BackoffSpec{Initial: d.Initial, Max: d.Max, Multiplier: d.Multiplier, Jitter: d.Jitter}
+		s.Backoff = &d
 	}
 	return nil
 }
@@ -511,22 +489,22 @@ func scheduleText(err error, expr string) string {
 // routing decodes route_key and labels.
 func (r *submitRequest) routing(s *TaskSpec) error {
 	if r.RouteKey != nil {
-		if err := checkName("route_key", *r.RouteKey, RouteKeyMaxBytes); err != nil {
+		if err := checkName("route_key", *r.RouteKey, axapi.RouteKeyMaxBytes); err != nil {
 			return err
 		}
 		s.RouteKey = *r.RouteKey
 	}
-	if len(r.Labels) > LabelsMax {
-		return Errorf(ErrInvalid, "labels: %d labels, the limit is %d", len(r.Labels), LabelsMax)
+	if len(r.Labels) > axapi.LabelsMax {
+		return Errorf(ErrInvalid, "labels: %d labels, the limit is %d", len(r.Labels), axapi.LabelsMax)
 	}
 	for k, v := range r.Labels {
 		if k == "" {
 			return Errorf(ErrInvalid, "labels: empty key")
 		}
-		if err := checkName("labels key", k, LabelMaxBytes); err != nil {
+		if err := checkName("labels key", k, axapi.LabelMaxBytes); err != nil {
 			return err
 		}
-		if err := checkName("labels["+k+"]", v, LabelMaxBytes); err != nil {
+		if err := checkName("labels["+k+"]", v, axapi.LabelMaxBytes); err != nil {
 			return err
 		}
 	}
@@ -537,14 +515,14 @@ func (r *submitRequest) routing(s *TaskSpec) error {
 }
 
 // ValidateID checks a client-given task id: non-empty, valid UTF-8, at most
-// IDMaxBytes, no control characters. Everything else is allowed ("order|42",
+// axapi.IDMaxBytes, no control characters. Everything else is allowed ("order|42",
 // "a@b", "A/B", "ü日本"): ids are opaque and URL-escaped in paths. Errors
 // wrap ErrInvalid.
 func ValidateID(id string) error {
 	if id == "" {
 		return Errorf(ErrInvalid, "id: must not be empty")
 	}
-	return checkName("id", id, IDMaxBytes)
+	return checkName("id", id, axapi.IDMaxBytes)
 }
 
 // checkName checks a string field: length, UTF-8, no control characters.
@@ -569,70 +547,4 @@ func NewID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return hex.EncodeToString(b[:])
-}
-
-// taskAlias has Task's fields without its methods, to avoid recursion.
-type taskAlias Task
-
-// taskJSON adds payload_base64 to the view; payload is spliced in raw.
-type taskJSON struct {
-	taskAlias
-	PayloadB64 string `json:"payload_base64,omitempty"`
-}
-
-// MarshalJSON encodes the task view. The payload appears as "payload", the
-// JSON value byte for byte as submitted, when the task was submitted with a
-// JSON payload, or as "payload_base64" when it was submitted base64 (or when
-// its bytes are not valid JSON); neither when the payload is empty.
-//
-// The exact bytes survive when MarshalJSON is called directly (the server
-// does); json.Marshal of a value containing a Task compacts the output, which
-// removes insignificant white space inside the payload.
-func (t Task) MarshalJSON() ([]byte, error) {
-	v := taskJSON{taskAlias: taskAlias(t)}
-	raw := len(t.Payload) > 0 && !t.PayloadBase64 && json.Valid(t.Payload)
-	if len(t.Payload) > 0 && !raw {
-		v.PayloadB64 = base64.StdEncoding.EncodeToString(t.Payload)
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	out := bytes.TrimRight(buf.Bytes(), "\n")
-	if !raw {
-		return out, nil
-	}
-	// out ends with '}' and is never "{}" (id is always present).
-	res := make([]byte, 0, len(out)+len(t.Payload)+len(`,"payload":`))
-	res = append(res, out[:len(out)-1]...)
-	res = append(res, `,"payload":`...)
-	res = append(res, t.Payload...)
-	return append(res, '}'), nil
-}
-
-// UnmarshalJSON decodes a task view produced by MarshalJSON: "payload" is
-// kept as raw JSON bytes, "payload_base64" is decoded and sets PayloadBase64.
-func (t *Task) UnmarshalJSON(b []byte) error {
-	aux := struct {
-		*taskAlias
-		Payload    json.RawMessage `json:"payload"`
-		PayloadB64 *string         `json:"payload_base64"`
-	}{taskAlias: (*taskAlias)(t)}
-	t.Payload, t.PayloadBase64 = nil, false
-	if err := json.Unmarshal(b, &aux); err != nil {
-		return err
-	}
-	switch {
-	case aux.PayloadB64 != nil:
-		p, err := base64.StdEncoding.DecodeString(*aux.PayloadB64)
-		if err != nil {
-			return fmt.Errorf("payload_base64: %w", err)
-		}
-		t.Payload, t.PayloadBase64 = p, true
-	case !isNull(aux.Payload):
-		t.Payload = []byte(aux.Payload)
-	}
-	return nil
 }

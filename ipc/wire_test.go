@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 func TestDecodeSubmit_Defaults(t *testing.T) {
@@ -16,7 +18,7 @@ func TestDecodeSubmit_Defaults(t *testing.T) {
 	if len(s.ID) != 32 || strings.Trim(s.ID, "0123456789abcdef") != "" {
 		t.Errorf("generated id = %q, want 32 hex characters", s.ID)
 	}
-	want := TaskSpec{ID: s.ID, Handler: "order.timeout", Priority: PriorityDefault, Timeout: TimeoutDefault, MaxAttempts: MaxAttemptsDefault}
+	want := TaskSpec{ID: s.ID, Handler: "order.timeout", Priority: axapi.PriorityDefault, Timeout: axapi.TimeoutDefault, MaxAttempts: axapi.MaxAttemptsDefault}
 	if !SameSpec(s, want) || s.Overwrite || s.Payload != nil {
 		t.Errorf("spec = %+v, want %+v", s, want)
 	}
@@ -52,7 +54,7 @@ func TestDecodeSubmit_AllFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(s.Payload) != "\x00\xff" || !s.PayloadBase64 || s.Delay != 0 || s.MaxAttempts != 1000 || s.Timeout != TimeoutMax {
+	if string(s.Payload) != "\x00\xff" || !s.PayloadBase64 || s.Delay != 0 || s.MaxAttempts != 1000 || s.Timeout != axapi.TimeoutMax {
 		t.Errorf("spec = %+v", s)
 	}
 }
@@ -63,9 +65,9 @@ func TestDecodeSubmit_Invalid(t *testing.T) {
 		kind *Error
 		msg  string
 	}{
-		{`{"handler":"` + strings.Repeat("h", HandlerMaxBytes+1) + `"}`, ErrInvalid, "handler: 257 bytes, the limit is 256"},
+		{`{"handler":"` + strings.Repeat("h", axapi.HandlerMaxBytes+1) + `"}`, ErrInvalid, "handler: 257 bytes, the limit is 256"},
 		{`{"handler":"a\u0007b"}`, ErrInvalid, "handler: control character U+0007"},
-		{`{"handler":"h","id":"` + strings.Repeat("i", IDMaxBytes+1) + `"}`, ErrInvalid, "id: 513 bytes, the limit is 512"},
+		{`{"handler":"h","id":"` + strings.Repeat("i", axapi.IDMaxBytes+1) + `"}`, ErrInvalid, "id: 513 bytes, the limit is 512"},
 		{`{"handler":"h","id":"a\u0085b"}`, ErrInvalid, "id: control character U+0085"},
 		{`{"handler":"h","timeout":"25h"}`, ErrInvalid, "timeout: must be > 0 and <= 24h0m0s"},
 		{`{"handler":"h","max_attempts":1001}`, ErrInvalid, "max_attempts: must be between 1 and 1000, got 1001"},
@@ -183,12 +185,12 @@ func TestDecodeSubmit_RefusesWhatItWouldMisread(t *testing.T) {
 }
 
 func TestValidateID(t *testing.T) {
-	for _, id := range []string{"order|42", "a@b", "A/B", "ü日本", " spaced ", "%2F", strings.Repeat("x", IDMaxBytes)} {
+	for _, id := range []string{"order|42", "a@b", "A/B", "ü日本", " spaced ", "%2F", strings.Repeat("x", axapi.IDMaxBytes)} {
 		if err := ValidateID(id); err != nil {
 			t.Errorf("ValidateID(%q) = %v", id, err)
 		}
 	}
-	for _, id := range []string{"", "a\x00b", "a\tb", "\x7f", "\xff\xfe", strings.Repeat("x", IDMaxBytes+1)} {
+	for _, id := range []string{"", "a\x00b", "a\tb", "\x7f", "\xff\xfe", strings.Repeat("x", axapi.IDMaxBytes+1)} {
 		if err := ValidateID(id); !errors.Is(err, ErrInvalid) {
 			t.Errorf("ValidateID(%q) = %v, want ErrInvalid", id, err)
 		}
@@ -197,7 +199,7 @@ func TestValidateID(t *testing.T) {
 
 func TestTaskJSON(t *testing.T) {
 	created := time.Date(2026, 11, 30, 11, 25, 0, 0, time.UTC)
-	base := Task{ID: "a/b", Handler: "h", State: StateWaiting, Priority: 2, MaxAttempts: 4, Timeout: "30s", CreatedAt: created, UpdatedAt: created}
+	base := Task{ID: "a/b", Handler: "h", State: axapi.StateWaiting, Priority: 2, MaxAttempts: 4, Timeout: "30s", CreatedAt: created, UpdatedAt: created}
 
 	withJSON := base
 	withJSON.Payload = []byte(`{"a": 1, "s": "<&>"}`)

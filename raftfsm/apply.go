@@ -2,7 +2,6 @@ package raftfsm
 
 import (
 	"fmt"
-	"time"
 )
 
 // apply runs one command inside w. It returns an error only for a storage
@@ -50,19 +49,35 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 			return Result{}, nil, fmt.Errorf("lease without body: %w", ErrBadEntry)
 		}
 		return applyLease(w, c.Lease)
+	case CmdPurge:
+		if c.Purge == nil {
+			return Result{}, nil, fmt.Errorf("purge without body: %w", ErrBadEntry)
+		}
+		return applyPurge(w, c.Purge)
+	case CmdPause:
+		if c.Pause == nil {
+			return Result{}, nil, fmt.Errorf("pause without body: %w", ErrBadEntry)
+		}
+		return applyPause(w, c.Pause)
 	default:
 		return Result{}, nil, fmt.Errorf("command type %d: %w", c.Type, ErrUnknownCommand)
 	}
 }
 
-// putTask stores t and keeps the due and running indexes in step with the
-// change from prev (nil when t is new).
+// putTask stores t and keeps the due, running and finished indexes in step
+// with the change from prev (nil when t is new).
 func putTask(w *writer, prev, t *Task) error {
+	if err := indexFinished(w, prev, t); err != nil {
+		return err
+	}
 	if prev == nil || prev.State != t.State {
 		if prev != nil {
-			w.count(prev.State, -1)
+			w.count(prev.Spec.Handler, prev.State, -1)
 		}
-		w.count(t.State, 1)
+		w.count(t.Spec.Handler, t.State, 1)
+	} else if prev.Spec.Handler != t.Spec.Handler { // an overwrite moved it
+		w.count(prev.Spec.Handler, prev.State, -1)
+		w.count(t.Spec.Handler, t.State, 1)
 	}
 	if prev != nil {
 		switch prev.State {
@@ -111,118 +126,42 @@ func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {
 	if err != nil {
 		return Result{}, nil, err
 	}
-	if prev != nil {
-		if prev.Spec.Equal(s.Spec) && !s.Overwrite {
-			return Result{Task: prev}, nil, nil
-		}
-		if !s.Overwrite {
-			return Result{Code: CodeConflict, Task: prev}, nil, nil
-		}
-	}
-	t := &Task{
-		ID: s.ID, Spec: s.Spec, Epoch: index, State: StateWaiting, DueMs: s.DueMs,
-		Run: 1, SlotMs: s.SlotMs, CreatedMs: s.AtMs, UpdatedMs: s.AtMs,
+	t, res := submitTask(prev, s, index)
+	if t == nil {
+		return res, nil, nil
 	}
 	ev := Event{Type: CmdSubmit, Task: t}
 	if prev != nil {
 		ev.Prev, ev.PrevNode = prev.State, prev.Node
-		// The new spec starts a new run after the replaced task's latest
-		// one, even if that run was never delivered (a busy answer leaves
-		// no attempt counted): an executor de-duplicating on (id, run,
-		// attempt) must not take its first attempt for an old delivery.
-		t.RunBase = prev.RunNumber()
 	}
 	if err := putTask(w, prev, t); err != nil {
 		return Result{}, nil, err
 	}
-	return Result{Created: true, Task: t}, []Event{ev}, nil
+	return res, []Event{ev}, nil
 }
 
 func applyCancel(w *writer, c *Cancel) (Result, []Event, error) {
-	prev, err := loadTask(w, c.ID)
-	if err != nil {
-		return Result{}, nil, err
-	}
-	if prev == nil {
-		return Result{Code: CodeNotFound}, nil, nil
-	}
-	if prev.State.Terminal() {
-		return Result{Task: prev}, nil, nil
-	}
-	t := *prev
-	t.State, t.DueMs, t.LeaseMs = StateCancelled, 0, 0
-	t.UpdatedMs, t.FinishedMs = c.AtMs, c.AtMs
-	if err := putTask(w, prev, &t); err != nil {
-		return Result{}, nil, err
-	}
-	return Result{Task: &t}, []Event{{Type: CmdCancel, Task: &t, Prev: prev.State, PrevNode: prev.Node}}, nil
+	return applyStep(w, c.ID, CmdCancel, func(prev *Task) (*Task, Result, error) {
+		t, res := cancelTask(prev, c)
+		return t, res, nil
+	})
 }
 
 func applyFire(w *writer, f *Fire) (Result, []Event, error) {
-	prev, err := loadTask(w, f.ID)
-	if err != nil {
-		return Result{}, nil, err
-	}
-	if prev == nil {
-		return Result{Code: CodeNotFound}, nil, nil
-	}
-	if prev.State != StateWaiting || prev.Epoch != f.Epoch || prev.Attempts != f.Attempt-1 {
-		return Result{Code: CodeStale, Task: prev}, nil, nil
-	}
-	t := *prev
-	t.State, t.Attempts, t.Node = StateRunning, f.Attempt, f.Node
-	t.FiredMs, t.LeaseMs, t.UpdatedMs = f.AtMs, f.LeaseMs, f.AtMs
-	if err := putTask(w, prev, &t); err != nil {
-		return Result{}, nil, err
-	}
-	return Result{Task: &t}, []Event{{Type: CmdFire, Task: &t, Prev: prev.State, PrevNode: prev.Node}}, nil
+	return applyStep(w, f.ID, CmdFire, func(prev *Task) (*Task, Result, error) {
+		t, res := fireTask(prev, f)
+		return t, res, nil
+	})
 }
 
 func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
-	prev, err := loadTask(w, c.ID)
-	if err != nil {
-		return Result{}, nil, err
+	res, evs, err := applyStep(w, c.ID, CmdComplete, func(prev *Task) (*Task, Result, error) {
+		return completeTask(prev, c)
+	})
+	for i := range evs {
+		evs[i].Outcome = c.Outcome
 	}
-	if prev == nil {
-		return Result{Code: CodeNotFound}, nil, nil
-	}
-	if prev.State != StateRunning || (c.Epoch != 0 && prev.Epoch != c.Epoch) || prev.Attempts != c.Attempt {
-		return Result{Code: CodeStale, Task: prev}, nil, nil
-	}
-	t := *prev
-	t.UpdatedMs, t.LeaseMs = c.AtMs, 0
-	switch c.Outcome {
-	case OutcomeSuccess:
-		t.State, t.FinishedMs, t.LastError = StateSuccess, c.AtMs, ""
-		nextRun(&t, c)
-	case OutcomePermanent:
-		t.State, t.FinishedMs, t.LastError = StateFailed, c.AtMs, c.Error
-	case OutcomeBusy:
-		// A busy answer is not a failed attempt: the same attempt number is
-		// delivered again at RetryDueMs.
-		t.State, t.DueMs, t.Snoozes = StateWaiting, c.RetryDueMs, t.Snoozes+1
-		t.Attempts--
-	case OutcomeRetryable, OutcomeTimeout, OutcomeLost:
-		t.LastError = c.Error
-		if t.Attempts >= t.Spec.MaxAttempts {
-			t.State, t.FinishedMs = StateDead, c.AtMs
-			if t.Spec.Recurring() && c.NextSlotMs != 0 {
-				t.FailedRuns++
-			}
-			nextRun(&t, c)
-		} else {
-			t.State, t.DueMs = StateWaiting, c.RetryDueMs
-		}
-	default:
-		return Result{}, nil, fmt.Errorf("outcome %d: %w", c.Outcome, ErrBadEntry)
-	}
-	if t.State != StateWaiting {
-		t.DueMs = 0
-	}
-	if err := putTask(w, prev, &t); err != nil {
-		return Result{}, nil, err
-	}
-	return Result{Task: &t}, []Event{{Type: CmdComplete, Task: &t, Prev: prev.State, PrevNode: prev.Node, Outcome: c.Outcome}}, nil
+	return res, evs, err
 }
 
 // applyNode stores a node's record as the node states it at start. The
@@ -287,56 +226,36 @@ func applyExecutor(w *writer, c *ExecutorChange) (Result, []Event, error) {
 }
 
 func applyRetry(w *writer, r *Retry) (Result, []Event, error) {
-	prev, err := loadTask(w, r.ID)
-	if err != nil {
-		return Result{}, nil, err
-	}
-	if prev == nil {
-		return Result{Code: CodeNotFound}, nil, nil
-	}
-	if prev.State != StateDead && prev.State != StateFailed {
-		return Result{Code: CodeState, Task: prev}, nil, nil
-	}
-	t := *prev
-	// A re-run is a new run: (id, run, attempt) stays unique, so an
-	// executor that de-duplicates on it does not drop the re-run.
-	t.State, t.Attempts, t.DueMs, t.Run = StateWaiting, 0, r.AtMs, max(t.Run, 1)+1
-	t.UpdatedMs, t.FinishedMs, t.LeaseMs = r.AtMs, 0, 0
-	if err := putTask(w, prev, &t); err != nil {
-		return Result{}, nil, err
-	}
-	return Result{Task: &t}, []Event{{Type: CmdRetry, Task: &t, Prev: prev.State, PrevNode: prev.Node}}, nil
+	return applyStep(w, r.ID, CmdRetry, func(prev *Task) (*Task, Result, error) {
+		t, res := retryTask(prev, r)
+		return t, res, nil
+	})
 }
 
 func applyLease(w *writer, l *Lease) (Result, []Event, error) {
-	prev, err := loadTask(w, l.ID)
+	return applyStep(w, l.ID, CmdLease, func(prev *Task) (*Task, Result, error) {
+		t, res := leaseTask(prev, l)
+		return t, res, nil
+	})
+}
+
+// applyStep applies one lifecycle transition (lifecycle.go) to the stored
+// task id: CodeNotFound when there is none; otherwise step's Result, and
+// when step returns a new task, that task stored and one event of type typ.
+func applyStep(w *writer, id string, typ CommandType, step func(prev *Task) (*Task, Result, error)) (Result, []Event, error) {
+	prev, err := loadTask(w, id)
 	if err != nil {
 		return Result{}, nil, err
 	}
 	if prev == nil {
 		return Result{Code: CodeNotFound}, nil, nil
 	}
-	if prev.State != StateRunning || prev.Attempts != l.Attempt {
-		return Result{Code: CodeStale, Task: prev}, nil, nil
+	t, res, err := step(prev)
+	if err != nil || t == nil {
+		return res, nil, err
 	}
-	t := *prev
-	t.LeaseMs = max(prev.LeaseMs, l.AtMs+time.Duration(prev.Spec.TimeoutNs).Milliseconds()+l.GraceMs)
-	t.UpdatedMs = l.AtMs
-	if err := putTask(w, prev, &t); err != nil {
+	if err := putTask(w, prev, t); err != nil {
 		return Result{}, nil, err
 	}
-	return Result{Task: &t}, []Event{{Type: CmdLease, Task: &t, Prev: prev.State, PrevNode: prev.Node}}, nil
-}
-
-// nextRun moves a recurring task whose run ended (SUCCESS or DEAD) to its
-// next run when the leader gave one: WAITING, due at NextDueMs, attempts
-// reset. A one-off task, or a schedule that ended (NextSlotMs 0), keeps
-// its terminal state.
-func nextRun(t *Task, c *Complete) {
-	if !t.Spec.Recurring() || c.NextSlotMs == 0 {
-		return
-	}
-	t.State, t.DueMs, t.SlotMs = StateWaiting, c.NextDueMs, c.NextSlotMs
-	t.Run++
-	t.Attempts, t.FinishedMs = 0, 0
+	return res, []Event{{Type: typ, Task: t, Prev: prev.State, PrevNode: prev.Node}}, nil
 }

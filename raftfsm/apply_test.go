@@ -307,6 +307,7 @@ func TestCompleteOutcomes(t *testing.T) {
 		due      int64
 		lastErr  string
 		finished int64
+		heldBy   Outcome // the outcome that handed the attempt back
 	}
 	cases := []struct {
 		name     string
@@ -316,14 +317,17 @@ func TestCompleteOutcomes(t *testing.T) {
 		retryDue int64
 		want     want
 	}{
-		{"success", 1, OutcomeSuccess, "", 0, want{StateSuccess, 1, 0, 0, "", 9000}},
-		{"permanent", 1, OutcomePermanent, "400 bad order", 0, want{StateFailed, 1, 0, 0, "400 bad order", 9000}},
-		{"retryable below max", 1, OutcomeRetryable, "500", 12000, want{StateWaiting, 1, 0, 12000, "500", 0}},
-		{"retryable at max", 3, OutcomeRetryable, "500", 12000, want{StateDead, 3, 0, 0, "500", 9000}},
-		{"timeout below max", 2, OutcomeTimeout, "deadline", 12000, want{StateWaiting, 2, 0, 12000, "deadline", 0}},
-		{"timeout at max", 3, OutcomeTimeout, "deadline", 12000, want{StateDead, 3, 0, 0, "deadline", 9000}},
-		{"busy", 1, OutcomeBusy, "", 12000, want{StateWaiting, 0, 1, 12000, "", 0}},
-		{"busy on a later attempt", 2, OutcomeBusy, "", 12000, want{StateWaiting, 1, 1, 12000, "earlier", 0}},
+		{"success", 1, OutcomeSuccess, "", 0, want{StateSuccess, 1, 0, 0, "", 9000, 0}},
+		{"permanent", 1, OutcomePermanent, "400 bad order", 0, want{StateFailed, 1, 0, 0, "400 bad order", 9000, 0}},
+		{"retryable below max", 1, OutcomeRetryable, "500", 12000, want{StateWaiting, 1, 0, 12000, "500", 0, 0}},
+		{"retryable at max", 3, OutcomeRetryable, "500", 12000, want{StateDead, 3, 0, 0, "500", 9000, 0}},
+		{"timeout below max", 2, OutcomeTimeout, "deadline", 12000, want{StateWaiting, 2, 0, 12000, "deadline", 0, 0}},
+		{"timeout at max", 3, OutcomeTimeout, "deadline", 12000, want{StateDead, 3, 0, 0, "deadline", 9000, 0}},
+		{"busy", 1, OutcomeBusy, "", 12000, want{StateWaiting, 0, 1, 12000, "", 0, OutcomeBusy}},
+		{"busy on a later attempt", 2, OutcomeBusy, "", 12000, want{StateWaiting, 1, 1, 12000, "earlier", 0, OutcomeBusy}},
+		{"unavailable", 1, OutcomeUnavailable, "connect: connection refused", 12000, want{StateWaiting, 0, 0, 12000, "", 0, OutcomeUnavailable}},
+		{"unavailable on a later attempt", 2, OutcomeUnavailable, "refused", 12000, want{StateWaiting, 1, 0, 12000, "earlier", 0, OutcomeUnavailable}},
+		{"unavailable at max attempts", 3, OutcomeUnavailable, "refused", 12000, want{StateWaiting, 2, 0, 12000, "earlier", 0, OutcomeUnavailable}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -346,7 +350,7 @@ func TestCompleteOutcomes(t *testing.T) {
 			got := e.task("a")
 			w := tc.want
 			if got.State != w.state || got.Attempts != w.attempts || got.Snoozes != w.snoozes || got.DueMs != w.due ||
-				got.LastError != w.lastErr || got.FinishedMs != w.finished || got.UpdatedMs != 9000 || got.LeaseMs != 0 {
+				got.LastError != w.lastErr || got.FinishedMs != w.finished || got.UpdatedMs != 9000 || got.LeaseMs != 0 || got.HeldBy != w.heldBy {
 				t.Fatalf("stored %+v\nwant %+v", got, w)
 			}
 			if !taskEqual(*r.Task, *got) {
@@ -361,7 +365,7 @@ func TestCompleteOutcomes(t *testing.T) {
 				}
 				e.assertUnchanged(before)
 				r := e.apply1(idx+2, fireCmd("a", 1, w.attempts+1, "n2", 13000, 50000))
-				if r.Code != CodeOK || r.Task.State != StateRunning || r.Task.Attempts != w.attempts+1 {
+				if r.Code != CodeOK || r.Task.State != StateRunning || r.Task.Attempts != w.attempts+1 || r.Task.HeldBy != 0 {
 					t.Fatalf("refire: %+v", r)
 				}
 				e.checkIndexes()
@@ -817,7 +821,7 @@ func TestStateAndOutcomeNames(t *testing.T) {
 		}
 	}
 	outs := map[Outcome]string{OutcomeSuccess: "success", OutcomeRetryable: "retryable", OutcomePermanent: "permanent",
-		OutcomeTimeout: "timeout", OutcomeBusy: "busy", 0: "Outcome(0)", 9: "Outcome(9)"}
+		OutcomeTimeout: "timeout", OutcomeBusy: "busy", OutcomeLost: "lost", OutcomeUnavailable: "unavailable", 0: "Outcome(0)", 9: "Outcome(9)"}
 	for o, want := range outs {
 		if o.String() != want {
 			t.Errorf("%d: %q", o, o.String())

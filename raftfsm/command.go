@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -20,6 +21,8 @@ const (
 	CmdExecutor CommandType = 6
 	CmdRetry    CommandType = 7
 	CmdLease    CommandType = 8
+	CmdPurge    CommandType = 9
+	CmdPause    CommandType = 10
 )
 
 // EntryVersion is the first byte of every Raft log entry this version writes.
@@ -36,6 +39,8 @@ type Command struct {
 	Executor *ExecutorChange `msgpack:"ex,omitempty"`
 	Retry    *Retry          `msgpack:"r,omitempty"`
 	Lease    *Lease          `msgpack:"l,omitempty"`
+	Purge    *Purge          `msgpack:"pg,omitempty"`
+	Pause    *Pause          `msgpack:"pause,omitempty"`
 }
 
 // ExecutorChange registers (or with Remove, removes) an executor of a node
@@ -109,8 +114,9 @@ type Complete struct {
 	Outcome    Outcome `msgpack:"o"`
 	Error      string  `msgpack:"er,omitempty"`
 	RetryDueMs int64   `msgpack:"r,omitempty"`
-	// RetryAfterMs is the executor's Retry-After with a busy outcome; the
-	// leader turns it into RetryDueMs.
+	// RetryAfterMs is the executor's Retry-After with a busy outcome, or
+	// the node's probe backoff with an unavailable one; the leader turns
+	// it into RetryDueMs.
 	RetryAfterMs int64 `msgpack:"ra,omitempty"`
 	// NextSlotMs, for a recurring task whose run ends (success, or its
 	// attempts exhausted), is the slot of its next run, decided by the
@@ -128,6 +134,9 @@ type Result struct {
 	Task    *Task  `msgpack:"t,omitempty"`
 	// Index is the Raft index of the entry that held the command.
 	Index uint64 `msgpack:"i"`
+	// Purged, for a CmdPurge, says per task of Purge.Tasks (same order)
+	// whether it was deleted.
+	Purged []bool `msgpack:"pg,omitempty"`
 	// Warning is not the FSM's: the leader adds it to a submit's result
 	// when the handler's backlog is near its bound ("depth/limit").
 	Warning string `msgpack:"w,omitempty"`
@@ -159,8 +168,12 @@ func DecodeEntry(data []byte) ([]Command, error) {
 // structs from the length header alone (its allocation limit is not applied
 // there), so a few corrupt bytes would ask for hundreds of GiB and crash the
 // process with an out-of-memory error that recover cannot catch. Every
-// element takes at least one byte.
+// element takes at least one byte. Slices nested in the elements are
+// bounded by checkLengths.
 func decodeArray[T any](b []byte) ([]T, error) {
+	if err := checkLengths(b); err != nil {
+		return nil, err
+	}
 	dec := msgpack.NewDecoder(bytes.NewReader(b))
 	n, err := dec.DecodeArrayLen()
 	if err != nil {
@@ -180,6 +193,111 @@ func decodeArray[T any](b []byte) ([]T, error) {
 	}
 	return out, nil
 }
+
+// checkLengths walks the msgpack value at the start of b without decoding
+// it and fails unless it is whole and shallow: every array, map, string,
+// binary and extension has the elements and bytes its header claims, and
+// arrays and maps nest at most maxNesting deep. msgpack v5.4.1 allocates
+// a slice at any depth from its length header alone (decodeSliceValue
+// tests its alloc-limit flag with "!= 1", which always holds), so an
+// entry of a few bytes claiming an array of 2^31 structs ran the process
+// out of memory (FuzzDecodeEntry,
+// testdata/fuzz/FuzzDecodeEntry/dd2c48b11dfcfb96). The walk reads the
+// format's headers itself (github.com/msgpack/msgpack spec.md: "Formats"),
+// allocates nothing by them and keeps its own stack.
+func checkLengths(b []byte) error {
+	pending := []int{1} // values still to read, per open array or map
+	p := 0
+	for len(pending) > 0 {
+		top := len(pending) - 1
+		if pending[top] == 0 {
+			pending = pending[:top]
+			continue
+		}
+		pending[top]--
+		if p >= len(b) {
+			return errTruncated
+		}
+		c := b[p]
+		p++
+		n, skip := 0, 0 // elements that follow, bytes that follow
+		switch {
+		case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3:
+		case c <= 0x8f:
+			n = 2 * int(c&0x0f)
+		case c <= 0x9f:
+			n = int(c & 0x0f)
+		case c <= 0xbf:
+			skip = int(c & 0x1f)
+		default:
+			if c < 0xc4 { // 0xc1, never used
+				return fmt.Errorf("msgpack code %#x", c)
+			}
+			h := msgpackHeaders[c-0xc4]
+			if len(b)-p < h.size {
+				return errTruncated
+			}
+			var v uint64
+			for _, x := range b[p : p+h.size] {
+				v = v<<8 | uint64(x)
+			}
+			p += h.size
+			if v > uint64(len(b)) {
+				return fmt.Errorf("length %d in %d bytes", v, len(b))
+			}
+			switch h.kind {
+			case 'b':
+				skip = int(v) + h.extra
+			case 'a':
+				n = int(v)
+			case 'm':
+				n = 2 * int(v)
+			case 'f':
+				skip = h.extra
+			}
+		}
+		if len(b)-p < skip {
+			return errTruncated
+		}
+		p += skip
+		if n > len(b)-p {
+			return fmt.Errorf("%d elements in %d bytes", n, len(b)-p)
+		}
+		if n > 0 {
+			if len(pending) > maxNesting {
+				return fmt.Errorf("arrays and maps nested over %d deep", maxNesting)
+			}
+			pending = append(pending, n)
+		}
+	}
+	return nil
+}
+
+var errTruncated = errors.New("msgpack value cut short")
+
+// msgpackHeaders describes the msgpack codes 0xc4–0xdf (index c-0xc4),
+// in order: size is the
+// bytes of their length (0 for fixed sizes); kind is 'b' (bytes follow:
+// str, bin, ext, plus extra bytes: an ext's type), 'a' (array), 'm' (map)
+// or 'f' (extra fixed bytes follow: numbers, fixext).
+var msgpackHeaders = [...]struct {
+	size, extra int
+	kind        byte
+}{
+	{1, 0, 'b'}, {2, 0, 'b'}, {4, 0, 'b'}, // 0xc4–0xc6 bin
+	{1, 1, 'b'}, {2, 1, 'b'}, {4, 1, 'b'}, // 0xc7–0xc9 ext
+	{0, 4, 'f'}, {0, 8, 'f'}, // 0xca, 0xcb float
+	{0, 1, 'f'}, {0, 2, 'f'}, {0, 4, 'f'}, {0, 8, 'f'}, // 0xcc–0xcf uint
+	{0, 1, 'f'}, {0, 2, 'f'}, {0, 4, 'f'}, {0, 8, 'f'}, // 0xd0–0xd3 int
+	{0, 2, 'f'}, {0, 3, 'f'}, {0, 5, 'f'}, {0, 9, 'f'}, {0, 17, 'f'}, // 0xd4–0xd8 fixext
+	{1, 0, 'b'}, {2, 0, 'b'}, {4, 0, 'b'}, // 0xd9–0xdb str
+	{2, 0, 'a'}, {4, 0, 'a'}, // 0xdc, 0xdd array
+	{2, 0, 'm'}, {4, 0, 'm'}, // 0xde, 0xdf map
+}
+
+// maxNesting bounds the nesting of arrays and maps in an entry or record;
+// the commands nest a few levels.
+const maxNesting = 32
 
 // EncodeResults and DecodeResults carry results over the peer API.
 func EncodeResults(rs []Result) ([]byte, error) { return msgpack.Marshal(rs) }

@@ -16,6 +16,15 @@
 // FSM skips every entry at or below the stored applied index, so replay never
 // applies an entry twice (etcd's "consistent index").
 //
+// # Lifecycle
+//
+// The rules that move a task from state to state (submit, fire, complete
+// with each Outcome, cancel, retry, lease, pause) and the decisions the
+// leader writes into a command before proposing it (due times, backoff,
+// the next run of a recurring task: Prepare) are pure functions in
+// lifecycle.go, whose opening comment is the transition table. Outcome
+// (outcome.go) is the one type for how an attempt ended.
+//
 // # Failure
 //
 // Apply fails closed: an entry it cannot decode, an unknown command type or

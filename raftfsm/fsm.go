@@ -16,9 +16,13 @@ import (
 type Event struct {
 	// Type is the command that caused the change.
 	Type CommandType
-	// Task is the task after the change (nil for node events).
+	// Task is the task after the change (nil for node events and for a
+	// handler's pause or resume); for CmdPurge, the deleted task as it
+	// was stored.
 	Task *Task
-	// Prev is the task's state before the change (0 when it was created).
+	// Prev is the task's state before the change (0 when it was created,
+	// and for CmdPause, which changes no state: a pause of a RUNNING task
+	// does not end its attempt).
 	Prev State
 	// PrevNode is the node that ran the task's attempt before the change.
 	PrevNode string
@@ -26,6 +30,9 @@ type Event struct {
 	Node *Node
 	// Outcome is the reported outcome, for CmdComplete events.
 	Outcome Outcome
+	// Pause is the applied pause or resume, for CmdPause events (of a
+	// handler, or of the task in Task).
+	Pause *Pause
 	// Restored is set on the one event sent after a snapshot restore
 	// replaced all state: observers that cache state drop their caches.
 	Restored bool
@@ -51,7 +58,7 @@ type Observer interface {
 // storage error (a failed badger read or commit: disk full, permission,
 // I/O) is not a bug and would fail again after a restart, so it neither
 // panics nor skips: the FSM becomes degraded (StorageError) and retries the
-// same entry's write with backoff until the disk takes it (see storage.go
+// same entry's write with backoff until the disk takes it (see sidecar/raftstore/storage.go
 // and SetWriteGate).
 type FSM struct {
 	db       *badger.DB
@@ -62,12 +69,14 @@ type FSM struct {
 	mu      sync.Mutex
 	waitCh  chan struct{} // closed and replaced when applied moves
 
+	handlerCounts // tasks per handler and state (pause.go)
+
 	// broken is set when a Restore failed after dropping the old state:
 	// badger then holds neither state, so Apply, StoreConfiguration and
 	// Snapshot refuse to run until a Restore succeeds.
 	broken atomic.Bool
 
-	storageState // degraded mode: see storage.go
+	storageState // degraded mode: see sidecar/raftstore/storage.go
 }
 
 type observerBox struct{ o Observer }
@@ -94,6 +103,12 @@ func Open(db *badger.DB) (*FSM, error) {
 	f.applied.Store(idx)
 	if err := f.loadCounts(); err != nil {
 		return nil, fmt.Errorf("read task counts: %w", err)
+	}
+	if _, err := backfillFinished(db, f.terminalCount()); err != nil {
+		return nil, fmt.Errorf("index finished tasks: %w", err)
+	}
+	if err := f.loadHandlerCounts(); err != nil {
+		return nil, fmt.Errorf("count tasks per handler: %w", err)
 	}
 	return f, nil
 }
@@ -162,6 +177,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	}
 	w := f.newWriter()
 	w.index = l.Index
+	w.frees = EntryFreesSpace(cmds)
 	results := make([]Result, len(cmds))
 	var events []Event
 	for i := range cmds {
@@ -178,6 +194,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		panic(fmt.Sprintf("raftfsm: entry %d: commit: %v", l.Index, err))
 	}
 	f.addCounts(&w.deltas)
+	f.addHandlerCounts(w.hdeltas)
 	f.setApplied(l.Index)
 	if b := f.observer.Load(); b != nil && len(events) > 0 {
 		b.o.Applied(l.Index, events)
@@ -196,6 +213,7 @@ func (f *FSM) StoreConfiguration(index uint64, _ raft.Configuration) {
 	}
 	w := f.newWriter()
 	w.index = index
+	w.frees = true // only the applied index: see SetSpaceGate
 	if err := w.finish(index); err != nil {
 		panic(fmt.Sprintf("raftfsm: configuration entry %d: %v", index, err))
 	}
@@ -226,9 +244,12 @@ type writer struct {
 	db     *badger.DB
 	txn    *badger.Txn      // nil after a failed commit, until rebuilt
 	index  uint64           // the entry being applied, for StorageError
+	frees  bool             // every command of the entry frees space (the gate's argument)
 	ops    []writeOp        // the current part's writes, to rebuild txn
 	base   [numStates]int64 // counts before this entry
 	deltas [numStates]int64
+	// hdeltas are deltas per handler (FSM.HandlerCounts).
+	hdeltas map[string]*[numStates]int64
 }
 
 // writeOp is one set (del false) or delete of a writer's current part.
@@ -245,7 +266,20 @@ func (f *FSM) newWriter() *writer {
 	return w
 }
 
-func (w *writer) count(s State, d int64) { w.deltas[s] += d }
+// count records that the number of tasks of handler in state s changes
+// by d. Every write that adds, removes or moves a task calls it.
+func (w *writer) count(handler string, s State, d int64) {
+	w.deltas[s] += d
+	if w.hdeltas == nil {
+		w.hdeltas = map[string]*[numStates]int64{}
+	}
+	hd := w.hdeltas[handler]
+	if hd == nil {
+		hd = new([numStates]int64)
+		w.hdeltas[handler] = hd
+	}
+	hd[s] += d
+}
 
 // split commits the full transaction and starts the next part.
 func (w *writer) split() error {
@@ -262,7 +296,7 @@ func (w *writer) commit() {
 			w.rebuild()
 		}
 		if g := w.f.gate.Load(); g != nil {
-			if err := (*g)(); err != nil {
+			if err := (*g)(w.frees); err != nil {
 				return err
 			}
 		}
@@ -419,6 +453,12 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.broken.Store(false)
 	if err := f.loadCounts(); err != nil {
 		return fmt.Errorf("restore snapshot: read task counts: %w", err)
+	}
+	if _, err := backfillFinished(f.db, f.terminalCount()); err != nil {
+		return fmt.Errorf("restore snapshot: index finished tasks: %w", err)
+	}
+	if err := f.loadHandlerCounts(); err != nil {
+		return fmt.Errorf("restore snapshot: count tasks per handler: %w", err)
 	}
 	f.setApplied(idx)
 	if b := f.observer.Load(); b != nil {

@@ -10,6 +10,13 @@ import "encoding/binary"
 //	r/<id>                    RUNNING tasks (value empty)
 //	n/<node id>               node record
 //	m/count/<state byte>      number of tasks in that state, uint64 big-endian
+//	f/s/<finished ms BE 8><id>  SUCCESS, CANCELLED tasks without own retention
+//	f/d/<finished ms BE 8><id>  DEAD, FAILED tasks without own retention
+//	f/x/<expiry ms BE 8><id>    finished tasks with own retention, by
+//	                            FinishedMs + Spec.RetentionNs
+//	                            (f/ values: epoch BE 8, FinishedMs BE 8,
+//	                            state byte, handler; see purge.go)
+//	hp/<handler>              a paused handler (PausedHandler; pause.go)
 var (
 	keyApplied = []byte("m/applied")
 	prefixTask = []byte("t/")

@@ -7,7 +7,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// State is a task state (DESIGN.md section 2).
+// State is a task state (docs/DESIGN.md section 2).
 type State uint8
 
 // Task states. The zero value is not a valid state.
@@ -35,32 +35,6 @@ func (s State) Terminal() bool {
 	return s == StateSuccess || s == StateDead || s == StateFailed || s == StateCancelled
 }
 
-// Outcome is how an attempt ended, as reported to the leader.
-type Outcome uint8
-
-// Attempt outcomes.
-const (
-	OutcomeSuccess   Outcome = iota + 1 // 2xx: the run is done
-	OutcomeRetryable                    // 5xx, connection error: retry with backoff or DEAD
-	OutcomePermanent                    // other 4xx: FAILED, no retry
-	OutcomeTimeout                      // the attempt ran past its deadline or its lease expired
-	OutcomeBusy                         // 429/503: snoozed, not counted as a failed attempt
-	// OutcomeLost: the attempt's node died or restarted (its lease
-	// expired, or it reported the attempt lost): a failed attempt, retried,
-	// but not the handler's fault (the circuit breaker ignores it).
-	OutcomeLost
-)
-
-var outcomeNames = [...]string{"", "success", "retryable", "permanent", "timeout", "busy", "lost"}
-
-// String returns the lower-case outcome name.
-func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) && o != 0 {
-		return outcomeNames[o]
-	}
-	return fmt.Sprintf("Outcome(%d)", uint8(o))
-}
-
 // Spec is what the client asked for: the fields that decide whether a second
 // submit with the same id is "the same task". Durations are nanoseconds and
 // times Unix milliseconds (UTC) so the encoding is stable.
@@ -85,6 +59,10 @@ type Spec struct {
 	Backoff  *Backoff          `msgpack:"bo,omitempty"`
 	RouteKey string            `msgpack:"rk,omitempty"`
 	Labels   map[string]string `msgpack:"lb,omitempty"`
+	// RetentionNs, when positive, is how long the task is kept once it
+	// is finished (SUCCESS, CANCELLED, DEAD, FAILED), overriding the
+	// node's retention flags; 0 means the flags decide.
+	RetentionNs int64 `msgpack:"rt,omitempty"`
 }
 
 // Backoff is a task's retry backoff (engine.Backoff in nanoseconds).
@@ -104,7 +82,8 @@ func (a Spec) Equal(b Spec) bool {
 		a.PayloadBase64 == b.PayloadBase64 && a.DelayNs == b.DelayNs && a.RunAtMs == b.RunAtMs &&
 		a.Priority == b.Priority && a.TimeoutNs == b.TimeoutNs && a.MaxAttempts == b.MaxAttempts &&
 		a.Cron == b.Cron && a.Timezone == b.Timezone && a.EveryNs == b.EveryNs && a.Repeats == b.Repeats &&
-		a.UntilMs == b.UntilMs && equalBackoff(a.Backoff, b.Backoff) && a.RouteKey == b.RouteKey && equalLabels(a.Labels, b.Labels)
+		a.UntilMs == b.UntilMs && equalBackoff(a.Backoff, b.Backoff) && a.RouteKey == b.RouteKey && equalLabels(a.Labels, b.Labels) &&
+		a.RetentionNs == b.RetentionNs
 }
 
 func equalBackoff(a, b *Backoff) bool {
@@ -163,6 +142,16 @@ type Task struct {
 	CreatedMs  int64  `msgpack:"c"`
 	UpdatedMs  int64  `msgpack:"u"`
 	FinishedMs int64  `msgpack:"f,omitempty"`
+	// Paused is set by a Pause of the task: its due runs wait (with
+	// reason paused) until a Pause with Paused false resumes it. A
+	// RUNNING attempt is not interrupted. It survives an overwrite and a
+	// Retry.
+	Paused bool `msgpack:"pz,omitempty"`
+	// HeldBy is the outcome that handed the current attempt back without
+	// counting it (OutcomeBusy: a 429/503 answer; OutcomeUnavailable: the
+	// executor could not be given the request), 0 otherwise: the task
+	// waits until DueMs for that reason. A Fire clears it.
+	HeldBy Outcome `msgpack:"hb,omitempty"`
 }
 
 // RunNumber is the number of the current (or last) run as executors and
@@ -177,6 +166,10 @@ type Node struct {
 	PeerAddr  string     `msgpack:"pa"`
 	Executors []Executor `msgpack:"x,omitempty"`
 	UpdateMs  int64      `msgpack:"u"`
+	// Incarnation is a random id of the node's data dir, made when the
+	// dir was first used: a node that comes back under this id with
+	// another one lost its data. "" from nodes of older versions.
+	Incarnation string `msgpack:"inc,omitempty"`
 }
 
 // Executor is an app endpoint registered on a node, by flag (FromFlag) or
@@ -286,6 +279,11 @@ func encodeRecord(v any) ([]byte, error) {
 func decodeRecord(b []byte, v any) error {
 	if len(b) == 0 || b[0] != recordVersion {
 		return fmt.Errorf("record version %v: %w", first(b), ErrBadEntry)
+	}
+	// A record comes from badger, written by this package, or from a
+	// snapshot a leader sent: its lengths are checked as an entry's.
+	if err := checkLengths(b[1:]); err != nil {
+		return fmt.Errorf("record: %v: %w", err, ErrBadEntry)
 	}
 	return msgpack.Unmarshal(b[1:], v)
 }

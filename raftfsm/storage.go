@@ -42,7 +42,7 @@ func (e *StorageError) Unwrap() error { return e.Err }
 type storageState struct {
 	storageErr atomic.Pointer[StorageError] // nil while healthy
 	retries    atomic.Uint64                // failed attempts, ever
-	gate       atomic.Pointer[func() error]
+	gate       atomic.Pointer[func(freesSpace bool) error]
 	hook       atomic.Pointer[func(error)]
 
 	abortCh   chan struct{}
@@ -74,7 +74,7 @@ func (f *FSM) SetWriteGate(g func() error) {
 		f.gate.Store(nil)
 		return
 	}
-	f.gate.Store(&g)
+	f.SetSpaceGate(func(bool) error { return g() })
 }
 
 // SetStorageHook installs h, called from the apply goroutine when the FSM

@@ -1,38 +1,47 @@
-// Package sidecar assembles one ax node: configuration, Raft (raft-boltdb for
-// the log and stable store, file snapshots, TCP transport), membership
-// (bootstrap-expect, join), the leader's timers, delivery of this node's
-// attempts to its executors, and the peer API that followers use to forward
-// writes to the leader.
+// Package sidecar assembles one ax node from its parts and serves the
+// application API (ipc.Backend, package api) over them. It owns only the
+// wiring (node.go, wire_*.go; wire_config.go aliases config.Config), the
+// graceful stop (drain.go) and the dispatch of the FSM's events to the
+// parts (events.go).
 //
-// # Flow
+// The parts, each a sub-package that owns one step of a task's life (see
+// docs/DESIGN.md section 3 and the walk in section 18):
 //
-// A write (submit, cancel, an attempt's outcome) goes through Node.propose
-// (forward.go): on the leader, the proposer group-commits it with whatever
-// else is pending into one Raft entry; on a follower, it is sent to the
-// leader's peer API. The FSM (package raftfsm) applies committed entries on
-// every node and tells the node what changed (events.go). On the leader those
-// changes keep the engine's timers in step (leader.go): a WAITING task has a
-// timer at its due time, a RUNNING attempt one at its lease deadline. A fired
-// due timer becomes a Fire command naming the node that will deliver (round
-// robin among live nodes with an executor for the handler); a fired lease
-// timer becomes a TIMEOUT outcome. When a Fire commits, the node it names
-// calls its executor (delivery.go) and reports the outcome through propose.
+//	api         the application API's backend (ipc.Backend): requests to commands and reads, results to views
+//	raftstore   badger, raft-boltdb, snapshots, Raft, the storage guard, group commit
+//	forward     try locally, else send to the leader
+//	peerapi     the node-to-node API (wire, typed errors, client, server)
+//	cluster     join, bootstrap, registration, load reports, autopilot, removal
+//	scheduler   the leader's decisions: prepare, arm, fire, park, route, pause, purge
+//	delivery    this node's attempts: slots, executors, leases, the callback client
+//	load        the shape of a node's load report (data only)
+//	config      the node's Config, its defaults and Validate
+//	nodemetrics the node's Prometheus registry and collectors
 //
-// Only a committed Fire is ever delivered, so a deposed leader cannot cause
-// a delivery; the FSM rejects a Fire or an outcome that names an attempt
-// that is no longer current.
+// The parts import engine, raftfsm, ipc's types, raft and badger, never
+// sidecar and never each other (load excepted, being data only). What a
+// part needs of another it declares as a small interface in its own
+// package; the adapters that satisfy those interfaces with the other parts
+// are here, one file per part (wire_api.go, wire_cluster.go,
+// wire_delivery.go, wire_forward.go, wire_nodemetrics.go,
+// wire_raftstore.go, wire_scheduler.go). config imports the parts (for
+// their field types, defaults and checks); no part imports config. The
+// clock (engine.Clock) is injected into every part.
 //
 // # Failover
 //
-// A new leader calls Barrier, then arms a timer for every WAITING task and
-// every RUNNING attempt's lease from badger. Tasks that came due while no
-// node led fire at once (late, never lost); attempts that were running on a
-// dead node are retried when their lease (timeout + LeaseGrace) expires.
+// Only a committed Fire is ever delivered, so a deposed leader cannot cause
+// a delivery; the FSM rejects a Fire or an outcome that names an attempt
+// that is no longer current. A new leader calls Barrier, then arms a timer
+// for every WAITING task and every RUNNING attempt's lease from badger
+// (scheduler.Scheduler.Start). Tasks that came due while no node led fire at
+// once (late, never lost); attempts that were running on a dead node are
+// retried when their lease (timeout + LeaseGrace) expires and the leader
+// completes them LOST.
 //
 // # Lock order
 //
-// leaderState.mu and delivery.mu are leaves: no other lock is taken while
-// holding them, and neither is held while proposing or calling out
-// (delivery.mu covers one badger read, of this node's record, when its
-// cache was dropped).
+// scheduler.Scheduler's and delivery.Delivery's mutexes are leaves: no
+// other lock is taken while holding them, and neither is held while
+// proposing or calling out (see sidecar/delivery/doc.go).
 package sidecar

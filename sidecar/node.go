@@ -6,20 +6,24 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/ipc"
 	"github.com/axsched/ax/raftfsm"
+	"github.com/axsched/ax/sidecar/api"
+	"github.com/axsched/ax/sidecar/cluster"
+	"github.com/axsched/ax/sidecar/forward"
+	"github.com/axsched/ax/sidecar/nodemetrics"
+	"github.com/axsched/ax/sidecar/peertls"
+	"github.com/axsched/ax/sidecar/raftstore"
+	"github.com/axsched/ax/sidecar/scheduler"
 )
 
 // Node is one ax sidecar: a Raft member with its badger state, the
@@ -29,29 +33,47 @@ type Node struct {
 	cfg   Config
 	log   zerolog.Logger
 	clock engine.Clock
+	// retryClock times the waits on Raft and the network (Config.RetryClock).
+	retryClock engine.Clock
 
-	db        *badger.DB
-	fsm       *raftfsm.FSM
-	raft      *raft.Raft
-	logStore  *raftboltdb.BoltStore
-	transport *raft.NetworkTransport
+	// store holds badger, raft.db, the snapshots and Raft (raftstore).
+	store *raftstore.Store
+	db    *badger.DB
+	fsm   *raftfsm.FSM
+	raft  *raft.Raft
 
-	api      *ipc.Server
-	peer     *peerServer
-	peers    *peerClient
-	proposer *proposer
-	events   *eventQueue
-	leader   *leaderState
-	// logStats counts the Raft log's writes (group commit figures).
-	logStats logWriteStats
+	api *ipc.Server
+	// backend answers the application API (sidecar/api, wire_api.go).
+	backend *api.Backend
+	peer    *peerServer
+	peers   *peerClient
+	// sec authenticates peer traffic: TLS or the token (peertls.Security).
+	sec *peertls.Security
+	// proposer group-commits this node's proposals while it leads; prep
+	// fills in the leader's decisions on each command (scheduler/prepare.go).
+	proposer *raftstore.Proposer
+	prep     *scheduler.Preparer
+	// forward proposes locally or sends to the leader (sidecar/forward).
+	forward *forward.Forwarder
+	events  *eventQueue
+	leader  *scheduler.Scheduler
 	// leaders signals leader changes (forwarded requests follow them).
-	leaders  *leaderWatch
-	delivery *delivery
-	metrics  *metrics
-	// storage says whether this node's disk takes writes (storage.go).
-	storage *storageGuard
-	// autopilot keeps the voters at Config.Voters (it acts on the leader).
-	autopilot *autopilot
+	leaders  *raftstore.LeaderWatch
+	delivery *nodeDelivery
+	metrics  *nodemetrics.Metrics
+	// storage says whether this node's disk takes writes (raftstore.Guard).
+	storage *raftstore.Guard
+	// cluster keeps this node in the cluster: join, registration, load
+	// reports, autopilot (on the leader), removal (wire_cluster.go).
+	cluster *cluster.Membership
+	// retention purges finished tasks (leader) and reclaims disk space.
+	retention *scheduler.Retention
+	// pauses holds the paused handlers (scheduler/pause.go).
+	pauses scheduler.Pauses
+	// healthAddr is the health port's address, "" without one (cluster/health.go).
+	healthAddr string
+	// drain says whether this node and others are stopping (drain.go).
+	drain drainState
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -59,7 +81,7 @@ type Node struct {
 
 	shutdownOnce sync.Once
 	registered   atomic.Bool   // this node's record is committed
-	removed      atomic.Bool   // the leader does not list this node (removal.go)
+	removed      atomic.Bool   // the leader does not list this node (cluster/remove.go)
 	leaderCommit atomic.Uint64 // the leader's commit index at the last load report
 	orphans      []raftfsm.Complete
 }
@@ -78,6 +100,13 @@ func Start(cfg Config, log zerolog.Logger) (*Node, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{cfg: cfg, log: log.With().Str("node", cfg.NodeID).Logger(), clock: engine.RealClock(), ctx: ctx, cancel: cancel}
+	if cfg.Clock != nil {
+		n.clock = cfg.Clock // for tests (Config.Clock)
+	}
+	n.retryClock = n.clock
+	if cfg.RetryClock != nil {
+		n.retryClock = cfg.RetryClock // for tests (Config.RetryClock)
+	}
 	if err := n.open(); err != nil {
 		cancel()
 		n.closeStores()
@@ -87,108 +116,87 @@ func Start(cfg Config, log zerolog.Logger) (*Node, error) {
 }
 
 func (n *Node) open() error {
-	var err error
-	n.db, err = raftfsm.OpenDB(filepath.Join(n.cfg.DataDir, "state"), badgerLogger{n.log})
-	if err != nil {
-		return fmt.Errorf("open badger: %w", err)
-	}
-	n.fsm, err = raftfsm.Open(n.db)
+	sec, err := peertls.NewSecurity(peertls.SecurityConfig{Files: n.cfg.TLSFiles(), Token: n.cfg.ClusterToken, ReloadInterval: n.cfg.TLSReloadInterval, Log: n.log})
 	if err != nil {
 		return err
 	}
+	if msg := n.cfg.UnauthenticatedWarning(); msg != "" {
+		n.log.Warn().Msg(msg)
+	}
+	n.sec = sec
+	st, err := raftstore.OpenState(n.storeConfig())
+	n.store = st
+	if err != nil {
+		return err
+	}
+	n.db, n.fsm, n.storage = st.DB, st.FSM, st.Guard
 	n.events = newEventQueue()
 	n.fsm.SetObserver(n.events)
-	n.storage = newStorageGuard(n.cfg.DataDir, n.cfg.StorageReserve, n.cfg.StorageProbeInterval, n.fsm, n.log)
-	n.storage.attach()
-	n.storage.probe()
-	n.findOrphans()
-
-	n.logStore, err = raftboltdb.NewBoltStore(filepath.Join(n.cfg.DataDir, "raft.db"))
-	if err != nil {
-		return fmt.Errorf("open raft log: %w", err)
+	if err := n.pauses.Load(n.fsm); err != nil {
+		return fmt.Errorf("read paused handlers: %w", err)
 	}
-	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: raftLogLevel(n.log.GetLevel()), Output: os.Stderr, JSONFormat: true})
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, 2, hlog)
-	if err != nil {
-		return fmt.Errorf("open snapshots: %w", err)
-	}
-	adv, err := net.ResolveTCPAddr("tcp", n.cfg.RaftAddr)
-	if err != nil {
-		return fmt.Errorf("raft-addr: %w", err)
-	}
-	n.transport, err = n.newRaftTransport(adv, 3, 10*time.Second, hlog)
-	if err != nil {
-		return fmt.Errorf("raft transport on %s: %w", n.cfg.RaftAddr, err)
-	}
-
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(n.cfg.NodeID)
-	rc.HeartbeatTimeout = n.cfg.HeartbeatTimeout
-	rc.ElectionTimeout = n.cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
-	rc.CommitTimeout = 5 * time.Millisecond
-	rc.SnapshotThreshold = n.cfg.SnapshotThreshold
-	rc.TrailingLogs = n.cfg.TrailingLogs
-	rc.SnapshotInterval = n.cfg.SnapshotInterval
-	rc.BatchApplyCh = true
-	rc.Logger = hlog
-	leaderCh := make(chan bool, 16)
-	rc.NotifyCh = leaderCh
-
-	hasState, err := raft.HasExistingState(n.logStore, n.logStore, snaps)
-	if err != nil {
+	n.orphans = cluster.FindOrphans(n.fsm, n.cfg.NodeID) // attempts the store says run here
+	if err := st.StartRaft(func() (net.Addr, error) { return n.resolveAdvertise(cluster.AdvertiseResolveWait) }); err != nil {
 		return err
 	}
-	// The applied-index rule at boot: raft would restore its newest
-	// snapshot into the FSM (wipe badger, load the stream) and replay the
-	// log after it. When badger already holds that snapshot's index or
-	// more, the restore is pure waste: skip it, and let the FSM skip the
-	// replayed entries it holds. When badger is behind the snapshot (or the
-	// snapshot cannot be read), restore as usual — never adopt a snapshot
-	// index the store does not hold.
-	if metas, lerr := snaps.List(); lerr == nil && len(metas) > 0 {
-		if applied := n.fsm.AppliedIndex(); applied >= metas[0].Index {
-			rc.NoSnapshotRestoreOnStart = true
-			n.log.Info().Uint64("applied", applied).Uint64("snapshot", metas[0].Index).Msg("badger is at or past the newest snapshot: no restore at start")
-		} else {
-			n.log.Info().Uint64("applied", applied).Uint64("snapshot", metas[0].Index).Msg("badger is behind the newest snapshot: restoring it")
-		}
-	}
-	n.raft, err = raft.NewRaft(rc, n.fsm, guardedLogStore{n.logStore, n.storage, &n.logStats}, guardedStableStore{n.logStore, n.storage}, snaps, n.transport)
-	if err != nil {
-		return fmt.Errorf("start raft: %w", err)
-	}
+	n.raft = st.Raft
+	hasState := st.HasState
 
-	n.storage.setOnDown(n.storageDown)
-	n.peers = newPeerClient(n.cfg.ClusterToken)
-	n.leaders = newLeaderWatch()
-	n.proposer = newProposer(n)
-	n.leader = newLeaderState(n)
-	n.delivery = newDelivery(n)
-	n.autopilot = newAutopilot(n)
+	n.storage.SetOnDown(n.storageDown)
+	n.peers = newPeerClient(n.cfg.ClusterToken, n.clock)
+	if n.cfg.PeerDial != nil {
+		n.peers.SetDial(n.cfg.PeerDial) // for tests (Config.PeerDial)
+	}
+	n.sec.SetClient(n.peers)
+	n.leaders = raftstore.NewLeaderWatch()
+	n.metrics = nodemetrics.New()
+	n.prep = newPreparer(n) // wire_scheduler.go
+	n.proposer = newGroupCommit(n)
+	n.forward = newForwarder(n)
+	n.delivery = newDelivery(n) // after n.metrics: it writes them
+	n.leader = newScheduler(n)  // wire_scheduler.go
+	n.cluster = newMembership(n)
+	// Badger's compaction after purges waits for room for a snapshot
+	// (raftstore/snapgate.go).
+	compactor := st.GateCompaction(func() error { return n.db.Flatten(1) })
+	n.retention = newRetention(n, compactor) // wire_scheduler.go
 
-	n.metrics = newMetrics(n)
-	n.metrics.reg.MustRegister(n.storage.collectors()...)
+	n.metrics.Watch(metricsSources(n)) // wire_nodemetrics.go
+	n.metrics.Register(st.Collectors()...)
+	n.metrics.Register(n.retention.Collectors()...)
+	n.backend = newBackend(n) // wire_api.go
 	n.peer = newPeerServer(n)
 	if err := n.peer.listen(n.cfg.PeerAddr); err != nil {
 		return err
 	}
-	n.api = ipc.NewServer(n, n.log, ipc.ServerOptions{Metrics: n.metrics.handler()})
-	ln, err := listenUnix(n.cfg.Socket)
+	n.api = ipc.NewServer(n.backend, n.log, ipc.ServerOptions{Metrics: n.metrics.Handler()})
+	ln, err := cluster.ListenUnix(n.cfg.Socket)
 	if err != nil {
 		return err
 	}
+	if err := cluster.SetSocketAccess(n.cfg.Socket, n.cfg.SocketMode, n.cfg.SocketGroup); err != nil {
+		ln.Close()
+		return err
+	}
+	if err := n.serveHealth(n.ctx); err != nil {
+		ln.Close()
+		return err
+	}
 
-	n.goRun(func() { n.proposer.run(n.ctx) })
+	n.goRun(func() { n.proposer.Run(n.ctx) })
+	n.goRun(func() { n.sec.Run(n.ctx) })
 	n.goRun(func() { n.dispatchEvents(n.ctx) })
-	n.goRun(func() { n.watchLeadership(n.ctx, leaderCh) })
-	n.goRun(func() { n.reportLoop(n.ctx) })
-	n.goRun(func() { n.leaders.run(n.ctx, n.raft) })
-	n.goRun(func() { n.watchRemoval(n.ctx) })
-	n.goRun(func() { n.storage.run(n.ctx) })
-	n.goRun(func() { n.autopilot.run(n.ctx) })
-	n.goRun(func() { n.delivery.renewLeases(n.ctx) })
-	n.goRun(func() { n.register(n.ctx) })
+	n.goRun(func() { n.watchLeadership(n.ctx, st.LeaderCh) })
+	n.goRun(func() { n.cluster.ReportLoop(n.ctx) })
+	n.goRun(func() { n.leaders.Run(n.ctx, n.raft) })
+	n.goRun(func() { n.cluster.WatchRemoval(n.ctx) })
+	n.goRun(func() { n.storage.Run(n.ctx) })
+	n.goRun(func() { st.SnapshotByBytes(n.ctx) })
+	n.goRun(func() { compactor.Run(n.ctx) })
+	n.goRun(func() { n.cluster.RunAutopilot(n.ctx) })
+	n.goRun(func() { n.retention.Run(n.ctx) })
+	n.goRun(func() { n.delivery.RenewLeases(n.ctx) })
+	n.goRun(func() { n.cluster.Register(n.ctx) })
 	n.goRun(func() {
 		if err := n.api.Serve(ln); err != nil && n.ctx.Err() == nil {
 			n.log.Error().Err(err).Msg("application API stopped")
@@ -198,20 +206,20 @@ func (n *Node) open() error {
 	switch {
 	case hasState:
 		n.log.Info().Msg("existing raft state found: rejoining the cluster")
-		if !n.inConfiguration() {
+		if !cluster.InConfiguration(n.raft, n.cfg.NodeID) {
 			n.log.Error().Msg("this node is not in the cluster's configuration (it was removed with 'ax cluster remove', or left): it serves reads of its old state but no writes, and never fires. To rejoin, stop it, delete its data dir and start it with --join")
 		}
 	case n.cfg.BootstrapExpect == 1 && len(n.cfg.Join) == 0:
 		f := n.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{
-			ID: raft.ServerID(n.cfg.NodeID), Address: raft.ServerAddress(n.cfg.RaftAddr), Suffrage: raft.Voter,
+			ID: raft.ServerID(n.cfg.NodeID), Address: raft.ServerAddress(n.cfg.RaftAdvertise), Suffrage: raft.Voter,
 		}}})
 		if err := f.Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
 	default:
-		n.goRun(func() { n.joinOrBootstrap(n.ctx) })
+		n.goRun(func() { n.cluster.JoinOrBootstrap(n.ctx) })
 	}
-	n.log.Info().Str("socket", n.cfg.Socket).Str("raft_addr", n.cfg.RaftAddr).Str("peer_addr", n.cfg.PeerAddr).Msg("ax node started")
+	n.log.Info().Str("socket", n.cfg.Socket).Str("raft_addr", n.cfg.RaftAddr).Str("peer_addr", n.cfg.PeerAddr).Str("raft_advertise", n.cfg.RaftAdvertise).Str("peer_advertise", n.cfg.PeerAdvertise).Str("health_addr", n.healthAddr).Msg("ax node started")
 	return nil
 }
 
@@ -223,36 +231,15 @@ func (n *Node) goRun(fn func()) {
 	}()
 }
 
-// listenUnix removes a stale socket file and listens on path with mode 0660.
-func listenUnix(path string) (net.Listener, error) {
-	if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("socket %s is in use by another process", path)
-		}
-		os.Remove(path)
-	}
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, err
-		}
-	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("listen on socket %s: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o660); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	return ln, nil
-}
-
 // caughtUp reports whether this node has applied everything the leader
-// had committed at the last load report (every reportInterval).
+// had committed at the last load report (every cluster.ReportInterval).
 func (n *Node) caughtUp() bool {
 	return n.leaderCommit.Load() != 0 && n.fsm.AppliedIndex() >= n.leaderCommit.Load()
 }
+
+// Backend returns the node's application API: what its Unix socket
+// serves (for tests that call it in-process, sidecar/sidecartest).
+func (n *Node) Backend() ipc.Backend { return n.backend }
 
 // ID returns the node id.
 func (n *Node) ID() string { return n.cfg.NodeID }
@@ -263,43 +250,44 @@ func (n *Node) Config() Config { return n.cfg }
 // IsLeader reports whether this node is the Raft leader.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
-// Shutdown stops the node: it stops serving, hands leadership to another
-// voter if it leads, stops Raft and closes its stores.
+// Shutdown stops the node gracefully, in this order (drain.go): it stops
+// serving the application API; stops taking attempts (the leader routes
+// new ones elsewhere) and hands those assigned here but not started back
+// to the leader; waits, at most Config.DrainTimeout, for the callbacks in
+// flight to finish and their outcomes to be reported (to whichever node
+// leads by then); hands leadership to a voter that is not stopping if it
+// leads; leaves the configuration with Config.LeaveOnShutdown (retried
+// while the leader is busy, at most cluster.LeaveTimeout); then stops Raft and
+// closes its stores. ctx bounds the whole; past it the remaining steps
+// are cut short. It returns Raft's shutdown error.
 func (n *Node) Shutdown(ctx context.Context) error {
 	var err error
 	n.shutdownOnce.Do(func() {
 		if n.api != nil {
 			n.api.Shutdown(ctx)
 		}
-		if n.raft != nil && n.raft.State() == raft.Leader && n.numServers() > 1 {
-			if terr := n.raft.LeadershipTransfer().Error(); terr != nil {
-				n.log.Warn().Err(terr).Msg("leadership transfer failed")
-			}
+		if n.raft != nil && n.delivery != nil {
+			n.drainDelivery(ctx)
 		}
-		if n.raft != nil && n.cfg.LeaveOnShutdown && n.numServers() > 1 {
-			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			if lerr := n.removeMember(lctx, n.cfg.NodeID); lerr != nil {
-				n.log.Warn().Err(lerr).Msg("leaving the cluster failed")
-			} else {
-				n.log.Info().Msg("left the cluster")
-			}
-			cancel()
+		if n.raft != nil && n.cluster != nil {
+			n.cluster.HandOver(drainVoters{n}) // cluster/leave.go
+		}
+		if n.raft != nil && n.cluster != nil && n.cfg.LeaveOnShutdown && n.numServers() > 1 {
+			n.cluster.Leave(ctx, drainVoters{n})
 		}
 		n.cancel()
 		if n.peer != nil {
 			n.peer.close()
 		}
-		n.delivery.stop()
+		n.delivery.Stop()
 		if n.fsm != nil {
 			n.fsm.Abort() // a write being retried must not hold raft.Shutdown
 		}
 		if n.storage != nil {
-			n.storage.stop()
+			n.storage.Stop()
 		}
-		if n.raft != nil {
-			if serr := n.raft.Shutdown().Error(); serr != nil {
-				err = serr
-			}
+		if n.raft != nil && n.store != nil {
+			err = n.store.ShutdownRaft(ctx) // bounded by ctx (raftstore/store.go)
 		}
 		n.wg.Wait()
 		n.closeStores()
@@ -309,14 +297,8 @@ func (n *Node) Shutdown(ctx context.Context) error {
 }
 
 func (n *Node) closeStores() {
-	if n.transport != nil {
-		n.transport.Close()
-	}
-	if n.logStore != nil {
-		n.logStore.Close()
-	}
-	if n.db != nil {
-		n.db.Close()
+	if n.store != nil {
+		n.store.Close()
 	}
 }
 
@@ -334,16 +316,16 @@ func (n *Node) watchLeadership(ctx context.Context, ch <-chan bool) {
 	for {
 		select {
 		case <-ctx.Done():
-			n.leader.stop()
+			n.leader.Stop()
 			return
 		case isLeader := <-ch:
-			n.metrics.leaderChanges.Inc()
+			n.metrics.LeaderChanges.Inc()
 			if isLeader {
 				n.log.Info().Uint64("term", n.term()).Msg("won leadership")
-				n.leader.start(ctx)
+				n.leader.Start(ctx)
 			} else {
 				n.log.Info().Msg("lost leadership")
-				n.leader.stop()
+				n.leader.Stop()
 			}
 		}
 	}
@@ -366,28 +348,19 @@ func (n *Node) dispatchEvents(ctx context.Context) {
 			if debug {
 				n.logEvent(&evs[i])
 			}
-			n.leader.onEvent(&evs[i])
-			n.delivery.onEvent(&evs[i])
+			n.leader.OnPauseEvent(&evs[i])
+			n.leader.OnEvent(&evs[i])
+			n.delivery.OnEvent(&evs[i])
+			n.retention.OnEvent(&evs[i])
 		}
-	}
-}
-
-// raftLogLevel maps the node's log level to raft's: raft's info lines are
-// debug for ax, and its warnings (elections, unreachable peers) show at info.
-func raftLogLevel(l zerolog.Level) hclog.Level {
-	switch {
-	case l <= zerolog.DebugLevel:
-		return hclog.Info
-	case l <= zerolog.InfoLevel:
-		return hclog.Warn
-	default:
-		return hclog.Error
 	}
 }
 
 var commandNames = map[raftfsm.CommandType]string{
 	raftfsm.CmdSubmit: "submit", raftfsm.CmdCancel: "cancel", raftfsm.CmdFire: "fire", raftfsm.CmdComplete: "complete",
 	raftfsm.CmdNode: "node", raftfsm.CmdExecutor: "executor", raftfsm.CmdRetry: "retry", raftfsm.CmdLease: "heartbeat",
+	raftfsm.CmdPurge: "purge",
+	raftfsm.CmdPause: "pause",
 }
 
 // logEvent writes one debug line per applied change: every line about a
@@ -422,12 +395,3 @@ func (n *Node) logEvent(ev *raftfsm.Event) {
 	}
 	e.Msg("state change")
 }
-
-// badgerLogger routes badger's logs into zerolog, keeping only warnings and
-// errors.
-type badgerLogger struct{ l zerolog.Logger }
-
-func (b badgerLogger) Errorf(f string, a ...interface{})   { b.l.Error().Msgf("badger: "+f, a...) }
-func (b badgerLogger) Warningf(f string, a ...interface{}) { b.l.Warn().Msgf("badger: "+f, a...) }
-func (b badgerLogger) Infof(string, ...interface{})        {}
-func (b badgerLogger) Debugf(string, ...interface{})       {}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // ResultStatus is the outcome of an attempt reported with
@@ -17,18 +19,18 @@ type ResultStatus string
 const (
 	// ResultSuccess: the attempt succeeded; the run is done (SUCCESS, or the
 	// next slot of a recurring task).
-	ResultSuccess ResultStatus = "success"
+	ResultSuccess ResultStatus = axapi.ResultSuccess
 	// ResultFailed: a failed attempt, retried with backoff until the
 	// attempts are exhausted (then DEAD).
-	ResultFailed ResultStatus = "failed"
+	ResultFailed ResultStatus = axapi.ResultFailed
 	// ResultPermanent: a permanent failure; the task becomes FAILED without
 	// further attempts.
-	ResultPermanent ResultStatus = "permanent"
+	ResultPermanent ResultStatus = axapi.ResultPermanent
 )
 
 // ResultErrorMaxBytes bounds the error text of ReportResult; a longer text
 // is cut.
-const ResultErrorMaxBytes = 4 << 10
+const ResultErrorMaxBytes = axapi.ResultErrorMaxBytes
 
 // Heartbeat extends the lease of a running attempt: the sidecar keeps
 // waiting for its result until now plus the task's timeout (and a grace),
@@ -48,14 +50,12 @@ func (c *Client) Heartbeat(ctx context.Context, id string, attempt int) (*Task, 
 	if err := checkAttemptRef(id, attempt); err != nil {
 		return nil, err
 	}
-	body, _ := json.Marshal(struct {
-		Attempt int `json:"attempt"`
-	}{attempt})
-	var w wireTask
+	body, _ := json.Marshal(axapi.Heartbeat{Attempt: attempt})
+	var w axapi.Task
 	if err := c.do(ctx, http.MethodPost, taskPath(id)+"/heartbeat", body, &w); err != nil {
 		return nil, err
 	}
-	return w.task()
+	return taskFromWire(&w)
 }
 
 // ReportResult reports the outcome of an attempt the executor answered with
@@ -81,19 +81,15 @@ func (c *Client) ReportResult(ctx context.Context, id string, attempt int, statu
 	default:
 		return nil, fmt.Errorf("%w: ReportResult: status must be %q, %q or %q, got %q", ErrInvalid, ResultSuccess, ResultFailed, ResultPermanent, status)
 	}
-	body, err := json.Marshal(struct {
-		Attempt int          `json:"attempt"`
-		Status  ResultStatus `json:"status"`
-		Error   string       `json:"error,omitempty"`
-	}{attempt, status, cutUTF8(errText, ResultErrorMaxBytes)})
+	body, err := json.Marshal(axapi.AttemptResult{Attempt: attempt, Status: string(status), Error: cutUTF8(errText, ResultErrorMaxBytes)})
 	if err != nil {
 		return nil, fmt.Errorf("ax: encode result: %w", err)
 	}
-	var w wireTask
+	var w axapi.Task
 	if err := c.do(ctx, http.MethodPost, taskPath(id)+"/result", body, &w); err != nil {
 		return nil, err
 	}
-	return w.task()
+	return taskFromWire(&w)
 }
 
 func checkAttemptRef(id string, attempt int) error {

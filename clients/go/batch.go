@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // BatchMaxTasks is the most tasks one SubmitBatch may carry.
-const BatchMaxTasks = 1000
+const BatchMaxTasks = axapi.BatchMaxTasks
 
 // BatchResult is the outcome of one task of a SubmitBatch, at the same index
 // as its SubmitRequest.
@@ -68,13 +70,7 @@ func (c *Client) SubmitBatch(ctx context.Context, reqs []SubmitRequest) ([]Batch
 	}
 	body.WriteString(`]}`)
 
-	var w struct {
-		Results []struct {
-			Status int              `json:"status"`
-			Task   *wireTask        `json:"task"`
-			Error  *wireErrorDetail `json:"error"`
-		} `json:"results"`
-	}
+	var w axapi.BatchResponse
 	hdr, err := c.doHeader(ctx, http.MethodPost, "/v1/tasks/batch", body.Bytes(), &w)
 	if err != nil {
 		return nil, err
@@ -90,13 +86,13 @@ func (c *Client) SubmitBatch(ctx context.Context, reqs []SubmitRequest) ([]Batch
 		case r.Error != nil || r.Status/100 != 2:
 			e := &APIError{Status: r.Status}
 			if r.Error != nil {
-				r.Error.fill(e)
+				fillAPIError(e, r.Error)
 			}
 			out[i].Err = e
 		case r.Task == nil:
 			return nil, fmt.Errorf("ax: POST /v1/tasks/batch: result %d has status %d and no task", i, r.Status)
 		default:
-			t, err := r.Task.task()
+			t, err := taskFromWire(r.Task)
 			if err != nil {
 				return nil, err
 			}

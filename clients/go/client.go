@@ -9,10 +9,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // Defaults of Config.
@@ -54,15 +55,20 @@ type Config struct {
 	//
 	// Defaults to TimeoutDefault (10s).
 	Timeout time.Duration
+
+	// UserAgent is sent as the User-Agent of every request. Defaults to
+	// "ax-go".
+	UserAgent string
 }
 
 // Client talks to the local ax sidecar over its Unix socket. It is safe for
 // concurrent use; create one per process and reuse it, since it keeps
 // connections open.
 type Client struct {
-	socket  string
-	timeout time.Duration
-	hc      *http.Client
+	socket    string
+	timeout   time.Duration
+	userAgent string
+	hc        *http.Client
 }
 
 // New returns a Client for the sidecar described by cfg. It does not connect;
@@ -92,9 +98,14 @@ func New(cfg Config) *Client {
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
+	userAgent := cfg.UserAgent
+	if userAgent == "" {
+		userAgent = "ax-go"
+	}
 	return &Client{
-		socket:  socket,
-		timeout: timeout,
+		socket:    socket,
+		timeout:   timeout,
+		userAgent: userAgent,
 		hc: &http.Client{
 			Transport: transport,
 			CheckRedirect: func(*http.Request, []*http.Request) error {
@@ -127,12 +138,12 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (*Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	var w wireTask
+	var w axapi.Task
 	hdr, err := c.doHeader(ctx, http.MethodPost, "/v1/tasks", body, &w)
 	if err != nil {
 		return nil, err
 	}
-	t, err := w.task()
+	t, err := taskFromWire(&w)
 	if err != nil {
 		return nil, err
 	}
@@ -146,11 +157,11 @@ func (c *Client) Get(ctx context.Context, id string) (*Task, error) {
 	if id == "" {
 		return nil, fmt.Errorf("%w: empty task id", ErrInvalid)
 	}
-	var w wireTask
+	var w axapi.Task
 	if err := c.do(ctx, http.MethodGet, taskPath(id), nil, &w); err != nil {
 		return nil, err
 	}
-	return w.task()
+	return taskFromWire(&w)
 }
 
 // Cancel cancels the task with the given id and returns it in its new
@@ -162,11 +173,11 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Task, error) {
 	if id == "" {
 		return nil, fmt.Errorf("%w: empty task id", ErrInvalid)
 	}
-	var w wireTask
+	var w axapi.Task
 	if err := c.do(ctx, http.MethodDelete, taskPath(id), nil, &w); err != nil {
 		return nil, err
 	}
-	return w.task()
+	return taskFromWire(&w)
 }
 
 // Retry re-runs a DEAD or FAILED task and returns it: WAITING again, due
@@ -176,11 +187,11 @@ func (c *Client) Retry(ctx context.Context, id string) (*Task, error) {
 	if id == "" {
 		return nil, fmt.Errorf("%w: empty task id", ErrInvalid)
 	}
-	var w wireTask
+	var w axapi.Task
 	if err := c.do(ctx, http.MethodPost, taskPath(id)+"/retry", []byte("{}"), &w); err != nil {
 		return nil, err
 	}
-	return w.task()
+	return taskFromWire(&w)
 }
 
 // Cluster describes the Raft group as the local sidecar sees it: members,
@@ -213,11 +224,11 @@ func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 
 // taskPath returns the escaped path of a task; ids are opaque and may hold
 // "/", "|", "@", spaces or any UTF-8.
-func taskPath(id string) string { return "/v1/tasks/" + url.PathEscape(id) }
+func taskPath(id string) string { return axapi.TaskPath(id) }
 
 // HeaderBacklogWarning is the header of a submit's answer that warns of a
 // backlog at 80 % of its bound or more: "depth/limit" (Task.BacklogWarning).
-const HeaderBacklogWarning = "Ax-Backlog-Warning"
+const HeaderBacklogWarning = axapi.HeaderBacklogWarning
 
 // do runs one API call, retrying "no_leader" answers a few times.
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
@@ -255,6 +266,24 @@ func (c *Client) doHeader(ctx context.Context, method, path string, body []byte,
 // doOnce sends one request. A 2xx answer is decoded into out (when not nil)
 // and its headers returned; any other answer becomes an *APIError.
 func (c *Client) doOnce(ctx context.Context, method, path string, body []byte, out any) (http.Header, error) {
+	resp, err := c.roundTrip(ctx, method, path, body, responseMaxBytes)
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		return resp.Header, nil
+	}
+	if err := json.Unmarshal(resp.Body, out); err != nil {
+		return nil, fmt.Errorf("ax: %s %s: decode answer: %w", method, path, err)
+	}
+	return resp.Header, nil
+}
+
+// roundTrip sends one request and reads at most maxBody bytes of the
+// answer. A non-2xx answer returns the Response and an *APIError; no
+// (complete) answer returns a nil Response and the error of
+// transportError.
+func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte, maxBody int64) (*Response, error) {
 	reqCtx := ctx
 	if c.timeout > 0 {
 		var cancel context.CancelFunc
@@ -271,7 +300,7 @@ func (c *Client) doOnce(ctx context.Context, method, path string, body []byte, o
 		return nil, fmt.Errorf("ax: %s %s: %w", method, path, err)
 	}
 	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "ax-go")
+	req.Header.Set("User-Agent", c.userAgent)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -280,20 +309,15 @@ func (c *Client) doOnce(ctx context.Context, method, path string, body []byte, o
 		return nil, c.transportError(ctx, reqCtx, method, path, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, responseMaxBytes))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
 		return nil, c.transportError(ctx, reqCtx, method, path, err)
 	}
+	r := &Response{Status: resp.StatusCode, Header: resp.Header, Body: data}
 	if resp.StatusCode/100 != 2 {
-		return nil, newAPIError(resp, data)
+		return r, newAPIError(resp, data)
 	}
-	if out == nil {
-		return resp.Header, nil
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return nil, fmt.Errorf("ax: %s %s: decode answer: %w", method, path, err)
-	}
-	return resp.Header, nil
+	return r, nil
 }
 
 // transportError explains a request that got no (complete) answer.
@@ -314,13 +338,13 @@ func (c *Client) transportError(ctx, reqCtx context.Context, method, path string
 func newAPIError(resp *http.Response, body []byte) *APIError {
 	e := &APIError{
 		Status:     resp.StatusCode,
-		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+		RetryAfter: axapi.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 	}
 	var wire struct {
-		Error *wireErrorDetail `json:"error"`
+		Error *axapi.ErrorDetail `json:"error"`
 	}
 	if json.Unmarshal(body, &wire) == nil && wire.Error != nil {
-		wire.Error.fill(e)
+		fillAPIError(e, wire.Error)
 		return e
 	}
 	msg := strings.TrimSpace(string(body))
@@ -331,15 +355,8 @@ func newAPIError(resp *http.Response, body []byte) *APIError {
 	return e
 }
 
-// wireErrorDetail is the "error" object of an error answer, and of a failed
-// batch item.
-type wireErrorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Depth   int    `json:"depth"`
-	Limit   int    `json:"limit"`
-}
-
-func (w *wireErrorDetail) fill(e *APIError) {
+// fillAPIError copies the "error" object of an error answer, or of a
+// failed batch item, into e.
+func fillAPIError(e *APIError, w *axapi.ErrorDetail) {
 	e.Code, e.Message, e.Depth, e.Limit = w.Code, w.Message, w.Depth, w.Limit
 }

@@ -1,80 +1,82 @@
 package ax_test
 
 import (
-	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
-// Test_ErrorCodes_MatchServer fails when the error codes of the sidecar
-// (ipc/errors.go, two directories up in the repository) and those of this
-// client (the Code constants of errors.go) drift apart. This module cannot
-// import the server's, so the test reads both sources. The server declares a
-// code as a Code field in a composite literal (&Error{Code: "not_found"}) or
-// as a string constant named Code…. It skips when the server's file is not
-// there (the module used outside the repository).
+// Test_ErrorCodes_MatchServer fails when the client does not declare a Code
+// constant for every code of the API's error table (axapi.ErrorTable, which
+// the sidecar serves), or declares one the table does not have. The Code
+// constants of errors.go are read from the source, since a test cannot list
+// a package's constants otherwise.
 func Test_ErrorCodes_MatchServer(t *testing.T) {
 	clientCodes := declaredCodes(t, "errors.go")
 	if len(clientCodes) == 0 {
 		t.Fatal("no Code constants found in errors.go")
 	}
-	path := filepath.Join("..", "..", "ipc", "errors.go")
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		t.Skipf("%s not found", path)
-	}
-	serverCodes := declaredCodes(t, path)
-	if len(serverCodes) == 0 {
-		t.Fatalf("found no error codes in %s: update this test to its layout", path)
-	}
 	for _, c := range clientCodes {
-		if !slices.Contains(serverCodes, c) {
-			t.Errorf("client code %q is not declared in %s", c, path)
+		if codeOf(c) == "" {
+			t.Errorf("client constant axapi.%s is not a code of axapi's error table", c)
 		}
 	}
-	for _, c := range serverCodes {
-		if !slices.Contains(clientCodes, c) {
-			t.Errorf("server code %q (%s) is unknown to the client: add a Code constant and, if it needs one, a sentinel", c, path)
+	for _, e := range axapi.ErrorTable() {
+		if !slices.ContainsFunc(clientCodes, func(name string) bool { return codeOf(name) == e.Code }) {
+			t.Errorf("code %q is unknown to the client: add a Code constant and, if it needs one, a sentinel", e.Code)
 		}
 	}
 }
 
-// declaredCodes returns the error codes declared in the Go file at path.
+// codeOf resolves the name of an axapi Code constant.
+func codeOf(name string) string {
+	for _, code := range axapi.Codes() {
+		if constName(code) == name {
+			return code
+		}
+	}
+	return ""
+}
+
+// constName is the axapi constant of a code: "not_found" → "CodeNotFound",
+// "invalid_json" → "CodeInvalidJSON".
+func constName(code string) string {
+	var b strings.Builder
+	b.WriteString("Code")
+	for _, part := range strings.Split(code, "_") {
+		if part == "json" {
+			b.WriteString("JSON")
+			continue
+		}
+		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+	}
+	return b.String()
+}
+
+// declaredCodes returns the axapi constants the Code… constants of the Go
+// file at path are declared as (CodeNotFound = axapi.CodeNotFound).
 func declaredCodes(t *testing.T, path string) []string {
 	t.Helper()
-	src, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file, err := parser.ParseFile(token.NewFileSet(), path, src, 0)
+	file, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var codes []string
-	add := func(e ast.Expr) {
-		if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
-			if s, err := strconv.Unquote(lit.Value); err == nil && !slices.Contains(codes, s) {
-				codes = append(codes, s)
-			}
-		}
-	}
 	ast.Inspect(file, func(n ast.Node) bool {
-		switch n := n.(type) {
-		case *ast.KeyValueExpr: // &Error{Code: "not_found", ...}
-			if key, ok := n.Key.(*ast.Ident); ok && key.Name == "Code" {
-				add(n.Value)
-			}
-		case *ast.ValueSpec: // CodeNotFound = "not_found"
-			for i, name := range n.Names {
-				if strings.HasPrefix(name.Name, "Code") && i < len(n.Values) {
-					add(n.Values[i])
+		if vs, ok := n.(*ast.ValueSpec); ok {
+			for i, name := range vs.Names {
+				if !strings.HasPrefix(name.Name, "Code") || i >= len(vs.Values) {
+					continue
+				}
+				if sel, ok := vs.Values[i].(*ast.SelectorExpr); ok {
+					if x, ok := sel.X.(*ast.Ident); ok && x.Name == "axapi" {
+						codes = append(codes, sel.Sel.Name)
+					}
 				}
 			}
 		}

@@ -208,5 +208,24 @@ Retry-After and the context, because an election normally ends within a
 second or two; it does not retry anything else. A cancelled or expired
 context is returned wrapped, so errors.Is(err, context.DeadlineExceeded)
 works.
+
+# The wire contract and raw calls
+
+The JSON of the socket API is written once, in the sub-package axapi
+(github.com/axsched/ax/clients/go/axapi): the task view, the submit body,
+batches, list pages, executors, handlers, purge, the error body, the
+limits (axapi.PayloadMaxBytes, axapi.BatchMaxTasks, ...) and the error
+table (axapi.ErrorTable). The sidecar's server and the ax command line use
+the same types, so this client cannot drift from them; its own Code
+constants, ClusterInfo, Member, HandlerInfo, PurgeResult and State are
+axapi's. Client.Call sends one request as given and returns the answer as
+received, for code that works with the JSON itself:
+
+	r, err := client.Call(ctx, http.MethodGet, axapi.TaskPath("order|42"), nil)
+	if err != nil {
+		return err // an *APIError (r holds the answer), or no answer
+	}
+	var task axapi.Task
+	err = task.UnmarshalJSON(r.Body)
 */
 package ax

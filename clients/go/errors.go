@@ -3,12 +3,12 @@ package ax
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // Sentinel errors. Errors returned by a Client match them with errors.Is; an
@@ -63,23 +63,29 @@ var (
 	ErrUnavailable = errors.New("ax: sidecar unavailable")
 )
 
-// Error codes of the API, the "code" field of an error body. They mirror the
-// error table of the sidecar's ipc package.
+// Error codes of the API, the "code" field of an error body: the codes of
+// axapi's error table (axapi.ErrorTable), which the sidecar serves.
 const (
-	CodeBadRequest      = "bad_request"
-	CodeInvalidJSON     = "invalid_json"
-	CodeNotFound        = "not_found"
-	CodeConflict        = "conflict"
-	CodePayloadTooLarge = "payload_too_large"
-	CodeQueueFull       = "queue_full"
-	CodeNoLeader        = "no_leader"
-	CodeNotReady        = "not_ready"
+	CodeBadRequest      = axapi.CodeBadRequest
+	CodeInvalidJSON     = axapi.CodeInvalidJSON
+	CodeNotFound        = axapi.CodeNotFound
+	CodeConflict        = axapi.CodeConflict
+	CodePayloadTooLarge = axapi.CodePayloadTooLarge
+	CodeQueueFull       = axapi.CodeQueueFull
+	CodeNoLeader        = axapi.CodeNoLeader
+	CodeNotReady        = axapi.CodeNotReady
 	// CodeStorageUnavailable (HTTP 503, with Retry-After): the node's disk
 	// cannot take writes (full, not writable); it refuses writes until it
 	// recovers and still serves reads. Check APIError.Code for it.
-	CodeStorageUnavailable = "storage_unavailable"
-	CodeMethodNotAllowed   = "method_not_allowed"
-	CodeInternal           = "internal"
+	CodeStorageUnavailable = axapi.CodeStorageUnavailable
+	CodeMethodNotAllowed   = axapi.CodeMethodNotAllowed
+	CodeInternal           = axapi.CodeInternal
+	// CodeHandlerNotFound (HTTP 404, matches ErrNotFound): PauseHandler or
+	// ResumeHandler named a handler with no task, no executor and no pause.
+	CodeHandlerNotFound = axapi.CodeHandlerNotFound
+	// CodeTaskFinished (HTTP 409, matches ErrConflict): PauseTask of a
+	// finished task.
+	CodeTaskFinished = axapi.CodeTaskFinished
 )
 
 // codeSentinels maps an API error code to the sentinel it matches.
@@ -87,6 +93,8 @@ var codeSentinels = map[string]error{
 	CodeBadRequest:      ErrInvalid,
 	CodeInvalidJSON:     ErrInvalid,
 	CodeNotFound:        ErrNotFound,
+	CodeHandlerNotFound: ErrNotFound,
+	CodeTaskFinished:    ErrConflict,
 	CodeConflict:        ErrConflict,
 	CodePayloadTooLarge: ErrTooLarge,
 	CodeQueueFull:       ErrQueueFull,
@@ -190,22 +198,3 @@ func (e *unavailableError) Error() string {
 func (e *unavailableError) Unwrap() error { return e.err }
 
 func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
-
-// parseRetryAfter reads a Retry-After header: delay seconds, or an HTTP date.
-// It returns 0 when the header is absent or malformed.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseUint(v, 10, 63); err == nil || errors.Is(err, strconv.ErrRange) {
-		const maxSecs = uint64(math.MaxInt64 / int64(time.Second))
-		return time.Duration(min(secs, maxSecs)) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			return d
-		}
-	}
-	return 0
-}

@@ -14,22 +14,24 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // ExecutePath is the path the sidecar posts callbacks to, on the executor's
-// base URL.
-const ExecutePath = "/ax/v1/execute"
+// base URL (axapi.ExecutePath).
+const ExecutePath = axapi.ExecutePath
 
-// Callback headers set by the sidecar.
+// Callback headers set by the sidecar (axapi's: the task's id and handler,
+// the attempt and run numbers, the deadline, and the W3C trace context of
+// the task when it has one).
 const (
-	HeaderTaskID   = "Ax-Task-Id"
-	HeaderHandler  = "Ax-Handler"
-	HeaderAttempt  = "Ax-Attempt"
-	HeaderRun      = "Ax-Run"
-	HeaderDeadline = "Ax-Deadline"
-	// HeaderTraceParent carries the W3C trace context of the task, when it
-	// has one.
-	HeaderTraceParent = "traceparent"
+	HeaderTaskID      = axapi.HeaderTaskID
+	HeaderHandler     = axapi.HeaderHandler
+	HeaderAttempt     = axapi.HeaderAttempt
+	HeaderRun         = axapi.HeaderRun
+	HeaderDeadline    = axapi.HeaderDeadline
+	HeaderTraceParent = axapi.HeaderTraceParent
 )
 
 // FallbackHandler is the handler name that receives deliveries for handlers

@@ -8,14 +8,16 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // Page sizes of List and ListPage.
 const (
 	// ListPageSizeDefault is the page size when ListOptions.PageSize is 0.
-	ListPageSizeDefault = 100
+	ListPageSizeDefault = axapi.ListLimitDefault
 	// ListPageSizeMax is the largest page the sidecar serves.
-	ListPageSizeMax = 1000
+	ListPageSizeMax = axapi.ListLimitMax
 )
 
 // ListOptions filters and pages Client.List and Client.ListPage. The zero
@@ -125,16 +127,13 @@ func (c *Client) ListPage(ctx context.Context, opts ListOptions, cursor string) 
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	var w struct {
-		Tasks      []wireTask `json:"tasks"`
-		NextCursor string     `json:"next_cursor"`
-	}
+	var w axapi.ListPage
 	if err := c.do(ctx, http.MethodGet, path, nil, &w); err != nil {
 		return nil, err
 	}
 	page := &TaskPage{Tasks: make([]*Task, 0, len(w.Tasks)), NextCursor: w.NextCursor}
 	for i := range w.Tasks {
-		t, err := w.Tasks[i].task()
+		t, err := taskFromWire(&w.Tasks[i])
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // ExecutorRegistration tells the local sidecar where an executor listens and
@@ -17,22 +19,22 @@ type ExecutorRegistration struct {
 	// Name identifies the registration on this node: 1 to 128 characters of
 	// A-Z a-z 0-9 . _ : - (not "." or ".."). Registering the same name
 	// again replaces it. Required.
-	Name string `json:"name"`
+	Name string
 	// Handlers are handler patterns: a name ("order.timeout"), a prefix
 	// ending in "*" ("order.*"), or "*" for every handler. An exact name
 	// wins over a prefix, a prefix over "*". Required.
-	Handlers []string `json:"handlers"`
+	Handlers []string
 	// URL is where the sidecar posts callbacks: "unix://" followed by the
 	// absolute path of the socket (see Executor.ListenAndServeUnix), or
 	// "http://127.0.0.1:PORT". Required.
-	URL string `json:"url"`
+	URL string
 	// MinConcurrency and MaxConcurrency bound the callbacks the sidecar
 	// sends at once (0: the sidecar's default).
-	MinConcurrency int `json:"min_concurrency,omitempty"`
-	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	MinConcurrency int
+	MaxConcurrency int
 	// Timeout is the attempt timeout of tasks that give none (0: the
 	// task's own, 30s by default).
-	Timeout time.Duration `json:"-"`
+	Timeout time.Duration
 }
 
 // RegisterExecutor registers an executor with the local sidecar; see
@@ -58,10 +60,8 @@ func (c *Client) RegisterExecutor(ctx context.Context, reg ExecutorRegistration)
 	if len(reg.Handlers) == 0 {
 		return fmt.Errorf("%w: ExecutorRegistration.Handlers is empty", ErrInvalid)
 	}
-	wire := struct {
-		ExecutorRegistration
-		Timeout string `json:"timeout,omitempty"`
-	}{ExecutorRegistration: reg}
+	wire := axapi.ExecutorSpec{Name: reg.Name, Handlers: reg.Handlers, URL: reg.URL,
+		MinConcurrency: reg.MinConcurrency, MaxConcurrency: reg.MaxConcurrency}
 	if reg.Timeout > 0 {
 		wire.Timeout = reg.Timeout.String()
 	}
@@ -83,13 +83,13 @@ func (c *Client) UnregisterExecutor(ctx context.Context, name string) error {
 
 // checkExecutorName refuses names the sidecar refuses, before sending.
 func checkExecutorName(name string) error {
-	if name == "" || len(name) > 128 || name == "." || name == ".." {
-		return fmt.Errorf("%w: executor name %q: use 1 to 128 characters of A-Z a-z 0-9 . _ : - (not . or ..)", ErrInvalid, name)
+	if name == "" || len(name) > axapi.ExecutorNameMaxBytes || name == "." || name == ".." {
+		return fmt.Errorf("%w: executor name %q: use 1 to %d characters of A-Z a-z 0-9 . _ : - (not . or ..)", ErrInvalid, name, axapi.ExecutorNameMaxBytes)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
-			return fmt.Errorf("%w: executor name %q: use 1 to 128 characters of A-Z a-z 0-9 . _ : - (not . or ..)", ErrInvalid, name)
+			return fmt.Errorf("%w: executor name %q: use 1 to %d characters of A-Z a-z 0-9 . _ : - (not . or ..)", ErrInvalid, name, axapi.ExecutorNameMaxBytes)
 		}
 	}
 	return nil

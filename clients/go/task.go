@@ -8,30 +8,32 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // Priorities. Zero is the highest priority; tasks of a higher priority are
 // picked first, and lower ones still progress (weighted round robin with
 // ageing).
 const (
-	PriorityHighest = 0
-	PriorityDefault = 2
-	PriorityLowest  = 4
+	PriorityHighest = axapi.PriorityHighest
+	PriorityDefault = axapi.PriorityDefault
+	PriorityLowest  = axapi.PriorityMax
 )
 
 // Defaults the sidecar applies to fields a SubmitRequest leaves out.
 const (
 	// TaskTimeoutDefault bounds one attempt when SubmitRequest.Timeout is 0.
-	TaskTimeoutDefault = 30 * time.Second
+	TaskTimeoutDefault = axapi.TimeoutDefault
 	// MaxAttemptsDefault is the number of attempts (first try included) when
 	// SubmitRequest.MaxAttempts is 0.
-	MaxAttemptsDefault = 4
+	MaxAttemptsDefault = axapi.MaxAttemptsDefault
 	// PayloadMaxBytes is the sidecar's default limit on a payload (1 MiB).
-	PayloadMaxBytes = 1 << 20
+	PayloadMaxBytes = axapi.PayloadMaxBytes
 )
 
-// State is the state of a task, upper case on the wire.
-type State string
+// State is the state of a task, upper case on the wire (axapi.State).
+type State = axapi.State
 
 // Task states. A task goes WAITING → RUNNING → SUCCESS, back to WAITING for a
 // retry (with backoff), or ends DEAD (attempts exhausted), FAILED (the
@@ -39,29 +41,19 @@ type State string
 const (
 	// StateWaiting: scheduled and not yet assigned to an executor, either not
 	// due yet or waiting for a retry or for executor capacity.
-	StateWaiting State = "WAITING"
+	StateWaiting State = axapi.StateWaiting
 	// StateRunning: an attempt is assigned to an executor.
-	StateRunning State = "RUNNING"
+	StateRunning State = axapi.StateRunning
 	// StateSuccess: an executor answered 2xx.
-	StateSuccess State = "SUCCESS"
+	StateSuccess State = axapi.StateSuccess
 	// StateDead: every attempt failed; kept for inspection and manual re-run.
-	StateDead State = "DEAD"
+	StateDead State = axapi.StateDead
 	// StateFailed: an executor answered with a permanent failure (a 4xx
 	// other than 429, for example through Permanent).
-	StateFailed State = "FAILED"
+	StateFailed State = axapi.StateFailed
 	// StateCancelled: cancelled with Client.Cancel.
-	StateCancelled State = "CANCELLED"
+	StateCancelled State = axapi.StateCancelled
 )
-
-// Terminal reports whether s is a final state (SUCCESS, DEAD, FAILED or
-// CANCELLED): the task will not run again unless it is re-run by hand.
-func (s State) Terminal() bool {
-	switch s {
-	case StateSuccess, StateDead, StateFailed, StateCancelled:
-		return true
-	}
-	return false
-}
 
 // SubmitRequest describes a task to submit. Only Handler is required; every
 // zero field takes the sidecar's default.
@@ -150,6 +142,11 @@ type SubmitRequest struct {
 	// Labels are free-form key/value pairs kept with the task and returned
 	// by Get and List (at most 32, each key and value at most 256 bytes).
 	Labels map[string]string
+
+	// Retention is how long the task is kept once it is finished; then it
+	// is purged. Zero keeps the sidecar's --retention (SUCCESS, CANCELLED)
+	// or --retention-dead (DEAD, FAILED); negative is refused (ErrInvalid).
+	Retention time.Duration
 }
 
 // Backoff is the retry backoff of a task: the n-th retry of a run waits
@@ -233,6 +230,20 @@ type Task struct {
 	// RouteKey and Labels are as submitted.
 	RouteKey string
 	Labels   map[string]string
+	// Retention is the task's own retention (zero: the sidecar's).
+	Retention time.Duration
+	// Paused is true while the task is paused (Client.PauseTask).
+	Paused bool
+
+	// WaitingReason says why a due WAITING task has not started
+	// ("no_executor", "executor_busy", "executor_unavailable",
+	// "circuit_open", "handler_limit", "previous_run_running", "paused"),
+	// since WaitingSince; WaitingUntil is when that may end, if known.
+	// Empty (zero) when the task is not waiting for one, or when the node
+	// could not ask the leader.
+	WaitingReason string
+	WaitingSince  time.Time
+	WaitingUntil  time.Time
 
 	// BacklogWarning is set by Submit and SubmitBatch when the sidecar sent
 	// an Ax-Backlog-Warning header: the handler's backlog (due runs not yet
@@ -257,91 +268,13 @@ func (t *Task) Backlog() (depth, limit int, ok bool) {
 	return depth, limit, true
 }
 
-// ClusterInfo describes the Raft group as the local sidecar sees it.
-type ClusterInfo struct {
-	// NodeID is the id of the local node.
-	NodeID string `json:"node_id"`
-	// State is the Raft state of the local node: Leader, Follower,
-	// Candidate or Shutdown.
-	State string `json:"state"`
-	// Leader is the node id of the leader, empty when none is known.
-	Leader       string   `json:"leader"`
-	Term         uint64   `json:"term"`
-	AppliedIndex uint64   `json:"applied_index"`
-	CommitIndex  uint64   `json:"commit_index"`
-	Members      []Member `json:"members"`
-	// VotersTarget is the number of voters autopilot keeps (--voters).
-	VotersTarget int `json:"voters_target,omitempty"`
-	// FailureTolerance is how many more voters may fail before the
-	// cluster loses its quorum (nil when no leader is known).
-	FailureTolerance *int `json:"failure_tolerance,omitempty"`
-}
+// ClusterInfo describes the Raft group as the local sidecar sees it
+// (axapi.ClusterInfo): the local node, its Raft state, the leader, term,
+// indexes and members, and Storage while the node's disk refuses writes.
+type ClusterInfo = axapi.ClusterInfo
 
-// Member is one server of the Raft configuration.
-type Member struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	PeerAddr string `json:"peer_addr,omitempty"`
-	// Suffrage is Voter or Nonvoter.
-	Suffrage string `json:"suffrage"`
-	Leader   bool   `json:"leader"`
-	// The rest is the leader's view, absent when no leader is known.
-	// Reachable: heard from within about a second; LastContactMs: how
-	// long ago, in milliseconds (-1: not since the leader was elected);
-	// AppliedIndex: the member's applied index at its last report.
-	Reachable     *bool  `json:"reachable,omitempty"`
-	LastContactMs *int64 `json:"last_contact_ms,omitempty"`
-	AppliedIndex  uint64 `json:"applied_index,omitempty"`
-	// Role is the member's Raft state: leader, follower or candidate.
-	Role string `json:"role,omitempty"`
-	// Status is autopilot's: leader, voter, nonvoter, or staging (a
-	// healthy non-voter to be promoted once stable).
-	Status string `json:"status,omitempty"`
-	// Healthy: heard from recently and caught up; StableSince: when its
-	// current healthy streak began.
-	Healthy     *bool      `json:"healthy,omitempty"`
-	StableSince *time.Time `json:"stable_since,omitempty"`
-}
-
-// wireSubmit is the body of POST /v1/tasks, without the payload (see
-// encodeSubmit).
-type wireSubmit struct {
-	ID            string `json:"id,omitempty"`
-	Handler       string `json:"handler"`
-	PayloadBase64 string `json:"payload_base64,omitempty"`
-	Delay         string `json:"delay,omitempty"`
-	RunAt         string `json:"run_at,omitempty"`
-	Priority      *int   `json:"priority,omitempty"`
-	Timeout       string `json:"timeout,omitempty"`
-	MaxAttempts   int    `json:"max_attempts,omitempty"`
-	Overwrite     bool   `json:"overwrite,omitempty"`
-
-	Cron     string            `json:"cron,omitempty"`
-	Timezone string            `json:"timezone,omitempty"`
-	Every    string            `json:"every,omitempty"`
-	Repeats  int               `json:"repeats,omitempty"`
-	Until    string            `json:"until,omitempty"`
-	Backoff  *wireBackoffReq   `json:"backoff,omitempty"`
-	RouteKey string            `json:"route_key,omitempty"`
-	Labels   map[string]string `json:"labels,omitempty"`
-}
-
-// wireBackoffReq is the "backoff" object of a submit: absent fields keep
-// the sidecar's default.
-type wireBackoffReq struct {
-	Initial    string   `json:"initial,omitempty"`
-	Max        string   `json:"max,omitempty"`
-	Multiplier *float64 `json:"multiplier,omitempty"`
-	Jitter     *float64 `json:"jitter,omitempty"`
-}
-
-// wireBackoff is the "backoff" object of a task view.
-type wireBackoff struct {
-	Initial    string  `json:"initial"`
-	Max        string  `json:"max"`
-	Multiplier float64 `json:"multiplier"`
-	Jitter     float64 `json:"jitter"`
-}
+// Member is one server of the Raft configuration (axapi.Member).
+type Member = axapi.Member
 
 // encodeSubmit builds the JSON body of a submit. The payload is spliced in
 // as is, because encoding/json would compact a json.RawMessage and change
@@ -350,45 +283,38 @@ func encodeSubmit(req SubmitRequest) ([]byte, error) {
 	if req.Payload != nil && len(req.PayloadBytes) > 0 {
 		return nil, fmt.Errorf("%w: both Payload and PayloadBytes are set", ErrInvalid)
 	}
-	w := wireSubmit{
-		ID:          req.ID,
-		Handler:     req.Handler,
-		Priority:    req.Priority,
-		MaxAttempts: req.MaxAttempts,
-		Overwrite:   req.Overwrite,
+	w := axapi.SubmitRequest{
+		ID:        req.ID,
+		Handler:   req.Handler,
+		Priority:  req.Priority,
+		Overwrite: req.Overwrite,
+		Labels:    req.Labels,
 	}
 	if len(req.PayloadBytes) > PayloadMaxBytes {
 		// Checked here: the sidecar would close the connection while the
 		// body is still being sent, and the caller would see a broken pipe.
 		return nil, fmt.Errorf("%w: payload is %d bytes; the limit is 1 MiB", ErrTooLarge, len(req.PayloadBytes))
 	}
-	if req.PayloadBytes != nil {
-		w.PayloadBase64 = base64.StdEncoding.EncodeToString(req.PayloadBytes)
+	if len(req.PayloadBytes) > 0 {
+		w.PayloadBase64 = new(base64.StdEncoding.EncodeToString(req.PayloadBytes))
 	}
-	if req.Delay != 0 {
-		w.Delay = req.Delay.String()
+	if req.MaxAttempts != 0 {
+		w.MaxAttempts = &req.MaxAttempts
 	}
-	if !req.RunAt.IsZero() {
-		w.RunAt = req.RunAt.UTC().Format(time.RFC3339Nano)
-	}
-	if req.Timeout != 0 {
-		w.Timeout = req.Timeout.String()
-	}
-	w.Cron, w.Timezone, w.Repeats, w.RouteKey, w.Labels = req.Cron, req.Timezone, req.Repeats, req.RouteKey, req.Labels
-	if req.Every != 0 {
-		w.Every = req.Every.String()
-	}
-	if !req.Until.IsZero() {
-		w.Until = req.Until.UTC().Format(time.RFC3339Nano)
+	w.Delay = durationField(req.Delay)
+	w.Timeout = durationField(req.Timeout)
+	w.Every = durationField(req.Every)
+	w.Retention = durationField(req.Retention)
+	w.RunAt = timeField(req.RunAt)
+	w.Until = timeField(req.Until)
+	w.Cron = stringField(req.Cron)
+	w.Timezone = stringField(req.Timezone)
+	w.RouteKey = stringField(req.RouteKey)
+	if req.Repeats != 0 {
+		w.Repeats = &req.Repeats
 	}
 	if b := req.Backoff; b != nil {
-		wb := &wireBackoffReq{}
-		if b.Initial != 0 {
-			wb.Initial = b.Initial.String()
-		}
-		if b.Max != 0 {
-			wb.Max = b.Max.String()
-		}
+		wb := &axapi.BackoffRequest{Initial: durationField(b.Initial), Max: durationField(b.Max)}
 		if b.Multiplier != 0 {
 			wb.Multiplier = &b.Multiplier
 		}
@@ -400,21 +326,41 @@ func encodeSubmit(req SubmitRequest) ([]byte, error) {
 		}
 		w.Backoff = wb
 	}
-	body, err := json.Marshal(w)
+	payload, err := marshalPayload(req.Payload)
+	if err != nil {
+		return nil, err
+	}
+	w.Payload = payload
+	body, err := w.Encode()
 	if err != nil {
 		return nil, fmt.Errorf("ax: encode submit: %w", err)
 	}
-	payload, err := marshalPayload(req.Payload)
-	if err != nil || payload == nil {
-		return body, err
+	return body, nil
+}
+
+// durationField is a duration of a submit: nil for zero (the sidecar's
+// default).
+func durationField(d time.Duration) *string {
+	if d == 0 {
+		return nil
 	}
-	// body ends with '}' and has at least the handler field.
-	out := make([]byte, 0, len(body)+len(payload)+len(`,"payload":`))
-	out = append(out, body[:len(body)-1]...)
-	out = append(out, `,"payload":`...)
-	out = append(out, payload...)
-	out = append(out, '}')
-	return out, nil
+	return new(d.String())
+}
+
+// timeField is a time of a submit, RFC 3339 in UTC: nil for zero.
+func timeField(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	return new(t.UTC().Format(time.RFC3339Nano))
+}
+
+// stringField is an optional string of a submit: nil for "".
+func stringField(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // marshalPayload returns the JSON bytes of a SubmitRequest.Payload, nil for
@@ -443,44 +389,12 @@ func marshalPayload(p any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-// wireTask is the JSON view of a task (the server's ipc.Task).
-type wireTask struct {
-	ID            string          `json:"id"`
-	Handler       string          `json:"handler"`
-	State         State           `json:"state"`
-	Priority      int             `json:"priority"`
-	Attempts      int             `json:"attempts"`
-	MaxAttempts   int             `json:"max_attempts"`
-	Timeout       string          `json:"timeout"`
-	Delay         string          `json:"delay"`
-	RunAt         *time.Time      `json:"run_at"`
-	NextRunAt     *time.Time      `json:"next_run_at"`
-	LastError     string          `json:"last_error"`
-	Node          string          `json:"node"`
-	CreatedAt     time.Time       `json:"created_at"`
-	UpdatedAt     time.Time       `json:"updated_at"`
-	FinishedAt    *time.Time      `json:"finished_at"`
-	Payload       json.RawMessage `json:"payload"`
-	PayloadBase64 *string         `json:"payload_base64"`
-
-	Cron     string            `json:"cron"`
-	Timezone string            `json:"timezone"`
-	Every    string            `json:"every"`
-	Repeats  int               `json:"repeats"`
-	Until    *time.Time        `json:"until"`
-	Run      int               `json:"run"`
-	Snoozes  int               `json:"snoozes"`
-	Backoff  *wireBackoff      `json:"backoff"`
-	RouteKey string            `json:"route_key"`
-	Labels   map[string]string `json:"labels"`
-}
-
-// task converts the wire view to a Task.
-func (w *wireTask) task() (*Task, error) {
+// taskFromWire converts the API's task view to a Task.
+func taskFromWire(w *axapi.Task) (*Task, error) {
 	t := &Task{
 		ID:          w.ID,
 		Handler:     w.Handler,
-		State:       w.State,
+		State:       State(w.State),
 		Priority:    w.Priority,
 		Attempts:    w.Attempts,
 		MaxAttempts: w.MaxAttempts,
@@ -499,7 +413,9 @@ func (w *wireTask) task() (*Task, error) {
 		Snoozes:     w.Snoozes,
 		RouteKey:    w.RouteKey,
 		Labels:      w.Labels,
+		Paused:      w.Paused,
 	}
+	t.WaitingReason, t.WaitingSince, t.WaitingUntil = w.WaitingReason, deref(w.WaitingSince), deref(w.WaitingUntil)
 	var err error
 	if t.Every, err = parseDuration("every", w.Every); err != nil {
 		return nil, err
@@ -516,21 +432,17 @@ func (w *wireTask) task() (*Task, error) {
 	if t.Timeout, err = parseDuration("timeout", w.Timeout); err != nil {
 		return nil, err
 	}
+	if t.Retention, err = parseDuration("retention", w.Retention); err != nil {
+		return nil, err
+	}
 	if t.Delay, err = parseDuration("delay", w.Delay); err != nil {
 		return nil, err
 	}
-	if len(w.Payload) > 0 && string(w.Payload) != "null" {
-		t.Payload = w.Payload
-	}
-	if w.PayloadBase64 != nil {
-		b, err := base64.StdEncoding.DecodeString(*w.PayloadBase64)
-		if err != nil {
-			b, err = base64.RawStdEncoding.DecodeString(*w.PayloadBase64)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("ax: decode task %q: payload_base64: %w", w.ID, err)
-		}
-		t.PayloadBytes = b
+	switch {
+	case w.PayloadBase64:
+		t.PayloadBytes = w.Payload
+	case len(w.Payload) > 0:
+		t.Payload = json.RawMessage(w.Payload)
 	}
 	return t, nil
 }

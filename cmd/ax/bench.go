@@ -19,7 +19,7 @@ import (
 
 	"github.com/axsched/ax/bench"
 	ax "github.com/axsched/ax/clients/go"
-	"github.com/axsched/ax/internal/axapi"
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // benchFlags are the flags every `ax bench` workload shares.
@@ -113,7 +113,7 @@ func benchCmd() *cobra.Command {
 	var f benchFlags
 	cmd := groupCmd(&cobra.Command{
 		Use:   "bench",
-		Short: "Measure ax on the seed workloads: delayed, burst, throughput",
+		Short: "Measure ax on three reference workloads: delayed, burst, throughput",
 		Long: `Run a workload against a cluster the bench starts (--nodes 1 or 3, on
 127.0.0.1 with free ports, data in a temporary directory removed afterwards
 unless --keep-data) or against a running one (--socket with
@@ -139,7 +139,7 @@ func benchDelayedCmd(f *benchFlags) *cobra.Command {
 	var spread, record string
 	cmd := &cobra.Command{
 		Use:   "delayed",
-		Short: "Seed 003: N delayed tasks; none early, none expired (> 1s late), lateness percentiles",
+		Short: "Delayed tasks: N of them; none early, none expired (> 1s late), lateness percentiles",
 		Long: `Submit --count tasks in batches, each with an explicit run_at drawn uniformly
 from --spread after its batch is sent, and wait for every callback (at most
 the longest delay + 30s). The report counts early callbacks (before the due
@@ -155,8 +155,8 @@ Exit code 1 when any task was early, expired or lost.`,
 			if count < 1 {
 				return usagef("--count %d: must be at least 1", count)
 			}
-			if batch < 1 || batch > 1000 {
-				return usagef("--batch %d: want 1 to 1000", batch)
+			if batch < 1 || batch > axapi.BatchMaxTasks {
+				return usagef("--batch %d: want 1 to %d", batch, axapi.BatchMaxTasks)
 			}
 			opts, err := f.options(cmd)
 			if err != nil {
@@ -222,7 +222,7 @@ func benchBurstCmd(f *benchFlags) *cobra.Command {
 	var limits, trace string
 	cmd := &cobra.Command{
 		Use:   "burst",
-		Short: "Seed 004: N tasks due at once on one node, slow callbacks; makespan per delivery limit",
+		Short: "Burst: N tasks due at once on one node, slow callbacks; makespan per delivery limit",
 		Long: `Submit --count tasks due now to one node whose executor takes --work per
 callback, once per --limits entry, each on a fresh node: a number N is a
 fixed per-executor limit (ax sidecar --delivery-min-concurrency N
@@ -237,11 +237,11 @@ peak in-flight at the executor.`,
 			if err != nil {
 				return &usageError{err}
 			}
-			if count < 1 || work < 0 || batch < 1 || batch > 1000 {
-				return usagef("want --count >= 1, --work >= 0, --batch 1..1000")
+			if count < 1 || work < 0 || batch < 1 || batch > axapi.BatchMaxTasks {
+				return usagef("want --count >= 1, --work >= 0, --batch 1..%d", axapi.BatchMaxTasks)
 			}
 			if cmd.Flags().Changed("nodes") && f.nodes != 1 {
-				return usagef("burst runs on one node (seed 004); --nodes %d is not supported", f.nodes)
+				return usagef("the burst benchmark runs on one node; --nodes %d is not supported", f.nodes)
 			}
 			opts, err := f.options(cmd)
 			if err != nil {
@@ -291,8 +291,8 @@ meanwhile. The report gives tasks/s, requests/s and the latency of a request
 (until the tasks are durable on a quorum).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if clients < 1 || duration <= 0 || batch < 1 || batch > 1000 {
-				return usagef("want --clients >= 1, --duration > 0, --batch 1..1000")
+			if clients < 1 || duration <= 0 || batch < 1 || batch > axapi.BatchMaxTasks {
+				return usagef("want --clients >= 1, --duration > 0, --batch 1..%d", axapi.BatchMaxTasks)
 			}
 			opts, err := f.options(cmd)
 			if err != nil {
@@ -397,11 +397,11 @@ const benchIDPrefix = "axb"
 // cancelWaiting cancels the WAITING tasks of handler with a bench id
 // created at since or later, and returns how many it cancelled.
 func cancelWaiting(ctx context.Context, socket, handler string, since time.Time, notes io.Writer) (int, error) {
-	c := axapi.New(socket, requestTimeout)
+	c := newCaller(socket, requestTimeout)
 	defer c.Close()
 	var ids []string
 	for cursor := ""; ; {
-		p, err := c.List(ctx, axapi.ListQuery{Handler: handler, State: string(ax.StateWaiting), Limit: axapi.ListLimitMax, Cursor: cursor})
+		p, err := c.List(ctx, listQuery{Handler: handler, State: string(ax.StateWaiting), Limit: axapi.ListLimitMax, Cursor: cursor})
 		if err != nil {
 			return 0, err
 		}

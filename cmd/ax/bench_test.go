@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/axsched/ax/bench"
-	"github.com/axsched/ax/internal/axapi"
 )
 
 // benchEnv makes the bench's nodes run this test binary as `ax sidecar`
@@ -152,7 +151,7 @@ func TestBenchDelayedAgainstARunningNode(t *testing.T) {
 		t.Errorf("%d SUCCESS tasks of the bench on the node, want 100", n)
 	}
 	// The bench removed its executor registration again.
-	body, _, err := axapi.New(sock, 0).Do(context.Background(), "GET", "/v1/executors", nil)
+	body, _, err := newCaller(sock, 0).Do(context.Background(), "GET", "/v1/executors", nil)
 	if err != nil || strings.Contains(string(body), bench.ExecutorName) {
 		t.Errorf("executors after the bench: %s (%v)", body, err)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	ax "github.com/axsched/ax/clients/go"
-	"github.com/axsched/ax/internal/axapi"
 )
 
 // Exit codes of the commands for people.
@@ -76,12 +74,12 @@ func (f *apiFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the API's JSON instead of text, for scripts")
 }
 
-func (f *apiFlags) socketPath() string { return axapi.SocketPath(f.socket) }
+func (f *apiFlags) socketPath() string { return socketPath(f.socket) }
 
-// caller returns a raw caller for the sidecar. The commands use it rather
-// than the Go client so that --json prints the API's JSON unchanged, with
-// every field.
-func (f *apiFlags) caller() *axapi.Caller { return axapi.New(f.socketPath(), requestTimeout) }
+// caller returns a raw caller for the sidecar (api.go). The commands use
+// the Go client's raw calls rather than its typed ones so that --json
+// prints the API's JSON unchanged, with every field.
+func (f *apiFlags) caller() *apiCaller { return newCaller(f.socketPath(), requestTimeout) }
 
 // ctx returns the context of one command.
 func cmdContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
@@ -214,29 +212,6 @@ func groupCmd(cmd *cobra.Command) *cobra.Command {
 	return cmd
 }
 
-// version is the ax module's version from the build information, or
-// "devel".
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v := bi.Main.Version; v != "" && v != "(devel)" {
-			return v
-		}
-	}
-	return "devel"
-}
-
-func versionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version of ax",
-		Args:  noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintln(cmd.OutOrStdout(), "ax", version())
-			return nil
-		},
-	}
-}
-
 // stripAx removes the "ax: " prefixes of wrapped errors: the caller prints
 // one, and `cluster remove n9: ax: cannot reach ...` doubles it.
 func stripAx(s string) string {
@@ -280,7 +255,7 @@ func oneLine(s string) string {
 // notFoundTask rewrites a not-found answer about a task into the error
 // line `task "x" not found`.
 func notFoundTask(err error, id string) error {
-	if errors.Is(err, ax.ErrNotFound) && !axapi.IsRouteMissing(err) {
+	if errors.Is(err, ax.ErrNotFound) && !isRouteMissing(err) {
 		return fmt.Errorf("task %q not found", id)
 	}
 	return err

@@ -250,9 +250,9 @@ func TestNoDoubledPrefix(t *testing.T) {
 
 func TestCommandGroupsRefuseUnknownSubcommands(t *testing.T) {
 	for args, want := range map[string]string{
-		"cluster bogus":  `ax: cluster: unknown command "bogus" (want one of: remove, status; see ax cluster --help)`,
-		"cluster statsu": `ax: cluster: unknown command "statsu"; did you mean status? (want one of: remove, status; see ax cluster --help)`,
-		"cluster":        `ax: cluster: missing command, one of: remove, status (see ax cluster --help)`,
+		"cluster bogus":  `ax: cluster: unknown command "bogus" (want one of: recover, remove, status; see ax cluster --help)`,
+		"cluster statsu": `ax: cluster: unknown command "statsu"; did you mean status? (want one of: recover, remove, status; see ax cluster --help)`,
+		"cluster":        `ax: cluster: missing command, one of: recover, remove, status (see ax cluster --help)`,
 		"bench bogus":    `ax: bench: unknown command "bogus" (want one of: burst, delayed, throughput; see ax bench --help)`,
 		"bench":          `ax: bench: missing command, one of: burst, delayed, throughput (see ax bench --help)`,
 	} {

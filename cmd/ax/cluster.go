@@ -18,7 +18,7 @@ func clusterCmd() *cobra.Command {
 		Use:   "cluster",
 		Short: "Look at and change the Raft group: members, leader, indexes",
 	})
-	cmd.AddCommand(clusterStatusCmd(), clusterRemoveCmd())
+	cmd.AddCommand(clusterStatusCmd(), clusterRemoveCmd(), clusterRecoverCmd())
 	return cmd
 }
 

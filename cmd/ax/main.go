@@ -25,7 +25,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.Execute()
-	if err != nil {
+	if err != nil && !isQuiet(err) {
 		fmt.Fprintln(stderr, "ax:", errorLine(err))
 	}
 	return exitCode(err)
@@ -55,7 +55,7 @@ else $AX_SOCKET, else ./ax.sock. Each has --json for scripts. Exit codes:
 		c.GroupID = "tasks"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{sidecarCmd(), devCmd(), clusterCmd(), benchCmd(), echoExecutorCmd()} {
+	for _, c := range []*cobra.Command{sidecarCmd(), devCmd(), clusterCmd(), benchCmd(), echoExecutorCmd(), healthCmd(), tlsCmd()} {
 		c.GroupID = "ops"
 		root.AddCommand(c)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/sidecar"
+	"github.com/axsched/ax/sidecar/config"
 )
 
 // nodeFlags are the flags of `ax sidecar` (and `ax dev`). Their names are a
@@ -32,6 +33,7 @@ type nodeFlags struct {
 	routing                                     string
 	clusterToken, clusterTokenFile              string
 	leaveOnShutdown                             bool
+	drainTimeout                                time.Duration
 	breakerFailures                             int
 	breakerCoolDown                             time.Duration
 	snapshotThreshold, trailingLogs             uint64
@@ -40,53 +42,69 @@ type nodeFlags struct {
 	handlerLimits                               []string
 	voters                                      int
 	autopilotStabilization, autopilotReplace    time.Duration
+	deadMemberCleanup                           time.Duration
 	storageReserve                              int64
+	trailingLogsBytes                           int64
 	storageProbeInterval                        time.Duration
+	retention, retentionDead, purgeInterval     time.Duration
 	peerRoutes                                  []string
+	deploy                                      deployFlags // deployflags.go
+	tls                                         tlsFlags    // tls.go
 }
 
 func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.nodeID, "node-id", "", "this node's id in the cluster; keep it across restarts (default: the host name)")
-	fl.StringVar(&f.dataDir, "data-dir", sidecar.DataDirDefault, "directory for the Raft log, snapshots and task state")
-	fl.StringVar(&f.socket, "socket", sidecar.SocketDefault, "path of the application API's Unix socket")
-	fl.StringVar(&f.raftAddr, "raft-addr", sidecar.RaftAddrDefault, "HOST:PORT of the Raft transport")
-	fl.StringVar(&f.peerAddr, "peer-addr", sidecar.PeerAddrDefault, "HOST:PORT of the peer API (join, forwarding)")
-	fl.IntVar(&f.bootstrapExpect, "bootstrap-expect", sidecar.BootstrapExpectDefault, "number of nodes that form a new cluster together")
-	fl.StringSliceVar(&f.join, "join", nil, "peer addresses of other nodes, ADDR[,ADDR...]: the nodes to bootstrap with, or members of a cluster to join")
+	fl.StringVar(&f.dataDir, "data-dir", config.DataDirDefault, "directory for the Raft log, snapshots and task state")
+	fl.StringVar(&f.socket, "socket", config.SocketDefault, "path of the application API's Unix socket")
+	fl.StringVar(&f.raftAddr, "raft-addr", config.RaftAddrDefault, "HOST:PORT of the Raft transport")
+	fl.StringVar(&f.peerAddr, "peer-addr", config.PeerAddrDefault, "HOST:PORT of the peer API (join, forwarding)")
+	fl.IntVar(&f.bootstrapExpect, "bootstrap-expect", config.BootstrapExpectDefault, "number of nodes that form a new cluster together")
+	fl.StringSliceVar(&f.join, "join", nil, "peer addresses of other nodes, ADDR[,ADDR...], each HOST:PORT or dns:NAME:PORT (every address NAME resolves to, at PORT, resolved again each round): the nodes to bootstrap with, or members of a cluster to join")
 	fl.StringArrayVar(&f.executors, "executor", nil, "HANDLER=URL: this node's app runs HANDLER (* = every handler) at URL (unix:///abs/path.sock or http://127.0.0.1:PORT); repeatable")
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or console")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error (debug: one line per task state change)")
 	fl.BoolVar(&f.logPayloads, "log-payloads", false, "include task payloads in debug log lines (off: payloads are never logged)")
-	fl.DurationVar(&f.heartbeat, "raft-heartbeat-timeout", sidecar.HeartbeatTimeoutDefault, "Raft heartbeat timeout")
-	fl.DurationVar(&f.election, "raft-election-timeout", sidecar.ElectionTimeoutDefault, "Raft election timeout")
-	fl.DurationVar(&f.fireLead, "fire-lead", sidecar.FireLeadDefault, "how long before a run's due time the leader commits its fire (the delivering node waits for the due time); -1ns turns it off")
-	fl.DurationVar(&f.loadWindow, "load-window", sidecar.LoadWindowDefault, "how far ahead the leader keeps WAITING tasks armed in memory; later ones are loaded from the store as the window moves (every half window)")
-	fl.IntVar(&f.deliveryConcurrency, "delivery-concurrency", sidecar.DeliveryConcurrencyDefault, "most callbacks in flight at once per executor of this node: the adaptive limit's maximum")
+	fl.DurationVar(&f.heartbeat, "raft-heartbeat-timeout", config.HeartbeatTimeoutDefault, "Raft heartbeat timeout")
+	fl.DurationVar(&f.election, "raft-election-timeout", config.ElectionTimeoutDefault, "Raft election timeout")
+	fl.DurationVar(&f.fireLead, "fire-lead", config.FireLeadDefault, "how long before a run's due time the leader commits its fire (the delivering node waits for the due time); -1ns turns it off")
+	fl.DurationVar(&f.loadWindow, "load-window", config.LoadWindowDefault, "how far ahead the leader keeps WAITING tasks armed in memory; later ones are loaded from the store as the window moves (every half window)")
+	fl.IntVar(&f.deliveryConcurrency, "delivery-concurrency", config.DeliveryConcurrencyDefault, "most callbacks in flight at once per executor of this node: the adaptive limit's maximum")
 	fl.StringVar(&f.clusterToken, "cluster-token", "", "shared secret every peer API request must carry (default: $AX_CLUSTER_TOKEN); give every node the same")
 	fl.StringVar(&f.clusterTokenFile, "cluster-token-file", "", "file holding the cluster token (instead of --cluster-token)")
 	fl.BoolVar(&f.leaveOnShutdown, "leave-on-shutdown", false, "remove this node from the cluster on a graceful shutdown (SIGTERM)")
+	fl.DurationVar(&f.drainTimeout, "drain-timeout", config.DrainTimeoutDefault, "on SIGTERM, how long to wait for the callbacks in flight on this node to finish and be reported (keep it below the pod's grace period)")
 	fl.IntVar(&f.breakerFailures, "breaker-failures", engine.BreakerFailuresDefault, "failed attempts in a row that open a handler's circuit (its due runs then wait for the cool-down, and one probe decides)")
 	fl.DurationVar(&f.breakerCoolDown, "breaker-cooldown", engine.BreakerCoolDownDefault, "how long an open circuit holds a handler's runs before a probe")
-	fl.Uint64Var(&f.snapshotThreshold, "snapshot-threshold", sidecar.SnapshotThresholdDefault, "Raft log entries since the last snapshot that trigger a new one")
-	fl.Uint64Var(&f.trailingLogs, "trailing-logs", sidecar.TrailingLogsDefault, "Raft log entries kept after a snapshot (for followers that lag)")
-	fl.DurationVar(&f.snapshotInterval, "snapshot-interval", sidecar.SnapshotIntervalDefault, "how often Raft checks --snapshot-threshold")
-	fl.IntVar(&f.maxBatchCommands, "max-batch-commands", sidecar.MaxBatchCommandsDefault, "most commands the leader group-commits into one Raft entry; 1 turns group commit off")
+	fl.Uint64Var(&f.snapshotThreshold, "snapshot-threshold", config.SnapshotThresholdDefault, "Raft log entries since the last snapshot that trigger a new one")
+	fl.Uint64Var(&f.trailingLogs, "trailing-logs", config.TrailingLogsDefault, "Raft log entries kept after a snapshot (for followers that lag)")
+	fl.Int64Var(&f.trailingLogsBytes, "trailing-logs-bytes", config.TrailingLogsBytesDefault, "bound on the bytes of the Raft log entries kept after a snapshot (fewer than --trailing-logs when entries are large); this many bytes written since the last snapshot also trigger one; -1 turns the byte bound off")
+	fl.DurationVar(&f.snapshotInterval, "snapshot-interval", config.SnapshotIntervalDefault, "how often Raft checks --snapshot-threshold")
+	fl.IntVar(&f.maxBatchCommands, "max-batch-commands", config.MaxBatchCommandsDefault, "most commands the leader group-commits into one Raft entry; 1 turns group commit off")
 	_ = fl.MarkHidden("max-batch-commands")
 	fl.StringArrayVar(&f.peerRoutes, "peer-route", nil, "NODE_ID=RAFT_HOST:PORT,PEER_HOST:PORT: dial node NODE_ID's Raft transport and peer API at these addresses instead of the ones it advertises (for tests / network overlays: a relay or fault-injecting proxy per link); repeatable")
 	_ = fl.MarkHidden("peer-route")
-	fl.StringVar(&f.routing, "routing", sidecar.RoutingLeastLoaded, "how the leader picks among the nodes that run a handler: least_loaded, round_robin or hash (a task's route_key always hashes)")
+	fl.StringVar(&f.routing, "routing", config.RoutingLeastLoaded, "how the leader picks among the nodes that run a handler: least_loaded, round_robin or hash (a task's route_key always hashes)")
 	fl.StringArrayVar(&f.handlerLimits, "handler-limit", nil, "HANDLER=N: at most N attempts of HANDLER running at once across the cluster (give every node the same); repeatable")
-	fl.IntVar(&f.backlogLimit, "backlog-limit", sidecar.BacklogLimitDefault, "bound on each handler's backlog of due, undelivered runs: a submit due within 1s past it gets 429 queue_full; -1 turns it off")
-	fl.IntVar(&f.deliveryMinConcurrency, "delivery-min-concurrency", sidecar.LimiterMinDefault, "the adaptive concurrency limit's minimum per executor; equal to --delivery-concurrency for a fixed limit")
-	fl.IntVar(&f.voters, "voters", sidecar.VotersDefault, "voters autopilot keeps (odd: 3 or 5); other members stay non-voters, promoted when a voter fails (give every node the same)")
-	fl.DurationVar(&f.autopilotStabilization, "autopilot-stabilization", sidecar.AutopilotStabilizationDefault, "how long a non-voter must stay healthy (heard from, caught up) before autopilot promotes it")
-	fl.DurationVar(&f.autopilotReplace, "autopilot-replace-after", sidecar.AutopilotReplaceAfterDefault, "how long a voter may go unheard before autopilot promotes a stable non-voter in its place and demotes it")
-	fl.Int64Var(&f.storageReserve, "storage-reserve", sidecar.StorageReserveDefault, "free bytes the data dir must keep: below it the node stops writing badger and answers writes 503 storage_unavailable until space is freed; -1 turns the check off")
-	fl.DurationVar(&f.storageProbeInterval, "storage-probe-interval", sidecar.StorageProbeIntervalDefault, "how often the node checks its data dir's free space; it also writes, fsyncs and removes a probe file every 30s, and every interval while storage is unavailable")
+	fl.IntVar(&f.backlogLimit, "backlog-limit", config.BacklogLimitDefault, "bound on each handler's backlog of due, undelivered runs: a submit due within 1s past it gets 429 queue_full; -1 turns it off")
+	fl.IntVar(&f.deliveryMinConcurrency, "delivery-min-concurrency", config.LimiterMinDefault, "the adaptive concurrency limit's minimum per executor; equal to --delivery-concurrency for a fixed limit")
+	fl.IntVar(&f.voters, "voters", config.VotersDefault, "voters autopilot keeps (odd: 3 or 5); other members stay non-voters, promoted when a voter fails (give every node the same)")
+	fl.DurationVar(&f.autopilotStabilization, "autopilot-stabilization", config.AutopilotStabilizationDefault, "how long a non-voter must stay healthy (heard from, caught up) before autopilot promotes it")
+	fl.DurationVar(&f.autopilotReplace, "autopilot-replace-after", config.AutopilotReplaceAfterDefault, "how long a voter may go unheard before autopilot promotes a stable non-voter in its place and demotes it")
+	fl.DurationVar(&f.deadMemberCleanup, "dead-member-cleanup", config.DeadMemberCleanupDefault, "how long a member may go unheard before autopilot removes it from the cluster (a voter only while the rest keep a quorum); 0 turns it off")
+	fl.Int64Var(&f.storageReserve, "storage-reserve", config.StorageReserveDefault, "free bytes the data dir must keep: below it the node stops writing badger and answers writes 503 storage_unavailable until space is freed; -1 turns the check off")
+	fl.DurationVar(&f.storageProbeInterval, "storage-probe-interval", config.StorageProbeIntervalDefault, "how often the node checks its data dir's free space; it also writes, fsyncs and removes a probe file every 30s, and every interval while storage is unavailable")
+	fl.DurationVar(&f.retention, "retention", config.RetentionDefault, "how long SUCCESS and CANCELLED tasks are kept after they finished, then purged (a task's own retention overrides it); -1ns keeps them forever")
+	fl.DurationVar(&f.retentionDead, "retention-dead", config.RetentionDeadDefault, "how long DEAD and FAILED tasks are kept after they finished (a task's own retention overrides it); -1ns keeps them forever")
+	fl.DurationVar(&f.purgeInterval, "purge-interval", config.PurgeIntervalDefault, "how often the leader purges the finished tasks whose retention ended")
+	f.deploy.register(fl)
+	f.tls.register(fl)
 }
 
 func (f *nodeFlags) config() (sidecar.Config, error) {
+	if err := f.deploy.applyEnv(); err != nil {
+		return sidecar.Config{}, err
+	}
 	cfg := sidecar.Config{
 		NodeID: f.nodeID, DataDir: f.dataDir, Socket: f.socket, RaftAddr: f.raftAddr, PeerAddr: f.peerAddr,
 		BootstrapExpect: f.bootstrapExpect, HeartbeatTimeout: f.heartbeat, ElectionTimeout: f.election, FireLead: f.fireLead, LoadWindow: f.loadWindow, LogPayloads: f.logPayloads,
@@ -95,11 +113,18 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 	cfg.BacklogLimit = f.backlogLimit
 	cfg.Routing = f.routing
 	cfg.LeaveOnShutdown = f.leaveOnShutdown
+	cfg.DrainTimeout = f.drainTimeout
 	cfg.MaxBatchCommands = f.maxBatchCommands
 	cfg.SnapshotThreshold, cfg.TrailingLogs, cfg.SnapshotInterval = f.snapshotThreshold, f.trailingLogs, f.snapshotInterval
 	cfg.BreakerFailures, cfg.BreakerCoolDown = f.breakerFailures, f.breakerCoolDown
 	cfg.Voters, cfg.AutopilotStabilization, cfg.AutopilotReplaceAfter = f.voters, f.autopilotStabilization, f.autopilotReplace
+	cfg.DeadMemberCleanup = f.deadMemberCleanup
+	if cfg.DeadMemberCleanup == 0 {
+		cfg.DeadMemberCleanup = -1 // the flag's 0 is off; Config's 0 is the default
+	}
 	cfg.StorageReserve, cfg.StorageProbeInterval = f.storageReserve, f.storageProbeInterval
+	cfg.TrailingLogsBytes = f.trailingLogsBytes
+	cfg.Retention, cfg.RetentionDead, cfg.PurgeInterval = f.retention, f.retentionDead, f.purgeInterval
 	cfg.ClusterToken = f.clusterToken
 	if cfg.ClusterToken == "" {
 		cfg.ClusterToken = os.Getenv("AX_CLUSTER_TOKEN")
@@ -135,19 +160,23 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 		}
 	}
 	for _, r := range f.peerRoutes {
-		pr, err := sidecar.ParsePeerRoute(r)
+		pr, err := config.ParsePeerRoute(r)
 		if err != nil {
 			return cfg, fmt.Errorf("--peer-route: %w", err)
 		}
 		cfg.PeerRoutes = append(cfg.PeerRoutes, pr)
 	}
 	for _, e := range f.executors {
-		ex, err := sidecar.ParseExecutor(e)
+		ex, err := config.ParseExecutor(e)
 		if err != nil {
 			return cfg, err
 		}
 		cfg.Executors = append(cfg.Executors, ex)
 	}
+	if err := f.deploy.apply(&cfg); err != nil {
+		return cfg, err
+	}
+	f.tls.apply(&cfg)
 	cfg = cfg.WithDefaults()
 	return cfg, cfg.Validate()
 }
@@ -221,7 +250,8 @@ func waitForSignal(n *sidecar.Node) error {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	<-sig
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	bound := n.Config().DrainTimeout + shutdownTimeout
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- n.Shutdown(ctx) }()
@@ -231,9 +261,10 @@ func waitForSignal(n *sidecar.Node) error {
 	case <-sig:
 		return fmt.Errorf("second signal: stopped without a clean shutdown")
 	case <-ctx.Done():
-		return fmt.Errorf("shutdown took longer than %s: stopped without a clean shutdown", shutdownTimeout)
+		return fmt.Errorf("shutdown took longer than %s: stopped without a clean shutdown", bound)
 	}
 }
 
-// shutdownTimeout bounds a graceful shutdown.
-const shutdownTimeout = 15 * time.Second
+// shutdownTimeout bounds a graceful shutdown beyond the drain timeout
+// (leadership hand-over, leaving the configuration, closing the stores).
+const shutdownTimeout = 10 * time.Second

@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/axsched/ax/internal/freeport"
 
 	"github.com/rs/zerolog"
 
@@ -26,14 +27,9 @@ func startNode(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	var addrs []string
-	for range 2 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, ln.Addr().String())
-		ln.Close()
+	addrs, err := freeport.Addrs(2)
+	if err != nil {
+		t.Fatal(err)
 	}
 	cfg := sidecar.Config{
 		NodeID: "t1", DataDir: filepath.Join(dir, "data"), Socket: filepath.Join(dir, "ax.sock"),

@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	ax "github.com/axsched/ax/clients/go"
-	"github.com/axsched/ax/internal/axapi"
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // lastErrorWidth is how many characters of a task's last error `ax list`
@@ -24,9 +24,9 @@ import (
 const lastErrorWidth = 48
 
 // taskCmds returns the commands about tasks: submit, get, list, cancel,
-// retry.
+// retry, purge, pause, resume.
 func taskCmds() []*cobra.Command {
-	return []*cobra.Command{submitCmd(), getCmd(), listCmd(), cancelCmd(), retryCmd()}
+	return append([]*cobra.Command{submitCmd(), getCmd(), listCmd(), cancelCmd(), retryCmd(), purgeCmd()}, pauseCmds()...)
 }
 
 func submitCmd() *cobra.Command {
@@ -42,6 +42,7 @@ func submitCmd() *cobra.Command {
 		labels                          []string
 		backoffInitial, backoffMax      time.Duration
 		backoffMultiplier, backoffJit   float64
+		retention                       string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit HANDLER",
@@ -97,21 +98,21 @@ with its own attempts. --delay or --run-at set its first run; --repeats and
 				if json.Valid(b) {
 					req.Payload = json.RawMessage(b)
 				} else if len(b) > 0 {
-					req.PayloadBase64 = base64.StdEncoding.EncodeToString(b)
+					req.PayloadBase64 = new(base64.StdEncoding.EncodeToString(b))
 				}
 			}
 			if fl.Changed("delay") {
 				if delay < 0 {
 					return usagef("--delay %s: must not be negative", delay)
 				}
-				req.Delay = delay.String()
+				req.Delay = new(delay.String())
 			}
 			if fl.Changed("run-at") {
 				t, err := parseTime("--run-at", runAt)
 				if err != nil {
 					return err
 				}
-				req.RunAt = t
+				req.RunAt = &t
 			}
 			if fl.Changed("priority") {
 				if priority < ax.PriorityHighest || priority > axapi.PriorityMax {
@@ -123,13 +124,13 @@ with its own attempts. --delay or --run-at set its first run; --repeats and
 				if timeout <= 0 || timeout > axapi.TimeoutMax {
 					return usagef("--timeout %s: want more than 0 and at most %s", timeout, axapi.TimeoutMax)
 				}
-				req.Timeout = timeout.String()
+				req.Timeout = new(timeout.String())
 			}
 			if fl.Changed("max-attempts") {
 				if maxAttempts < 1 || maxAttempts > axapi.MaxAttemptsMax {
 					return usagef("--max-attempts %d: want 1 to %d", maxAttempts, axapi.MaxAttemptsMax)
 				}
-				req.MaxAttempts = maxAttempts
+				req.MaxAttempts = &maxAttempts
 			}
 			if err := scheduleFlags(cmd, req, every, cron, timezone, repeats, until); err != nil {
 				return err
@@ -141,7 +142,8 @@ with its own attempts. --delay or --run-at set its first run; --repeats and
 			if len(routeKey) > axapi.RouteKeyMaxBytes {
 				return usagef("--route-key: %d bytes; the limit is %d", len(routeKey), axapi.RouteKeyMaxBytes)
 			}
-			req.RouteKey = routeKey
+			req.RouteKey = optional(routeKey)
+			req.Retention = optional(retention) // the sidecar validates it
 			if req.Backoff, err = backoffFlags(cmd, backoffInitial, backoffMax, backoffMultiplier, backoffJit); err != nil {
 				return err
 			}
@@ -189,6 +191,7 @@ with its own attempts. --delay or --run-at set its first run; --repeats and
 	fl.StringVar(&until, "until", "", "recurring: no run after this time, RFC 3339")
 	fl.StringArrayVar(&labels, "label", nil, "KEY=VALUE kept with the task (repeatable, at most 32)")
 	fl.StringVar(&routeKey, "route-key", "", "route the task's attempts by consistent hashing on this key")
+	fl.StringVar(&retention, "retention", "", "keep the task this long once finished, then purge it (Go duration: 1h; default: the sidecar's --retention or --retention-dead)")
 	fl.DurationVar(&backoffInitial, "backoff-initial", 0, "retry backoff: wait before the first retry (default 2s)")
 	fl.DurationVar(&backoffMax, "backoff-max", 0, "retry backoff: longest wait (default 30s)")
 	fl.Float64Var(&backoffMultiplier, "backoff-multiplier", 0, "retry backoff: growth of the wait per retry, 1 or more (default 2)")
@@ -230,20 +233,20 @@ func scheduleFlags(cmd *cobra.Command, req *axapi.SubmitRequest, every time.Dura
 		if every < axapi.EveryMin {
 			return usagef("--every %s: must be at least %s", every, axapi.EveryMin)
 		}
-		req.Every = every.String()
+		req.Every = new(every.String())
 	}
 	if fl.Changed("cron") {
 		if strings.TrimSpace(cron) == "" {
 			return usagef("--cron: empty; want a cron expression like '0 2 * * *'")
 		}
-		req.Cron = cron
+		req.Cron = &cron
 	}
-	recurring := req.Every != "" || req.Cron != ""
+	recurring := req.Every != nil || req.Cron != nil
 	if fl.Changed("timezone") {
-		if req.Cron == "" {
+		if req.Cron == nil {
 			return usagef("--timezone goes with --cron")
 		}
-		req.Timezone = timezone
+		req.Timezone = optional(timezone)
 	}
 	if fl.Changed("repeats") {
 		if !recurring {
@@ -252,7 +255,9 @@ func scheduleFlags(cmd *cobra.Command, req *axapi.SubmitRequest, every time.Dura
 		if repeats < 0 {
 			return usagef("--repeats %d: must be 0 (no limit) or more", repeats)
 		}
-		req.Repeats = repeats
+		if repeats > 0 {
+			req.Repeats = &repeats
+		}
 	}
 	if fl.Changed("until") {
 		if !recurring {
@@ -262,9 +267,18 @@ func scheduleFlags(cmd *cobra.Command, req *axapi.SubmitRequest, every time.Dura
 		if err != nil {
 			return err
 		}
-		req.Until = t
+		req.Until = &t
 	}
 	return nil
+}
+
+// optional is a flag's value for an optional field of a request: nil (left
+// out) when empty.
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // parseLabels parses --label KEY=VALUE flags.
@@ -301,7 +315,7 @@ func backoffFlags(cmd *cobra.Command, initial, maxWait time.Duration, multiplier
 		if initial <= 0 {
 			return nil, usagef("--backoff-initial %s: must be positive", initial)
 		}
-		b.Initial, set = initial.String(), true
+		b.Initial, set = new(initial.String()), true
 	}
 	if fl.Changed("backoff-max") {
 		if maxWait <= 0 {
@@ -310,7 +324,7 @@ func backoffFlags(cmd *cobra.Command, initial, maxWait time.Duration, multiplier
 		if fl.Changed("backoff-initial") && maxWait < initial {
 			return nil, usagef("--backoff-max %s: must not be less than --backoff-initial %s", maxWait, initial)
 		}
-		b.Max, set = maxWait.String(), true
+		b.Max, set = new(maxWait.String()), true
 	}
 	if fl.Changed("backoff-multiplier") {
 		if multiplier < 1 || math.IsInf(multiplier, 0) || math.IsNaN(multiplier) {
@@ -358,6 +372,19 @@ func readPayloadFile(name string, stdin io.Reader) ([]byte, int64, error) {
 		return nil, 0, err
 	}
 	return nil, int64(len(b)) + rest, nil
+}
+
+// waitingText says why a due task waits, since when and until when:
+// "no_executor since 3m ago", "circuit_open since 5s ago, until in 25s".
+func waitingText(t *axapi.Task, now time.Time) string {
+	s := t.WaitingReason
+	if t.WaitingSince != nil {
+		s += " since " + fmtTime(t.WaitingSince, now)
+	}
+	if t.WaitingUntil != nil {
+		s += ", until " + fmtTime(t.WaitingUntil, now)
+	}
+	return s
 }
 
 // whenText says when a task runs next, or how it ended.
@@ -417,6 +444,9 @@ func printTask(w io.Writer, t *axapi.Task, now time.Time) error {
 	row("ID", oneLine(t.ID))
 	row("Handler", t.Handler)
 	row("State", t.State)
+	if t.Paused {
+		row("Paused", "yes (ax resume task to let its runs fire)")
+	}
 	row("Priority", fmt.Sprint(t.Priority))
 	row("Attempts", fmt.Sprintf("%d of %d", t.Attempts, t.MaxAttempts))
 	if t.Run > 0 {
@@ -455,6 +485,9 @@ func printTask(w io.Writer, t *axapi.Task, now time.Time) error {
 	if t.NextRunAt != nil {
 		row("Next run", fmtTime(t.NextRunAt, now))
 	}
+	if t.WaitingReason != "" {
+		row("Waiting", waitingText(t, now))
+	}
 	if t.Node != "" {
 		row("Node", t.Node)
 	}
@@ -484,10 +517,10 @@ func printTask(w io.Writer, t *axapi.Task, now time.Time) error {
 		row("Finished", fmtTime(t.FinishedAt, now))
 	}
 	switch {
+	case t.PayloadBase64:
+		row("Payload", fmt.Sprintf("(binary, base64) %s", truncate(base64.StdEncoding.EncodeToString(t.Payload), 200)))
 	case len(t.Payload) > 0:
 		row("Payload", truncate(string(t.Payload), 200))
-	case t.PayloadBase64 != nil:
-		row("Payload", fmt.Sprintf("(binary, base64) %s", truncate(*t.PayloadBase64, 200)))
 	}
 	return tw.Flush()
 }
@@ -535,7 +568,7 @@ when it finished) and the last error. It follows the API's pages until
 				if limit > 0 {
 					page = min(page, limit-len(tasks))
 				}
-				p, err := c.List(ctx, axapi.ListQuery{Handler: handler, State: state, Limit: page, Cursor: cursor})
+				p, err := c.List(ctx, listQuery{Handler: handler, State: state, Limit: page, Cursor: cursor})
 				if err != nil {
 					return err
 				}
@@ -614,12 +647,19 @@ func printTaskTable(w io.Writer, tasks []axapi.Task, now time.Time) error {
 			when = fmtTime(t.FinishedAt, now)
 		case t.NextRunAt != nil:
 			when = fmtTime(t.NextRunAt, now)
+			if t.WaitingReason != "" {
+				when += ", waiting: " + t.WaitingReason
+			}
 		}
 		lastErr := "-"
 		if t.LastError != "" {
 			lastErr = truncate(t.LastError, lastErrorWidth)
 		}
-		rows = append(rows, []string{truncate(t.ID, idWidth), truncate(t.Handler, handlerWidth), t.State,
+		state := t.State
+		if t.Paused {
+			state += " (paused)"
+		}
+		rows = append(rows, []string{truncate(t.ID, idWidth), truncate(t.Handler, handlerWidth), state,
 			fmt.Sprintf("%d/%d", t.Attempts, t.MaxAttempts), when, lastErr})
 	}
 	return writeTable(w, rows)

@@ -18,7 +18,7 @@ from datetime import datetime
 from types import CodeType
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union, cast
 
-from ._wire import Duration, format_duration, parse_retry_after
+from ._wire import Duration, format_duration, format_time, parse_retry_after
 from .errors import (
     ERROR_CODES,
     AxError,
@@ -31,7 +31,7 @@ from .errors import (
     Unavailable,
     error_from_response,
 )
-from .task import Backoff, BatchResult, ClusterInfo, State, SubmitRequest, Task, TaskPage
+from .task import Backoff, BatchResult, ClusterInfo, HandlerInfo, State, SubmitRequest, Task, TaskPage
 
 __all__ = [
     "HEADER_BACKLOG_WARNING",
@@ -276,6 +276,7 @@ class Client:
         backoff: Optional[Union[Backoff, Mapping[str, Any]]] = None,
         route_key: Optional[str] = None,
         labels: Optional[Mapping[str, str]] = None,
+        retention: Optional[Duration] = None,
     ) -> Task:
         """Submit a task and return it as stored. Returns once the task is
         durable on a quorum of the cluster.
@@ -317,6 +318,9 @@ class Client:
             route_key: route the task's attempts by consistent hashing (the
                 tasks of one key go to the same node).
             labels: ``str`` to ``str`` pairs kept with the task (at most 32).
+            retention: how long the task is kept once finished, then purged
+                (a timedelta or seconds, not negative); ``None`` keeps the
+                sidecar's ``--retention`` / ``--retention-dead``.
 
         The returned task's ``backlog_warning`` is set (``"depth/limit"``)
         when the handler's backlog is at 80 % of its bound or more.
@@ -345,6 +349,7 @@ class Client:
             backoff=backoff,
             route_key=route_key,
             labels=labels,
+            retention=retention,
         )
         return self._submit(req)
 
@@ -438,6 +443,43 @@ class Client:
         return self._task("DELETE", _task_path(id), replayable=True)
 
     @_public
+    def purge(self, id: str) -> None:
+        """Delete a finished task (SUCCESS, CANCELLED, DEAD, FAILED) now,
+        instead of waiting for its retention. Raises :class:`Conflict` for
+        a task that is not finished (cancel it first) and :class:`NotFound`
+        for an unknown id."""
+        self._json("DELETE", _task_path(id) + "?purge=true", replayable=True)
+
+    @_public
+    def purge_tasks(
+        self,
+        *,
+        handler: Optional[str] = None,
+        state: Optional[Union[State, str]] = None,
+        finished_before: Optional[datetime] = None,
+        limit: Optional[int] = None,
+    ) -> Tuple[int, bool]:
+        """Delete up to ``limit`` (default 1000, at most 10000) finished
+        tasks of ``handler`` in ``state`` (SUCCESS, CANCELLED, DEAD or
+        FAILED; default any) that finished before ``finished_before`` (an
+        aware datetime; default now). Returns ``(purged, more)``: call again
+        while ``more`` is true. Raises :class:`BadRequest` for invalid
+        filters."""
+        body: Dict[str, Any] = {}
+        if handler is not None:
+            body["handler"] = handler
+        if state is not None:
+            body["state"] = str(state.value if isinstance(state, State) else state)
+        if finished_before is not None:
+            body["finished_before"] = format_time(finished_before, "finished_before")
+        if limit is not None:
+            body["limit"] = limit
+        doc = self._json("POST", _TASKS + "/purge", json.dumps(body).encode("utf-8"), replayable=True)
+        if not isinstance(doc, Mapping):
+            raise AxError(f"POST {_TASKS}/purge: unexpected answer {doc!r:.200}")
+        return int(doc.get("purged", 0)), bool(doc.get("more", False))
+
+    @_public
     def retry(self, id: str) -> Task:
         """Re-run a DEAD or FAILED task and return it (WAITING again, with a
         fresh attempt budget). Raises :class:`NotFound` for an unknown id and
@@ -447,6 +489,65 @@ class Client:
         if not data.strip():
             return self.get(id)
         return self._decode_task("POST", path, data)
+
+    @_public
+    def pause_task(self, id: str) -> Task:
+        """Pause one task's runs (its next run, retries, a recurring task's
+        slots) until :meth:`resume_task`; an attempt already running is not
+        interrupted. Returns the task (``paused`` set). Idempotent. Raises
+        :class:`NotFound` for an unknown id and :class:`TaskFinished` (a
+        :class:`Conflict`) for a finished task."""
+        return self._set_task_paused(id, "/pause")
+
+    @_public
+    def resume_task(self, id: str) -> Task:
+        """Resume a paused task and return it: a run that waited fires now,
+        a recurring task that missed slots runs once and then keeps its
+        schedule. Resuming a task that is not paused changes nothing.
+        Raises :class:`NotFound` for an unknown id."""
+        return self._set_task_paused(id, "/resume")
+
+    def _set_task_paused(self, id: str, suffix: str) -> Task:
+        path = _task_path(id, suffix)
+        _, _, data = self._request("POST", path, b"{}", replayable=True)
+        return self._decode_task("POST", path, data)
+
+    @_public
+    def pause_handler(self, handler: str) -> None:
+        """Pause every run of ``handler`` across the cluster until
+        :meth:`resume_handler`: due runs wait (``waiting_reason``
+        ``paused``), attempts already running are not interrupted, submits
+        are still accepted. Idempotent. Raises :class:`HandlerNotFound` (a
+        :class:`NotFound`) for a handler with no task, no executor and no
+        pause."""
+        self._set_handler_paused(handler, "/pause")
+
+    @_public
+    def resume_handler(self, handler: str) -> None:
+        """Resume a paused handler: the runs that waited fire now. Resuming
+        a handler that is not paused changes nothing. Raises
+        :class:`HandlerNotFound` as :meth:`pause_handler` does."""
+        self._set_handler_paused(handler, "/resume")
+
+    def _set_handler_paused(self, handler: str, suffix: str) -> None:
+        if not isinstance(handler, str) or not handler:
+            raise BadRequest("handler must be a non-empty string")
+        self._request("POST", "/v1/handlers/" + urllib.parse.quote(handler, safe="") + suffix, b"{}", replayable=True)
+
+    @_public
+    def handlers(self) -> List[HandlerInfo]:
+        """Every handler that has tasks, an executor named for it or a
+        pause (``GET /v1/handlers``), sorted by name: backlog, parked runs
+        by reason, pause flag, circuit state, task counts by state and
+        executors."""
+        doc = self._json("GET", "/v1/handlers")
+        items = doc.get("handlers") if isinstance(doc, Mapping) else None
+        if not isinstance(items, list):
+            raise AxError(f"GET /v1/handlers: unexpected answer: {str(doc)[:200]}")
+        try:
+            return [HandlerInfo.from_json(h) for h in items]
+        except (TypeError, ValueError) as e:
+            raise AxError(f"GET /v1/handlers: cannot decode answer: {e}") from None
 
     def list(
         self,

@@ -16,8 +16,8 @@ the client), ``code``, ``message`` and ``retry_after`` (seconds from the
     except axsched.Unavailable as e:
         print(e)  # ax: cannot reach sidecar at ./ax.sock: [Errno 2] No such file or directory
 
-The codes mirror the error table of the sidecar (``ipc/errors.go``); a test
-fails when the two lists drift apart.
+The codes mirror the error table of the API (``clients/go/axapi/codes.go``,
+which the sidecar serves); a test fails when the two lists drift apart.
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ __all__ = [
     "BadRequest",
     "InvalidJSON",
     "NotFound",
+    "HandlerNotFound",
     "MethodNotAllowed",
     "Conflict",
+    "TaskFinished",
     "PayloadTooLarge",
     "QueueFull",
     "NoLeader",
@@ -133,6 +135,14 @@ class NotFound(AxError):
     default_status = 404
 
 
+class HandlerNotFound(NotFound):
+    """A pause or resume named a handler that has no task, no executor and
+    no pause (a typo, most likely): code ``handler_not_found``, HTTP 404.
+    It is a :class:`NotFound` too."""
+
+    default_code = "handler_not_found"
+
+
 class MethodNotAllowed(AxError):
     """The route exists but not for this method: code ``method_not_allowed``,
     HTTP 405. Seen when the sidecar is older than the client."""
@@ -148,6 +158,14 @@ class Conflict(AxError):
 
     default_code = "conflict"
     default_status = 409
+
+
+class TaskFinished(Conflict):
+    """A pause named a finished task (``SUCCESS``, ``DEAD``, ``FAILED`` or
+    ``CANCELLED``): it has no run to pause. Code ``task_finished``, HTTP
+    409; it is a :class:`Conflict` too."""
+
+    default_code = "task_finished"
 
 
 class PayloadTooLarge(AxError):
@@ -275,19 +293,21 @@ class Unavailable(AxError):
 
 # Tracebacks and reprs name the classes as the package exports them
 # (axsched.Unavailable, not axsched.errors.Unavailable).
-for _cls in (AxError, BadRequest, InvalidJSON, NotFound, MethodNotAllowed, Conflict, PayloadTooLarge,
+for _cls in (AxError, BadRequest, InvalidJSON, NotFound, HandlerNotFound, MethodNotAllowed, Conflict, TaskFinished, PayloadTooLarge,
              QueueFull, NoLeader, NotReady, StorageUnavailable, InternalError, Unavailable):
     _cls.__module__ = "axsched"
 del _cls
 
 #: Every error code the sidecar sends, mapped to its exception class, in the
-#: order of the sidecar's error table (``ipc/errors.go``).
+#: order of the API's error table (``clients/go/axapi/codes.go``).
 ERROR_CODES: Dict[str, Type[AxError]] = {
     "bad_request": BadRequest,
     "invalid_json": InvalidJSON,
     "not_found": NotFound,
+    "handler_not_found": HandlerNotFound,
     "method_not_allowed": MethodNotAllowed,
     "conflict": Conflict,
+    "task_finished": TaskFinished,
     "payload_too_large": PayloadTooLarge,
     "queue_full": QueueFull,
     "no_leader": NoLeader,
@@ -300,7 +320,7 @@ ERROR_CODES: Dict[str, Type[AxError]] = {
 # a plain-text body from something in between); 503 without a code is taken
 # as "not ready", never as "no leader", so that it is not retried.
 _STATUS_CLASSES: Dict[int, Type[AxError]] = {
-    cls.default_status: cls for cls in ERROR_CODES.values() if cls not in (InvalidJSON, NoLeader, StorageUnavailable)
+    cls.default_status: cls for cls in ERROR_CODES.values() if cls not in (InvalidJSON, HandlerNotFound, TaskFinished, NoLeader, StorageUnavailable)
 }
 
 

@@ -324,6 +324,10 @@ class SubmitRequest:
         labels: free-form ``str`` to ``str`` pairs kept with the task and
             returned with it (at most 32, each key and value at most 256
             bytes).
+        retention: how long the task is kept once it is finished, then
+            purged: a timedelta or seconds, not negative. ``None`` (or 0)
+            keeps the sidecar's ``--retention`` (SUCCESS, CANCELLED) or
+            ``--retention-dead`` (DEAD, FAILED).
 
     Every recurring run is a run of the same task (``Task.run``, the
     callback's ``Ax-Run``) with its own attempts; the task is terminal only
@@ -348,6 +352,7 @@ class SubmitRequest:
     backoff: Optional[Union[Backoff, Mapping[str, Any]]] = None
     route_key: Optional[str] = None
     labels: Optional[Mapping[str, str]] = None
+    retention: Optional[Duration] = None
 
     def encode(self) -> bytes:
         """The JSON body of ``POST /v1/tasks`` for this request. Raises
@@ -403,6 +408,10 @@ class SubmitRequest:
             body["route_key"] = _str("route_key", self.route_key)
         if self.labels is not None:
             body["labels"] = _labels(self.labels)
+        if self.retention is not None:
+            if duration_to_ns(self.retention, "retention") < 0:
+                raise BadRequest(f"retention: must not be negative, got {format_duration(self.retention, 'retention')}")
+            body["retention"] = format_duration(self.retention, "retention")
         out = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         payload = _encode_payload(self.payload)
         if payload is None:
@@ -466,6 +475,10 @@ class Task:
             when it was submitted with one, ``None`` for the sidecar's
             default.
         route_key, labels: as submitted (``labels`` is ``{}`` without).
+        retention: the task's own retention (a timedelta), ``None`` when
+            the sidecar's flags decide.
+        paused: ``True`` while the task is paused (:meth:`Client.pause_task`):
+            its due runs wait until :meth:`Client.resume_task`.
         backlog_warning: set on the task returned by :meth:`Client.submit`
             and :meth:`Client.submit_batch` when the sidecar sent an
             ``Ax-Backlog-Warning`` header: the handler's backlog (due runs
@@ -503,6 +516,8 @@ class Task:
     backoff: Optional[Backoff] = None
     route_key: Optional[str] = None
     labels: Dict[str, str] = field(default_factory=dict)
+    retention: Optional[timedelta] = None
+    paused: bool = False
     backlog_warning: Optional[str] = field(default=None, compare=False)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -595,6 +610,8 @@ class Task:
             backoff=backoff,
             route_key=d.get("route_key") or None,
             labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
+            retention=dur("retention"),
+            paused=d.get("paused") is True,
             raw=dict(d),
         )
 
@@ -691,4 +708,80 @@ class ClusterInfo:
             applied_index=int(d.get("applied_index", 0)),
             commit_index=int(d.get("commit_index", 0)),
             members=[Member.from_json(m) for m in d.get("members") or [] if isinstance(m, Mapping)],
+        )
+
+
+@dataclass
+class HandlerExecutor:
+    """An executor of a :class:`HandlerInfo`.
+
+    Attributes:
+        node: the node it is registered on.
+        name, url: as registered.
+        max_concurrency: the registered bound; 0 for the node's default.
+        limit: the current adaptive concurrency limit, for the executors of
+            the sidecar asked and of the leader; 0 for the others.
+    """
+
+    node: str
+    name: str
+    url: str
+    max_concurrency: int = 0
+    limit: int = 0
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "HandlerExecutor":
+        return cls(
+            node=str(d.get("node", "")),
+            name=str(d.get("name", "")),
+            url=str(d.get("url", "")),
+            max_concurrency=int(d.get("max_concurrency") or 0),
+            limit=int(d.get("limit") or 0),
+        )
+
+
+@dataclass
+class HandlerInfo:
+    """One handler of :meth:`Client.handlers` (``GET /v1/handlers``).
+
+    ``backlog``, ``parked`` and ``circuit`` are the leader's view (the
+    local sidecar asks the leader); ``None`` / ``{}`` when no leader
+    answered.
+
+    Attributes:
+        name: the handler.
+        paused: its runs wait until :meth:`Client.resume_handler`.
+        backlog: runs due and not yet delivered.
+        parked: due runs that wait, by waiting reason (``"paused"``,
+            ``"no_executor"``, ...).
+        circuit: its circuit breaker, ``"closed"``, ``"open"`` or
+            ``"half-open"``; ``circuit_until`` (UTC) while open.
+        tasks: stored tasks by state name (``"WAITING"``: 3, ...).
+        executors: the executors, on every node, that run it.
+    """
+
+    name: str
+    paused: bool = False
+    backlog: Optional[int] = None
+    parked: Dict[str, int] = field(default_factory=dict)
+    circuit: Optional[str] = None
+    circuit_until: Optional[datetime] = None
+    tasks: Dict[str, int] = field(default_factory=dict)
+    executors: List[HandlerExecutor] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "HandlerInfo":
+        if not isinstance(d, Mapping) or not isinstance(d.get("name"), str):
+            raise ValueError(f"not a handler: {d!r:.200}")
+        until = d.get("circuit_until")
+        backlog = d.get("backlog")
+        return cls(
+            name=d["name"],
+            paused=d.get("paused") is True,
+            backlog=int(backlog) if isinstance(backlog, int) and not isinstance(backlog, bool) else None,
+            parked={str(k): int(v) for k, v in (d.get("parked") or {}).items()},
+            circuit=d.get("circuit") or None,
+            circuit_until=parse_time(until) if until else None,
+            tasks={str(k): int(v) for k, v in (d.get("tasks") or {}).items()},
+            executors=[HandlerExecutor.from_json(x) for x in d.get("executors") or [] if isinstance(x, Mapping)],
         )

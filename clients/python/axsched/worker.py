@@ -200,8 +200,12 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
     daemon_threads = True
 
-    def __init__(self, path: str, handler_class: type, pool: concurrent.futures.ThreadPoolExecutor) -> None:
+    def __init__(self, path: str, handler_class: type, pool: concurrent.futures.ThreadPoolExecutor, backlog: int = 5) -> None:
         self.pool = pool
+        # The listen(2) backlog (socketserver's default is 5): the sidecar
+        # opens up to max_threads connections at once, and a connect that
+        # finds the accept queue full fails with EAGAIN.
+        self.request_queue_size = backlog
         self.inflight: Set[concurrent.futures.Future] = set()
         self.inflight_lock = threading.Lock()
         super().__init__(path, handler_class)
@@ -337,6 +341,10 @@ def _int_header(value: Optional[str], name: str) -> int:
     return int(v)
 
 
+# _SIGNAL_POLL is how often Worker.run looks whether a signal came (seconds).
+_SIGNAL_POLL = 0.1
+
+
 class Worker:
     """Serves handlers for the sidecar's callbacks on a Unix socket.
 
@@ -409,6 +417,9 @@ class Worker:
         if problem is not None:
             raise ValueError(problem)
         self.max_threads = max_threads
+        # At least max_threads: every callback the sidecar may send at once
+        # (its max_concurrency) waits in the accept queue, not refused.
+        self.backlog = max(max_threads, socket.SOMAXCONN)
         self.register = register
         self._handlers: Dict[str, Handler] = {}
         self._lock = threading.Lock()
@@ -536,7 +547,7 @@ class Worker:
             handler_class = type("_Handler", (_CallbackHandler,), {"worker": self})
             pool = concurrent.futures.ThreadPoolExecutor(self.max_threads, thread_name_prefix=f"axsched-{self.name}")
             try:
-                server = _Server(self.listen_path, handler_class, pool)
+                server = _Server(self.listen_path, handler_class, pool, self.backlog)
             except BaseException:
                 pool.shutdown(wait=False)
                 raise
@@ -663,19 +674,26 @@ class Worker:
         ``KeyboardInterrupt``). Signal handlers are installed only when
         called from the main thread."""
         installed: Dict[int, Any] = {}
+        signalled: List[int] = []  # the signals received (on_signal)
         if threading.current_thread() is threading.main_thread():
             def on_signal(signum: int, frame: Any) -> None:
-                log.info("worker %s: %s, shutting down", self.name, signal.Signals(signum).name)
+                # Only a list append here: the handler runs on the main
+                # thread between two bytecodes, and Event.set() would take
+                # the Event's lock, which the interrupted wait below may hold
+                # at that instant (a deadlock). The loop sees it within
+                # _SIGNAL_POLL.
+                signalled.append(signum)
                 for s, prev in installed.items():
                     signal.signal(s, prev)
-                self._stopping.set()
 
             for s in (signal.SIGTERM, signal.SIGINT):
                 installed[s] = signal.signal(s, on_signal)
         try:
             self.start()
-            while not self._stopping.wait(3600):
+            while not signalled and not self._stopping.wait(_SIGNAL_POLL):
                 pass
+            if signalled:
+                log.info("worker %s: %s, shutting down", self.name, signal.Signals(signalled[0]).name)
         finally:
             for s, prev in installed.items():
                 signal.signal(s, prev)

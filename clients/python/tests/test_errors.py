@@ -5,10 +5,11 @@ import unittest
 import axsched
 from axsched.errors import error_from_response
 
-# clients/python/tests -> the repository root
-SERVER_ERRORS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "ipc", "errors.go")
+# clients/python/tests -> the repository root: the error table of the API,
+# written once in Go (package axapi of the Go client's module).
+SERVER_ERRORS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "go", "axapi", "codes.go")
 
-# The net/http constants the server's table uses, by name.
+# The net/http constants the table uses, by name.
 GO_STATUS = {
     "StatusBadRequest": 400,
     "StatusNotFound": 404,
@@ -22,13 +23,17 @@ GO_STATUS = {
 
 
 def server_table(src):
-    """(code, status name) of every &Error{Code: ..., Status: http.X} literal."""
-    return re.findall(r'&Error\{\s*Code:\s*"([^"]+)",\s*Status:\s*http\.(\w+)', src)
+    """(code, status name) of every row {Code: CodeX, Status: http.Y} of the
+    table, in its order, with CodeX resolved through its constant."""
+    consts = dict(re.findall(r'^\s*(Code\w+)\s*=\s*"([^"]+)"', src, re.M))
+    rows = re.findall(r'\{Code:\s*(Code\w+),\s*Status:\s*http\.(\w+)', src)
+    return [(consts.get(name, name), status) for name, status in rows]
 
 
 class ErrorCodesMatchServerTest(unittest.TestCase):
-    """Fails when the codes of the sidecar (ipc/errors.go, its errorTable)
-    and those of this client drift apart. Skips outside the repository."""
+    """Fails when the codes of the API (clients/go/axapi/codes.go, its
+    errorTable, which the sidecar serves) and those of this client drift
+    apart. Skips outside the repository."""
 
     def test_codes_match_server(self):
         if not os.path.exists(SERVER_ERRORS):
@@ -36,28 +41,23 @@ class ErrorCodesMatchServerTest(unittest.TestCase):
         with open(SERVER_ERRORS, encoding="utf-8") as f:
             src = f.read()
         table = server_table(src)
-        self.assertTrue(table, f"found no &Error{{Code: ..., Status: ...}} in {SERVER_ERRORS}: update this test to its layout")
-        # Only the codes listed in errorTable count.
-        m = re.search(r"var errorTable = \[\]\*Error\{(.*?)\n\}", src, re.S)
-        self.assertIsNotNone(m, f"no errorTable in {SERVER_ERRORS}: update this test to its layout")
-        listed = re.findall(r"\w+", m.group(1))
-        names = dict(re.findall(r'(Err\w+)\s*=\s*&Error\{\s*Code:\s*"([^"]+)"', src))
-        listed_codes = [names[n] for n in listed if n in names]
-        self.assertEqual(len(listed_codes), len(listed), f"errorTable names an error this test cannot resolve: {listed}")
-        server_codes = [c for c, _ in table if c in listed_codes]
+        self.assertTrue(table, f"found no {{Code: ..., Status: ...}} row in {SERVER_ERRORS}: update this test to its layout")
+        unresolved = [c for c, _ in table if c.startswith("Code")]
+        self.assertEqual(unresolved, [], f"rows of {SERVER_ERRORS} name a constant this test cannot resolve")
+        server_codes = [c for c, _ in table]
         client_codes = list(axsched.ERROR_CODES)
         missing = [c for c in server_codes if c not in client_codes]
         extra = [c for c in client_codes if c not in server_codes]
         self.assertEqual(missing, [], "server codes unknown to axsched: add an exception to ERROR_CODES in axsched/errors.py")
         self.assertEqual(extra, [], f"axsched codes the server ({SERVER_ERRORS}) does not declare")
-        self.assertEqual(client_codes, listed_codes, "keep ERROR_CODES in the order of the server's errorTable")
+        self.assertEqual(client_codes, server_codes, "keep ERROR_CODES in the order of the server's errorTable")
         for code, status_name in table:
             with self.subTest(code=code):
                 self.assertIn(status_name, GO_STATUS, "add this net/http constant to GO_STATUS")
                 self.assertEqual(axsched.ERROR_CODES[code].default_status, GO_STATUS[status_name])
 
     def test_parser_sees_a_drift(self):
-        src = 'ErrX = &Error{Code: "brand_new", Status: http.StatusTeapot, Message: "x"}'
+        src = 'const (\n\tCodeBrandNew = "brand_new"\n)\nvar errorTable = []ErrorCode{\n\t{Code: CodeBrandNew, Status: http.StatusTeapot, Message: "x"},\n}'
         self.assertEqual(server_table(src), [("brand_new", "StatusTeapot")])
 
 

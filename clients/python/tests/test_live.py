@@ -185,6 +185,36 @@ class LiveSidecarTest(unittest.TestCase):
             w.stop(timeout=5)
         self.assertNotIn(w.name, {e["name"] for e in self.client.executors()})
 
+    def test_pause_and_resume(self):
+        # A paused handler's task is not delivered until the resume; the
+        # handler list shows it paused with its run parked.
+        self.client.pause_handler("order.timeout")
+        try:
+            t = self.client.submit("order.timeout", {"order_id": 9}, id="live-paused")
+            deadline = time.monotonic() + 10
+            while True:
+                h = {x.name: x for x in self.client.handlers()}["order.timeout"]
+                if h.parked.get("paused") == 1 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            self.assertTrue(h.paused)
+            self.assertEqual(h.parked.get("paused"), 1, h)
+            self.assertEqual(self.client.get(t.id).state, State.WAITING)
+            self.assertNotIn(t.id, self.deliveries)
+        finally:
+            self.client.resume_handler("order.timeout")
+        self.assertEqual(self.wait_terminal(t.id).state, State.SUCCESS)
+        self.assertEqual(len(self.deliveries[t.id]), 1)
+        # One task paused and resumed; bad input.
+        later = self.client.submit("order.timeout", id="live-paused-task", delay=3600)
+        self.assertTrue(self.client.pause_task(later.id).paused)
+        self.assertFalse(self.client.resume_task(later.id).paused)
+        self.client.cancel(later.id)
+        with self.assertRaises(axsched.TaskFinished):
+            self.client.pause_task(later.id)
+        with self.assertRaises(axsched.NotFound):
+            self.client.pause_task("no such task")
+
     def test_wait(self):
         t = self.client.submit("order.timeout", {"order_id": 7}, delay=0.1)
         done = self.client.wait(t.id, timeout=10)

@@ -1,0 +1,151 @@
+package ipc
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/axsched/ax/clients/go/axapi"
+)
+
+// PurgeQuery selects the finished tasks POST /v1/tasks/purge deletes.
+type PurgeQuery struct {
+	// Handler, when not empty, is the handler the tasks must have.
+	Handler string
+	// State, when not empty, is one of axapi.StateSuccess, axapi.StateCancelled,
+	// axapi.StateDead, axapi.StateFailed; empty: any finished state.
+	State string
+	// FinishedBefore: only tasks that finished before it (never zero:
+	// the server fills the time of the request).
+	FinishedBefore time.Time
+	// Limit bounds the tasks deleted by one request: 1..PurgeLimitMax,
+	// axapi.PurgeLimitDefault when the client gives none.
+	Limit int
+}
+
+// purgeRequest is the JSON body of POST /v1/tasks/purge.
+type purgeRequest struct {
+	Handler        *string `json:"handler"`
+	State          *string `json:"state"`
+	FinishedBefore *string `json:"finished_before"`
+	Limit          *int    `json:"limit"`
+}
+
+// DecodePurge decodes and validates the body of POST /v1/tasks/purge,
+// {"handler", "state", "finished_before", "limit"}, every field optional
+// (an empty body is {}): state one of SUCCESS, CANCELLED, DEAD, FAILED;
+// finished_before an RFC 3339 time (now when absent); limit 1..PurgeLimitMax
+// (axapi.PurgeLimitDefault when absent). Errors wrap ErrInvalidJSON or ErrInvalid
+// and name the field.
+func DecodePurge(body []byte, now time.Time) (PurgeQuery, error) {
+	q := PurgeQuery{FinishedBefore: now.UTC(), Limit: axapi.PurgeLimitDefault}
+	var req purgeRequest
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := decodeStrict(body, &req); err != nil {
+			return PurgeQuery{}, err
+		}
+	}
+	if req.Handler != nil {
+		if err := checkName("handler", *req.Handler, axapi.HandlerMaxBytes); err != nil {
+			return PurgeQuery{}, err
+		}
+		q.Handler = *req.Handler
+	}
+	if req.State != nil {
+		switch *req.State {
+		case axapi.StateSuccess, axapi.StateCancelled, axapi.StateDead, axapi.StateFailed:
+			q.State = *req.State
+		default:
+			return PurgeQuery{}, Errorf(ErrInvalid, "state: must be one of SUCCESS, CANCELLED, DEAD, FAILED (a finished state), got %q", *req.State)
+		}
+	}
+	if req.FinishedBefore != nil {
+		t, err := time.Parse(time.RFC3339Nano, *req.FinishedBefore)
+		if err != nil {
+			return PurgeQuery{}, Errorf(ErrInvalid, "finished_before: must be an RFC 3339 time like \"2026-01-02T15:04:05Z\", got %q", *req.FinishedBefore)
+		}
+		if !t.After(time.Unix(0, 0)) {
+			return PurgeQuery{}, Errorf(ErrInvalid, "finished_before: must be after 1970-01-01T00:00:00Z, got %q", *req.FinishedBefore)
+		}
+		q.FinishedBefore = t.UTC()
+	}
+	if req.Limit != nil {
+		if n := *req.Limit; n < 1 || n > axapi.PurgeLimitMax {
+			return PurgeQuery{}, Errorf(ErrInvalid, "limit: must be between 1 and %d, got %d", axapi.PurgeLimitMax, n)
+		}
+		q.Limit = *req.Limit
+	}
+	return q, nil
+}
+
+// ParseRetention parses the "retention" field of a submit: a Go duration,
+// not negative; 0 means the node's retention flags decide. Errors wrap
+// ErrInvalid.
+func ParseRetention(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, Errorf(ErrInvalid, "retention: must be a Go duration like \"24h\", got %q", s)
+	}
+	if d < 0 {
+		return 0, Errorf(ErrInvalid, "retention: must not be negative, got %q", s)
+	}
+	return d, nil
+}
+
+// retention decodes the submit's retention field.
+func (r *submitRequest) retention(s *TaskSpec) error {
+	if r.Retention == nil {
+		return nil
+	}
+	d, err := ParseRetention(*r.Retention)
+	if err != nil {
+		return err
+	}
+	s.Retention = d
+	return nil
+}
+
+// purgeTasks answers POST /v1/tasks/purge: 200 {"purged": n, "more": bool}.
+func (s *Server) purgeTasks(rctx context.Context, ctx *fasthttp.RequestCtx, _ string) error {
+	q, err := DecodePurge(ctx.PostBody(), time.Now())
+	if err != nil {
+		return err
+	}
+	res, err := s.backend.PurgeTasks(rctx, q)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, res)
+	return nil
+}
+
+// purgeTask answers DELETE /v1/tasks/{id}?purge=true: 200 {"purged": 1}
+// for a finished task, 409 conflict for one that is not finished, 404.
+func (s *Server) purgeTask(rctx context.Context, ctx *fasthttp.RequestCtx, id string) error {
+	n, err := s.backend.PurgeTask(rctx, id)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, struct {
+		Purged int `json:"purged"`
+	}{n})
+	return nil
+}
+
+// purgeParam reads DELETE /v1/tasks/{id}'s purge query parameter: true
+// deletes the finished task, false (or absent) cancels it.
+func purgeParam(ctx *fasthttp.RequestCtx) (bool, error) {
+	if !ctx.QueryArgs().Has("purge") {
+		return false, nil
+	}
+	switch v := string(ctx.QueryArgs().Peek("purge")); v {
+	case "true", "1":
+		return true, nil
+	case "false", "0":
+		return false, nil
+	default:
+		return false, Errorf(ErrInvalid, "purge: want true or false, got %q", v)
+	}
+}

@@ -1,0 +1,368 @@
+package raftfsm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Purge deletes finished tasks. The FSM checks each task itself, so a
+// purge proposed from a stale view (a lagging follower, a deposed leader,
+// a retention loop racing a retry) deletes nothing it should not: a task is
+// deleted only when it is terminal (SUCCESS, CANCELLED, DEAD, FAILED) and
+// still has the Epoch and FinishedMs the proposer saw. A retried task is
+// WAITING (and, once it finishes again, has a new FinishedMs), an
+// overwritten one has a new Epoch, and a recurring task between runs is
+// WAITING: none of them is deleted. Result.Purged says per task (same order)
+// whether it was.
+type Purge struct {
+	Tasks []PurgeTask `msgpack:"ts"`
+}
+
+// PurgeTask names one task of a Purge as the proposer saw it.
+type PurgeTask struct {
+	ID         string `msgpack:"id"`
+	Epoch      uint64 `msgpack:"e"`
+	FinishedMs int64  `msgpack:"f"`
+}
+
+// FinishedTask is one entry of the finished index: a terminal task, with
+// what a purge needs to name it and what filters look at.
+type FinishedTask struct {
+	ID         string
+	Epoch      uint64
+	FinishedMs int64 // Unix ms
+	State      State
+	Handler    string
+}
+
+// Target returns the PurgeTask that deletes t as it was read.
+func (t FinishedTask) Target() PurgeTask {
+	return PurgeTask{ID: t.ID, Epoch: t.Epoch, FinishedMs: t.FinishedMs}
+}
+
+// Purged counts the tasks r (the result of a CmdPurge) deleted.
+func (r Result) PurgedCount() int {
+	n := 0
+	for _, p := range r.Purged {
+		if p {
+			n++
+		}
+	}
+	return n
+}
+
+// Finished-index classes (the byte after "f/"): a task with its own
+// retention (Spec.RetentionNs > 0) is indexed by its expiry time, the
+// others by their finish time in the class of their state, since the
+// retention of those comes from the leader's flags, which the FSM does not
+// know (and must not: nodes may differ).
+const (
+	finishedOK      = 's' // SUCCESS, CANCELLED: --retention
+	finishedFailed  = 'd' // DEAD, FAILED: --retention-dead
+	finishedExpires = 'x' // own retention: by FinishedMs + RetentionNs
+)
+
+var prefixFinished = []byte("f/")
+
+func finishedPrefix(class byte) []byte { return []byte{'f', '/', class, '/'} }
+
+func finishedKeyAt(class byte, ms int64, id string) []byte {
+	k := make([]byte, 0, 4+8+len(id))
+	k = append(k, finishedPrefix(class)...)
+	k = binary.BigEndian.AppendUint64(k, uint64(max(ms, 0)))
+	return append(k, id...)
+}
+
+// finishedKey is t's key in the finished index, nil when t is nil or not
+// terminal.
+func finishedKey(t *Task) []byte {
+	if t == nil || !t.State.Terminal() {
+		return nil
+	}
+	if t.Spec.RetentionNs > 0 {
+		return finishedKeyAt(finishedExpires, expiryMs(t.FinishedMs, t.Spec.RetentionNs), t.ID)
+	}
+	if t.State == StateDead || t.State == StateFailed {
+		return finishedKeyAt(finishedFailed, t.FinishedMs, t.ID)
+	}
+	return finishedKeyAt(finishedOK, t.FinishedMs, t.ID)
+}
+
+// expiryMs is finishedMs plus retentionNs, rounded up to the millisecond,
+// saturating at math.MaxInt64.
+func expiryMs(finishedMs, retentionNs int64) int64 {
+	d := (retentionNs + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+	if finishedMs > math.MaxInt64-d {
+		return math.MaxInt64
+	}
+	return finishedMs + d
+}
+
+// finishedValue is the value of t's finished-index entry: epoch (8 bytes
+// BE), FinishedMs (8 bytes BE), state (1 byte), handler.
+func finishedValue(t *Task) []byte {
+	v := make([]byte, 0, 17+len(t.Spec.Handler))
+	v = binary.BigEndian.AppendUint64(v, t.Epoch)
+	v = binary.BigEndian.AppendUint64(v, uint64(t.FinishedMs))
+	v = append(v, byte(t.State))
+	return append(v, t.Spec.Handler...)
+}
+
+func parseFinished(k, v []byte) (FinishedTask, error) {
+	if len(k) < 12 || len(v) < 17 {
+		return FinishedTask{}, fmt.Errorf("finished index entry %q of %d bytes: %w", k, len(v), ErrBadEntry)
+	}
+	return FinishedTask{
+		ID: string(k[12:]), Epoch: binary.BigEndian.Uint64(v[:8]), FinishedMs: int64(binary.BigEndian.Uint64(v[8:16])),
+		State: State(v[16]), Handler: string(v[17:]),
+	}, nil
+}
+
+// indexFinished keeps the finished index in step with the change from prev
+// (nil when t is new) to t.
+func indexFinished(w *writer, prev, t *Task) error {
+	pk, nk := finishedKey(prev), finishedKey(t)
+	if pk != nil && !bytes.Equal(pk, nk) {
+		if err := w.del(pk); err != nil {
+			return err
+		}
+	}
+	if nk == nil {
+		return nil
+	}
+	nv := finishedValue(t)
+	if pk != nil && bytes.Equal(pk, nk) && bytes.Equal(finishedValue(prev), nv) {
+		return nil
+	}
+	return w.set(nk, nv)
+}
+
+// delTask deletes t (as stored) with every index entry and count it has.
+func delTask(w *writer, t *Task) error {
+	w.count(t.Spec.Handler, t.State, -1)
+	switch t.State {
+	case StateWaiting:
+		if err := w.del(dueKey(t.DueMs, t.ID)); err != nil {
+			return err
+		}
+	case StateRunning:
+		if err := w.del(runKey(t.ID)); err != nil {
+			return err
+		}
+	}
+	if k := finishedKey(t); k != nil {
+		if err := w.del(k); err != nil {
+			return err
+		}
+	}
+	return w.del(taskKey(t.ID))
+}
+
+func applyPurge(w *writer, p *Purge) (Result, []Event, error) {
+	res := Result{Purged: make([]bool, len(p.Tasks))}
+	var evs []Event
+	for i, pt := range p.Tasks {
+		prev, err := loadTask(w, pt.ID)
+		if err != nil {
+			return Result{}, nil, err
+		}
+		if prev == nil || !prev.State.Terminal() || prev.Epoch != pt.Epoch || prev.FinishedMs != pt.FinishedMs {
+			continue
+		}
+		if err := delTask(w, prev); err != nil {
+			return Result{}, nil, err
+		}
+		res.Purged[i] = true
+		evs = append(evs, Event{Type: CmdPurge, Task: prev, Prev: prev.State, PrevNode: prev.Node})
+	}
+	return res, evs, nil
+}
+
+// Expired returns up to limit finished tasks whose retention ended at or
+// before nowMs (Unix ms): those with their own retention whose
+// FinishedMs + retention is at or before nowMs; SUCCESS and CANCELLED ones
+// without it that finished at least retention before nowMs; DEAD and
+// FAILED ones that finished at least retentionDead before it. A retention
+// of 0 or less keeps that class forever. It seeks the finished index,
+// reading only the entries it returns (and one more per class).
+func (f *FSM) Expired(nowMs int64, retention, retentionDead time.Duration, limit int) ([]FinishedTask, error) {
+	var out []FinishedTask
+	classes := []struct {
+		class   byte
+		untilMs int64
+		on      bool
+	}{
+		{finishedExpires, nowMs, true},
+		{finishedFailed, nowMs - retentionDead.Milliseconds(), retentionDead > 0},
+		{finishedOK, nowMs - retention.Milliseconds(), retention > 0},
+	}
+	err := f.db.View(func(txn *badger.Txn) error {
+		for _, c := range classes {
+			if !c.on || len(out) >= limit {
+				continue
+			}
+			err := scanFinished(txn, c.class, c.untilMs, func(ft FinishedTask) bool {
+				out = append(out, ft)
+				return len(out) < limit
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// scanFinished calls fn for the entries of class keyed at or before
+// untilMs, in key order, until fn returns false.
+func scanFinished(txn *badger.Txn, class byte, untilMs int64, fn func(FinishedTask) bool) error {
+	prefix := finishedPrefix(class)
+	opts := badger.DefaultIteratorOptions
+	opts.Prefix = prefix
+	it := txn.NewIterator(opts)
+	defer it.Close()
+	for it.Seek(prefix); it.Valid(); it.Next() {
+		item := it.Item()
+		k := item.Key()
+		if int64(binary.BigEndian.Uint64(k[4:12])) > untilMs {
+			return nil
+		}
+		var ft FinishedTask
+		err := item.Value(func(v []byte) error {
+			var err error
+			ft, err = parseFinished(k, v)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if !fn(ft) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// FinishedQuery selects finished tasks for FSM.Finished.
+type FinishedQuery struct {
+	// Handler, when not empty, is the handler the tasks must have.
+	Handler string
+	// State, when not 0, is the terminal state the tasks must be in.
+	State State
+	// BeforeMs: only tasks that finished before it (Unix ms).
+	BeforeMs int64
+}
+
+// finishedScanMax bounds the index entries one Finished call reads.
+const finishedScanMax = 100000
+
+// Finished returns up to limit finished tasks that match q, oldest first
+// within each class of the finished index. more reports whether more may
+// match: another match was seen, or the call stopped after reading
+// finishedScanMax entries. It reads the finished index only, never the
+// task records.
+func (f *FSM) Finished(q FinishedQuery, limit int) (tasks []FinishedTask, more bool, err error) {
+	var classes []byte
+	switch q.State {
+	case 0:
+		classes = []byte{finishedOK, finishedFailed, finishedExpires}
+	case StateSuccess, StateCancelled:
+		classes = []byte{finishedOK, finishedExpires}
+	case StateDead, StateFailed:
+		classes = []byte{finishedFailed, finishedExpires}
+	default:
+		return nil, false, nil
+	}
+	scanned := 0
+	err = f.db.View(func(txn *badger.Txn) error {
+		for _, c := range classes {
+			until := q.BeforeMs - 1
+			if c == finishedExpires {
+				until = math.MaxInt64 // keyed by expiry: FinishedMs is in the value
+			}
+			err := scanFinished(txn, c, until, func(ft FinishedTask) bool {
+				if scanned++; scanned > finishedScanMax {
+					more = true
+					return false
+				}
+				if ft.FinishedMs >= q.BeforeMs || (q.State != 0 && ft.State != q.State) || (q.Handler != "" && ft.Handler != q.Handler) {
+					return true
+				}
+				if len(tasks) == limit {
+					more = true
+					return false
+				}
+				tasks = append(tasks, ft)
+				return true
+			})
+			if err != nil || more {
+				return err
+			}
+		}
+		return nil
+	})
+	return tasks, more, err
+}
+
+// backfillFinished gives the terminal tasks that have no finished-index
+// entry one: tasks that finished before the index existed, in a store or a
+// snapshot written by an older version, which retention would otherwise
+// never purge. The entries follow from the stored records alone, so every
+// node derives the same ones. It counts the index's entries first (keys
+// only) and reads the task records only when fewer than terminal (the
+// stored count of terminal tasks); it returns how many entries it wrote.
+func backfillFinished(db *badger.DB, terminal int64) (int, error) {
+	var have int64
+	err := db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.PrefetchValues = false
+		opts.Prefix = prefixFinished
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			have++
+		}
+		return nil
+	})
+	if err != nil || have >= terminal {
+		return 0, err
+	}
+	wb := db.NewWriteBatch()
+	defer wb.Cancel()
+	wrote := 0
+	err = db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = prefixTask
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var t Task
+			if err := it.Item().Value(func(b []byte) error { return decodeRecord(b, &t) }); err != nil {
+				return err
+			}
+			if k := finishedKey(&t); k != nil {
+				if err := wb.Set(k, finishedValue(&t)); err != nil {
+					return err
+				}
+				wrote++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return wrote, wb.Flush()
+}
+
+// terminalCount is the stored number of terminal tasks.
+func (f *FSM) terminalCount() int64 {
+	c := f.Counts()
+	return c[StateSuccess] + c[StateCancelled] + c[StateDead] + c[StateFailed]
+}

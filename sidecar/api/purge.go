@@ -1,0 +1,73 @@
+package api
+
+import (
+	"context"
+	"errors"
+
+	"github.com/axsched/ax/ipc"
+	"github.com/axsched/ax/raftfsm"
+)
+
+// The API's purges; the retention loop itself is the scheduler's
+// (sidecar/scheduler/retention.go).
+
+// PurgeTask implements ipc.Backend: it reads the task (from the leader
+// when this node does not have it or lags) and proposes its purge.
+func (b *Backend) PurgeTask(ctx context.Context, id string) (int, error) {
+	t, err := b.d.Store.Task(id)
+	if err != nil && !errors.Is(err, raftfsm.ErrNotFound) {
+		return 0, err
+	}
+	if err != nil || !b.d.Membership.CaughtUp() || !t.State.Terminal() {
+		// The local copy may be missing or old: ask the leader.
+		if t, err = b.strongTask(ctx, id); err != nil {
+			return 0, err
+		}
+	}
+	for range 3 {
+		if !t.State.Terminal() {
+			return 0, ipc.Errorf(ipc.ErrConflict, "purge: task %q is %s; only finished tasks (SUCCESS, CANCELLED, DEAD, FAILED) can be purged (cancel it first)", id, t.State)
+		}
+		k, err := b.d.Purger.Purge(ctx, []raftfsm.FinishedTask{{ID: t.ID, Epoch: t.Epoch, FinishedMs: t.FinishedMs}})
+		if err != nil {
+			return 0, err
+		}
+		if k == 1 {
+			return 1, nil
+		}
+		// It changed between the read and the purge (retried,
+		// overwritten, purged by retention): look again.
+		if t, err = b.strongTask(ctx, id); err != nil {
+			return 0, err
+		}
+	}
+	return 0, ipc.Errorf(ipc.ErrConflict, "purge: task %q kept changing; try again", id)
+}
+
+// PurgeTasks implements ipc.Backend: it reads the matching finished tasks
+// from this node's finished index and proposes their purge (through the
+// leader) in entries of at most Config.MaxBatchCommands ids.
+func (b *Backend) PurgeTasks(ctx context.Context, q ipc.PurgeQuery) (ipc.PurgeResult, error) {
+	fq := raftfsm.FinishedQuery{Handler: q.Handler, State: raftfsm.ParseState(q.State), BeforeMs: q.FinishedBefore.UnixMilli()}
+	fts, more, err := b.d.Store.Finished(fq, q.Limit)
+	if err != nil {
+		return ipc.PurgeResult{}, err
+	}
+	var res ipc.PurgeResult
+	for len(fts) > 0 {
+		k := min(len(fts), b.cfg.MaxBatchCommands)
+		got, err := b.d.Purger.Purge(ctx, fts[:k])
+		res.Purged += got
+		if err != nil {
+			if res.Purged > 0 {
+				// Part is deleted: say so, and that more may be left.
+				res.More = true
+				return res, nil
+			}
+			return res, err
+		}
+		fts = fts[k:]
+	}
+	res.More = more
+	return res, nil
+}

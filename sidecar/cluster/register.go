@@ -1,0 +1,81 @@
+package cluster
+
+import (
+	"context"
+	"time"
+
+	"github.com/axsched/ax/raftfsm"
+)
+
+// Register records this node (addresses and executors given by flag) in
+// the replicated state once a leader is known, so the leader can route
+// attempts here and every node can find every other's peer address. It
+// retries every JoinRetryInterval until the record is committed (then it
+// reports the orphans and sets Deps.Registered) or ctx ends.
+func (m *Membership) Register(ctx context.Context) {
+	var handlers []string
+	for _, e := range m.cfg.Executors {
+		handlers = append(handlers, e.Handlers...)
+	}
+	rec := raftfsm.Node{ID: m.cfg.NodeID, RaftAddr: m.cfg.RaftAdvertise, PeerAddr: m.cfg.PeerAdvertise, Executors: m.cfg.Executors, Incarnation: m.cfg.Incarnation}
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		node := rec
+		_, err := m.d.Proposer.Propose(rctx, []raftfsm.Command{{Type: raftfsm.CmdNode, Node: &node}})
+		cancel()
+		if err == nil {
+			m.abandonOrphans(ctx)
+			m.d.Registered.Store(true)
+			m.log.Info().Strs("handlers", handlers).Msg("node registered")
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		m.log.Debug().Err(err).Msg("register: retrying")
+		if !sleep(ctx, m.d.Clock, JoinRetryInterval) {
+			return
+		}
+	}
+}
+
+// FindOrphans lists, at start before Raft replays anything, the attempts
+// the store says run on node id: the previous process was delivering
+// them, and this one never will (a restart delivers only the attempts
+// whose Fire it applies from now on). Those are the only ones Register
+// may report lost (Config.Orphans).
+func FindOrphans(fsm *raftfsm.FSM, id string) []raftfsm.Complete {
+	var out []raftfsm.Complete
+	_ = fsm.Running(func(t *raftfsm.Task) bool {
+		if t.Node == id {
+			out = append(out, raftfsm.Complete{
+				ID: t.ID, Epoch: t.Epoch, Attempt: t.Attempts, Outcome: raftfsm.OutcomeLost,
+				Error: "node " + id + " restarted during the attempt",
+			})
+		}
+		return true
+	})
+	return out
+}
+
+// abandonOrphans reports the attempts of Config.Orphans, once this node is
+// registered: the leader retries them now instead of at their lease's end
+// (timeout + grace). A report naming an attempt that is no longer current
+// is ignored by the FSM.
+func (m *Membership) abandonOrphans(ctx context.Context) {
+	if len(m.orphans) == 0 {
+		return
+	}
+	cmds := make([]raftfsm.Command, len(m.orphans))
+	for i := range m.orphans {
+		cmds[i] = raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &m.orphans[i]}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := m.d.Proposer.Propose(rctx, cmds); err != nil {
+		m.log.Warn().Err(err).Int("attempts", len(cmds)).Msg("could not report the attempts lost in the restart; their leases will expire")
+		return
+	}
+	m.log.Info().Int("attempts", len(cmds)).Msg("reported the attempts lost in the restart for retry")
+	m.orphans = nil
+}

@@ -1,0 +1,142 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/axsched/ax/sidecar/peerapi"
+)
+
+// Errors of RemoveMember. They carry the peer API's codes, so errors.Is
+// matches them as well when the leader answered them to a forward.
+var (
+	// ErrNoSuchMember is returned when a removal names a node that is not
+	// in the Raft configuration.
+	ErrNoSuchMember = peerapi.ErrNoSuchMember
+	// ErrLastVoter is returned when a removal would leave no voter.
+	ErrLastVoter = peerapi.ErrLastVoter
+)
+
+// RemoveMember removes node id from the Raft configuration: on the leader
+// directly, else through the leader's peer API. Removing the leader itself
+// makes it step down first (raft transfers nothing; an election follows).
+// It returns ErrNoSuchMember, ErrLastVoter (both wrapped, naming id),
+// raft's error, or ErrNoLeader when no leader was known before ctx ended.
+func (m *Membership) RemoveMember(ctx context.Context, id string) error {
+	for {
+		if m.d.Raft.State() == raft.Leader {
+			f := m.d.Raft.GetConfiguration()
+			if err := f.Error(); err != nil {
+				return err
+			}
+			found, voters := false, 0
+			for _, s := range f.Configuration().Servers {
+				found = found || string(s.ID) == id
+				if s.Suffrage == raft.Voter && string(s.ID) != id {
+					voters++
+				}
+			}
+			if !found {
+				return fmt.Errorf("%w: %q", ErrNoSuchMember, id)
+			}
+			if voters == 0 {
+				return fmt.Errorf("%w: %q is the last voter", ErrLastVoter, id)
+			}
+			m.log.Info().Str("member", id).Msg("removing member")
+			return m.d.Raft.RemoveServer(raft.ServerID(id), 0, peerapi.Timeout).Error()
+		}
+		if addr := m.d.Routes.LeaderPeerAddr(); addr != "" && addr != m.cfg.PeerAdvertise {
+			return m.d.Peers.Remove(ctx, addr, id)
+		}
+		if !sleep(ctx, m.d.Clock, forwardRetryInterval) {
+			return ErrNoLeader
+		}
+	}
+}
+
+// A node removed from the cluster while it was down (ax cluster remove of
+// a dead node) still finds itself in the configuration of its own log when
+// it starts again: it campaigns, the others ignore it (they no longer count
+// it), and it waits for a leader forever. WatchRemoval makes that visible:
+// after removalCheckAfter without a leader it asks the other nodes' peer
+// APIs for the leader's member list, and if the leader does not list it,
+// it logs so once and sets Deps.Removed (readiness says so; writes already
+// fail: no leader).
+const (
+	removalCheckAfter = 20 * time.Second
+	removalCheckEvery = 10 * time.Second
+)
+
+// WatchRemoval runs the check every removalCheckEvery until ctx ends.
+func (m *Membership) WatchRemoval(ctx context.Context) {
+	w := &removalWatch{m: m}
+	every(ctx, m.d.Clock, removalCheckEvery, func() { w.check(ctx) })
+}
+
+// removalWatch is WatchRemoval's state between checks.
+type removalWatch struct {
+	m             *Membership
+	noLeaderSince time.Time // zero while a leader is known
+}
+
+// check is one round of WatchRemoval.
+func (w *removalWatch) check(ctx context.Context) {
+	m := w.m
+	if _, id := m.d.Raft.LeaderWithID(); id != "" || m.d.Raft.State() == raft.Leader {
+		w.noLeaderSince = time.Time{}
+		m.d.Removed.Store(false)
+		return
+	}
+	now := m.d.Clock.Now()
+	if w.noLeaderSince.IsZero() {
+		w.noLeaderSince = now
+	}
+	if now.Sub(w.noLeaderSince) < removalCheckAfter || m.d.Removed.Load() {
+		return
+	}
+	if m.removedByCluster(ctx) {
+		m.d.Removed.Store(true)
+		m.log.Error().Msg("the cluster's leader does not list this node as a member: it was removed (ax cluster remove) while it was down. It will not rejoin with its old data: stop it, delete its data dir and start it with --join")
+	}
+}
+
+// removedByCluster asks the peer APIs of the join addresses and of the
+// nodes this node knows for the leader's member list (only the leader
+// answers it), and reports whether that list leaves this node out. Any
+// doubt (no answer) is false.
+func (m *Membership) removedByCluster(ctx context.Context) bool {
+	seen := map[string]bool{m.cfg.PeerAdvertise: true}
+	var addrs []string
+	add := func(a string) {
+		if a != "" && !seen[a] {
+			seen[a] = true
+			addrs = append(addrs, a)
+		}
+	}
+	for _, a := range m.JoinAddrs(ctx) {
+		add(a)
+	}
+	if m.d.FSM != nil {
+		if nodes, err := m.d.FSM.Nodes(); err == nil {
+			for _, nd := range nodes {
+				if nd.ID != m.cfg.NodeID {
+					add(m.d.Routes.RoutedPeerAddr(nd.ID, nd.PeerAddr))
+				}
+			}
+		}
+	}
+	for _, a := range addrs {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		members, err := m.d.Peers.Members(rctx, a)
+		cancel()
+		if err != nil || len(members) == 0 {
+			continue // not the leader, or unreachable
+		}
+		_, listed := members[m.cfg.NodeID]
+		return !listed
+	}
+	return false
+}

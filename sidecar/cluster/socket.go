@@ -1,0 +1,78 @@
+package cluster
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// SocketModeDefault is the Unix socket's default permission bits: owner
+// and group may connect.
+const SocketModeDefault os.FileMode = 0o660
+
+// LookupGID returns the gid of group, a name or a number. The error names
+// the socket-group setting.
+func LookupGID(group string) (int, error) {
+	if gid, err := strconv.Atoi(group); err == nil {
+		if gid < 0 {
+			return 0, fmt.Errorf("socket-group %q: a gid is not negative", group)
+		}
+		return gid, nil
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return 0, fmt.Errorf("socket-group %q: %w (give a numeric gid where there is no /etc/group)", group, err)
+	}
+	return strconv.Atoi(g.Gid)
+}
+
+// SetSocketAccess gives the socket file at path its mode and, when group
+// is set, that group (the process must be root or a member of it), so an
+// app container with another uid can connect.
+func SetSocketAccess(path string, mode os.FileMode, group string) error {
+	if err := os.Chmod(path, mode); err != nil {
+		return fmt.Errorf("socket %s: %w", path, err)
+	}
+	if group == "" {
+		return nil
+	}
+	gid, err := LookupGID(group)
+	if err != nil {
+		return err
+	}
+	if err := os.Chown(path, -1, gid); err != nil {
+		return fmt.Errorf("socket-group %s: %w", group, err)
+	}
+	return nil
+}
+
+// ListenUnix removes a stale socket file (one no process answers on) and
+// listens on path with mode 0660 (SetSocketAccess sets the configured
+// mode and group). A socket another process serves is an error.
+func ListenUnix(path string) (net.Listener, error) {
+	if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("socket %s is in use by another process", path)
+		}
+		os.Remove(path)
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}

@@ -1,0 +1,503 @@
+package callback
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/axsched/ax/clients/go/axapi"
+	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/raftfsm"
+)
+
+// The callback contract (path, headers, deadline layout) is the wire
+// contract's (clients/go/axapi, docs/DESIGN.md section 5); these names keep
+// the package's callers short.
+const (
+	// ExecutePath is the path of the callback, appended to an executor's
+	// base URL.
+	ExecutePath    = axapi.ExecutePath
+	HeaderTaskID   = axapi.HeaderTaskID
+	HeaderHandler  = axapi.HeaderHandler
+	HeaderAttempt  = axapi.HeaderAttempt
+	HeaderRun      = axapi.HeaderRun
+	HeaderDeadline = axapi.HeaderDeadline
+	// DeadlineFormat is the layout of the Ax-Deadline header: RFC 3339 in
+	// UTC with milliseconds ("2026-11-30T11:25:00.250Z").
+	DeadlineFormat = axapi.DeadlineFormat
+)
+
+// Caller defaults (see CallerOptions).
+const (
+	// DialTimeoutDefault bounds a connect to an executor. An executor runs
+	// on the same host (a Unix socket or loopback TCP), where a connect
+	// takes well under a millisecond; one that takes 500 ms had its SYN
+	// dropped by a full accept queue (the kernel sends it again only
+	// after 1 s, then 3 s…): the executor is overloaded, and the
+	// callback is classified raftfsm.OutcomeUnavailable, Overloaded.
+	DialTimeoutDefault = 500 * time.Millisecond
+	// UnackedTimeoutDefault is the TCP_USER_TIMEOUT of a TCP connection to
+	// an executor (Linux): a request its kernel has not acknowledged for
+	// this long ends the connection (see CallerOptions.UnackedTimeout).
+	UnackedTimeoutDefault          = 500 * time.Millisecond
+	IdleConnTimeoutDefault         = 90 * time.Second
+	MaxIdleConnsPerExecutorDefault = 64
+	// errorBodyMaxBytes is how much of an executor's reply is read.
+	errorBodyMaxBytes = 64 << 10
+	// errorTextMaxRunes is how much of it goes into Outcome.Error.
+	errorTextMaxRunes = 200
+	// unixPathMax is the size of sun_path on Linux, terminating NUL included.
+	unixPathMax = 108
+)
+
+// Callback is one attempt to deliver, as the sidecar hands it to Execute.
+type Callback struct {
+	TaskID  string // sent as Ax-Task-Id
+	Handler string // sent as Ax-Handler
+	Attempt int    // sent as Ax-Attempt: 1 for the first attempt of a run
+	Run     int    // sent as Ax-Run: 1 for the first run of a task
+	// Deadline ends the attempt: Execute aborts the request when it passes,
+	// and sends it as Ax-Deadline. Zero means no deadline (ctx only).
+	Deadline time.Time
+	// Payload is sent byte for byte as the request body.
+	Payload []byte
+	// MaxIdleConns is how many idle connections to keep to this executor
+	// (its concurrency limit, so that a burst reuses them instead of
+	// dialling again); 0 means CallerOptions.MaxIdleConnsPerExecutor.
+	// A change replaces the executor's pool.
+	MaxIdleConns int
+}
+
+// Outcome is the result of one Execute.
+type Outcome struct {
+	// Kind is how the attempt ended (the status classes: ipc package doc).
+	Kind raftfsm.Outcome
+	// Status is the HTTP status of the executor's answer; 0 when there was
+	// none (timeout, connection error, cancel).
+	Status int
+	// RetryAfter is the executor's Retry-After (seconds or HTTP date), zero
+	// when absent or invalid.
+	RetryAfter time.Duration
+	// Error describes a failure for Task.LastError: "http 500: boom",
+	// "timeout after 1s", "dial unix /run/app.sock: connect: no such file or
+	// directory". Empty on success. Never holds more than 200 characters of
+	// the executor's body.
+	Error string
+	// Duration is how long Execute took.
+	Duration time.Duration
+	// Service is the executor's part of Duration: from the moment a
+	// connection was ready (an idle one reused, or a new one connected)
+	// to the answer read. The connect wait is not in it, so a slow
+	// connect (a full accept queue) is not mistaken for a slow executor.
+	// Zero when no connection was had.
+	Service time.Duration
+	// Overloaded, with raftfsm.OutcomeUnavailable, says the executor is there but
+	// did not take the connection: EAGAIN (a Unix socket's accept queue
+	// is full), a connect that timed out (a TCP SYN dropped), a reset
+	// before the request was sent, or a TCP request left unacknowledged.
+	// False with raftfsm.OutcomeUnavailable means absent: connection refused, no
+	// socket file, any other connect error.
+	Overloaded bool
+}
+
+// CallerOptions configures a Caller. The zero value gives the defaults.
+type CallerOptions struct {
+	// DialTimeout bounds connecting to an executor.
+	// Defaults to DialTimeoutDefault (5s).
+	DialTimeout time.Duration
+	// IdleConnTimeout closes kept-alive connections to an executor idle
+	// for this long. Defaults to IdleConnTimeoutDefault (90s).
+	IdleConnTimeout time.Duration
+	// MaxIdleConnsPerExecutor is how many idle connections are kept per
+	// executor for reuse, unless Callback.MaxIdleConns says otherwise.
+	// Defaults to MaxIdleConnsPerExecutorDefault (64).
+	MaxIdleConnsPerExecutor int
+	// UnackedTimeout is the TCP_USER_TIMEOUT set on TCP connections to
+	// executors (Linux only; elsewhere it is not set): when request bytes
+	// stay unacknowledged by the executor's kernel this long, the kernel
+	// ends the connection, and if none of the request was acknowledged
+	// the callback is raftfsm.OutcomeUnavailable (Overloaded). That happens when
+	// the executor's accept queue was full as the connection completed:
+	// the client's connect succeeds, but the server drops the handshake's
+	// last ACK and the data after it until it has room. It does not bound
+	// a callback's running time (an acknowledged request has nothing
+	// unacknowledged while the answer is awaited). Defaults to
+	// UnackedTimeoutDefault (500 ms); negative turns it off.
+	UnackedTimeout time.Duration
+	// UserAgent is sent as User-Agent. Defaults to "ax".
+	UserAgent string
+	// Clock, when set to a clock other than engine.RealClock() (a test's
+	// engine.FakeClock, through the node's Config.Clock), is the clock of
+	// Callback.Deadline: the request is aborted when a timer on it fires,
+	// not at a context deadline on the wall clock. Nil: the wall clock.
+	// Connection time-outs (DialTimeout, UnackedTimeout) and
+	// Outcome.Duration stay on the wall clock: they measure real
+	// connections and round trips.
+	Clock engine.Clock
+}
+
+// WithDefaults returns a copy of o with zero fields set to their defaults.
+func (o CallerOptions) WithDefaults() CallerOptions {
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = DialTimeoutDefault
+	}
+	if o.UnackedTimeout == 0 {
+		o.UnackedTimeout = UnackedTimeoutDefault
+	}
+	if o.IdleConnTimeout <= 0 {
+		o.IdleConnTimeout = IdleConnTimeoutDefault
+	}
+	if o.MaxIdleConnsPerExecutor <= 0 {
+		o.MaxIdleConnsPerExecutor = MaxIdleConnsPerExecutorDefault
+	}
+	if o.UserAgent == "" {
+		o.UserAgent = "ax"
+	}
+	if o.Clock == engine.RealClock() {
+		o.Clock = nil
+	}
+	return o
+}
+
+// Caller delivers attempts to executors over HTTP (docs/DESIGN.md section 5).
+// It keeps one connection pool per executor address. It is safe for
+// concurrent use; it does not limit concurrency (the sidecar's adaptive
+// limiter does).
+type Caller struct {
+	opts CallerOptions
+
+	mu      sync.Mutex
+	clients map[endpointKey]*endpointClient
+}
+
+// endpointClient is the HTTP client of one executor address and the idle
+// connections it keeps.
+type endpointClient struct {
+	*http.Client
+	maxIdle int
+}
+
+type endpointKey struct{ network, address string }
+
+// NewCaller returns a Caller.
+func NewCaller(opts CallerOptions) *Caller {
+	return &Caller{opts: opts.WithDefaults(), clients: make(map[endpointKey]*endpointClient)}
+}
+
+// Close closes the idle connections of every executor. Requests in flight
+// are not affected; the Caller remains usable.
+func (c *Caller) Close() {
+	c.mu.Lock()
+	clients := c.clients
+	c.clients = make(map[endpointKey]*endpointClient)
+	c.mu.Unlock()
+	for _, cl := range clients {
+		cl.CloseIdleConnections()
+	}
+}
+
+// client returns the HTTP client of one executor address keeping maxIdle
+// idle connections (0: the default), creating it once per address and
+// count: a new count replaces the pool (the old one's idle connections are
+// closed; its requests in flight finish).
+func (c *Caller) client(k endpointKey, maxIdle int) *http.Client {
+	if maxIdle <= 0 {
+		maxIdle = c.opts.MaxIdleConnsPerExecutor
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl, ok := c.clients[k]; ok {
+		if cl.maxIdle == maxIdle {
+			return cl.Client
+		}
+		cl.CloseIdleConnections()
+	}
+	dialer := &net.Dialer{Timeout: c.opts.DialTimeout}
+	if k.network == "tcp" && c.opts.UnackedTimeout > 0 {
+		dialer.Control = setUnackedTimeout(c.opts.UnackedTimeout)
+	}
+	tr := &http.Transport{
+		// Whatever host the URL names, dial the executor's own address.
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			conn, err := dialRetrying(ctx, dialer, k.network, k.address, c.opts.DialTimeout)
+			if err != nil {
+				return nil, err
+			}
+			return newExecConn(conn), nil
+		},
+		Proxy:               nil, // never through a proxy, whatever the environment says
+		MaxIdleConnsPerHost: maxIdle,
+		IdleConnTimeout:     c.opts.IdleConnTimeout,
+		DisableCompression:  true,
+	}
+	cl := &http.Client{
+		Transport: tr,
+		// A redirect is an answer of its own, never followed.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	c.clients[k] = &endpointClient{Client: cl, maxIdle: maxIdle}
+	return cl
+}
+
+// Execute delivers cb to the executor at baseURL (see ParseExecutorURL): it
+// POSTs the payload, byte for byte, to baseURL + ExecutePath with headers
+// Ax-Task-Id, Ax-Handler, Ax-Attempt, Ax-Run, Ax-Deadline (DeadlineFormat,
+// when cb.Deadline is set) and Content-Type: application/octet-stream, and
+// classifies the answer. Cancelling ctx, or reaching cb.Deadline or ctx's
+// deadline, aborts the request in flight (the executor sees its request
+// context end) and gives raftfsm.OutcomeCancelled or raftfsm.OutcomeTimeout.
+//
+// Execute never retries; it reads at most 64 KiB of the answer.
+func (c *Caller) Execute(ctx context.Context, baseURL string, cb Callback) Outcome {
+	start := time.Now()
+	parent := ctx
+	out := c.execute(ctx, parent, start, baseURL, cb)
+	out.Duration = time.Since(start)
+	return out
+}
+
+func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL string, cb Callback) Outcome {
+	ep, err := parseExecutorURL(baseURL)
+	if err != nil {
+		return Outcome{Kind: raftfsm.OutcomeRetryable, Error: err.Error()}
+	}
+	if c.opts.Clock != nil {
+		start = c.opts.Clock.Now() // the deadline's clock
+	}
+	if !cb.Deadline.IsZero() {
+		if !cb.Deadline.After(start) {
+			return Outcome{Kind: raftfsm.OutcomeTimeout, Error: "timeout: the deadline passed before the callback started"}
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = c.withDeadline(ctx, cb.Deadline)
+		defer cancel()
+	}
+	if ctx.Err() != nil {
+		return aborted(ctx, parent, start, cb.Deadline)
+	}
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.url, bytes.NewReader(cb.Payload))
+	if err != nil {
+		return Outcome{Kind: raftfsm.OutcomeRetryable, Error: "build request: " + err.Error()}
+	}
+	h := req.Header
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("User-Agent", c.opts.UserAgent)
+	h.Set(HeaderTaskID, cb.TaskID)
+	h.Set(HeaderHandler, cb.Handler)
+	h.Set(HeaderAttempt, strconv.Itoa(cb.Attempt))
+	h.Set(HeaderRun, strconv.Itoa(cb.Run))
+	if !cb.Deadline.IsZero() {
+		h.Set(HeaderDeadline, cb.Deadline.UTC().Format(DeadlineFormat))
+	}
+
+	tr := &sendTrace{}
+	req = req.WithContext(httptrace.WithClientTrace(ctx, tr.trace()))
+	resp, err := c.client(endpointKey{ep.network, ep.address}, cb.MaxIdleConns).Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return aborted(ctx, parent, start, cb.Deadline)
+		}
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		out := Outcome{Kind: raftfsm.OutcomeRetryable, Error: err.Error(), Service: tr.service()}
+		if unavailable, overloaded := tr.notSent(err); unavailable {
+			out.Kind, out.Overloaded = raftfsm.OutcomeUnavailable, overloaded
+			out.Error = "executor unavailable: " + out.Error
+		}
+		return out
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyMaxBytes))
+	_ = resp.Body.Close()
+
+	out := Outcome{Status: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), Service: tr.service()}
+	switch s := resp.StatusCode; {
+	case s == http.StatusAccepted:
+		out.Kind = raftfsm.OutcomeAccepted
+	case s >= 200 && s < 300:
+		out.Kind = raftfsm.OutcomeSuccess
+	case s == http.StatusTooManyRequests || s == http.StatusServiceUnavailable:
+		out.Kind = raftfsm.OutcomeBusy
+	case s >= 400 && s < 500:
+		out.Kind = raftfsm.OutcomePermanent
+	default: // 5xx, 1xx, 3xx
+		out.Kind = raftfsm.OutcomeRetryable
+	}
+	if out.Kind != raftfsm.OutcomeSuccess && out.Kind != raftfsm.OutcomeAccepted {
+		out.Error = httpErrorText(resp.StatusCode, body)
+	}
+	return out
+}
+
+// withDeadline is context.WithDeadline on the Caller's clock: on the wall
+// clock, a context deadline; on another (CallerOptions.Clock), a timer on
+// it that cancels the context with the cause context.DeadlineExceeded.
+func (c *Caller) withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	if c.opts.Clock == nil {
+		return context.WithDeadline(ctx, deadline)
+	}
+	dctx, cancel := context.WithCancelCause(ctx)
+	t := c.opts.Clock.NewTimer(deadline.Sub(c.opts.Clock.Now()))
+	go func() {
+		select {
+		case <-t.C():
+			cancel(context.DeadlineExceeded)
+		case <-dctx.Done():
+			t.Stop()
+		}
+	}()
+	return dctx, func() { cancel(context.Canceled) }
+}
+
+// aborted describes a request ended by ctx: cancelled by the caller
+// (parent), or past its deadline (the earlier of deadline, when set, and
+// ctx's own), measured from start.
+func aborted(ctx, parent context.Context, start, deadline time.Time) Outcome {
+	if errors.Is(parent.Err(), context.Canceled) {
+		return Outcome{Kind: raftfsm.OutcomeCancelled, Error: "cancelled"}
+	}
+	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
+	}
+	return Outcome{Kind: raftfsm.OutcomeTimeout, Error: "timeout after " + roughly(deadline.Sub(start)).String()}
+}
+
+// roughly rounds d to about two significant digits, so that a deadline set
+// a moment before Execute started still reads "1s", not "999.87ms".
+func roughly(d time.Duration) time.Duration {
+	switch {
+	case d <= 0:
+		return 0
+	case d < time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond)
+	default:
+		return d.Round(time.Second)
+	}
+}
+
+// httpErrorText renders "http 500: <first 200 characters of the body>", or
+// the status text when the body is empty.
+func httpErrorText(status int, body []byte) string {
+	text := strings.TrimSpace(strings.ToValidUTF8(string(body), "\uFFFD"))
+	if text == "" {
+		text = http.StatusText(status)
+	}
+	if utf8.RuneCountInString(text) > errorTextMaxRunes {
+		n := 0
+		for i := range text {
+			if n == errorTextMaxRunes {
+				text = text[:i]
+				break
+			}
+			n++
+		}
+	}
+	return fmt.Sprintf("http %d: %s", status, text)
+}
+
+// parseRetryAfter reads a Retry-After value: delay in seconds or an HTTP
+// date. It returns 0 when v is empty, invalid or in the past.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		if n > int64(24*time.Hour/time.Second) {
+			n = int64(24 * time.Hour / time.Second)
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// executorURL is a parsed executor base URL.
+type executorURL struct {
+	network, address string
+	url              string // full URL of the callback
+}
+
+// ParseExecutorURL checks an executor base URL and returns the network and
+// address to dial:
+//
+//	unix:///abs/path/to.sock      → "unix", "/abs/path/to.sock"
+//	http://127.0.0.1:8080         → "tcp", "127.0.0.1:8080"
+//	http://localhost:8080/app     → "tcp", "localhost:8080" (callbacks go to /app/ax/v1/execute)
+//
+// A Unix socket path must be absolute. An http URL must name a loopback
+// address (127.0.0.0/8, ::1 or localhost) and a port: executors run in the
+// same pod. https, user info, query and fragment are refused.
+func ParseExecutorURL(s string) (network, address string, err error) {
+	ep, err := parseExecutorURL(s)
+	if err != nil {
+		return "", "", err
+	}
+	return ep.network, ep.address, nil
+}
+
+func parseExecutorURL(s string) (executorURL, error) {
+	bad := func(format string, args ...any) (executorURL, error) {
+		return executorURL{}, fmt.Errorf("executor url %q: %s", s, fmt.Sprintf(format, args...))
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return bad("%v", err)
+	}
+	if u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.Opaque != "" {
+		return bad("want unix:///path/to.sock or http://127.0.0.1:PORT, without user, query or fragment")
+	}
+	switch u.Scheme {
+	case "unix":
+		if u.Host != "" {
+			return bad("the socket path must be absolute: unix:///path/to.sock")
+		}
+		if !filepath.IsAbs(u.Path) {
+			return bad("the socket path must be absolute: unix:///path/to.sock")
+		}
+		if len(u.Path) >= unixPathMax {
+			return bad("socket path is %d bytes, the limit is %d", len(u.Path), unixPathMax-1)
+		}
+		return executorURL{network: "unix", address: u.Path, url: "http://localhost" + ExecutePath}, nil
+	case "http":
+		host, port, err := net.SplitHostPort(u.Host)
+		if err != nil {
+			return bad("want http://127.0.0.1:PORT (a port is required)")
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return bad("port %q is not a number from 1 to 65535", port)
+		}
+		if ip := net.ParseIP(host); !(host == "localhost" || ip != nil && ip.IsLoopback()) {
+			return bad("host %q is not a loopback address (127.0.0.1, ::1, localhost)", host)
+		}
+		prefix := strings.TrimRight(u.EscapedPath(), "/")
+		return executorURL{network: "tcp", address: u.Host, url: "http://" + u.Host + prefix + ExecutePath}, nil
+	case "":
+		return bad("missing scheme: want unix:///path/to.sock or http://127.0.0.1:PORT")
+	default:
+		return bad("scheme %q is not supported: want unix or http", u.Scheme)
+	}
+}

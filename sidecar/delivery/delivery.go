@@ -1,0 +1,894 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/raftfsm"
+	"github.com/axsched/ax/sidecar/delivery/callback"
+)
+
+// reportTimeout bounds how long a node keeps trying to report an outcome to
+// the leader (across elections). Past it the attempt's lease expires on the
+// leader, which counts a TIMEOUT and retries.
+const reportTimeout = time.Minute
+
+var errAborted = errors.New("attempt aborted: task cancelled or replaced")
+
+// Delivery runs the attempts that committed Fire commands assign to this
+// node: one callback per attempt, at most Config.Concurrency at once per
+// executor, and reports each outcome to the leader.
+type Delivery struct {
+	cfg      Config
+	ctx      context.Context
+	proposer Proposer
+	store    Store
+	clock    engine.Clock
+	retry    engine.Clock // Deps.RetryClock
+	log      zerolog.Logger
+	m        *Metrics
+	caller   *callback.Caller
+
+	mu      sync.Mutex
+	running map[string]*attemptRun // task id → its attempt running here
+	slots   map[string]*slot       // executor name|URL → its concurrency slots
+	queued  map[string]int         // handler → attempts waiting for a slot
+	// self caches this node's record (its executors); nil after it
+	// changes (node, executor and restore events), read again on use.
+	self *raftfsm.Node
+	down map[string]downState // executor name|URL → unreachable lately
+	// resumed holds the attempts started from a snapshot install
+	// (resumeAfterRestore) whose Fire may still come as an event: that
+	// event must not start them a second time.
+	resumed map[attemptKey]struct{}
+	wg      sync.WaitGroup
+	stopped bool
+	// draining is set by BeginDrain (drain.go): attempts not started are
+	// handed back; drainCtx ends then. active counts attempt goroutines.
+	draining    bool
+	drainCtx    context.Context
+	drainCancel context.CancelFunc
+	active      atomic.Int64
+
+	// unregisterStale, when set (tests), replaces proposing the removal of
+	// an executor unavailable for staleExecutorAfter.
+	unregisterStale func(*raftfsm.Executor)
+}
+
+// attemptKey names one attempt of a task.
+type attemptKey struct {
+	id      string
+	epoch   uint64
+	attempt int
+}
+
+type attemptRun struct {
+	epoch   uint64
+	attempt int
+	cancel  context.CancelCauseFunc
+	timeout time.Duration
+	// leaseMs is the attempt's lease as this node last knew it (Unix ms);
+	// RenewLeases extends it while the attempt waits for a slot.
+	leaseMs atomic.Int64
+	// startMs is when its callback started (Unix ms); 0 while it waits.
+	startMs atomic.Int64
+	// wait is the context the attempt waits in before its callback starts
+	// (for its due time, a slot, a probe): it also ends when the node
+	// begins to drain (drain.go).
+	wait context.Context
+}
+
+// waitCtx returns the context r waits in: r.wait, or ctx when it has none
+// (an attempt not started by delivery.start, in tests).
+func (r *attemptRun) waitCtx(ctx context.Context) context.Context {
+	if r.wait != nil {
+		return r.wait
+	}
+	return ctx
+}
+
+// New returns the delivery of node deps.Config.NodeID. Its attempts and
+// reports end with deps.Context; Stop aborts them and waits.
+func New(deps Deps) *Delivery {
+	// One idle connection per slot of a full executor, so that callbacks
+	// ending together (a burst's first round trips run in lockstep) put
+	// their connections back instead of closing those beyond the
+	// default 64 and dialling again for the next calls.
+	idle := max(deps.Config.Concurrency, callback.MaxIdleConnsPerExecutorDefault)
+	clock := deps.Clock
+	if clock == nil {
+		clock = engine.RealClock()
+	}
+	retry := deps.RetryClock
+	if retry == nil {
+		retry = clock
+	}
+	ctx := deps.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	d := &Delivery{
+		cfg: deps.Config, ctx: ctx, proposer: deps.Proposer, store: deps.Store, clock: clock, retry: retry, log: deps.Log, m: deps.Metrics,
+		caller:  callback.NewCaller(callback.CallerOptions{MaxIdleConnsPerExecutor: idle, Clock: clock}),
+		running: map[string]*attemptRun{}, slots: map[string]*slot{}, queued: map[string]int{}, down: map[string]downState{},
+	}
+	d.drainCtx, d.drainCancel = context.WithCancel(context.Background())
+	return d
+}
+
+// InFlight returns the attempts running on this node (waiting for their
+// due time or a slot, or in their callback).
+func (d *Delivery) InFlight() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.running)
+}
+
+// OnEvent starts an attempt assigned here, or aborts one that was cancelled,
+// replaced, or timed out by the leader. Events come in log order, from one
+// goroutine.
+func (d *Delivery) OnEvent(ev *raftfsm.Event) {
+	if ev.Restored || (ev.Node != nil && ev.Node.ID == d.cfg.NodeID) {
+		d.mu.Lock()
+		d.self = nil // this node's record changed: read it again
+		d.mu.Unlock()
+		d.pruneExecutors(ev.Node)
+	}
+	if ev.Restored {
+		d.resumeAfterRestore()
+	}
+	t := ev.Task
+	if t == nil {
+		return
+	}
+	self := d.cfg.NodeID
+	if ev.Prev == raftfsm.StateRunning && ev.PrevNode == self {
+		switch {
+		case ev.Type == raftfsm.CmdLease && t.State == raftfsm.StateRunning && t.Node == self:
+			// A heartbeat or lease renewal of an attempt running here: it
+			// goes on, with its new lease.
+			d.mu.Lock()
+			if r := d.running[t.ID]; r != nil && r.epoch == t.Epoch && r.attempt == t.Attempts {
+				r.leaseMs.Store(t.LeaseMs)
+			}
+			d.mu.Unlock()
+		case t.State == raftfsm.StateRunning && ev.Type == raftfsm.CmdFire:
+			// A new attempt replaces this node's (start handles it).
+		default:
+			d.abort(t.ID) // cancelled, replaced, completed or timed out
+		}
+	}
+	if ev.Type == raftfsm.CmdFire && t.State == raftfsm.StateRunning && t.Node == self {
+		if leaseEnded(t, d.clock.Now().UnixMilli()) {
+			// The attempt's lease had ended before this node applied its
+			// Fire: a node catching up after a partition replays Fires the
+			// leader has long counted as lost and retried elsewhere (the
+			// next entries say so). Delivering it would only duplicate the
+			// retry; the leader's lease timer covers it if not retried yet.
+			d.log.Debug().Str("task_id", t.ID).Int("attempt", t.Attempts).Time("lease", time.UnixMilli(t.LeaseMs)).
+				Msg("not delivering an attempt whose lease ended before its fire was applied here")
+			d.m.StaleFires.Inc()
+			return
+		}
+		d.mu.Lock()
+		k := attemptKey{t.ID, t.Epoch, t.Attempts}
+		_, resumed := d.resumed[k]
+		delete(d.resumed, k)
+		d.mu.Unlock()
+		if resumed {
+			return // already started from the snapshot that held this Fire
+		}
+		d.start(t)
+	}
+}
+
+// leaseEnded reports whether the lease of t's attempt had ended at nowMs
+// (Unix ms): the leader counts such an attempt lost and retries it, so
+// this node must not start it.
+func leaseEnded(t *raftfsm.Task, nowMs int64) bool {
+	return t.LeaseMs > 0 && nowMs >= t.LeaseMs
+}
+
+// resumeAfterRestore brings the attempts running here in line with a
+// just-installed snapshot. It starts those the snapshot says run on this
+// node and whose lease has not ended: their Fire was
+// inside the snapshot, so no event started them, and without this they
+// would wait out their lease (timeout + grace) before the leader retried
+// them elsewhere. The store may already hold entries applied after the
+// snapshot; a Fire event still to come for an attempt started here is
+// skipped (resumed).
+func (d *Delivery) resumeAfterRestore() {
+	self := d.cfg.NodeID
+	var ts []*raftfsm.Task
+	if err := d.store.Running(func(t *raftfsm.Task) bool {
+		if t.Node == self {
+			ts = append(ts, t)
+		}
+		return true
+	}); err != nil {
+		d.log.Warn().Err(err).Msg("reading the attempts of an installed snapshot failed; their leases will expire")
+		return
+	}
+	// Attempts running here that the snapshot no longer has running here
+	// (cancelled, timed out or replaced inside it) are aborted: the
+	// events that would have aborted them were folded into the snapshot.
+	current := make(map[attemptKey]bool, len(ts))
+	for _, t := range ts {
+		current[attemptKey{t.ID, t.Epoch, t.Attempts}] = true
+	}
+	d.mu.Lock()
+	d.resumed = map[attemptKey]struct{}{}
+	var stale []string
+	for id, r := range d.running {
+		if !current[attemptKey{id, r.epoch, r.attempt}] {
+			stale = append(stale, id)
+		}
+	}
+	d.mu.Unlock()
+	for _, id := range stale {
+		d.abort(id)
+	}
+	nowMs := d.clock.Now().UnixMilli()
+	started := 0
+	for _, t := range ts {
+		if leaseEnded(t, nowMs) {
+			continue // the leader's lease timer retries it
+		}
+		d.mu.Lock()
+		r := d.running[t.ID]
+		running := r != nil && r.epoch == t.Epoch && r.attempt == t.Attempts
+		if !running {
+			d.resumed[attemptKey{t.ID, t.Epoch, t.Attempts}] = struct{}{}
+		}
+		d.mu.Unlock()
+		if !running {
+			d.start(t)
+			started++
+		}
+	}
+	if started > 0 {
+		d.log.Info().Int("attempts", started).Msg("started the attempts of an installed snapshot that run on this node")
+	}
+}
+
+func (d *Delivery) abort(id string) {
+	d.mu.Lock()
+	r := d.running[id]
+	delete(d.running, id)
+	d.mu.Unlock()
+	if r != nil {
+		r.cancel(errAborted)
+	}
+}
+
+func (d *Delivery) start(t *raftfsm.Task) {
+	ctx, cancel := context.WithCancelCause(d.ctx)
+	r := &attemptRun{epoch: t.Epoch, attempt: t.Attempts, cancel: cancel, timeout: time.Duration(t.Spec.TimeoutNs)}
+	r.leaseMs.Store(t.LeaseMs)
+	wctx, wstop := d.waitContext(ctx)
+	r.wait = wctx
+	d.mu.Lock()
+	if d.stopped {
+		d.mu.Unlock()
+		wstop()
+		cancel(nil)
+		return
+	}
+	if old := d.running[t.ID]; old != nil {
+		old.cancel(errAborted)
+	}
+	d.running[t.ID] = r
+	d.wg.Add(1)
+	d.active.Add(1)
+	d.mu.Unlock()
+	go func() {
+		defer d.wg.Done()
+		defer d.active.Add(-1)
+		defer cancel(nil)
+		defer wstop()
+		d.run(ctx, t, r)
+		d.mu.Lock()
+		if d.running[t.ID] == r {
+			delete(d.running, t.ID)
+		}
+		d.mu.Unlock()
+	}()
+}
+
+// executorsFor returns this node's executors for handler, from the
+// replicated node record (flags and API registrations alike), best match
+// first, those marked down (unreachable lately) last.
+func (d *Delivery) executorsFor(handler string) []*raftfsm.Executor {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.self == nil { // read once after each change, not per attempt
+		rec, err := d.store.Node(d.cfg.NodeID)
+		if err != nil {
+			return nil
+		}
+		d.self = rec
+	}
+	xs := d.self.ExecutorsFor(handler)
+	now := d.clock.Now()
+	var up, down []*raftfsm.Executor
+	for _, x := range xs {
+		if st, ok := d.down[x.Name+"|"+x.URL]; ok && now.Before(st.until) {
+			down = append(down, x)
+		} else {
+			up = append(up, x)
+		}
+	}
+	return append(up, down...)
+}
+
+// downState is an executor that was unavailable (the request could not be
+// given to it, see raftfsm.OutcomeUnavailable): THE record, in Delivery.down,
+// that it is unavailable until its next probe, which the node's load
+// report tells the leader. No callback is started to it before until
+// (its next probe); a call that reaches it (any answer) ends the record
+// (markUp).
+type downState struct {
+	// since is when the streak of unavailability began; until is the
+	// next probe time.
+	since, until time.Time
+	// backoff is the wait before the next probe: ProbeBackoffMin after
+	// the first failure, doubled by each failed probe up to
+	// ProbeBackoffMax.
+	backoff time.Duration
+	// overloaded: the last failure was overload (the executor is there
+	// but did not take the connection: EAGAIN, a slow connect); else it
+	// is absent (refused, no socket file).
+	overloaded bool
+	dropped    bool
+	// wake is closed when the executor answers again (markUp), waking the
+	// attempts that wait on this node for its next probe.
+	wake chan struct{}
+}
+
+// An unavailable executor is probed again after a backoff from
+// ProbeBackoffMin doubling to ProbeBackoffMax, reset by any answer; an
+// API-registered one unavailable for staleExecutorAfter is unregistered
+// (its app died without unregistering).
+const (
+	ProbeBackoffMin    = 100 * time.Millisecond
+	ProbeBackoffMax    = 5 * time.Second
+	staleExecutorAfter = time.Minute
+)
+
+// markDown notes that executor x was unavailable (overloaded or absent)
+// and sets its next probe time: the backoff doubles when the failed call
+// was a probe (made at or after the last probe time), and stays for calls
+// that were already under way. It unregisters x when the streak has
+// lasted staleExecutorAfter (never one from a flag).
+func (d *Delivery) markDown(x *raftfsm.Executor, overloaded bool) {
+	key := x.Name + "|" + x.URL
+	now := d.clock.Now()
+	d.mu.Lock()
+	st, ok := d.down[key]
+	if !ok || now.Sub(st.until) > staleExecutorAfter {
+		st = downState{since: now, wake: make(chan struct{})} // first failure, or an old streak
+	}
+	if !now.Before(st.until) {
+		st.backoff = min(max(2*st.backoff, ProbeBackoffMin), ProbeBackoffMax)
+		st.until = now.Add(st.backoff)
+	}
+	st.overloaded = overloaded
+	drop := !x.FromFlag && !st.dropped && now.Sub(st.since) >= staleExecutorAfter
+	st.dropped = st.dropped || drop
+	d.down[key] = st
+	d.mu.Unlock()
+	if !drop {
+		return
+	}
+	d.log.Warn().Str("executor", x.Name).Str("url", x.URL).Msg("executor unreachable for a minute: unregistering it")
+	if d.unregisterStale != nil {
+		d.unregisterStale(x)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(d.ctx, 10*time.Second)
+		defer cancel()
+		if _, err := d.proposer.Propose(ctx, []raftfsm.Command{{Type: raftfsm.CmdExecutor, Executor: &raftfsm.ExecutorChange{
+			Node: d.cfg.NodeID, Executor: raftfsm.Executor{Name: x.Name}, Remove: true}}}); err != nil {
+			d.log.Warn().Err(err).Str("executor", x.Name).Msg("unregistering an unreachable executor failed")
+		}
+	}()
+}
+
+// markUp forgets that x was unavailable (it answered), which resets its
+// probe backoff and wakes the attempts waiting for it.
+func (d *Delivery) markUp(x *raftfsm.Executor) {
+	key := x.Name + "|" + x.URL
+	d.mu.Lock()
+	st, ok := d.down[key]
+	delete(d.down, key)
+	d.mu.Unlock()
+	if ok && st.wake != nil {
+		close(st.wake)
+	}
+}
+
+// deliver runs one callback of the attempt on executor x, within its
+// concurrency slot; false when ctx ended first (nothing to report).
+// tried is false when x was found unavailable (markDown) once the slot
+// was granted: no callback was started, and out is OutcomeUnavailable.
+func (d *Delivery) deliver(ctx context.Context, t *raftfsm.Task, r *attemptRun, x *raftfsm.Executor) (out callback.Outcome, ok, tried bool) {
+	sl := d.slot(x)
+	d.queue(t.Spec.Handler, 1)
+	wctx := r.waitCtx(ctx)
+	tok, ok := sl.acquire(wctx, t.ID+"#"+strconv.FormatUint(r.epoch, 10)+"#"+strconv.Itoa(r.attempt), t.Spec.Priority)
+	d.queue(t.Spec.Handler, -1)
+	if !ok {
+		return callback.Outcome{}, false, false
+	}
+	if wctx.Err() != nil {
+		// Draining (or aborted) just as the slot was granted: the
+		// callback does not start.
+		tok.Done(engine.LimitDropped, 0)
+		sl.grant()
+		return callback.Outcome{}, false, false
+	}
+	if st, down := d.downUntil(x); down {
+		// Found unavailable while this attempt waited for the slot: wait
+		// for its next probe instead of adding to its overload.
+		tok.Done(engine.LimitDropped, 0)
+		sl.grant()
+		return st.outcome(x, d.clock.Now()), true, false
+	}
+	start := d.clock.Now()
+	if r.startMs.Swap(start.UnixMilli()) == 0 {
+		// Lateness: from the run's due time (not from the Fire: a late
+		// timer or a slow commit is lateness too), once per attempt.
+		d.m.Lateness.WithLabelValues(t.Spec.Handler).Observe(max(0, start.Sub(time.UnixMilli(t.DueMs)).Seconds()))
+	}
+	// The attempt's timeout counts from its start, not from the Fire: it
+	// may have waited for a slot (its lease was renewed meanwhile).
+	deadline := start.Add(time.Duration(t.Spec.TimeoutNs))
+	out = d.caller.Execute(ctx, x.URL, callback.Callback{
+		TaskID: t.ID, Handler: t.Spec.Handler, Attempt: t.Attempts, Run: t.RunNumber(),
+		Deadline: deadline, Payload: t.Spec.Payload, MaxIdleConns: sl.maxC,
+	})
+	if ctx.Err() != nil {
+		out.Kind = raftfsm.OutcomeCancelled
+	}
+	sl.release(tok, out)
+	if out.Kind != raftfsm.OutcomeUnavailable && out.Kind != raftfsm.OutcomeCancelled {
+		d.markUp(x)
+	}
+	d.m.attempt(t.Spec.Handler, out.Kind.MetricLabel(), out.Duration)
+	if sl.orphan.Load() {
+		d.pruneExecutors(nil) // its executor was unregistered meanwhile
+	}
+	return out, true, true
+}
+
+// slot bounds the callbacks in flight to one executor with an adaptive
+// limit (engine.Limiter: between the executor's MinConcurrency and
+// MaxConcurrency, default Config.MinConcurrency and Config.Concurrency; equal
+// bounds give a fixed limit) and decides, when it is full, which waiting
+// attempt goes next: engine.ReadyQueue's priorities with weighted round
+// robin and a wait budget, FIFO within a priority. This is where priorities
+// matter: a due attempt waits here only when its executor is saturated.
+type slot struct {
+	name  string
+	m     *Metrics
+	clock engine.Clock
+	lim   *engine.Limiter
+	mu    sync.Mutex
+	ready *engine.ReadyQueue            // waiting attempts, by key
+	wait  map[string]chan *engine.Token // key → receives its token when granted
+
+	// minC and maxC are the limiter's bounds, from the executor's
+	// registration (d.mu); a registration with other bounds changes them.
+	minC, maxC int
+	// stop ends the slot's loop when the slot is dropped; orphan is set
+	// when its executor was unregistered while the slot was busy.
+	stop   context.CancelFunc
+	orphan atomic.Bool
+	// gmu orders the writes of the slot's metric series with their
+	// deletion: once dropped, the slot writes none (a late grant or limit
+	// change would bring a deleted series back).
+	gmu     sync.Mutex
+	dropped bool
+	// parked is the share of its handlers' runs the leader holds back as
+	// executor_busy (SetParked, load.go): backlog the limiter sees with its own.
+	parked atomic.Int64
+}
+
+// readyCapacity bounds the attempts one executor queues. Far above any
+// sane backlog: backpressure is applied at submit, not here.
+const readyCapacity = 10_000_000
+
+// LimiterMinDefault is the lowest concurrency an executor's adaptive limit
+// goes down to, unless its registration says otherwise.
+const LimiterMinDefault = 4
+
+func (d *Delivery) slot(x *raftfsm.Executor) *slot {
+	key := x.Name + "|" + x.URL
+	minC, maxC := d.bounds(x)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.slots[key]
+	if s != nil {
+		if s.minC != minC || s.maxC != maxC {
+			d.rebound(s, minC, maxC)
+		}
+		return s
+	}
+	name := x.Name
+	log := d.log
+	m := d.m
+	s = &slot{
+		name: name, m: m, clock: d.clock, wait: map[string]chan *engine.Token{}, minC: minC, maxC: maxC,
+		ready: engine.NewReadyQueue(d.clock, engine.ReadyOptions{Capacity: readyCapacity}),
+	}
+	// A wider latency margin (1.5× the baseline before easing down) than
+	// the limiter's default: on a busy 2-core host callbacks slow by
+	// 10–20 % under load with no harm done. Slow start is the limiter's
+	// (×8 per round trip, up to the demand), which the burst benchmark needs
+	// to have the limit at 200 two round trips after the first answers
+	// (ax bench burst).
+	s.lim = engine.NewLimiter(d.clock, engine.LimiterOptions{Min: minC, Max: maxC, GrowTolerance: 1.5, OnChange: func(old, new int, reason string) {
+		s.gmu.Lock()
+		if !s.dropped {
+			m.ExecutorLimit.WithLabelValues(name).Set(float64(new))
+		}
+		s.gmu.Unlock()
+		log.Debug().Str("executor", name).Int("from", old).Int("to", new).Str("reason", reason).Msg("concurrency limit changed")
+	}})
+	m.ExecutorLimit.WithLabelValues(name).Set(float64(s.lim.Limit()))
+	d.slots[key] = s
+	ctx, cancel := context.WithCancel(d.ctx)
+	s.stop = cancel
+	go s.loop(ctx)
+	return s
+}
+
+// loop grants slots when the limiter says one was freed or its limit rose.
+func (s *slot) loop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.lim.Changed():
+			s.grant()
+		}
+	}
+}
+
+// acquire waits for a slot for the attempt key of the given priority and
+// returns its token; false when ctx ends first.
+func (s *slot) acquire(ctx context.Context, key string, prio int) (*engine.Token, bool) {
+	s.mu.Lock()
+	if s.ready.Len() == 0 {
+		s.observe(0)
+		if tok, ok := s.lim.TryAcquire(); ok {
+			s.gauges()
+			s.mu.Unlock()
+			return tok, true
+		}
+	}
+	ch := make(chan *engine.Token, 1)
+	for s.ready.Push(key, prio) != nil {
+		// Already queued (cannot happen: keys name the attempt) or over
+		// capacity: wait and try again.
+		s.mu.Unlock()
+		timer := s.clock.NewTimer(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, false
+		case <-timer.C():
+		}
+		s.mu.Lock()
+	}
+	s.wait[key] = ch
+	s.observe(s.ready.Len())
+	s.gauges()
+	s.mu.Unlock()
+	s.grant() // a slot may have been freed meanwhile
+	select {
+	case tok := <-ch:
+		return tok, true
+	case <-ctx.Done():
+		s.mu.Lock()
+		if s.ready.Remove(key) {
+			delete(s.wait, key)
+			s.observe(s.ready.Len())
+			s.gauges()
+			s.mu.Unlock()
+			return nil, false
+		}
+		s.mu.Unlock()
+		// Granted meanwhile: give the slot back.
+		(<-ch).Done(engine.LimitDropped, 0)
+		s.grant()
+		return nil, false
+	}
+}
+
+// grant hands free slots to the waiting attempts, by priority.
+func (s *slot) grant() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.ready.Len() > 0 {
+		tok, ok := s.lim.TryAcquire()
+		if !ok {
+			break
+		}
+		it, _ := s.ready.Pop()
+		ch := s.wait[it.Key]
+		delete(s.wait, it.Key)
+		ch <- tok
+	}
+	s.observe(s.ready.Len())
+	s.gauges()
+}
+
+// release reports how the attempt that held tok ended and frees its slot.
+func (s *slot) release(tok *engine.Token, out callback.Outcome) {
+	// The executor's service time, not Duration: a connect that waited
+	// for a full accept queue is not the executor being slow.
+	tok.Done(limitSignal(out), out.Service)
+	s.grant()
+}
+
+// limitSignal maps a callback's outcome to the limiter's signal: a 429/503 is
+// busy, an executor that did not take the connection overload, a time-out
+// a time-out, a 5xx or a connection error after the request was sent a
+// failure, an absent executor or a cancel nothing; any other answer
+// measures latency.
+func limitSignal(out callback.Outcome) engine.LimitSignal {
+	switch out.Kind {
+	case raftfsm.OutcomeUnavailable:
+		if out.Overloaded {
+			return engine.LimitOverload
+		}
+		return engine.LimitDropped
+	case raftfsm.OutcomeBusy:
+		return engine.LimitBusy
+	case raftfsm.OutcomeTimeout:
+		return engine.LimitTimeout
+	case raftfsm.OutcomeRetryable:
+		return engine.LimitFailure
+	case raftfsm.OutcomeCancelled:
+		return engine.LimitDropped
+	}
+	return engine.LimitSuccess
+}
+
+// depths returns the waiting attempts by priority.
+func (s *slot) depths() [engine.Priorities]int { return s.ready.Depths() }
+
+// gauges updates the executor's metrics; s.mu is held.
+func (s *slot) gauges() {
+	s.gmu.Lock()
+	defer s.gmu.Unlock()
+	if s.dropped {
+		return
+	}
+	s.m.ExecutorFlight.WithLabelValues(s.name).Set(float64(s.lim.InFlight()))
+	s.m.ExecutorQueue.WithLabelValues(s.name).Set(float64(s.ready.Len()))
+}
+
+// queue counts attempts of handler waiting for a slot.
+func (d *Delivery) queue(handler string, delta int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.queued[handler] += delta
+	if d.queued[handler] <= 0 {
+		delete(d.queued, handler)
+	}
+}
+
+// QueuedByHandler copies the per-handler counts for a load report.
+func (d *Delivery) QueuedByHandler() map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.queued) == 0 {
+		return nil
+	}
+	out := make(map[string]int, len(d.queued))
+	for h, n := range d.queued {
+		out[h] = n
+	}
+	return out
+}
+
+// Backlog returns the attempts waiting for a slot on this node, by priority.
+func (d *Delivery) Backlog() [engine.Priorities]int {
+	d.mu.Lock()
+	slots := make([]*slot, 0, len(d.slots))
+	for _, s := range d.slots {
+		slots = append(slots, s)
+	}
+	d.mu.Unlock()
+	var out [engine.Priorities]int
+	for _, s := range slots {
+		for p, n := range s.depths() {
+			out[p] += n
+		}
+	}
+	return out
+}
+
+func (d *Delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
+	// The attempt's fields go on each event rather than into a sub-logger:
+	// zerolog's Logger.With allocates a 500-byte context per call, about
+	// 6 % of the node's CPU in the first seconds of ax bench burst, for
+	// attempts that mostly log nothing. An event of a disabled level is nil, which ignores them.
+	log := func(e *zerolog.Event) *zerolog.Event {
+		return e.Str("task_id", t.ID).Int("attempt", t.Attempts).Str("handler", t.Spec.Handler)
+	}
+	var out callback.Outcome
+	xs := d.executorsFor(t.Spec.Handler)
+	if d.isDraining() {
+		// Assigned here after this node began to stop: back to the
+		// leader at once (it routes it elsewhere).
+		d.handBack(t, r)
+		return
+	}
+	if len(xs) == 0 {
+		// The executor went away (unregistered) after the leader chose this
+		// node: not the task's fault, so a busy answer, not a failed attempt;
+		// the leader routes the retry to a node that has one.
+		out = callback.Outcome{Kind: raftfsm.OutcomeBusy, RetryAfter: time.Second, Error: "node " + d.cfg.NodeID + " has no executor for handler " + t.Spec.Handler}
+	} else {
+		// The Fire was committed up to FireLead before the due time: hold
+		// the attempt until then, by this node's clock, so that a run is
+		// never delivered early.
+		if wait := time.UnixMilli(max(t.FiredMs, t.DueMs)).Sub(d.clock.Now()); wait > 0 {
+			timer := d.clock.NewTimer(wait)
+			select {
+			case <-timer.C():
+			case <-r.waitCtx(ctx).Done():
+				timer.Stop()
+				if ctx.Err() == nil { // draining: not started, hand it back
+					d.handBack(t, r)
+				}
+				return
+			}
+		}
+		var ok bool
+		if out, ok = d.deliverAvailable(ctx, t, r, xs, log); !ok {
+			if ctx.Err() == nil && r.waitCtx(ctx).Err() != nil {
+				d.handBack(t, r) // draining before its callback started
+			}
+			return
+		}
+	}
+	if ctx.Err() != nil { // aborted (cancel, replace, lease expiry) or stopping: nothing to report
+		log(d.log.Debug()).Str("cause", context.Cause(ctx).Error()).Msg("attempt aborted")
+		return
+	}
+	log(d.log.Debug()).Str("outcome", out.Kind.String()).Int("status", out.Status).Dur("took", out.Duration).Msg("attempt finished")
+	c := &raftfsm.Complete{ID: t.ID, Epoch: r.epoch, Attempt: r.attempt, Error: out.Error}
+	switch out.Kind {
+	case raftfsm.OutcomeAccepted:
+		// 202: the executor reports through POST /v1/tasks/{id}/result and
+		// keeps the lease alive with heartbeats; if it does neither, the
+		// lease expires and the leader counts a TIMEOUT.
+		return
+	case raftfsm.OutcomeSuccess:
+		c.Outcome = raftfsm.OutcomeSuccess
+	case raftfsm.OutcomeBusy:
+		c.Outcome = raftfsm.OutcomeBusy
+		c.RetryAfterMs = out.RetryAfter.Milliseconds()
+	case raftfsm.OutcomePermanent:
+		c.Outcome = raftfsm.OutcomePermanent
+	case raftfsm.OutcomeTimeout:
+		c.Outcome = raftfsm.OutcomeTimeout
+	case raftfsm.OutcomeUnavailable:
+		// Absent (deliverAvailable keeps overloaded ones here): back to
+		// the leader, not counted, due again at the next probe.
+		c.Outcome = raftfsm.OutcomeUnavailable
+		c.RetryAfterMs = max(out.RetryAfter, ProbeBackoffMin).Milliseconds()
+	default:
+		c.Outcome = raftfsm.OutcomeRetryable
+	}
+	d.report(c, t)
+}
+
+// report proposes an attempt's outcome until it commits (through
+// elections: the leader at the time takes it) or reportTimeout passes, or
+// the node stops.
+func (d *Delivery) report(c *raftfsm.Complete, t *raftfsm.Task) {
+	rctx, cancel := context.WithTimeout(d.ctx, reportTimeout)
+	defer cancel()
+	for {
+		_, err := d.proposer.Propose(rctx, []raftfsm.Command{{Type: raftfsm.CmdComplete, Complete: c}})
+		if err == nil {
+			return
+		}
+		if rctx.Err() != nil {
+			d.log.Warn().Str("task_id", t.ID).Int("attempt", c.Attempt).Err(err).Msg("could not report the outcome; the lease will expire and the leader retries")
+			return
+		}
+		// No leader for a while (no quorum): keep trying until the
+		// report deadline; the report is idempotent.
+		timer := d.retry.NewTimer(200 * time.Millisecond)
+		select {
+		case <-rctx.Done():
+			timer.Stop()
+		case <-timer.C():
+		}
+	}
+}
+
+// renewInterval is how often a node renews the leases of its attempts that
+// still wait for an executor slot.
+const renewInterval = time.Second
+
+// RenewLeases keeps alive the leases of attempts assigned to this node
+// that wait for an executor slot (or whose callback is still running): the
+// leader gives an attempt timeout + grace from its Fire, and without
+// renewal an attempt queued behind a saturated executor would be timed out
+// and fired again (a duplicate, and a lost attempt). Every renewInterval,
+// the attempts whose lease ends within grace/2 + renewInterval get one
+// batched heartbeat (CmdLease) to now + timeout + grace, in entries of at
+// most MaxBatchCommands.
+func (d *Delivery) RenewLeases(ctx context.Context) {
+	t := d.clock.NewTimer(renewInterval)
+	defer t.Stop()
+	grace := d.cfg.LeaseGrace
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		t.Reset(renewInterval)
+		now := d.clock.Now()
+		var cmds []raftfsm.Command
+		var runs []*attemptRun
+		d.mu.Lock()
+		for id, r := range d.running {
+			// Renew only leases about to expire (a waiting attempt, or a
+			// callback that runs long): one Raft write per timeout at most.
+			if time.UnixMilli(r.leaseMs.Load()).Before(now.Add(grace/2 + renewInterval)) {
+				cmds = append(cmds, raftfsm.Command{Type: raftfsm.CmdLease, Lease: &raftfsm.Lease{ID: id, Attempt: r.attempt}})
+				runs = append(runs, r)
+			}
+		}
+		d.mu.Unlock()
+		if len(cmds) == 0 {
+			continue
+		}
+		for len(cmds) > 0 {
+			k := min(len(cmds), d.cfg.MaxBatchCommands)
+			rctx, cancel := context.WithTimeout(ctx, renewInterval*5)
+			res, err := d.proposer.Propose(rctx, cmds[:k])
+			cancel()
+			if err != nil {
+				d.log.Warn().Err(err).Int("attempts", k).Msg("renewing leases of queued attempts failed")
+				break
+			}
+			for i, r := range res {
+				if r.Code == raftfsm.CodeOK && r.Task != nil {
+					runs[i].leaseMs.Store(r.Task.LeaseMs)
+				}
+			}
+			cmds, runs = cmds[k:], runs[k:]
+		}
+	}
+}
+
+// Stop aborts every attempt running here and waits for them.
+func (d *Delivery) Stop() {
+	d.mu.Lock()
+	d.stopped = true
+	for id, r := range d.running {
+		r.cancel(errors.New("node stopping"))
+		delete(d.running, id)
+	}
+	d.mu.Unlock()
+	d.wg.Wait()
+	d.caller.Close()
+}

@@ -1,0 +1,87 @@
+package delivery
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/raftfsm"
+)
+
+// Proposer commits commands through Raft: the node's group commit, which
+// forwards to the leader. Propose returns one Result per command, or an
+// error when the commands were not committed (no leader, ctx ended,
+// storage down).
+type Proposer interface {
+	Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error)
+}
+
+// Store is what delivery reads of the replicated state (a *raftfsm.FSM).
+type Store interface {
+	// Node returns node id's record (its executors).
+	Node(id string) (*raftfsm.Node, error)
+	// Running calls fn for each RUNNING task until fn returns false.
+	Running(fn func(*raftfsm.Task) bool) error
+}
+
+// Config is delivery's part of the node's configuration.
+type Config struct {
+	// NodeID is this node's id: the attempts whose Fire names it run here.
+	NodeID string
+	// Concurrency is an executor's default MaxConcurrency (the node's
+	// --delivery-concurrency), MinConcurrency its default MinConcurrency.
+	Concurrency, MinConcurrency int
+	// LeaseGrace is what the leader adds to an attempt's timeout for its
+	// lease; leases about to end within LeaseGrace/2 are renewed.
+	LeaseGrace time.Duration
+	// MaxBatchCommands bounds the commands of one proposal (lease renewals).
+	MaxBatchCommands int
+}
+
+// Metrics are the collectors delivery writes (registered by the node).
+type Metrics struct {
+	// Lateness is ax_lateness_seconds (label handler): from a run's due
+	// time to the start of its first callback.
+	Lateness *prometheus.HistogramVec
+	// AttemptDuration (handler) and Attempts (handler, outcome) count the
+	// callbacks and how long they took.
+	AttemptDuration *prometheus.HistogramVec
+	Attempts        *prometheus.CounterVec
+	// StaleFires counts the Fires not delivered because their lease had
+	// ended before they were applied here.
+	StaleFires prometheus.Counter
+	// ExecutorLimit, ExecutorFlight and ExecutorQueue (label executor) are
+	// each executor's concurrency limit, callbacks in flight and attempts
+	// waiting for a slot.
+	ExecutorLimit, ExecutorFlight, ExecutorQueue *prometheus.GaugeVec
+}
+
+// attempt counts one attempt of handler ending with outcome (a label of
+// ax_attempts_total) after d.
+func (m *Metrics) attempt(handler, outcome string, d time.Duration) {
+	m.Attempts.WithLabelValues(handler, outcome).Inc()
+	if outcome != "cancelled" {
+		m.AttemptDuration.WithLabelValues(handler).Observe(d.Seconds())
+	}
+}
+
+// Deps is what New needs from the node.
+type Deps struct {
+	Config Config
+	// Context is the node's lifetime: attempts, slots and reports end
+	// with it. Nil means context.Background().
+	Context  context.Context
+	Proposer Proposer
+	Store    Store
+	// Clock gives delivery's times and timers; nil means engine.RealClock().
+	Clock engine.Clock
+	// RetryClock times the pauses between tries of an outcome report
+	// while no leader takes it (an election, on Raft's real time); nil
+	// means Clock.
+	RetryClock engine.Clock
+	Log        zerolog.Logger
+	Metrics    *Metrics
+}

@@ -1,0 +1,87 @@
+package delivery
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/axsched/ax/raftfsm"
+)
+
+// After a snapshot install, the node starts the attempts the snapshot says
+// run here (their Fire events were folded into it), not those of other
+// nodes or with an ended lease; it aborts attempts the snapshot no longer
+// has running here; and a Fire event still to come for an attempt it
+// started does not start it twice.
+func TestDeliveryResumesAttemptsOfAnInstalledSnapshot(t *testing.T) {
+	f := testFSM(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := New(Deps{Config: Config{NodeID: "n1"}, Log: zerolog.Nop(), Store: f, Context: ctx,
+		Metrics: &Metrics{StaleFires: prometheus.NewCounter(prometheus.CounterOpts{Name: "s"})}})
+	defer d.Stop()
+	now := time.Now()
+	due, lease, ended := now.Add(time.Hour).UnixMilli(), now.Add(2*time.Hour).UnixMilli(), now.Add(-time.Second).UnixMilli()
+	var index uint64
+	apply := func(cmds ...raftfsm.Command) {
+		t.Helper()
+		index++
+		applyEntry(t, f, index, cmds...)
+	}
+	// This node has an executor for every handler; tasks are due in an
+	// hour, so a started attempt waits for its due time and stays running.
+	apply(raftfsm.Command{Type: raftfsm.CmdNode, Node: &raftfsm.Node{ID: "n1",
+		Executors: []raftfsm.Executor{{Name: "x", Handlers: []string{"*"}, URL: "unix:///nonexistent.sock"}}}})
+	spec := raftfsm.Spec{Handler: "h", Priority: 2, TimeoutNs: int64(time.Second), MaxAttempts: 3}
+	for _, id := range []string{"mine", "other", "ended", "cancelled"} {
+		apply(raftfsm.Command{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{ID: id, Spec: spec, DueMs: due, AtMs: now.UnixMilli()}})
+	}
+	fire := func(id, node string, leaseMs int64) raftfsm.Command {
+		t.Helper()
+		task, err := f.Task(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raftfsm.Command{Type: raftfsm.CmdFire, Fire: &raftfsm.Fire{ID: id, Epoch: task.Epoch, Attempt: 1, Node: node, AtMs: due, LeaseMs: leaseMs}}
+	}
+	apply(fire("mine", "n1", lease), fire("other", "n2", lease), fire("ended", "n1", ended))
+	// "cancelled" ran here before the snapshot, which cancelled it.
+	d.start(&raftfsm.Task{ID: "cancelled", Epoch: 99, Attempts: 1, State: raftfsm.StateRunning, Node: "n1", DueMs: due, LeaseMs: lease, Spec: spec})
+
+	d.OnEvent(&raftfsm.Event{Restored: true})
+	d.mu.Lock()
+	var got []string
+	for id := range d.running {
+		got = append(got, id)
+	}
+	first := d.running["mine"]
+	d.mu.Unlock()
+	if len(got) != 1 || first == nil {
+		t.Fatalf("running after the restore: %v, want only mine", got)
+	}
+
+	// The Fire of "mine" arrives as an event after all: not started again.
+	task, err := f.Task("mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.OnEvent(&raftfsm.Event{Type: raftfsm.CmdFire, Task: task, Prev: raftfsm.StateWaiting})
+	d.mu.Lock()
+	again := d.running["mine"]
+	d.mu.Unlock()
+	if again != first {
+		t.Fatal("the Fire event of an attempt started from the snapshot started it a second time")
+	}
+	// A later attempt of it is started as usual.
+	task.Attempts = 2
+	d.OnEvent(&raftfsm.Event{Type: raftfsm.CmdFire, Task: task, Prev: raftfsm.StateRunning, PrevNode: "n1"})
+	d.mu.Lock()
+	next := d.running["mine"]
+	d.mu.Unlock()
+	if next == nil || next == first || next.attempt != 2 {
+		t.Fatalf("attempt 2 was not started (running %+v)", next)
+	}
+}

@@ -1,0 +1,237 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/raftfsm"
+)
+
+var (
+	// ErrNotLeader is what Local and Leader return (errors.Is) when the
+	// node asked does not lead: it did not propose, so the commands go to
+	// the leader (again).
+	ErrNotLeader = errors.New("not the leader")
+	// ErrNoLeader is returned when no leader is known before the request's
+	// deadline (an election is running, or no quorum).
+	ErrNoLeader = errors.New("no leader")
+	// ErrOutcomeUnknown is returned for an application's write whose
+	// proposal may have been committed although its result was lost (the
+	// leader died or lost leadership with the write in flight). It is not
+	// proposed again: a second copy would apply a second time, after other
+	// writes, and undo them (a replace after a cancel) or answer what the
+	// first copy did (200 "existing task" to the submit that created it).
+	// The client hears 503 and may retry, submits being idempotent by id
+	// (etcd answers ErrTimeoutDueToLeaderFail in the same case).
+	ErrOutcomeUnknown = errors.New("the leader changed while the write was in flight: it may or may not have been applied")
+)
+
+// Local is this node's Raft group commit.
+type Local interface {
+	// IsLeader reports whether this node leads now.
+	IsLeader() bool
+	// Propose commits cmds on this node and returns one result per
+	// command; ErrNotLeader when it does not lead, raft.ErrLeadershipLost
+	// when the entry may or may not survive, raft.ErrEnqueueTimeout, or
+	// an error that is the answer (returned as it is).
+	Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error)
+}
+
+// Leader sends commands to the leader's peer API.
+type Leader interface {
+	// Propose sends cmds to the peer API at addr and returns its results;
+	// ErrNotLeader when that node answers that it does not lead.
+	Propose(ctx context.Context, addr string, cmds []raftfsm.Command) ([]raftfsm.Result, error)
+}
+
+// Leaders tells where the leader is and when it changes.
+type Leaders interface {
+	// Changed returns a channel closed at the next leader change after
+	// the call.
+	Changed() <-chan struct{}
+	// PeerAddr returns the peer API address to dial for the current
+	// leader, "" when no leader is known or its address is not known yet.
+	PeerAddr() string
+}
+
+// Applied is this node's applied index (a *raftfsm.FSM).
+type Applied interface {
+	AppliedIndex() uint64
+	// AppliedCh returns a channel closed at the next applied entry.
+	AppliedCh() <-chan struct{}
+}
+
+// Config is what New needs.
+type Config struct {
+	Local   Local
+	Leader  Leader
+	Leaders Leaders
+	Applied Applied
+	// Final reports whether an error from Leader is the leader's answer to
+	// the commands (a full backlog), returned as it is, without retry; nil:
+	// none is.
+	Final func(error) bool
+	// NoLeaderWait is how long Propose waits without a leader before it
+	// gives up with ErrNoLeader (several election timeouts).
+	NoLeaderWait time.Duration
+	// Clock times the retries and waits; nil: the real clock.
+	Clock engine.Clock
+	Log   zerolog.Logger
+}
+
+// Forwarder gets commands committed wherever the leader is. This is the
+// one place that forwards (rqlite's proxy): on the leader it proposes
+// locally; on a follower it sends the commands to the leader's peer API.
+// While no leader is known (an election), or the leader changes under it,
+// it retries until ctx ends and then returns ErrNoLeader. Every command
+// type is safe to send twice (submits are idempotent by id and spec; fires
+// and completions name their attempt; cancels of a cancelled task change
+// nothing), which is what makes retrying after raft.ErrLeadershipLost
+// correct.
+//
+// After a forwarded proposal it waits (briefly) until this node has
+// applied the entry too, so a client that submits through a follower and
+// then reads from it sees its own write.
+type Forwarder struct{ cfg Config }
+
+// New returns a forwarder over cfg.
+func New(cfg Config) *Forwarder {
+	if cfg.Clock == nil {
+		cfg.Clock = engine.RealClock()
+	}
+	return &Forwarder{cfg: cfg}
+}
+
+// Propose gets cmds committed (see Forwarder), proposing them again after
+// raft.ErrLeadershipLost: for the node's own writes, which are safe to
+// apply twice. It returns ErrNoLeader when no leader took them before ctx
+// ended or NoLeaderWait passed without a leader.
+func (f *Forwarder) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
+	return f.proposeRetrying(ctx, cmds, true)
+}
+
+// ProposeAPI is Propose for the application's writes (submit, cancel,
+// retry, heartbeat, result): it proposes again only when the first try
+// was surely not committed (no leader, "not the leader", a connection
+// that was never made). When the try may have been committed (the leader
+// died or lost leadership with it in flight) it returns
+// ErrOutcomeUnknown instead: proposed again, the command would apply
+// twice, and the client's history would not be linearizable.
+func (f *Forwarder) ProposeAPI(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
+	return f.proposeRetrying(ctx, cmds, false)
+}
+
+// forwardMaybeDelivered reports whether a failed forward may have reached
+// the leader, and so may be committed: anything but the leader's answer
+// that it does not lead (it did not propose) or a dial that failed.
+func forwardMaybeDelivered(err error) bool {
+	var dial *fasthttp.ErrDialWithUpstream
+	switch {
+	case errors.Is(err, ErrNotLeader), errors.As(err, &dial), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, fasthttp.ErrDialTimeout), errors.Is(err, fasthttp.ErrNoFreeConns):
+		return false
+	}
+	return true
+}
+
+func (f *Forwarder) proposeRetrying(ctx context.Context, cmds []raftfsm.Command, retryUnknown bool) ([]raftfsm.Result, error) {
+	backoff := 10 * time.Millisecond
+	var lastErr error
+	// Without a leader for NoLeaderWait, give up early: an election takes
+	// about one election timeout, so longer means no quorum, and the
+	// client should hear 503 no_leader now rather than at its deadline.
+	giveUp := f.cfg.Clock.NewTimer(f.cfg.NoLeaderWait)
+	defer giveUp.Stop()
+	for {
+		if f.cfg.Local.IsLeader() {
+			res, err := f.cfg.Local.Propose(ctx, cmds)
+			if err == nil {
+				return res, nil
+			}
+			if !errors.Is(err, ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) && !errors.Is(err, raft.ErrEnqueueTimeout) {
+				return nil, err
+			}
+			if !retryUnknown && errors.Is(err, raft.ErrLeadershipLost) {
+				return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+			}
+			lastErr = err
+		} else if changed, addr := f.cfg.Leaders.Changed(), f.cfg.Leaders.PeerAddr(); addr != "" {
+			// Abandon the forward if the leader changes meanwhile: a
+			// leader cut off by a partition would hold it until the peer
+			// API's timeout while a new one already serves. (changed is
+			// taken first, so a change after reading addr counts.)
+			fctx, cancel := untilLeaderChanges(ctx, changed)
+			res, err := f.cfg.Leader.Propose(fctx, addr, cmds)
+			cancel()
+			if err == nil {
+				f.WaitApplied(ctx, maxIndex(res), time.Second)
+				return res, nil
+			}
+			if f.cfg.Final != nil && f.cfg.Final(err) {
+				return nil, err // the leader's answer: do not retry
+			}
+			if !retryUnknown && forwardMaybeDelivered(err) {
+				return nil, fmt.Errorf("%w: forward to the leader at %s: %v", ErrOutcomeUnknown, addr, err)
+			}
+			lastErr = err
+			f.cfg.Log.Debug().Err(err).Str("leader", addr).Msg("forward to leader failed; retrying")
+		}
+		wait := f.cfg.Clock.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			if lastErr != nil && !errors.Is(lastErr, ErrNotLeader) {
+				f.cfg.Log.Debug().Err(lastErr).Msg("no leader before deadline")
+			}
+			return nil, ErrNoLeader
+		case <-giveUp.C():
+			wait.Stop()
+			f.cfg.Log.Debug().Err(lastErr).Msg("no leader: giving up")
+			return nil, ErrNoLeader
+		case <-wait.C():
+		}
+		backoff = min(backoff*2, 200*time.Millisecond)
+	}
+}
+
+func maxIndex(rs []raftfsm.Result) uint64 {
+	var m uint64
+	for _, r := range rs {
+		m = max(m, r.Index)
+	}
+	return m
+}
+
+// WaitApplied waits until this node has applied idx and returns true, or
+// returns false when ctx ends or limit passes first.
+func (f *Forwarder) WaitApplied(ctx context.Context, idx uint64, limit time.Duration) bool {
+	return WaitApplied(ctx, f.cfg.Applied, f.cfg.Clock, idx, limit)
+}
+
+// WaitApplied waits until a has applied idx and returns true, or returns
+// false when ctx ends or limit (on clock) passes first.
+func WaitApplied(ctx context.Context, a Applied, clock engine.Clock, idx uint64, limit time.Duration) bool {
+	t := clock.NewTimer(limit)
+	defer t.Stop()
+	for {
+		ch := a.AppliedCh()
+		if a.AppliedIndex() >= idx {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		case <-t.C():
+			return false
+		}
+	}
+}

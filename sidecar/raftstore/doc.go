@@ -1,0 +1,48 @@
+// Package raftstore is where a task is stored: a node's badger state and
+// the FSM over it, its Raft log (raft-boltdb), its snapshots and its Raft
+// instance, and the leader's group commit that turns proposals into Raft
+// entries.
+//
+// # What it owns
+//
+//   - Setup (store.go): OpenState opens badger and the FSM; StartRaft
+//     compacts raft.db when most of it is free (raftcompact.go), opens it,
+//     the snapshot store and the transport, and applies the applied-index
+//     rule at boot (no snapshot restore when badger already holds it).
+//   - The storage guard (storage.go, diskpressure.go): whether this node's
+//     disk takes writes, from a periodic probe, the FSM's write errors and
+//     the Raft log's; the levels of free space against the reserve; the
+//     FSM's write gate; the guarded log and stable stores.
+//   - The snapshot gate (snapgate.go): snapshots start only when free
+//     space covers them, a snapshot that nears the reserve is cancelled,
+//     the trailing log is bounded in bytes, and badger compaction waits
+//     for room (Compactor).
+//   - Group commit (proposer.go): Proposer batches the leader's proposals
+//     into entries, admits submits against the handler's backlog, holds
+//     proposals while storage is unavailable, and waits for the commit.
+//   - Peer routing (peerroute.go): --peer-route overrides of the
+//     addresses this node dials, for the Raft transport and the peer API;
+//     the transport runs over Config.Stream's stream layer when set (the
+//     node gives peertls's: mutual TLS or the token handshake).
+//   - The leadership watch (leaderwatch.go): LeaderWatch tells when the
+//     leader changes; Broadcast wakes every waiter of a state change.
+//
+// # What it may import
+//
+// engine (the clock), raftfsm, ipc's wire types (the storage error's API
+// answer and status), hashicorp/raft, raft-boltdb, bbolt, badger,
+// prometheus and zerolog. It must not import sidecar or its other
+// sub-packages. What it needs from the rest of the node it asks through
+// its own small interfaces and config structs: Backlog (the leader's
+// count of due runs, for admission), ProposerConfig.Prepare (the leader's
+// decisions on a command), ProposerConfig.Weight; sidecar adapts them in
+// sidecar/wire_raftstore.go.
+//
+// # Time
+//
+// Times of the state (since when storage is unavailable, when a skipped
+// snapshot was last logged, commit latency, admission's due window) come
+// from the injected engine.Clock. The periodic loops (probe, snapshot by
+// bytes, compaction retry) and the stable store's retry backoff run on
+// real tickers, like raft's own timeouts.
+package raftstore

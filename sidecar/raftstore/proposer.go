@@ -1,0 +1,341 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/raftfsm"
+)
+
+const (
+	// MaxBatchCommandsDefault bounds the commands group-committed in one
+	// Raft entry (Config.MaxBatchCommands).
+	MaxBatchCommandsDefault = 512
+	// maxBatchBytes bounds the payload bytes in one Raft entry.
+	maxBatchBytes = 4 << 20
+	// applyTimeout bounds how long one entry may wait to be enqueued by raft.
+	applyTimeout = 10 * time.Second
+)
+
+type proposal struct {
+	cmds     []raftfsm.Command
+	done     chan proposalResult
+	warnings map[int]string // command index → backlog warning
+}
+
+type proposalResult struct {
+	results []raftfsm.Result
+	err     error
+}
+
+// Raft is what the proposer needs of *raft.Raft.
+type Raft interface {
+	State() raft.RaftState
+	Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture
+}
+
+// Backlog tells the proposer's admission how many due, undelivered runs a
+// handler has (the leader's count; 0 on a node that does not lead).
+type Backlog interface {
+	Depth(handler string) int
+}
+
+// ProposerMetrics are the collectors the proposer feeds (registered by
+// the node).
+type ProposerMetrics struct {
+	// EntryCommands observes the commands in each Raft entry.
+	EntryCommands prometheus.Observer
+	// CommitLatency observes, in seconds, each entry's time from Apply to
+	// its commit and apply.
+	CommitLatency prometheus.Observer
+}
+
+// ProposerConfig is what NewProposer needs.
+type ProposerConfig struct {
+	Raft Raft
+	// Guard holds proposals while storage is unavailable; nil: no guard.
+	Guard *Guard
+	// Prepare fills in what the leader decides in a command (times, due
+	// times) just before it is encoded; it must be idempotent, since the
+	// same commands may be prepared again by the next leader.
+	Prepare func(c *raftfsm.Command, now time.Time)
+	// Weight is what cmds count against MaxBatchCommands.
+	Weight func(cmds []raftfsm.Command) int
+	// Backlog and Task feed admission (admit); Task reads a task from the
+	// local store, nil when absent (a stale read is harmless: the FSM
+	// checks epoch and attempt).
+	Backlog Backlog
+	Task    func(id string) *raftfsm.Task
+	// MaxBatchCommands bounds the commands of one entry
+	// (Config.MaxBatchCommands).
+	MaxBatchCommands int
+	// BacklogLimit is Config.BacklogLimit; 0 or less: no admission check.
+	BacklogLimit int
+	Clock        engine.Clock
+	Metrics      ProposerMetrics
+}
+
+// Proposer group-commits the leader's proposals: every command that
+// arrives while the previous entry is being built goes into the next Raft
+// entry, so a burst of submits, fires and completions costs few log
+// writes. Before encoding an entry it lets ProposerConfig.Prepare fill in
+// what only the leader decides. Create it with NewProposer and start Run.
+type Proposer struct {
+	cfg ProposerConfig
+	ch  chan *proposal
+}
+
+// NewProposer returns a proposer; nil Weight counts one per command, nil
+// Clock is the real clock.
+func NewProposer(cfg ProposerConfig) *Proposer {
+	if cfg.Weight == nil {
+		cfg.Weight = func(cmds []raftfsm.Command) int { return len(cmds) }
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = engine.RealClock()
+	}
+	if cfg.MaxBatchCommands <= 0 {
+		cfg.MaxBatchCommands = MaxBatchCommandsDefault
+	}
+	return &Proposer{cfg: cfg, ch: make(chan *proposal, 1024)}
+}
+
+// Propose applies cmds on this node, which must lead. It returns one result
+// per command once the entry is committed and applied, ErrNotLeader when
+// this node does not lead, a *BacklogError when admission refuses a
+// submit (nothing of cmds is proposed), a *StorageUnavailableError when
+// this node's storage stayed unavailable until ctx ended, or raft's error
+// (raft.ErrLeadershipLost means the entry may or may not survive).
+func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
+	if p.cfg.Raft.State() != raft.Leader {
+		return nil, ErrNotLeader
+	}
+	// A leader whose storage cannot take writes holds its proposals (its
+	// own timer fires, forwarded writes) until it recovers, ctx ends or
+	// leadership moves (the node's Guard.SetOnDown callback transfers
+	// it): a fire is never dropped while the entry could not be applied
+	// here.
+	// Inside the reserve, an entry that frees space (cancels, purges) is
+	// still proposed down to the floor (diskpressure.go).
+	if p.cfg.Guard != nil {
+		if err := p.cfg.Guard.waitFor(ctx, cmds, p.notLeader); err != nil {
+			return nil, err
+		}
+	}
+	warnings, err := p.admit(cmds)
+	if err != nil {
+		return nil, err
+	}
+	pr := &proposal{cmds: cmds, done: make(chan proposalResult, 1), warnings: warnings}
+	select {
+	case p.ch <- pr:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case r := <-pr.done:
+		return r.results, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Run builds and proposes entries until ctx ends.
+func (p *Proposer) Run(ctx context.Context) {
+	var carry *proposal // taken from ch, left for the next entry
+	for {
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case first = <-p.ch:
+			}
+		}
+		batch := []*proposal{first}
+		ncmds, nbytes := p.cfg.Weight(first.cmds), cmdBytes(first.cmds)
+		low := p.lowSpace()
+	drain:
+		for ncmds < p.cfg.MaxBatchCommands && nbytes < maxBatchBytes {
+			select {
+			case pr := <-p.ch:
+				// While storage is low, an entry is applied only when
+				// every command in it frees space: keep the classes apart.
+				if low && !sameClass(first, pr) {
+					carry = pr
+					break drain
+				}
+				batch = append(batch, pr)
+				ncmds += p.cfg.Weight(pr.cmds)
+				nbytes += cmdBytes(pr.cmds)
+			default:
+				break drain
+			}
+		}
+		p.apply(batch, ncmds)
+	}
+}
+
+// admitWindow: a submit due within it counts against its handler's
+// backlog bound at once.
+const admitWindow = time.Second
+
+// admit applies backpressure (DESIGN.md section 9): a submit due within
+// admitWindow whose handler's backlog of due, undelivered runs is at
+// Config.BacklogLimit fails with *BacklogError, and nothing of cmds is
+// proposed. From 80 % of the bound the admitted submits get a warning.
+func (p *Proposer) admit(cmds []raftfsm.Command) (map[int]string, error) {
+	limit := p.cfg.BacklogLimit
+	if limit <= 0 {
+		return nil, nil
+	}
+	now := p.cfg.Clock.Now()
+	var warnings map[int]string
+	var added map[string]int
+	for i := range cmds {
+		s := cmds[i].Submit
+		if cmds[i].Type != raftfsm.CmdSubmit || s == nil {
+			continue
+		}
+		due, ok := raftfsm.SubmitDue(&s.Spec, now)
+		if !ok {
+			continue // its first slot is later
+		}
+		if due.Sub(now) > admitWindow {
+			continue
+		}
+		h := s.Spec.Handler
+		if added == nil {
+			added = map[string]int{}
+		}
+		depth := added[h]
+		if p.cfg.Backlog != nil {
+			depth += p.cfg.Backlog.Depth(h)
+		}
+		if depth >= limit {
+			// A submit of an existing id without overwrite adds no run: the
+			// FSM answers it 200 (same spec: a client retrying after a lost
+			// reply) or 409. Only then is the store read.
+			if !s.Overwrite && p.cfg.Task != nil && p.cfg.Task(s.ID) != nil {
+				continue
+			}
+			return nil, &BacklogError{Handler: h, Depth: depth, Limit: limit}
+		}
+		added[h]++
+		if (depth+1)*5 >= limit*4 {
+			if warnings == nil {
+				warnings = map[int]string{}
+			}
+			warnings[i] = strconv.Itoa(depth+1) + "/" + strconv.Itoa(limit)
+		}
+	}
+	return warnings, nil
+}
+
+func cmdBytes(cmds []raftfsm.Command) int {
+	n := 0
+	for _, c := range cmds {
+		if c.Submit != nil {
+			n += len(c.Submit.Spec.Payload)
+		}
+	}
+	return n
+}
+
+func (p *Proposer) apply(batch []*proposal, ncmds int) {
+	all := make([]raftfsm.Command, 0, ncmds)
+	now := p.cfg.Clock.Now()
+	for _, pr := range batch {
+		for i := range pr.cmds {
+			if p.cfg.Prepare != nil {
+				p.cfg.Prepare(&pr.cmds[i], now)
+			}
+		}
+		all = append(all, pr.cmds...)
+	}
+	fail := func(err error) {
+		for _, pr := range batch {
+			pr.done <- proposalResult{err: err}
+		}
+	}
+	data, err := raftfsm.EncodeEntry(all)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if m := p.cfg.Metrics.EntryCommands; m != nil {
+		m.Observe(float64(len(all)))
+	}
+	start := p.cfg.Clock.Now()
+	f := p.cfg.Raft.Apply(data, applyTimeout)
+	// Wait for the commit off this goroutine so that the next batch can be
+	// built and enqueued meanwhile (raft pipelines the entries).
+	freeing := raftfsm.EntryFreesSpace(all)
+	go func() {
+		if err := p.waitFuture(f, freeing); err != nil {
+			if errors.Is(err, raft.ErrNotLeader) {
+				err = ErrNotLeader
+			}
+			fail(err)
+			return
+		}
+		if m := p.cfg.Metrics.CommitLatency; m != nil {
+			m.Observe(p.cfg.Clock.Now().Sub(start).Seconds())
+		}
+		results, ok := f.Response().([]raftfsm.Result)
+		if !ok || len(results) != len(all) {
+			fail(fmt.Errorf("entry %d: unexpected apply response %T", f.Index(), f.Response()))
+			return
+		}
+		for _, pr := range batch {
+			mine := results[:len(pr.cmds):len(pr.cmds)]
+			for i, w := range pr.warnings {
+				mine[i].Warning = w
+			}
+			pr.done <- proposalResult{results: mine}
+			results = results[len(pr.cmds):]
+		}
+	}()
+}
+
+// waitFuture returns f's error, or a *StorageUnavailableError as soon as
+// this node's storage becomes unavailable while it waits: the entry may be
+// committed, but this node cannot apply it until its disk takes writes
+// again, so the caller hears now (and retries, with the same ids, on the
+// next leader) rather than at its deadline.
+func (p *Proposer) waitFuture(f raft.ApplyFuture, freeing bool) error {
+	g := p.cfg.Guard
+	if g == nil {
+		return f.Error()
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	for {
+		ch := g.Changed()
+		e := g.Err()
+		if freeing {
+			e = g.FreeingErr()
+		}
+		if e != nil {
+			select {
+			case err := <-done:
+				return err
+			default:
+				return e
+			}
+		}
+		select {
+		case err := <-done:
+			return err
+		case <-ch:
+		}
+	}
+}

@@ -1,0 +1,218 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/raftfsm"
+)
+
+// fakeRaft records the entries the proposer applies; each future answers
+// with respond (nil: one OK result per command).
+type fakeRaft struct {
+	state   raft.RaftState
+	entries chan []raftfsm.Command
+	respond func(cmds []raftfsm.Command) (any, error)
+}
+
+func (r *fakeRaft) State() raft.RaftState { return r.state }
+
+func (r *fakeRaft) Apply(data []byte, _ time.Duration) raft.ApplyFuture {
+	cmds, err := raftfsm.DecodeEntry(data)
+	if err != nil {
+		return &doneFuture{err: err}
+	}
+	r.entries <- cmds
+	if r.respond != nil {
+		resp, err := r.respond(cmds)
+		return &doneFuture{resp: resp, err: err}
+	}
+	res := make([]raftfsm.Result, len(cmds))
+	for i := range res {
+		res[i] = raftfsm.Result{Code: raftfsm.CodeOK, Index: 7}
+	}
+	return &doneFuture{resp: res, index: 7}
+}
+
+// doneFuture is a raft.ApplyFuture that is complete (or, with block,
+// never completes).
+type doneFuture struct {
+	resp  any
+	err   error
+	index uint64
+	block chan struct{}
+}
+
+func (f *doneFuture) Error() error {
+	if f.block != nil {
+		<-f.block
+	}
+	return f.err
+}
+func (f *doneFuture) Index() uint64    { return f.index }
+func (f *doneFuture) Response() any    { return f.resp }
+func (f *doneFuture) Opaque() any      { return nil }
+func (f *doneFuture) Result() any      { return f.resp }
+func (f *doneFuture) OpaqueData() any  { return nil }
+func (f *doneFuture) Unwrap() any      { return nil }
+func (f *doneFuture) Term() uint64     { return 1 }
+func (f *doneFuture) Timestamp() int64 { return 0 }
+
+func nodeCmd(id string) raftfsm.Command {
+	return raftfsm.Command{Type: raftfsm.CmdNode, Node: &raftfsm.Node{ID: id}}
+}
+
+func cancelCmd(id string) raftfsm.Command {
+	return raftfsm.Command{Type: raftfsm.CmdCancel, Cancel: &raftfsm.Cancel{ID: id}}
+}
+
+// A node that does not lead refuses at once, before admission or the
+// storage wait.
+func TestProposerNotLeader(t *testing.T) {
+	p := NewProposer(ProposerConfig{Raft: &fakeRaft{state: raft.Follower}})
+	if _, err := p.Propose(context.Background(), []raftfsm.Command{nodeCmd("a")}); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("follower: %v, want ErrNotLeader", err)
+	}
+}
+
+// Proposals queued while an entry is built share the next entry, each
+// gets its own results, and Prepare sees every command with the clock's
+// time.
+func TestProposerGroupsQueuedProposals(t *testing.T) {
+	r := &fakeRaft{state: raft.Leader, entries: make(chan []raftfsm.Command, 8)}
+	clock := engine.NewFakeClock(time.UnixMilli(1_700_000_000_000))
+	var prepared []time.Time
+	p := NewProposer(ProposerConfig{Raft: r, Clock: clock, Prepare: func(c *raftfsm.Command, now time.Time) { prepared = append(prepared, now) }})
+	prs := []*proposal{
+		{cmds: []raftfsm.Command{nodeCmd("a")}, done: make(chan proposalResult, 1), warnings: map[int]string{0: "4/5"}},
+		{cmds: []raftfsm.Command{nodeCmd("b"), nodeCmd("c")}, done: make(chan proposalResult, 1)},
+	}
+	for _, pr := range prs {
+		p.ch <- pr
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	if e := <-r.entries; len(e) != 3 {
+		t.Fatalf("entry of %d commands, want the 3 queued", len(e))
+	}
+	a, bc := <-prs[0].done, <-prs[1].done
+	if a.err != nil || len(a.results) != 1 || a.results[0].Warning != "4/5" {
+		t.Fatalf("first proposal: %+v", a)
+	}
+	if bc.err != nil || len(bc.results) != 2 || bc.results[0].Warning != "" {
+		t.Fatalf("second proposal: %+v", bc)
+	}
+	if len(prepared) != 3 || !prepared[0].Equal(clock.Now()) {
+		t.Fatalf("prepared %v", prepared)
+	}
+	res, err := p.Propose(ctx, []raftfsm.Command{nodeCmd("d")})
+	if err != nil || len(res) != 1 || res[0].Index != 7 {
+		t.Fatalf("Propose: %v %+v", err, res)
+	}
+}
+
+// While storage is low, freeing commands (cancels, purges) and others go
+// into separate entries: the FSM applies only freeing ones there.
+func TestProposerKeepsFreeingEntriesApartWhileLow(t *testing.T) {
+	g, free, _ := lowGuard(t)
+	free.Store(testReserve - testReserve/8) // low: inside the reserve
+	g.Probe()
+	if g.Err() == nil {
+		t.Fatal("storage should be unavailable")
+	}
+	r := &fakeRaft{state: raft.Leader, entries: make(chan []raftfsm.Command, 8)}
+	p := NewProposer(ProposerConfig{Raft: r, Guard: g})
+	prs := []*proposal{
+		{cmds: []raftfsm.Command{cancelCmd("a")}, done: make(chan proposalResult, 1)},
+		{cmds: []raftfsm.Command{nodeCmd("n")}, done: make(chan proposalResult, 1)},
+	}
+	for _, pr := range prs {
+		p.ch <- pr
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	first, second := <-r.entries, <-r.entries
+	if len(first) != 1 || first[0].Type != raftfsm.CmdCancel || len(second) != 1 || second[0].Type != raftfsm.CmdNode {
+		t.Fatalf("entries %v then %v, want the cancel alone, then the node", first, second)
+	}
+	if r := <-prs[0].done; r.err != nil {
+		t.Fatalf("cancel: %v", r.err)
+	}
+	// The node's entry is answered with the storage state, not held.
+	var se *StorageUnavailableError
+	if r := <-prs[1].done; !errors.As(r.err, &se) {
+		t.Fatalf("node entry while storage is low: %v, want *StorageUnavailableError", r.err)
+	}
+	// A new proposal of other commands waits for storage until ctx ends.
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer wcancel()
+	if _, err := p.Propose(wctx, []raftfsm.Command{nodeCmd("m")}); !errors.As(err, &se) {
+		t.Fatalf("Propose while low: %v, want *StorageUnavailableError", err)
+	}
+}
+
+// raft's answers reach the proposals: raft.ErrNotLeader as ErrNotLeader,
+// a response that is not one result per command as an error.
+func TestProposerApplyErrors(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		respond func([]raftfsm.Command) (any, error)
+		check   func(error) bool
+	}{
+		{"not leader", func([]raftfsm.Command) (any, error) { return nil, raft.ErrNotLeader }, func(err error) bool { return errors.Is(err, ErrNotLeader) }},
+		{"lost", func([]raftfsm.Command) (any, error) { return nil, raft.ErrLeadershipLost }, func(err error) bool { return errors.Is(err, raft.ErrLeadershipLost) }},
+		{"short response", func([]raftfsm.Command) (any, error) { return []raftfsm.Result{}, nil }, func(err error) bool {
+			return err != nil && strings.Contains(err.Error(), "unexpected apply response")
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &fakeRaft{state: raft.Leader, entries: make(chan []raftfsm.Command, 8), respond: c.respond}
+			p := NewProposer(ProposerConfig{Raft: r})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go p.Run(ctx)
+			if _, err := p.Propose(ctx, []raftfsm.Command{nodeCmd("a")}); !c.check(err) {
+				t.Fatalf("got %v", err)
+			}
+		})
+	}
+}
+
+// waitFuture answers at once when storage becomes unavailable while the
+// entry is pending, and with the future's error otherwise.
+func TestProposerWaitFutureStorageDown(t *testing.T) {
+	g, free, _ := lowGuard(t)
+	g.Probe()
+	p := NewProposer(ProposerConfig{Raft: &fakeRaft{state: raft.Leader}, Guard: g})
+	if err := p.waitFuture(&doneFuture{err: raft.ErrLeadershipLost}, false); !errors.Is(err, raft.ErrLeadershipLost) {
+		t.Fatalf("completed future: %v", err)
+	}
+	pending := &doneFuture{block: make(chan struct{})}
+	defer close(pending.block)
+	errc := make(chan error, 1)
+	go func() { errc <- p.waitFuture(pending, false) }()
+	free.Store(1 << 20) // below the floor
+	g.Probe()
+	var se *StorageUnavailableError
+	if err := <-errc; !errors.As(err, &se) {
+		t.Fatalf("pending future with storage down: %v", err)
+	}
+	if err := p.waitFuture(pending, true); !errors.As(err, &se) {
+		t.Fatalf("freeing entry below the floor: %v", err)
+	}
+}
+
+func TestCmdBytes(t *testing.T) {
+	cmds := []raftfsm.Command{nodeCmd("a"), {Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{ID: "s", Spec: raftfsm.Spec{Payload: make([]byte, 10)}}}}
+	if n := cmdBytes(cmds); n != 10 {
+		t.Fatalf("cmdBytes %d, want 10", n)
+	}
+}

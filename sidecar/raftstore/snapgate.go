@@ -1,0 +1,576 @@
+package raftstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/axsched/ax/engine"
+)
+
+// Snapshots under disk pressure (issue 12). A Raft snapshot is a full copy
+// of the state: on a disk that is nearly full it used to fill the disk to
+// 0 bytes, and a failed one left its temp dir behind. Now:
+//
+//   - gatedSnapshotStore.Create (raft calls it after FSM.Snapshot, for its
+//     own snapshots and for one a leader installs) starts a snapshot only
+//     when free space covers its expected size plus the reserve
+//     (snapshotAllowed); otherwise it returns an error: raft logs "failed
+//     to take snapshot", releases the FSM's read view, and tries again at
+//     its next interval.
+//   - While a snapshot is written, its sink checks free space every
+//     snapSinkCheckEvery bytes and fails the write when free space would
+//     fall below the reserve (the estimate was low): raft then cancels the
+//     sink, and the sink removes the snapshot's temp dir, which raft's
+//     FileSnapshotSink.Cancel leaves behind when its final flush fails.
+//   - At start, temp dirs of snapshots that never finished are removed
+//     (removeStaleSnapshotTemps): raft ignores them but never deletes them.
+//   - Before each snapshot, raft's TrailingLogs is lowered so that the
+//     entries kept stay under Config.TrailingLogsBytes (trailingForBytes,
+//     with raft.ReloadConfig); and that many log bytes written since the
+//     last snapshot trigger one (SnapshotByBytes), so that raft.db stays
+//     near twice the bound even when entries are large.
+
+// snapSinkCheckEvery is how many bytes a snapshot sink writes between two
+// free-space checks; snapSinkSlack is the free space above the reserve it
+// keeps for what is buffered (raft's 4 KiB writer and the FSM's 64 KiB one)
+// plus one check interval.
+const (
+	snapSinkCheckEvery = 256 << 10
+	snapSinkSlack      = 512 << 10
+)
+
+// snapshotAllowed reports whether a snapshot of need bytes may start with
+// free bytes free: free must cover need plus reserve. A zero reserve (the
+// check is off) allows every snapshot.
+func snapshotAllowed(free, reserve, need uint64) bool {
+	return reserve == 0 || free >= need+reserve
+}
+
+// snapshotEstimate is the expected size of the next snapshot: the last
+// one's size scaled by how the task count changed since (a purge shrinks
+// it), the bytes a cancelled one had written when that is more, and
+// badger's size on disk when no snapshot was taken since start and none is
+// on disk.
+type snapshotEstimate struct {
+	mu    sync.Mutex
+	size  uint64 // bytes of the last snapshot (or written by an aborted one)
+	tasks int64  // tasks at that snapshot; -1 unknown (found on disk at start)
+}
+
+// expected returns the estimate for a state of tasksNow tasks; fallback
+// gives the size to use when nothing is known (badger's size on disk).
+func (e *snapshotEstimate) expected(tasksNow int64, fallback func() uint64) uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.size == 0:
+		return fallback()
+	case e.tasks < 0:
+		return e.size
+	default:
+		return uint64(float64(e.size) * float64(tasksNow+1) / float64(e.tasks+1))
+	}
+}
+
+// record sets the size of a finished snapshot of tasks tasks.
+func (e *snapshotEstimate) record(size uint64, tasks int64) {
+	e.mu.Lock()
+	e.size, e.tasks = size, tasks
+	e.mu.Unlock()
+}
+
+// recordAborted raises the estimate for tasks tasks to half as much
+// again as the written bytes of a snapshot cancelled part way: it was
+// larger than what it wrote, by an unknown amount. At exactly the written
+// bytes the next snapshot would start from the same free space, fill the
+// disk to the same point and be cancelled again, over and over (a review
+// saw 58 snapshots cancelled at 27.5 MiB in 70 s); with the margin it
+// waits until a purge or freed space makes room.
+func (e *snapshotEstimate) recordAborted(written uint64, tasks int64) {
+	floor := written + written/2
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.size == 0 || e.tasks < 0 || float64(e.size)*float64(tasks+1)/float64(e.tasks+1) < float64(floor) {
+		e.size, e.tasks = floor, tasks
+	}
+}
+
+// gatedSnapshotStore is raft's snapshot store with the disk-pressure gate
+// (see above). dir is the store's directory (DataDir/snapshots).
+type gatedSnapshotStore struct {
+	raft.SnapshotStore
+	dir       string
+	freeSpace func() (DiskFree, error)
+	reserve   func() uint64
+	// tasks and diskSize feed the estimate: the FSM's task count and
+	// badger's size on disk.
+	tasks    func() int64
+	diskSize func() uint64
+	// beforeSnapshot runs before a snapshot of our own starts (it lowers
+	// TrailingLogs); nil: nothing.
+	beforeSnapshot func()
+	// persisted runs after a snapshot is complete.
+	persisted func()
+	est       snapshotEstimate
+	log       zerolog.Logger
+
+	skipped atomic.Uint64 // snapshots refused by the gate
+	// logBytesAtSnap is LogWriteStats.bytes when the last snapshot was
+	// complete (SnapshotByBytes).
+	logBytesAtSnap atomic.Uint64
+	lastSkipM      sync.Mutex
+	lastSkip       time.Time
+	now            func() time.Time
+}
+
+// errSnapshotSkipped is the error of a snapshot the gate refuses.
+var errSnapshotSkipped = errors.New("snapshot skipped: not enough free space")
+
+// Create starts a snapshot when free space covers its expected size plus
+// the reserve, and returns errSnapshotSkipped (wrapped, with the figures)
+// otherwise.
+func (s *gatedSnapshotStore) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
+	configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
+	tasks := s.tasks()
+	if err := s.admit(s.expectedSize()); err != nil {
+		return nil, err
+	}
+	if s.beforeSnapshot != nil {
+		s.beforeSnapshot()
+	}
+	sink, err := s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
+	if err != nil {
+		return nil, err
+	}
+	return &gatedSink{SnapshotSink: sink, s: s, tasks: tasks, dir: filepath.Join(s.dir, sink.ID()+".tmp")}, nil
+}
+
+// expectedSize is the expected size of the next snapshot (bytes).
+func (s *gatedSnapshotStore) expectedSize() uint64 {
+	return s.est.expected(s.tasks(), s.diskSize)
+}
+
+// fits reports whether free space covers a snapshot of need bytes plus the
+// reserve (true when free space cannot be read: the sink's checks still
+// apply), with the figures.
+func (s *gatedSnapshotStore) fits(need uint64) (ok bool, free DiskFree, reserve uint64) {
+	free, err := s.freeSpace()
+	if err != nil {
+		return true, free, 0
+	}
+	reserve = s.reserve()
+	return snapshotAllowed(free.Bytes, reserve, need), free, reserve
+}
+
+// admit checks free space for a snapshot of need bytes; a refusal is
+// counted and logged (at most once a minute).
+func (s *gatedSnapshotStore) admit(need uint64) error {
+	ok, free, reserve := s.fits(need)
+	if ok {
+		return nil
+	}
+	s.skipped.Add(1)
+	err := fmt.Errorf("%w: %s free, the snapshot needs about %s plus the reserve of %s (--storage-reserve); raft retries at its next interval",
+		errSnapshotSkipped, mib(free.Bytes), mib(need), mib(reserve))
+	s.lastSkipM.Lock()
+	nowFn := s.now
+	if nowFn == nil {
+		nowFn = engine.RealClock().Now
+	}
+	if now := nowFn(); now.Sub(s.lastSkip) >= time.Minute {
+		s.lastSkip = now
+		s.log.Warn().Uint64("free_bytes", free.Bytes).Uint64("expected_bytes", need).Uint64("reserve_bytes", reserve).
+			Uint64("skipped", s.skipped.Load()).Msg("Raft snapshot skipped: free space does not cover its expected size plus the reserve")
+	}
+	s.lastSkipM.Unlock()
+	return err
+}
+
+// gatedSink checks free space as the snapshot is written and removes the
+// snapshot's temp dir when it is cancelled.
+type gatedSink struct {
+	raft.SnapshotSink
+	s        *gatedSnapshotStore
+	dir      string // the temp dir FileSnapshotStore writes into
+	tasks    int64
+	written  uint64
+	nextChk  uint64
+	failed   error
+	canceled bool
+}
+
+func (k *gatedSink) Write(p []byte) (int, error) {
+	if k.failed != nil {
+		return 0, k.failed
+	}
+	if k.written >= k.nextChk {
+		k.nextChk = k.written + snapSinkCheckEvery
+		if free, err := k.s.freeSpace(); err == nil {
+			if r := k.s.reserve(); r > 0 && free.Bytes < r+snapSinkSlack+uint64(len(p)) {
+				k.failed = fmt.Errorf("snapshot cancelled after %s: free space fell to %s, near the reserve of %s (--storage-reserve)",
+					mib(k.written), mib(free.Bytes), mib(r))
+				k.s.est.recordAborted(k.written, k.tasks)
+				k.s.log.Warn().Uint64("written_bytes", k.written).Uint64("free_bytes", free.Bytes).Msg("Raft snapshot cancelled: free space near the reserve")
+				return 0, k.failed
+			}
+		}
+	}
+	n, err := k.SnapshotSink.Write(p)
+	k.written += uint64(n)
+	return n, err
+}
+
+// Close finishes the snapshot; it records its size for the next estimate.
+func (k *gatedSink) Close() error {
+	if k.failed != nil {
+		// raft's FSMSnapshot cancels on a failed write; a Close after it
+		// must not keep a partial snapshot.
+		return errors.Join(k.failed, k.Cancel())
+	}
+	err := k.SnapshotSink.Close()
+	if err != nil {
+		k.removeTemp()
+		return err
+	}
+	k.s.est.record(k.written, k.tasks)
+	k.s.saveEstimate(k.ID(), k.written, k.tasks)
+	if k.s.persisted != nil {
+		k.s.persisted()
+	}
+	return nil
+}
+
+// Cancel drops the snapshot and its temp dir.
+func (k *gatedSink) Cancel() error {
+	if k.canceled {
+		return nil
+	}
+	k.canceled = true
+	err := k.SnapshotSink.Cancel()
+	k.removeTemp()
+	return err
+}
+
+func (k *gatedSink) removeTemp() {
+	if err := os.RemoveAll(k.dir); err != nil {
+		k.s.log.Warn().Err(err).Str("path", k.dir).Msg("cannot remove a failed snapshot's temp dir")
+	}
+}
+
+var _ io.Writer = (*gatedSink)(nil)
+
+// removeStaleSnapshotTemps removes the temp dirs (*.tmp) of snapshots that
+// never finished from the snapshot store's directory dir (raft skips them
+// but never deletes them) and returns the bytes freed.
+func removeStaleSnapshotTemps(dir string, log zerolog.Logger) uint64 {
+	tmps, _ := filepath.Glob(filepath.Join(dir, "*.tmp"))
+	var freed uint64
+	for _, p := range tmps {
+		size := uint64(DirSize(p))
+		if err := os.RemoveAll(p); err != nil {
+			log.Warn().Err(err).Str("path", p).Msg("cannot remove an unfinished snapshot's temp dir")
+			continue
+		}
+		freed += size
+		log.Info().Str("path", p).Uint64("bytes", size).Msg("removed an unfinished snapshot's temp dir")
+	}
+	return freed
+}
+
+// raftEntryOverhead approximates what raft-boltdb stores per entry beyond
+// its data (the msgpack of raft.Log: index, term, type, times; the key).
+const raftEntryOverhead = 64
+
+// trailingForBytes returns how many of the newest entries of logs fit in
+// maxBytes (data plus raftEntryOverhead each), at most maxEntries: the
+// TrailingLogs that bounds what a snapshot leaves in the log by bytes. It
+// reads the entries backwards from the last one and stops at the first
+// that does not fit.
+func trailingForBytes(logs raft.LogStore, maxEntries, maxBytes uint64) (uint64, error) {
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return maxEntries, err
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return maxEntries, err
+	}
+	if last == 0 || last < first {
+		return maxEntries, nil
+	}
+	var n, sum uint64
+	var l raft.Log
+	for idx := last; idx >= first && n < maxEntries; idx-- {
+		if err := logs.GetLog(idx, &l); err != nil {
+			if errors.Is(err, raft.ErrLogNotFound) {
+				break
+			}
+			return maxEntries, err
+		}
+		sum += uint64(len(l.Data)) + raftEntryOverhead
+		if sum > maxBytes {
+			break
+		}
+		n++
+		if idx == 0 {
+			break
+		}
+	}
+	return n, nil
+}
+
+// lowerTrailingLogs sets raft's TrailingLogs for the next log compaction
+// to what fits Config.TrailingLogsBytes (at most Config.TrailingLogs).
+// It runs in raft's snapshot goroutine, before the snapshot's compaction
+// reads the value.
+func (st *Store) lowerTrailingLogs() {
+	r := st.Raft
+	if r == nil || st.cfg.TrailingLogsBytes <= 0 {
+		return
+	}
+	keep, err := trailingForBytes(st.logStore, st.cfg.TrailingLogs, uint64(st.cfg.TrailingLogsBytes))
+	if err != nil {
+		st.log.Warn().Err(err).Msg("cannot size the trailing Raft log: keeping --trailing-logs entries")
+		keep = st.cfg.TrailingLogs
+	}
+	rc := r.ReloadableConfig()
+	if rc.TrailingLogs == keep {
+		return
+	}
+	rc.TrailingLogs = keep
+	if err := r.ReloadConfig(rc); err != nil {
+		st.log.Warn().Err(err).Msg("cannot lower raft's trailing logs")
+		return
+	}
+	if keep < st.cfg.TrailingLogs {
+		st.log.Debug().Uint64("trailing_logs", keep).Int64("trailing_logs_bytes", st.cfg.TrailingLogsBytes).Msg("Raft log entries are large: keeping fewer after snapshots, to stay under --trailing-logs-bytes")
+	}
+}
+
+// SnapshotByBytes triggers a Raft snapshot whenever Config.TrailingLogsBytes
+// of log entries were written since the last one (checked every second),
+// so that raft.db stays bounded in bytes even when the entry-count
+// threshold is far. A snapshot the gate refuses is tried again at the
+// next check. It returns when ctx ends (at once without the bound).
+func (st *Store) SnapshotByBytes(ctx context.Context) {
+	bound := uint64(st.cfg.TrailingLogsBytes)
+	if bound == 0 {
+		return
+	}
+	snaps := st.snaps
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if st.LogStats.Bytes.Load()-snaps.logBytesAtSnap.Load() < bound {
+			continue
+		}
+		// Ask the gate first: a refused user snapshot is an error line in
+		// raft's log at every check.
+		if ok, _, _ := snaps.fits(snaps.expectedSize()); !ok {
+			continue
+		}
+		if err := st.Raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+			st.log.Debug().Err(err).Msg("snapshot by log bytes failed")
+		}
+	}
+}
+
+// snapshotsRetained is how many snapshots the store keeps: one. A second
+// one (raft's usual 2) is a second full copy of the state on disk, and the
+// node's own badger state and the log are the fallback of the first.
+const snapshotsRetained = 1
+
+// openSnapshots removes unfinished snapshots' temp dirs and opens raft's
+// file snapshot store (snapshotsRetained) behind the disk-pressure gate.
+func (st *Store) openSnapshots(hlog hclog.Logger) (*gatedSnapshotStore, error) {
+	dataDir := st.cfg.DataDir
+	dir := filepath.Join(dataDir, "snapshots")
+	removeStaleSnapshotTemps(dir, st.log)
+	fs, err := raft.NewFileSnapshotStoreWithLogger(dataDir, snapshotsRetained, hlog)
+	if err != nil {
+		return nil, fmt.Errorf("open snapshots: %w", err)
+	}
+	g := st.Guard
+	s := &gatedSnapshotStore{
+		SnapshotStore: fs, dir: dir, log: st.log, now: st.clock.Now,
+		freeSpace: func() (DiskFree, error) { return g.freeSpace(dataDir) },
+		reserve:   g.reserve.Load,
+		tasks: func() int64 {
+			var sum int64
+			for _, c := range st.FSM.Counts() {
+				sum += c
+			}
+			return sum
+		},
+		diskSize:       func() uint64 { return dirAllocatedBytes(filepath.Join(dataDir, "state")) },
+		beforeSnapshot: st.lowerTrailingLogs,
+	}
+	s.persisted = func() { s.logBytesAtSnap.Store(st.LogStats.Bytes.Load()) }
+	g.snapNeed = s.expectedSize
+	if metas, err := fs.List(); err == nil && len(metas) > 0 {
+		s.est.size, s.est.tasks = uint64(max(metas[0].Size, 0)), s.loadEstimate(metas[0].ID)
+	}
+	return s, nil
+}
+
+// snapEstimateFile, in the snapshot store's directory, keeps the task
+// count of the newest snapshot, so that after a restart the estimate still
+// follows the task count (a purge before the restart shrinks it).
+const snapEstimateFile = "ax-snapshot-tasks.json"
+
+type snapEstimateRecord struct {
+	ID    string `json:"id"`
+	Size  uint64 `json:"size"`
+	Tasks int64  `json:"tasks"`
+}
+
+// saveEstimate records the task count of snapshot id (best effort).
+func (s *gatedSnapshotStore) saveEstimate(id string, size uint64, tasks int64) {
+	b, _ := json.Marshal(snapEstimateRecord{ID: id, Size: size, Tasks: tasks})
+	p := filepath.Join(s.dir, snapEstimateFile)
+	if err := os.WriteFile(p+".new", b, 0o600); err == nil {
+		_ = os.Rename(p+".new", p)
+	}
+}
+
+// loadEstimate returns the task count recorded for snapshot id, -1 when
+// none is.
+func (s *gatedSnapshotStore) loadEstimate(id string) int64 {
+	b, err := os.ReadFile(filepath.Join(s.dir, snapEstimateFile))
+	var r snapEstimateRecord
+	if err != nil || json.Unmarshal(b, &r) != nil || r.ID != id || r.Tasks < 0 {
+		return -1
+	}
+	return r.Tasks
+}
+
+// Compactor wraps the retention's badger compaction (Flatten), which
+// writes the merged tables before it removes the old ones: it runs only
+// when free space covers the live data (the snapshot estimate) plus the
+// reserve. A skipped compaction is logged and kept pending: Run runs it
+// once space allows.
+type Compactor struct {
+	g       *Guard
+	snaps   *gatedSnapshotStore
+	inner   func() error
+	log     zerolog.Logger
+	mu      sync.Mutex // one compaction at a time
+	pending atomic.Bool
+}
+
+// GateCompaction returns the gated form of compact (see Compactor); start
+// its Run. Call it after StartRaft.
+func (st *Store) GateCompaction(compact func() error) *Compactor {
+	return &Compactor{g: st.Guard, snaps: st.snaps, inner: compact, log: st.log}
+}
+
+// allowed reports whether a compaction may run now.
+func (c *Compactor) allowed(logSkip bool) bool {
+	reserve := c.g.reserve.Load()
+	free, err := c.g.FreeSpace()
+	if reserve == 0 || err != nil {
+		return true
+	}
+	need := c.snaps.expectedSize()
+	if snapshotAllowed(free.Bytes, reserve, need) {
+		return true
+	}
+	if logSkip {
+		c.log.Warn().Uint64("free_bytes", free.Bytes).Uint64("live_bytes", need).Uint64("reserve_bytes", reserve).
+			Msg("badger compaction postponed: free space does not cover the live data plus the reserve")
+	}
+	return false
+}
+
+// Compact runs the compaction when free space allows, and otherwise
+// keeps it pending (returning nil); it returns the compaction's error.
+func (c *Compactor) Compact() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.allowed(!c.pending.Load()) {
+		c.pending.Store(true)
+		return nil
+	}
+	c.pending.Store(false)
+	return c.inner()
+}
+
+// Run runs a postponed compaction once space allows (checked every 5 s)
+// until ctx ends.
+func (c *Compactor) Run(ctx context.Context) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if c.pending.Load() {
+			if err := c.Compact(); err != nil {
+				c.log.Warn().Err(err).Msg("badger compaction after purges failed")
+			}
+		}
+	}
+}
+
+// dirAllocatedBytes returns the disk space the files in dir take (their
+// allocated blocks, not their apparent sizes: badger sizes its memtable
+// and value-log files in advance, sparsely).
+func dirAllocatedBytes(dir string) uint64 {
+	var total uint64
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			total += uint64(st.Blocks) * 512
+		} else {
+			total += uint64(fi.Size())
+		}
+	}
+	return total
+}
+
+// Collectors are the snapshot gate's metrics.
+func (s *gatedSnapshotStore) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_snapshots_skipped_total", Help: "Raft snapshots not started because free space did not cover their expected size plus --storage-reserve (raft tries again at its next interval)."},
+			func() float64 { return float64(s.skipped.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ax_raft_snapshot_expected_bytes", Help: "Expected size of the next Raft snapshot: writes leave this much free on top of --storage-reserve."},
+			func() float64 { return float64(s.expectedSize()) }),
+	}
+}
+
+// DirSize adds up the sizes of the files in dir (badger keeps a few dozen).
+func DirSize(dir string) int64 {
+	var total int64
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			total += fi.Size()
+		}
+	}
+	return total
+}

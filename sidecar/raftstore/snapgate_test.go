@@ -1,0 +1,302 @@
+package raftstore
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
+)
+
+// testSnapStore is a gatedSnapshotStore over a real FileSnapshotStore in
+// a temp dir, with a fake free-space source (bytes in free).
+func testSnapStore(t *testing.T) (*gatedSnapshotStore, *atomic.Uint64) {
+	base := t.TempDir()
+	fs, err := raft.NewFileSnapshotStore(base, 2, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var free atomic.Uint64
+	s := &gatedSnapshotStore{
+		SnapshotStore: fs, dir: filepath.Join(base, "snapshots"), log: zerolog.New(zerolog.NewTestWriter(t)),
+		freeSpace: func() (DiskFree, error) { return DiskFree{Bytes: free.Load(), Inodes: -1}, nil },
+		reserve:   func() uint64 { return testReserve },
+		tasks:     func() int64 { return 1000 },
+		diskSize:  func() uint64 { return 10 << 20 },
+	}
+	return s, &free
+}
+
+func createSnap(s *gatedSnapshotStore, index uint64) (raft.SnapshotSink, error) {
+	return s.Create(1, index, 1, raft.Configuration{}, 1, nil)
+}
+
+func tmpDirs(t *testing.T, dir string) []string {
+	m, err := filepath.Glob(filepath.Join(dir, "*.tmp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A snapshot starts only when free space covers its expected size plus
+// the reserve: badger's size before any snapshot, then the last
+// snapshot's size scaled by the task count.
+func TestSnapshotGate(t *testing.T) {
+	s, free := testSnapStore(t)
+	const M = 1 << 20
+	free.Store(testReserve + 10*M - 1) // badger is 10 MiB: one byte short
+	if _, err := createSnap(s, 10); !errors.Is(err, errSnapshotSkipped) {
+		t.Fatalf("Create with too little free space: %v", err)
+	}
+	if metas, _ := s.List(); len(metas) != 0 || len(tmpDirs(t, s.dir)) != 0 {
+		t.Fatalf("a skipped snapshot left files: %v", metas)
+	}
+	if s.skipped.Load() != 1 {
+		t.Fatalf("skipped %d", s.skipped.Load())
+	}
+	free.Store(testReserve + 10*M)
+	sink, err := createSnap(s, 10)
+	if err != nil {
+		t.Fatalf("Create with enough free space: %v", err)
+	}
+	persisted := 0
+	s.persisted = func() { persisted++ }
+	if _, err := sink.Write(bytes.Repeat([]byte{1}, 2*M)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if metas, _ := s.List(); len(metas) != 1 || metas[0].Size != 2*M || persisted != 1 {
+		t.Fatalf("snapshot not stored: %v, persisted %d", metas, persisted)
+	}
+	// The estimate follows the task count: a purge of 90 % of the tasks
+	// makes the next snapshot expected at about a tenth.
+	if got := s.est.expected(1000, func() uint64 { return 10 * M }); got != 2*M {
+		t.Fatalf("expected at the same count: %d", got)
+	}
+	if got := s.est.expected(100, func() uint64 { return 10 * M }); got < M/5 || got > M/4 {
+		t.Fatalf("expected after a purge of 90%%: %d", got)
+	}
+	s.tasks = func() int64 { return 100 }
+	free.Store(testReserve + M/2)
+	if _, err := createSnap(s, 11); err != nil {
+		t.Fatalf("Create after a purge: %v", err)
+	}
+}
+
+// A snapshot whose writes would take free space below the reserve is
+// failed by its sink; cancelled, its temp dir is removed, and the
+// estimate is raised to what it had written.
+func TestSnapshotSinkStopsAtTheReserve(t *testing.T) {
+	s, free := testSnapStore(t)
+	const M = 1 << 20
+	s.est.record(64<<10, 1000) // a small last snapshot: the estimate is low
+	free.Store(testReserve + M)
+	sink, err := createSnap(s, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 64<<10)
+	var werr error
+	written := 0
+	for i := 0; i < 64 && werr == nil; i++ {
+		if i == 8 { // 512 KiB written: the disk fills up meanwhile
+			free.Store(testReserve + 256<<10)
+		}
+		var n int
+		n, werr = sink.Write(chunk)
+		written += n
+	}
+	if werr == nil || written != 512<<10 {
+		t.Fatalf("sink wrote %d bytes, err %v", written, werr)
+	}
+	if len(tmpDirs(t, s.dir)) != 1 {
+		t.Fatal("no temp dir while writing")
+	}
+	if err := sink.Cancel(); err != nil {
+		t.Fatal(err)
+	}
+	if m := tmpDirs(t, s.dir); len(m) != 0 {
+		t.Fatalf("temp dir left after Cancel: %v", m)
+	}
+	if metas, _ := s.List(); len(metas) != 0 {
+		t.Fatalf("a cancelled snapshot was kept: %v", metas)
+	}
+	if got := s.est.expected(1000, func() uint64 { return 0 }); got != 768<<10 {
+		t.Fatalf("estimate after the cancelled snapshot: %d, want 1.5 x the 512 KiB it wrote", got)
+	}
+	// Free space that covers what the cancelled one wrote does not start
+	// another: it would be cancelled at the same point again.
+	free.Store(testReserve + 600<<10)
+	if _, err := createSnap(s, 12); err == nil {
+		t.Fatal("a snapshot started again from the free space its cancelled predecessor filled")
+	}
+	// Close after a failed write cancels too.
+	free.Store(testReserve + M)
+	sink, err = createSnap(s, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	free.Store(0)
+	if _, err := sink.Write(chunk); err == nil {
+		t.Fatal("write at 0 bytes free accepted")
+	}
+	if err := sink.Close(); err == nil || len(tmpDirs(t, s.dir)) != 0 {
+		t.Fatalf("Close after a failed write: %v, temp dirs %v", err, tmpDirs(t, s.dir))
+	}
+}
+
+// At start, temp dirs of unfinished snapshots are removed; finished
+// snapshots stay.
+func TestRemoveStaleSnapshotTemps(t *testing.T) {
+	s, free := testSnapStore(t)
+	free.Store(1 << 30)
+	sink, err := createSnap(s, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.Write([]byte("state"))
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(s.dir, "2-20-1700000000000.tmp")
+	if err := os.MkdirAll(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stale, "state.bin"), make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if freed := removeStaleSnapshotTemps(s.dir, s.log); freed != 1<<20 {
+		t.Fatalf("freed %d", freed)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("stale temp dir still there: %v", err)
+	}
+	if metas, _ := s.List(); len(metas) != 1 {
+		t.Fatalf("finished snapshot lost: %v", metas)
+	}
+}
+
+// trailingForBytes keeps the newest entries that fit the byte bound, at
+// most the entry bound.
+func TestTrailingForBytes(t *testing.T) {
+	logs := raft.NewInmemStore()
+	const M = 1 << 20
+	for i := uint64(1); i <= 10; i++ {
+		size := M
+		if i == 10 {
+			size = 5 * M // the newest entry is large
+		}
+		if err := logs.StoreLog(&raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: make([]byte, size)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		maxEntries, maxBytes, want uint64
+	}{
+		{10240, 1 << 40, 10},
+		{4, 1 << 40, 4},
+		{10240, 8*M + 4*raftEntryOverhead, 4}, // 5 + 1 + 1 + 1 MiB
+		{10240, 8*M + 3*raftEntryOverhead, 3},
+		{10240, 4 * M, 0}, // not even the newest
+	}
+	for _, c := range cases {
+		got, err := trailingForBytes(logs, c.maxEntries, c.maxBytes)
+		if err != nil || got != c.want {
+			t.Errorf("trailingForBytes(%d entries, %d bytes) = %d, %v; want %d", c.maxEntries, c.maxBytes, got, err, c.want)
+		}
+	}
+	if err := logs.DeleteRange(1, 8); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := trailingForBytes(logs, 10240, 1<<40); got != 2 {
+		t.Errorf("after compaction: %d, want 2", got)
+	}
+	if got, _ := trailingForBytes(raft.NewInmemStore(), 10240, 1<<40); got != 10240 {
+		t.Errorf("empty log: %d", got)
+	}
+}
+
+// The task count of the newest snapshot survives a restart, so the
+// estimate still follows the count (a purge before the restart).
+func TestSnapshotEstimateSurvivesRestart(t *testing.T) {
+	s, free := testSnapStore(t)
+	free.Store(1 << 30)
+	sink, err := createSnap(s, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.Write(make([]byte, 1<<20))
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	metas, _ := s.List()
+	if len(metas) != 1 {
+		t.Fatalf("snapshots %v", metas)
+	}
+	if got := s.loadEstimate(metas[0].ID); got != 1000 {
+		t.Fatalf("recorded tasks %d, want 1000", got)
+	}
+	if got := s.loadEstimate("1-2-3"); got != -1 {
+		t.Fatalf("tasks of another snapshot: %d", got)
+	}
+}
+
+// leakyStore is a snapshot store whose sink, like raft's FileSnapshotSink
+// when its final flush fails (ENOSPC), leaves its temp dir on Cancel.
+type leakyStore struct {
+	raft.SnapshotStore
+	dir string
+}
+
+type leakySink struct {
+	bytes.Buffer
+	id string
+}
+
+func (s *leakySink) ID() string    { return s.id }
+func (s *leakySink) Close() error  { return errors.New("close: no space left on device") }
+func (s *leakySink) Cancel() error { return errors.New("flush: no space left on device") }
+
+func (l *leakyStore) Create(raft.SnapshotVersion, uint64, uint64, raft.Configuration, uint64, raft.Transport) (raft.SnapshotSink, error) {
+	id := "1-10-1700000000000"
+	if err := os.MkdirAll(filepath.Join(l.dir, id+".tmp"), 0o755); err != nil {
+		return nil, err
+	}
+	return &leakySink{id: id}, nil
+}
+
+// A cancelled (or failed) snapshot's temp dir is removed even when the
+// store's own Cancel fails before removing it (issue 12: 127 MiB left).
+func TestSnapshotTempDirRemovedWhenCancelFails(t *testing.T) {
+	s, free := testSnapStore(t)
+	free.Store(1 << 30)
+	s.SnapshotStore = &leakyStore{dir: s.dir}
+	for _, end := range []string{"cancel", "close"} {
+		sink, err := createSnap(s, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tmpDirs(t, s.dir)) != 1 {
+			t.Fatal("no temp dir")
+		}
+		if end == "cancel" {
+			err = sink.Cancel()
+		} else {
+			err = sink.Close()
+		}
+		if err == nil {
+			t.Fatalf("%s: the store's error was lost", end)
+		}
+		if m := tmpDirs(t, s.dir); len(m) != 0 {
+			t.Fatalf("%s: temp dir left: %v", end, m)
+		}
+	}
+}

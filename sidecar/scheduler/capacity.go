@@ -1,0 +1,181 @@
+package scheduler
+
+import (
+	"time"
+
+	"github.com/axsched/ax/raftfsm"
+)
+
+// placeLocked chooses the node for an attempt of handler, among the live
+// nodes with an executor for it that has capacity: its limit in flight
+// plus a queue of its max_concurrency, less what it holds (nodeCapacity)
+// and what it was given since (the leader's own node: the Fires not yet
+// applied; another: the attempts assigned since its last report, less
+// those that ended there since, so a completion frees its unit at once). It returns the reason when there is
+// none (and for executor_unavailable the earliest end of the executors'
+// unavailability). l.mu is held.
+func (l *Scheduler) placeLocked(nodes []raftfsm.Node, handler, avoid, routeKey string, now time.Time) (node, reason string, until time.Time) {
+	// Load reports are stamped with the wall clock (report), so liveness
+	// is judged by it too.
+	live := l.liveLocked(nodes, handler, l.wall.Now())
+	if len(live) == 0 {
+		return "", ReasonNoExecutor, time.Time{}
+	}
+	var free []raftfsm.Node
+	available := false
+	nowMs := l.wall.Now().UnixMilli()
+	for _, nd := range live {
+		capH, capAll, usedH, usedAll, up, downUntil := l.nodeCapacity(&nd, handler, nowMs)
+		if !up {
+			if !downUntil.IsZero() && (until.IsZero() || downUntil.Before(until)) {
+				until = downUntil
+			}
+			continue
+		}
+		available = true
+		if nd.ID == l.cfg.NodeID {
+			// Read now: only the Fires not applied yet are missing.
+			usedH += l.transit[nd.ID][handler]
+			usedAll += l.transitTotal[nd.ID]
+		} else {
+			usedH = max(usedH+l.since[nd.ID][handler], 0)
+			usedAll = max(usedAll+l.sinceTotal[nd.ID], 0)
+		}
+		if usedH < capH && usedAll < capAll {
+			free = append(free, nd)
+		}
+	}
+	if !available {
+		return "", ReasonExecutorUnavailable, until
+	}
+	if len(free) == 0 {
+		return "", ReasonExecutorBusy, time.Time{}
+	}
+	return l.pickLocked(free, handler, avoid, routeKey, now), "", time.Time{}
+}
+
+// nodeCapacity returns, for node nd and handler, the attempts its
+// executors for handler can hold (capH) and hold now (usedH: in flight
+// and queued for a slot), the same for all its executors (capAll,
+// usedAll), whether one of handler's is available, and else when the
+// first may be again. The leader's own node is read directly (at the
+// start of the drain); others from their last load report (an executor
+// not in it yet counts with its starting limit and nothing used). An
+// attempt held on its node until its due time (FireLead), or whose
+// callback ended and whose outcome is being committed, holds no slot
+// and is not counted. l.mu is held.
+func (l *Scheduler) nodeCapacity(nd *raftfsm.Node, handler string, nowMs int64) (capH, capAll, usedH, usedAll int, up bool, downUntil time.Time) {
+	var loads []ExecutorLoad
+	if nd.ID == l.cfg.NodeID {
+		loads = l.selfLoads
+	} else {
+		loads = l.execLoads[nd.ID]
+	}
+	for i := range nd.Executors {
+		x := &nd.Executors[i]
+		var el *ExecutorLoad
+		for j := range loads {
+			if loads[j].Name == x.Name {
+				el = &loads[j]
+				break
+			}
+		}
+		runs := x.Runs(handler)
+		if el != nil && el.DownUntilMs > nowMs {
+			if runs {
+				if u := time.UnixMilli(el.DownUntilMs); downUntil.IsZero() || u.Before(downUntil) {
+					downUntil = u
+				}
+			}
+			continue
+		}
+		c, u := l.executorCapacity(x, el), 0
+		if el != nil {
+			u = el.InFlight + el.Queued
+		}
+		capAll += c
+		usedAll += u
+		if runs {
+			capH += c
+			usedH += u
+			up = true
+		}
+	}
+	return capH, capAll, usedH, usedAll, up, downUntil
+}
+
+// executorCapacity is how many attempts executor x may hold on its node:
+// its current limit in flight plus a queue of its max_concurrency (so the
+// limiter sees the demand it needs to grow in slow start).
+//
+// Leases: an attempt's lease still starts at its Fire, and the node
+// renews it while the attempt waits for a slot (delivery.renewLeases:
+// every second, for leases ending within grace/2 + 1 s), while its
+// timeout counts from the callback's start. With the node's queue bounded
+// by this capacity an attempt waits at most about one callback for its
+// slot, so that is equivalent to a lease that starts with the callback,
+// at the cost of a renewal for the few queued attempts whose wait nears
+// the grace, not for a whole backlog as when every due run was handed
+// to the node at once.
+func (l *Scheduler) executorCapacity(x *raftfsm.Executor, el *ExecutorLoad) int {
+	maxC := l.cfg.DeliveryConcurrency
+	maxC = max(maxC, 1)
+	if x.MaxConcurrency > 0 {
+		maxC = x.MaxConcurrency
+	}
+	lim := 0
+	if el != nil {
+		lim = el.Limit
+	}
+	if lim <= 0 { // no callback yet: the limiter starts at its minimum
+		lim = l.cfg.DeliveryMinConcurrency
+		if x.MinConcurrency > 0 {
+			lim = x.MinConcurrency
+		}
+		lim = min(max(lim, 1), maxC)
+	}
+	return lim + maxC
+}
+
+// nodes returns the cluster's node records that are members. The
+// records are cached until a node or executor event; membership is read
+// from Raft's latest configuration at every call (an atomic load), since
+// a removal or a leave changes it without any event of the state
+// machine, and a node that left must not get attempts.
+func (l *Scheduler) nodes() []raftfsm.Node {
+	l.mu.Lock()
+	ns, ok := l.nodesCache, l.nodesOK
+	gen := l.nodesGen
+	l.mu.Unlock()
+	if !ok {
+		var err error
+		if ns, err = l.store.Nodes(); err != nil {
+			l.log.Error().Err(err).Msg("reading nodes failed")
+			return nil
+		}
+		l.mu.Lock()
+		if l.nodesGen == gen {
+			l.nodesCache, l.nodesOK = ns, true
+		}
+		l.mu.Unlock()
+	}
+	if l.members != nil {
+		// members filters in place: give it a copy, not the cache.
+		ns = l.members.Members(append([]raftfsm.Node(nil), ns...))
+	}
+	return ns
+}
+
+// nodesChanged drops the node cache (a node, executor or membership
+// change) and wakes the runs that wait for an executor.
+func (l *Scheduler) nodesChanged() {
+	l.mu.Lock()
+	l.nodesOK, l.nodesCache = false, nil
+	l.nodesGen++
+	l.mu.Unlock()
+	l.wakeExecutorWaits(nil)
+}
+
+// Nodes returns the member node records the scheduler routes attempts
+// among (cached records, filtered by Deps.Members at every call).
+func (l *Scheduler) Nodes() []raftfsm.Node { return l.nodes() }

@@ -1,0 +1,400 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/raftfsm"
+)
+
+// parkEnv is a probe env (a leader over a real FSM, fake clock, breakers
+// that open after one failure for 2 s) whose Fires are applied to the FSM
+// at once, in the test's goroutine; fired lists the started tasks in
+// order. Node "a" is the leader's own node; "b" another.
+type parkEnv struct {
+	*windowEnv
+	ctx   context.Context
+	fired []string
+}
+
+func newParkEnv(t *testing.T) *parkEnv {
+	t.Helper()
+	e := &parkEnv{windowEnv: newProbeEnv(t), ctx: context.Background()}
+	cfg := &e.l.cfg
+	cfg.NodeID, cfg.MaxBatchCommands, cfg.LeaseGrace = "a", 512, time.Second
+	e.l.horizonMs.Store(math.MaxInt64) // every due time is inside the window
+	e.l.proposer = ProposerFunc(func(_ context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
+		e.index++
+		res := applyEntry(e.t, e.fsm, e.index, cmds...)
+		for i, r := range res {
+			if cmds[i].Type == raftfsm.CmdFire && r.Code == raftfsm.CodeOK {
+				e.fired = append(e.fired, cmds[i].Fire.ID)
+			}
+		}
+		return res, nil
+	})
+	for _, id := range []string{"a", "b"} {
+		e.apply(raftfsm.Command{Type: raftfsm.CmdNode, Node: &raftfsm.Node{ID: id}})
+	}
+	return e
+}
+
+// executor registers an executor for handler h on node with the given
+// max_concurrency (a capacity of 1 + max on a node with no load report:
+// the limiter's starting limit here is 1). The leader's own node "a" has
+// no delivery here: it reads nothing in use there, so its capacity never
+// binds; tests of capacity use node "b" and its reports.
+func (e *parkEnv) executor(node string, maxC int) {
+	e.t.Helper()
+	e.apply(raftfsm.Command{Type: raftfsm.CmdExecutor, Executor: &raftfsm.ExecutorChange{
+		Node: node, Executor: raftfsm.Executor{Name: "x-" + node, Handlers: []string{"h"}, URL: "http://x", MaxConcurrency: maxC}}})
+}
+
+// due submits tasks due now with the given priority and has their due
+// timers fire, as the leader's timers would.
+func (e *parkEnv) due(prio int, ids ...string) {
+	e.t.Helper()
+	now := e.clock.Now().UnixMilli()
+	for _, id := range ids {
+		e.apply(raftfsm.Command{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{ID: id, DueMs: now, AtMs: now,
+			Spec: raftfsm.Spec{Handler: "h", Priority: prio, TimeoutNs: int64(time.Second), MaxAttempts: 3}}})
+		e.timers.Cancel(dueKeyPrefix + id) // it fires now
+	}
+	e.l.fire(e.ctx, ids, nil)
+}
+
+// complete ends task id's RUNNING attempt with outcome o.
+func (e *parkEnv) complete(id string, o raftfsm.Outcome) {
+	e.t.Helper()
+	t := e.task(id)
+	if t.State != raftfsm.StateRunning {
+		e.t.Fatalf("complete %s: %s", id, t.State)
+	}
+	e.apply(raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{
+		ID: id, Epoch: t.Epoch, Attempt: t.Attempts, Outcome: o, AtMs: e.clock.Now().UnixMilli(),
+		NextDueMs: e.clock.Now().UnixMilli()}})
+}
+
+// dispatch drains the woken handlers, as the dispatch loop does.
+func (e *parkEnv) dispatch() { e.l.dispatch(e.ctx) }
+
+func (e *parkEnv) wantParked(want map[string]int) {
+	e.t.Helper()
+	got := e.l.ParkedByReason()["h"]
+	if len(got) != len(want) {
+		e.t.Fatalf("parked %v, want %v", got, want)
+	}
+	for r, n := range want {
+		if got[r] != n {
+			e.t.Fatalf("parked %v, want %v", got, want)
+		}
+	}
+}
+
+func (e *parkEnv) wantReason(id, reason string) WaitingView {
+	e.t.Helper()
+	w, ok := e.l.Waiting([]string{id})[id]
+	if reason == "" {
+		if ok {
+			e.t.Fatalf("task %s: waiting %+v, want none", id, w)
+		}
+		return w
+	}
+	if !ok || w.Reason != reason {
+		e.t.Fatalf("task %s: waiting %+v (%v), want %s", id, w, ok, reason)
+	}
+	return w
+}
+
+func ids(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%05d", prefix, i)
+	}
+	return out
+}
+
+// 10 000 due runs with no executor wait in memory at no cost: each was
+// read from the store once, no timer is armed for any of them, and time
+// passing or load reports re-read none. An executor registering starts as
+// many as its capacity holds, without reading the store again, and each
+// completion starts one more.
+func TestParkedRunsCostNothingWhileTheyWait(t *testing.T) {
+	e := newParkEnv(t)
+	all := ids("t", 10_000)
+	e.due(2, all...)
+	e.wantParked(map[string]int{ReasonNoExecutor: 10_000})
+	if r := e.l.storeReads.Load(); r != 10_000 {
+		t.Fatalf("%d store reads to park 10 000 runs, want one each", r)
+	}
+	if n := e.timers.Len(); n != 0 {
+		t.Fatalf("%d timers armed for parked runs, want none (no polling)", n)
+	}
+	w := e.wantReason(all[0], ReasonNoExecutor)
+	if w.SinceMs != e.clock.Now().UnixMilli() {
+		t.Fatalf("waiting since %d, want %d", w.SinceMs, e.clock.Now().UnixMilli())
+	}
+	dispatches := e.l.dispatches.Load()
+	for range 10 {
+		e.clock.Advance(time.Minute)
+		e.l.Report(Report{ID: "b"}) // a node without an executor for h
+	}
+	if e.timers.Len() != 0 || e.l.storeReads.Load() != 10_000 || e.l.dispatches.Load() != dispatches || len(e.fired) != 0 {
+		t.Fatalf("after 10 min: %d timers, %d reads, %d dispatches (was %d), %d fired", e.timers.Len(), e.l.storeReads.Load(), e.l.dispatches.Load(), dispatches, len(e.fired))
+	}
+
+	e.executor("b", 2)
+	e.l.Report(Report{ID: "b", Executors: []ExecutorLoad{{Name: "x-b", Handlers: []string{"h"}, Limit: 1}}}) // capacity 1 + 2
+	e.dispatch()
+	if len(e.fired) != 3 {
+		t.Fatalf("fired %d after the executor registered, want its capacity 3", len(e.fired))
+	}
+	e.wantParked(map[string]int{ReasonExecutorBusy: 9_997})
+	e.wantReason(all[5], ReasonExecutorBusy)
+	e.wantReason(e.fired[0], "")
+	e.complete(e.fired[0], raftfsm.OutcomeSuccess)
+	e.dispatch()
+	if len(e.fired) != 4 {
+		t.Fatalf("fired %d after a completion, want one more", len(e.fired))
+	}
+	if r := e.l.storeReads.Load(); r != 10_000 {
+		t.Fatalf("%d store reads, want 10 000: parked runs are not read again", r)
+	}
+	// In due order, as parked.
+	for i, id := range e.fired {
+		if id != all[i] {
+			t.Fatalf("fired %v, want the first due first", e.fired)
+		}
+	}
+}
+
+// A node whose executor is unavailable (down in its load report) gets
+// nothing; its next report with the executor up wakes the runs.
+func TestParkedExecutorUnavailableWokenByReport(t *testing.T) {
+	e := newParkEnv(t)
+	e.executor("b", 10)
+	until := time.Now().Add(time.Hour)
+	e.l.Report(Report{ID: "b", Executors: []ExecutorLoad{{Name: "x-b", Handlers: []string{"h"}, Limit: 4, DownUntilMs: until.UnixMilli()}}})
+	e.due(2, "u1", "u2")
+	e.wantParked(map[string]int{ReasonExecutorUnavailable: 2})
+	if w := e.wantReason("u1", ReasonExecutorUnavailable); w.UntilMs != until.UnixMilli() {
+		t.Fatalf("waiting until %d, want %d", w.UntilMs, until.UnixMilli())
+	}
+	e.l.Report(Report{ID: "b", Executors: []ExecutorLoad{{Name: "x-b", Handlers: []string{"h"}, Limit: 4}}})
+	e.dispatch()
+	if len(e.fired) != 2 || e.task("u1").Node != "b" {
+		t.Fatalf("fired %v after the executor came back", e.fired)
+	}
+}
+
+// Capacity on a reporting node is its executors' limit plus a queue of
+// max_concurrency, less what runs there.
+func TestParkedExecutorBusyUsesReportedLimit(t *testing.T) {
+	e := newParkEnv(t)
+	e.executor("b", 3)
+	e.l.Report(Report{ID: "b", Executors: []ExecutorLoad{{Name: "x-b", Handlers: []string{"h"}, Limit: 2, InFlight: 2}}})
+	e.due(2, ids("b", 10)...)
+	if len(e.fired) != 3 {
+		t.Fatalf("fired %d, want limit 2 + queue 3 - 2 in flight", len(e.fired))
+	}
+	e.wantParked(map[string]int{ReasonExecutorBusy: 7})
+	// The next report counts the three as queued; an attempt that ends
+	// frees its unit at once.
+	e.l.Report(Report{ID: "b", Executors: []ExecutorLoad{{Name: "x-b", Handlers: []string{"h"}, Limit: 2, InFlight: 2, Queued: 3}}})
+	e.dispatch()
+	if len(e.fired) != 3 {
+		t.Fatalf("fired %d after a full report", len(e.fired))
+	}
+	e.complete(e.fired[0], raftfsm.OutcomeSuccess)
+	e.dispatch()
+	if len(e.fired) != 4 {
+		t.Fatalf("fired %d after a completion, want one more", len(e.fired))
+	}
+}
+
+// An open circuit parks the handler's runs with one timer (not one per
+// run) at its half-open instant; then one probe goes, and its success
+// starts the rest.
+func TestParkedCircuitOpenOneTimerPerHandler(t *testing.T) {
+	e := newParkEnv(t)
+	e.executor("a", 100)
+	a, err := e.l.breakers.AllowAttempt("h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Done(false) // open for 2 s
+	e.due(2, ids("c", 100)...)
+	e.wantParked(map[string]int{ReasonCircuitOpen: 100})
+	at, ok := e.timers.Due(circuitKeyPrefix + "h")
+	if !ok || e.timers.Len() != 1 {
+		t.Fatalf("%d timers (circuit timer %v), want exactly the handler's", e.timers.Len(), ok)
+	}
+	if w := e.wantReason("c00000", ReasonCircuitOpen); w.UntilMs != at.UnixMilli() {
+		t.Fatalf("waiting until %d, want the timer's %v", w.UntilMs, at)
+	}
+	e.clock.Advance(2 * time.Second)
+	e.l.fired(e.ctx, []engine.Expired{{Key: circuitKeyPrefix + "h"}})
+	e.dispatch()
+	if len(e.fired) != 1 {
+		t.Fatalf("fired %d at half-open, want one probe", len(e.fired))
+	}
+	e.wantParked(map[string]int{ReasonCircuitOpen: 99})
+	e.complete(e.fired[0], raftfsm.OutcomeSuccess)
+	e.dispatch()
+	if len(e.fired) != 100 {
+		t.Fatalf("fired %d after the probe succeeded, want all", len(e.fired))
+	}
+}
+
+// Runs held by the handler's cluster-wide cap start when a RUNNING
+// attempt of the handler ends.
+func TestParkedHandlerLimitReleasedByCompletion(t *testing.T) {
+	e := newParkEnv(t)
+	e.l.cfg.HandlerLimits = map[string]int{"h": 2}
+	e.executor("a", 100)
+	e.due(2, "l1", "l2", "l3", "l4")
+	if len(e.fired) != 2 {
+		t.Fatalf("fired %v, want 2 (the cap)", e.fired)
+	}
+	e.wantParked(map[string]int{ReasonHandlerLimit: 2})
+	e.wantReason("l3", ReasonHandlerLimit)
+	e.complete("l1", raftfsm.OutcomeSuccess)
+	e.dispatch()
+	if len(e.fired) != 3 || e.fired[2] != "l3" {
+		t.Fatalf("fired %v, want l3 after l1 ended", e.fired)
+	}
+}
+
+// With --handler-limit full, queued priority-0 runs start before
+// priority-4 ones queued earlier; a run that waited past the wait budget
+// (30 s) goes first whatever its priority.
+func TestParkedHandlerLimitServesByPriority(t *testing.T) {
+	e := newParkEnv(t)
+	e.l.cfg.HandlerLimits = map[string]int{"h": 1}
+	e.executor("a", 100)
+	e.due(2, "first")
+	e.due(4, "old4")
+	e.clock.Advance(31 * time.Second) // old4 is over the wait budget
+	e.due(4, "p4-1", "p4-2", "p4-3")
+	e.due(0, "p0-1", "p0-2", "p0-3")
+	e.wantParked(map[string]int{ReasonHandlerLimit: 7})
+	for len(e.fired) < 8 {
+		n := len(e.fired)
+		e.complete(e.fired[n-1], raftfsm.OutcomeSuccess)
+		e.dispatch()
+		if len(e.fired) != n+1 {
+			t.Fatalf("fired %v: want one more per completion", e.fired)
+		}
+	}
+	want := []string{"first", "old4", "p0-1", "p0-2", "p0-3", "p4-1", "p4-2", "p4-3"}
+	for i := range want {
+		if e.fired[i] != want[i] {
+			t.Fatalf("start order %v, want %v", e.fired, want)
+		}
+	}
+}
+
+// The pause hook parks a run with reason paused; resumeTask and
+// resumeHandler start it.
+func TestParkedPausedAndResumed(t *testing.T) {
+	e := newParkEnv(t)
+	e.executor("a", 100)
+	paused := map[string]bool{"p1": true, "h": false}
+	e.l.paused = func(t *raftfsm.Task) bool { return paused[t.ID] || paused[t.Spec.Handler] }
+	e.due(2, "p1", "p2")
+	if len(e.fired) != 1 || e.fired[0] != "p2" {
+		t.Fatalf("fired %v, want p2 only", e.fired)
+	}
+	e.wantParked(map[string]int{ReasonPaused: 1})
+	e.wantReason("p1", ReasonPaused)
+	e.l.resumeTask("p1") // still paused by the hook: stays
+	e.dispatch()
+	e.wantParked(map[string]int{ReasonPaused: 1})
+	paused["p1"] = false
+	e.l.resumeTask("p1")
+	e.dispatch()
+	if len(e.fired) != 2 {
+		t.Fatalf("fired %v after resume", e.fired)
+	}
+	paused["h"] = true
+	e.due(2, "p3", "p4")
+	e.wantParked(map[string]int{ReasonPaused: 2})
+	paused["h"] = false
+	e.l.resumeHandler("h")
+	e.dispatch()
+	if len(e.fired) != 4 {
+		t.Fatalf("fired %v after the handler resumed", e.fired)
+	}
+}
+
+// A cancel or an overwrite of a parked task drops its parked copy (an
+// overwritten one is parked again from its new record).
+func TestParkedTaskChangedByEvents(t *testing.T) {
+	e := newParkEnv(t)
+	e.due(2, "k1", "k2")
+	e.wantParked(map[string]int{ReasonNoExecutor: 2})
+	e.apply(raftfsm.Command{Type: raftfsm.CmdCancel, Cancel: &raftfsm.Cancel{ID: "k1", AtMs: e.clock.Now().UnixMilli()}})
+	e.wantParked(map[string]int{ReasonNoExecutor: 1})
+	e.wantReason("k1", "")
+	now := e.clock.Now().UnixMilli()
+	e.apply(raftfsm.Command{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{ID: "k2", DueMs: now, AtMs: now, Overwrite: true,
+		Spec: raftfsm.Spec{Handler: "h", Priority: 0, TimeoutNs: int64(time.Second), MaxAttempts: 1}}})
+	if len(e.l.ParkedByReason()) != 0 {
+		t.Fatalf("parked %v after the overwrite, want its old copy gone", e.l.ParkedByReason())
+	}
+	if _, ok := e.timers.Due(dueKeyPrefix + "k2"); !ok {
+		t.Fatal("the overwritten task's due timer is not armed")
+	}
+	e.l.fire(e.ctx, []string{"k2"}, nil)
+	e.wantParked(map[string]int{ReasonNoExecutor: 1})
+	e.executor("a", 1)
+	e.dispatch()
+	if len(e.fired) != 1 || e.task("k2").Epoch == 0 || e.task("k2").State != raftfsm.StateRunning {
+		t.Fatalf("fired %v", e.fired)
+	}
+}
+
+// A new term parks the due runs again from the due index.
+func TestParkedRebuiltOnNewTerm(t *testing.T) {
+	e := newParkEnv(t)
+	e.due(2, ids("r", 50)...)
+	e.l.Stop()
+	if len(e.l.ParkedByReason()) != 0 {
+		t.Fatal("parked runs kept after stepping down")
+	}
+	timers := engine.NewTimers(e.clock, engine.TimersOptions{})
+	e.l.mu.Lock()
+	e.l.timers = timers
+	e.l.mu.Unlock()
+	e.l.horizonMs.Store(math.MinInt64)
+	if n, err := e.l.loadWindow(timers); err != nil || n != 50 {
+		t.Fatalf("loadWindow armed %d (%v)", n, err)
+	}
+	e.l.fire(e.ctx, ids("r", 50), nil)
+	e.wantParked(map[string]int{ReasonNoExecutor: 50})
+}
+
+// Each live node that runs a handler hears its share of the handler's
+// runs parked as executor_busy (its limiter counts them as backlog); a
+// node that does not run it hears nothing.
+func TestParkedShareForLimiters(t *testing.T) {
+	e := newParkEnv(t)
+	e.executor("a", 1)
+	e.executor("b", 1)
+	e.l.local = nil
+	e.l.Report(Report{ID: "b", Executors: []ExecutorLoad{{Name: "x-b", Handlers: []string{"h"}, Limit: 1}}})
+	e.apply(raftfsm.Command{Type: raftfsm.CmdNode, Node: &raftfsm.Node{ID: "c"}})
+	e.l.Report(Report{ID: "c"})
+	e.due(2, ids("s", 11)...)
+	e.wantParked(map[string]int{ReasonExecutorBusy: 7})
+	if got := e.l.ParkedShare("a"); got["h"] != 4 {
+		t.Fatalf("share of a: %v, want 4 (7 over 2 nodes, rounded up)", got)
+	}
+	if got := e.l.ParkedShare("c"); len(got) != 0 {
+		t.Fatalf("share of c (no executor for h): %v", got)
+	}
+}

@@ -1,0 +1,122 @@
+package scheduler
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/axsched/ax/raftfsm"
+)
+
+// Prepare must be idempotent: propose resends the very same commands to
+// the next leader after a leadership change. A busy outcome once turned its
+// Retry-After into a due time in place, and the second Prepare read that
+// due time (~1.8e12 ms) as a Retry-After: the task snoozed for 57 years.
+func TestPrepareIsIdempotent(t *testing.T) {
+	p := NewPreparer(PrepareConfig{LeaseGrace: 5 * time.Second, ProbeMin: probeMin, ProbeMax: probeMax, Task: func(string) *raftfsm.Task { return nil }, Log: zerolog.Nop()})
+	now := time.UnixMilli(1_700_000_000_000)
+	c := raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{ID: "a", Attempt: 1, Outcome: raftfsm.OutcomeBusy, RetryAfterMs: 2000}}
+	p.Prepare(&c, now)
+	first := c.Complete.RetryDueMs
+	if want := now.UnixMilli() + 2000; first != want {
+		t.Fatalf("busy due %d, want %d", first, want)
+	}
+	later := now.Add(300 * time.Millisecond)
+	p.Prepare(&c, later)
+	if want := later.UnixMilli() + 2000; c.Complete.RetryDueMs != want {
+		t.Fatalf("second prepare: due %d, want %d", c.Complete.RetryDueMs, want)
+	}
+
+	s := raftfsm.Command{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{ID: "b", Spec: raftfsm.Spec{DelayNs: int64(time.Second)}}}
+	p.Prepare(&s, now)
+	p.Prepare(&s, now)
+	if want := now.UnixMilli() + 1000; s.Submit.DueMs != want {
+		t.Fatalf("submit due %d, want %d", s.Submit.DueMs, want)
+	}
+	l := raftfsm.Command{Type: raftfsm.CmdLease, Lease: &raftfsm.Lease{ID: "c", Attempt: 1}}
+	p.Prepare(&l, now)
+	if l.Lease.GraceMs != 5000 || l.Lease.AtMs != now.UnixMilli() {
+		t.Fatalf("lease %+v", l.Lease)
+	}
+}
+
+// probeMin and probeMax are the node's bounds of an unavailable
+// executor's probe backoff (delivery.ProbeBackoffMin, ProbeBackoffMax).
+const probeMin, probeMax = 100 * time.Millisecond, 5 * time.Second
+
+// A hand-back (unavailable, no RetryAfterMs, RetryDueMs set by the
+// draining node) keeps the run's own due time through prepare, also when
+// prepared again after a leadership change; an ordinary unavailable
+// outcome still waits for the probe backoff.
+func TestPrepareKeepsHandBackDueTime(t *testing.T) {
+	p := NewPreparer(PrepareConfig{LeaseGrace: 5 * time.Second, ProbeMin: probeMin, ProbeMax: probeMax, Task: func(string) *raftfsm.Task { return nil }, Log: zerolog.Nop()})
+	now := time.UnixMilli(1_700_000_000_000)
+	due := now.UnixMilli() + 40
+	c := raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{ID: "a", Attempt: 1, Outcome: raftfsm.OutcomeUnavailable, RetryDueMs: due}}
+	p.Prepare(&c, now)
+	p.Prepare(&c, now.Add(time.Second))
+	if c.Complete.RetryDueMs != due {
+		t.Fatalf("hand-back due %d, want the run's %d", c.Complete.RetryDueMs, due)
+	}
+	u := raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{ID: "b", Attempt: 1, Outcome: raftfsm.OutcomeUnavailable, RetryAfterMs: 300}}
+	p.Prepare(&u, now)
+	if want := now.UnixMilli() + 300; u.Complete.RetryDueMs != want {
+		t.Fatalf("unavailable due %d, want %d", u.Complete.RetryDueMs, want)
+	}
+}
+
+// The leader turns an unavailable outcome's RetryAfterMs (the node's probe
+// backoff) into RetryDueMs, bounded to [100 ms, 5 s], idempotently.
+func TestPrepareUnavailable(t *testing.T) {
+	p := NewPreparer(PrepareConfig{LeaseGrace: 5 * time.Second, ProbeMin: probeMin, ProbeMax: probeMax, Task: func(string) *raftfsm.Task { return nil }, Log: zerolog.Nop()})
+	now := time.UnixMilli(1_700_000_000_000)
+	for after, want := range map[int64]int64{0: 100, 40: 100, 800: 800, 60_000: 5000} {
+		c := raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{ID: "a", Attempt: 1, Outcome: raftfsm.OutcomeUnavailable, RetryAfterMs: after}}
+		p.Prepare(&c, now)
+		p.Prepare(&c, now)
+		if got := c.Complete.RetryDueMs - now.UnixMilli(); got != want {
+			t.Errorf("RetryAfterMs %d: due in %d ms, want %d", after, got, want)
+		}
+	}
+}
+
+// After downtime a recurring task fires once, then keeps its schedule.
+// Repro: every 2 s; the node is down from +5 s to +11.2 s, so the stored
+// run (slot +6 s) fires at +11.2 s and succeeds 3 ms later. Its next run
+// is the +12 s slot, not the +10 s slot at once: the run that ended was
+// the catch-up for every slot up to its start (it used to be due at once,
+// and runs 3 and 4 were delivered 3 ms apart).
+func TestNextRunAfterDowntimeFiresOnce(t *testing.T) {
+	created := time.UnixMilli(1_700_000_000_000)
+	ms := func(d time.Duration) int64 { return created.Add(d).UnixMilli() }
+	spec := raftfsm.Spec{Handler: "rk", TimeoutNs: int64(time.Second), MaxAttempts: 3, EveryNs: int64(2 * time.Second)}
+	for _, tc := range []struct {
+		name          string
+		fired, ends   time.Duration
+		wantNextSlot  time.Duration
+		wantImmediate bool
+	}{
+		{"catch-up after downtime", 11200 * time.Millisecond, 11203 * time.Millisecond, 12 * time.Second, false},
+		// A run that outlasts its period (fired on time, ends at +11.2 s)
+		// is still followed at once by one run for the slots it overran.
+		{"run outlasts its period", 6 * time.Second, 11200 * time.Millisecond, 10 * time.Second, true},
+	} {
+		task := &raftfsm.Task{
+			ID: "rk1", Spec: spec, Epoch: 1, State: raftfsm.StateRunning, Attempts: 1, Run: 3,
+			SlotMs: ms(6 * time.Second), FiredMs: ms(tc.fired), LeaseMs: ms(tc.fired + 6*time.Second),
+		}
+		p := NewPreparer(PrepareConfig{LeaseGrace: 5 * time.Second, ProbeMin: probeMin, ProbeMax: probeMax, Task: func(string) *raftfsm.Task { return task }, Log: zerolog.Nop()})
+		c := raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{ID: "rk1", Epoch: 1, Attempt: 1, Outcome: raftfsm.OutcomeSuccess}}
+		now := created.Add(tc.ends)
+		p.Prepare(&c, now)
+		x := c.Complete
+		if x.NextSlotMs != ms(tc.wantNextSlot) || x.NextDueMs != x.NextSlotMs {
+			t.Errorf("%s: next slot %v due %v, want %v", tc.name,
+				time.UnixMilli(x.NextSlotMs).Sub(created), time.UnixMilli(x.NextDueMs).Sub(created), tc.wantNextSlot)
+		}
+		if immediate := x.NextDueMs <= now.UnixMilli(); immediate != tc.wantImmediate {
+			t.Errorf("%s: next run due at once = %v, want %v", tc.name, immediate, tc.wantImmediate)
+		}
+	}
+}

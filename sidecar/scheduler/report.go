@@ -1,0 +1,118 @@
+package scheduler
+
+import (
+	"math"
+	"time"
+
+	"github.com/axsched/ax/sidecar/load"
+)
+
+// Report is what the scheduler reads of a node's load report (sent every
+// report interval to the leader; the leader reports its own too).
+type Report struct {
+	// ID is the reporting node.
+	ID string
+	// InFlight is its callbacks in flight.
+	InFlight int
+	// Applied is its applied index.
+	Applied uint64
+	// Queued counts, per handler, the attempts waiting for an executor
+	// slot on the node (part of the handler's backlog).
+	Queued map[string]int
+	// Executors are the node's executors with their load.
+	Executors []ExecutorLoad
+	// Draining: the node is stopping; it gets no new attempts.
+	Draining bool
+	// StorageUnavailable: the node cannot write its storage, so it cannot
+	// apply the Fire of an attempt; it gets no new attempts.
+	StorageUnavailable bool
+}
+
+// ExecutorLoad is one executor of a node in its load report (load.ExecutorLoad).
+type ExecutorLoad = load.ExecutorLoad
+
+// Report records a node's load report, stamped with Wall, and wakes the
+// runs waiting for an executor that the node now has.
+func (l *Scheduler) Report(r Report) {
+	l.mu.Lock()
+	l.lastSeen[r.ID] = l.wall.Now()
+	if l.drain != nil {
+		l.drain.NoteDraining(r.ID, r.Draining)
+	}
+	l.queued[r.ID] = r.Queued
+	q := 0
+	for _, n := range r.Queued {
+		q += n
+	}
+	l.load[r.ID], l.assigned[r.ID] = r.InFlight+q, 0
+	l.applied[r.ID] = r.Applied
+	if r.StorageUnavailable {
+		l.unwritable[r.ID] = true
+	} else {
+		delete(l.unwritable, r.ID)
+	}
+	if r.ID != l.cfg.NodeID { // the leader reads its own directly
+		l.execLoads[r.ID] = r.Executors
+		delete(l.since, r.ID)
+		delete(l.sinceTotal, r.ID)
+	}
+	l.mu.Unlock()
+	// Runs waiting for an executor look again when the node has one for
+	// their handler that is not down (the drain checks its capacity).
+	nowMs := l.wall.Now().UnixMilli()
+	l.wakeExecutorWaits(func(h string) bool {
+		for _, x := range r.Executors {
+			if x.DownUntilMs <= nowMs && x.Runs(h) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// LastReport returns when node id's last load report came (by Wall) and
+// the applied index it gave; ok is false when none came this term or
+// before.
+func (l *Scheduler) LastReport(id string) (seen time.Time, applied uint64, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen, ok = l.lastSeen[id]
+	return seen, l.applied[id], ok
+}
+
+// ParkedShare returns node's share of the runs parked as executor_busy,
+// per handler: each handler's count divided among the live nodes that run
+// it (for the answer to node's load report; its limiters count them as
+// backlog).
+func (l *Scheduler) ParkedShare(node string) map[string]int {
+	nodes := l.nodes()
+	now := l.wall.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out map[string]int
+	for h, q := range l.queues {
+		if q.reason != ReasonExecutorBusy {
+			continue
+		}
+		n := q.rq.Len()
+		runs, k := false, 0
+		for i := range nodes {
+			nd := &nodes[i]
+			if !nd.Runs(h) {
+				continue
+			}
+			if seen, ok := l.lastSeen[nd.ID]; nd.ID == l.cfg.NodeID || (ok && now.Sub(seen) < l.cfg.Liveness) {
+				k++
+				runs = runs || nd.ID == node
+			}
+		}
+		if !runs || n == 0 {
+			continue
+		}
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[h] = int(math.Ceil(float64(n) / float64(k)))
+	}
+	return out
+}

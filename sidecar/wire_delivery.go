@@ -1,0 +1,61 @@
+package sidecar
+
+import (
+	"context"
+
+	"github.com/axsched/ax/raftfsm"
+	"github.com/axsched/ax/sidecar/delivery"
+	"github.com/axsched/ax/sidecar/nodemetrics"
+)
+
+// The adapters between package delivery and the rest of the node.
+
+// nodeDelivery is the node's delivery (n.delivery) under the names the
+// rest of the node calls it by.
+type nodeDelivery struct{ *delivery.Delivery }
+
+// newDelivery builds the delivery of node n: it proposes through
+// n.propose (forwarded to the leader), reads n.fsm and writes n.metrics,
+// which must be set.
+func newDelivery(n *Node) *nodeDelivery {
+	return &nodeDelivery{delivery.New(delivery.Deps{
+		Config: delivery.Config{
+			NodeID: n.cfg.NodeID, Concurrency: n.cfg.DeliveryConcurrency, MinConcurrency: n.cfg.DeliveryMinConcurrency,
+			LeaseGrace: n.cfg.LeaseGrace, MaxBatchCommands: n.cfg.MaxBatchCommands,
+		},
+		Context:    n.ctx,
+		Proposer:   deliveryProposer{n},
+		Store:      n.fsm,
+		Clock:      n.clock,
+		RetryClock: n.retryClock,
+		Log:        n.log,
+		Metrics:    deliveryMetrics(n.metrics),
+	})}
+}
+
+// deliveryProposer proposes through the node (forwarding to the leader).
+type deliveryProposer struct{ n *Node }
+
+func (p deliveryProposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
+	return p.n.propose(ctx, cmds)
+}
+
+// deliveryMetrics picks delivery's collectors out of the node's.
+func deliveryMetrics(m *nodemetrics.Metrics) *delivery.Metrics {
+	if m == nil {
+		return nil
+	}
+	return &delivery.Metrics{
+		Lateness: m.Lateness, AttemptDuration: m.AttemptDuration, Attempts: m.Attempts, StaleFires: m.StaleFires,
+		ExecutorLimit: m.ExecutorLimit, ExecutorFlight: m.ExecutorFlight, ExecutorQueue: m.ExecutorQueue,
+	}
+}
+
+// limitOf returns executor x's concurrency limit here; 0 when d is nil
+// (no delivery).
+func (d *nodeDelivery) limitOf(x *raftfsm.Executor) int {
+	if d == nil {
+		return 0
+	}
+	return d.LimitOf(x)
+}

@@ -1,0 +1,33 @@
+package sidecar
+
+import (
+	"path/filepath"
+
+	"github.com/axsched/ax/sidecar/nodemetrics"
+	"github.com/axsched/ax/sidecar/raftstore"
+)
+
+// The adapters between package nodemetrics (the node's Prometheus
+// registry and collectors) and the node's parts it reads at each scrape.
+
+// metricsSources are the node's parts for the gauges; n.raft, n.store,
+// n.leader and n.delivery must be set.
+func metricsSources(n *Node) nodemetrics.Sources {
+	return nodemetrics.Sources{Raft: n.raft, Store: metricsStore{n}, Leader: n.leader, Delivery: n.delivery,
+		Log: metricsLog{&n.store.LogStats}}
+}
+
+// metricsStore reads the FSM and the badger directory.
+type metricsStore struct{ n *Node }
+
+func (s metricsStore) TaskCounts() []int64  { c := s.n.fsm.Counts(); return c[:] }
+func (s metricsStore) AppliedIndex() uint64 { return s.n.fsm.AppliedIndex() }
+func (s metricsStore) Size() int64 {
+	return raftstore.DirSize(filepath.Join(s.n.cfg.DataDir, "state"))
+}
+
+// metricsLog reads the Raft log's write counts (raftstore.LogWriteStats).
+type metricsLog struct{ s *raftstore.LogWriteStats }
+
+func (l metricsLog) Writes() uint64  { return l.s.Writes.Load() }
+func (l metricsLog) Entries() uint64 { return l.s.Entries.Load() }

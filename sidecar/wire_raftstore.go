@@ -1,0 +1,109 @@
+package sidecar
+
+import (
+	"github.com/hashicorp/raft"
+
+	"github.com/axsched/ax/ipc"
+	"github.com/axsched/ax/raftfsm"
+	"github.com/axsched/ax/sidecar/config"
+	"github.com/axsched/ax/sidecar/raftstore"
+)
+
+// The adapters between sidecar/raftstore (stores, Raft, group commit,
+// storage guard, peer routes) and the rest of the node.
+
+// routedPeerAddr returns the address to dial for the peer API of node id,
+// whose advertised peer address is addr: the route's when there is one.
+func (n *Node) routedPeerAddr(id, addr string) string {
+	return raftstore.RoutedPeerAddr(n.cfg.PeerRoutes, id, addr)
+}
+
+// StorageUnavailableError is returned for writes while this node's
+// storage cannot take them (raftstore.StorageUnavailableError).
+type StorageUnavailableError = raftstore.StorageUnavailableError
+
+// storeConfig is the node's configuration for raftstore.
+func (n *Node) storeConfig() raftstore.Config {
+	c := n.cfg
+	return raftstore.Config{
+		NodeID: c.NodeID, DataDir: c.DataDir, RaftAddr: c.RaftAddr, RaftAdvertise: c.RaftAdvertise, PeerRoutes: c.PeerRoutes,
+		HeartbeatTimeout: c.HeartbeatTimeout, ElectionTimeout: c.ElectionTimeout, LeaderLeaseTimeout: c.LeaderLeaseTimeout,
+		SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval,
+		TrailingLogs: c.TrailingLogs, TrailingLogsBytes: c.TrailingLogsBytes,
+		StorageReserve: c.StorageReserve, StorageProbeInterval: c.StorageProbeInterval,
+		RaftCompactMinBytes: config.RaftCompactMinBytesDefault,
+		Log:                 n.log, Clock: n.clock,
+		Transport: c.RaftTransport, Stream: n.sec.RaftStream(),
+	}
+}
+
+// newGroupCommit returns the proposer of n.raft: its commands are
+// prepared by n.prep (scheduler.Preparer) and admitted against the
+// leader's backlog. n.raft, n.prep and n.leader must be set.
+func newGroupCommit(n *Node) *raftstore.Proposer {
+	cfg := raftstore.ProposerConfig{
+		Raft: n.raft, Guard: n.storage, Prepare: n.prep.Prepare, Weight: cmdWeight,
+		Backlog: leaderBacklog{n}, Task: n.prep.Task,
+		MaxBatchCommands: n.cfg.MaxBatchCommands, BacklogLimit: n.cfg.BacklogLimit, Clock: n.clock,
+	}
+	if n.metrics != nil {
+		cfg.Metrics = raftstore.ProposerMetrics{EntryCommands: n.metrics.EntryCommands, CommitLatency: n.metrics.CommitLatency}
+	}
+	return raftstore.NewProposer(cfg)
+}
+
+// leaderBacklog is raftstore.Backlog over the leader's counts.
+type leaderBacklog struct{ n *Node }
+
+func (b leaderBacklog) Depth(handler string) int { return b.n.leader.Depth(handler) }
+
+var _ ipc.WriteGuard = (*Node)(nil)
+
+// WriteAllowed implements ipc.WriteGuard: while this node's storage cannot
+// take writes, every write request is answered 503 storage_unavailable
+// (Retry-After 5 s, the message names the cause); reads are served.
+func (n *Node) WriteAllowed() error {
+	if e := n.storage.LiveErr(); e != nil {
+		return e.APIError()
+	}
+	return nil
+}
+
+// FreeingWriteAllowed implements ipc.FreeingWriteGuard: a write that frees
+// space (cancel, purge) is refused only when storage is unavailable for a
+// reason other than low free space, or free space is below the floor.
+func (n *Node) FreeingWriteAllowed() error {
+	if e := n.storage.FreeingErr(); e != nil {
+		return e.APIError()
+	}
+	return nil
+}
+
+// storageDown runs when storage becomes unavailable (and again every
+// storageTransferEvery while it stays so): a leader hands leadership to a
+// healthy voter, since it can neither apply (its FSM may be stuck on a
+// write) nor fire timers it cannot commit.
+func (n *Node) storageDown() {
+	if n.raft.State() != raft.Leader || n.numServers() < 2 {
+		return
+	}
+	n.log.Warn().Msg("storage unavailable on the leader: transferring leadership")
+	if err := n.raft.LeadershipTransfer().Error(); err != nil {
+		n.log.Warn().Err(err).Msg("leadership transfer failed; retrying while storage stays unavailable")
+	}
+}
+
+var _ raftstore.Backlog = leaderBacklog{}
+
+// cmdWeight is what cmds count against Config.MaxBatchCommands when the
+// proposer fills an entry: one per command, and a purge one per task it
+// names, so that purges keep entries as small as other commands do.
+func cmdWeight(cmds []raftfsm.Command) int {
+	n := len(cmds)
+	for _, c := range cmds {
+		if c.Purge != nil && len(c.Purge.Tasks) > 1 {
+			n += len(c.Purge.Tasks) - 1
+		}
+	}
+	return n
+}
