@@ -3,12 +3,15 @@ package ipc
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -186,10 +189,14 @@ func NewServer(b Backend, log zerolog.Logger, opts ServerOptions) *Server {
 }
 
 // ServeUnix listens on the Unix socket at path and serves until Shutdown,
-// when it returns nil. A stale socket file at path (left by a process that
-// died) is removed first; a socket that still accepts connections, or a file
-// that is not a socket, is an error. The socket gets ServerOptions.SocketMode
-// (0660 by default) and is removed when the server stops.
+// when it returns nil (also when Shutdown comes while it is still setting
+// up the socket). A stale socket file at path (left by a process that died)
+// is removed first; a socket that still accepts connections, or a file that
+// is not a socket, is an error. The socket appears at path already with
+// ServerOptions.SocketMode (0660 by default): it is made under a temporary
+// name in the same directory, given its mode, then renamed into place, so
+// no client can connect while it has the umask's mode. It is removed when
+// the server stops. ServeUnix after Shutdown returns ErrServerClosed.
 func (s *Server) ServeUnix(path string) error {
 	s.mu.Lock()
 	closed := s.closed
@@ -200,15 +207,63 @@ func (s *Server) ServeUnix(path string) error {
 	if err := removeStaleSocket(path); err != nil {
 		return err
 	}
-	ln, err := net.Listen("unix", path)
+	ln, err := listenUnixMode(path, s.opts.SocketMode)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", path, err)
+		return err
 	}
-	if err := os.Chmod(path, s.opts.SocketMode); err != nil {
-		_ = ln.Close()
-		return fmt.Errorf("chmod %s to %#o: %w", path, s.opts.SocketMode, err)
+	if testHookListening != nil {
+		testHookListening(path)
 	}
-	return s.Serve(ln)
+	return s.serveOn(ln, nil)
+}
+
+// testHookListening, when set by a test, runs in ServeUnix once the socket
+// accepts connections at path and before the server serves it.
+var testHookListening func(path string)
+
+// listenUnixMode listens on a Unix socket that appears at path with mode:
+// it listens at a temporary name beside path, chmods it and renames it to
+// path (rename is atomic within a directory). The listener removes path
+// when closed.
+func listenUnixMode(path string, mode os.FileMode) (net.Listener, error) {
+	// A short name: a socket path has at most 107 bytes.
+	var nonce [4]byte
+	_, _ = rand.Read(nonce[:])
+	tmp := filepath.Join(filepath.Dir(path), ".ax"+hex.EncodeToString(nonce[:]))
+	ln, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	ul := ln.(*net.UnixListener)
+	// Close must remove path, not the temporary name.
+	ul.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, mode); err != nil {
+		_ = ul.Close()
+		_ = os.Remove(tmp)
+		return nil, fmt.Errorf("chmod %s to %#o: %w", path, mode, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = ul.Close()
+		_ = os.Remove(tmp)
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	return &unixListener{UnixListener: ul, path: path}, nil
+}
+
+// unixListener removes its socket file once, when first closed.
+type unixListener struct {
+	*net.UnixListener
+	path string
+	once sync.Once
+}
+
+// Addr is the socket's path (not the temporary name it was made under).
+func (l *unixListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
+
+func (l *unixListener) Close() error {
+	err := l.UnixListener.Close()
+	l.once.Do(func() { _ = os.Remove(l.path) })
+	return err
 }
 
 // removeStaleSocket removes path if it is a socket nobody listens on.
@@ -237,11 +292,16 @@ func removeStaleSocket(path string) error {
 // nil (any other error ends it too). It takes ownership of ln. Tests use it
 // with a listener of their own; it also serves TCP.
 func (s *Server) Serve(ln net.Listener) error {
+	return s.serveOn(ln, ErrServerClosed)
+}
+
+// serveOn is Serve; ifClosed is what it returns when Shutdown came first.
+func (s *Server) serveOn(ln net.Listener, ifClosed error) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		_ = ln.Close()
-		return ErrServerClosed
+		return ifClosed
 	}
 	s.listeners = append(s.listeners, ln)
 	s.mu.Unlock()

@@ -680,3 +680,40 @@ func TestServer_ServeTCP(t *testing.T) {
 		t.Errorf("Serve = %v, want nil", err)
 	}
 }
+
+// TestServer_ServeUnixModeAndShutdownWhileStarting: a client that can
+// connect to the socket already sees SocketMode (it was once the umask's
+// mode until a chmod after listen), and a Shutdown that comes before the
+// server registers the listener still makes ServeUnix return nil (it
+// returned ErrServerClosed).
+func TestServer_ServeUnixModeAndShutdownWhileStarting(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ax.sock")
+	s := NewServer(newFakeBackend(), zerolog.Nop(), ServerOptions{SocketMode: 0o600})
+	var mode os.FileMode
+	var statErr, dialErr error
+	testHookListening = func(p string) {
+		c, err := net.Dial("unix", p)
+		if dialErr = err; err == nil {
+			c.Close()
+		}
+		var fi os.FileInfo
+		if fi, statErr = os.Stat(p); statErr == nil {
+			mode = fi.Mode().Perm()
+		}
+		_ = s.Shutdown(context.Background())
+	}
+	t.Cleanup(func() { testHookListening = nil })
+	if err := s.ServeUnix(path); err != nil {
+		t.Errorf("ServeUnix with Shutdown while starting = %v, want nil", err)
+	}
+	if dialErr != nil || statErr != nil || mode != 0o600 {
+		t.Errorf("socket when it first accepts: dial %v, stat %v, mode %v; want 0600", dialErr, statErr, mode)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket file still there after Shutdown: %v", err)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	if len(entries) != 0 {
+		t.Errorf("files left beside the socket: %v", entries)
+	}
+}
