@@ -141,10 +141,15 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 	}
 
 	// The rest of the cluster keeps taking writes (if full led, it hands
-	// leadership over).
+	// leadership over). The leader may route some of these to full before
+	// it hears full's storage state (its next load report): such an
+	// attempt runs once full's disk is freed, or, at worst, is retried when
+	// its lease ends (timeout + 5 s). A timeout of 5 s keeps that worst
+	// case inside the wait below (CI once saw 6 of 20 stay RUNNING on full
+	// for the 20 s of the wait, under the default 30 s timeout).
 	for i := range 20 {
 		id := fmt.Sprintf("during-%d", i)
-		resp, _, err := other.Client.SubmitRetry(ctx, []byte(fmt.Sprintf(`{"id":%q,"handler":"disk","delay":"300ms"}`, id)))
+		resp, _, err := other.Client.SubmitRetry(ctx, []byte(fmt.Sprintf(`{"id":%q,"handler":"disk","delay":"300ms","timeout":"5s"}`, id)))
 		if err != nil || resp.Status != 201 {
 			t.Fatalf("submit %s through other while full's disk is full: %v %v", id, resp, err)
 		}
@@ -196,6 +201,14 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 		}
 		return nil
 	})
+	retried := 0
+	for _, id := range ids {
+		if tk, err := other.Client.GetTask(ctx, id); err == nil && tk.Attempts > 1 {
+			retried++
+			t.Logf("%s took %d attempts (last on %s)", id, tk.Attempts, tk.Node)
+		}
+	}
+	t.Logf("%d of %d tasks took more than one attempt", retried, len(ids))
 	var leaderApplied uint64
 	if info, err := other.Client.Cluster(ctx); err == nil {
 		leaderApplied = info.AppliedIndex
