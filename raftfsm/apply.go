@@ -131,7 +131,14 @@ func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {
 		return res, nil, nil
 	}
 	ev := Event{Type: CmdSubmit, Task: t}
+	if prev != nil && !prev.State.Terminal() {
+		// The replaced spec's run ends here: its record says so.
+		if err := historyCancel(w, prev, &Cancel{ID: s.ID, AtMs: s.AtMs}); err != nil {
+			return Result{}, nil, err
+		}
+	}
 	if prev != nil {
+		t.HistFirst = prev.HistFirst
 		ev.Prev, ev.PrevNode = prev.State, prev.Node
 	}
 	if err := putTask(w, prev, t); err != nil {
@@ -143,6 +150,11 @@ func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {
 func applyCancel(w *writer, c *Cancel) (Result, []Event, error) {
 	return applyStep(w, c.ID, CmdCancel, func(prev *Task) (*Task, Result, error) {
 		t, res := cancelTask(prev, c)
+		if t != nil {
+			if err := historyCancel(w, prev, c); err != nil {
+				return nil, Result{}, err
+			}
+		}
 		return t, res, nil
 	})
 }
@@ -150,13 +162,22 @@ func applyCancel(w *writer, c *Cancel) (Result, []Event, error) {
 func applyFire(w *writer, f *Fire) (Result, []Event, error) {
 	return applyStep(w, f.ID, CmdFire, func(prev *Task) (*Task, Result, error) {
 		t, res := fireTask(prev, f)
+		if t != nil {
+			if err := historyFire(w, prev, t, f); err != nil {
+				return nil, Result{}, err
+			}
+		}
 		return t, res, nil
 	})
 }
 
 func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
 	res, evs, err := applyStep(w, c.ID, CmdComplete, func(prev *Task) (*Task, Result, error) {
-		return completeTask(prev, c)
+		t, res, err := completeTask(prev, c)
+		if t != nil && err == nil {
+			err = historyComplete(w, prev, c)
+		}
+		return t, res, err
 	})
 	for i := range evs {
 		evs[i].Outcome = c.Outcome

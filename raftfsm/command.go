@@ -100,6 +100,12 @@ type Fire struct {
 	Node    string `msgpack:"n"`
 	AtMs    int64  `msgpack:"at"`
 	LeaseMs int64  `msgpack:"le"`
+	// HistoryRuns bounds the run records kept for the task (the leader's
+	// --history-runs): 0 means HistoryRunsDefault, negative keeps none.
+	// ParkedReason is why the leader held the run back before this Fire,
+	// "" when it did not (history.go).
+	HistoryRuns  int    `msgpack:"hr,omitempty"`
+	ParkedReason string `msgpack:"pr,omitempty"`
 }
 
 // Complete reports how attempt Attempt of a RUNNING task ended. It takes
@@ -125,6 +131,28 @@ type Complete struct {
 	NextSlotMs int64 `msgpack:"ns,omitempty"`
 	NextDueMs  int64 `msgpack:"nd,omitempty"`
 	AtMs       int64 `msgpack:"at"`
+
+	// What only the delivering node knows, for the run record
+	// (history.go); all zero in a Complete the leader makes (a timeout, a
+	// lost node). Times are Unix ms on the node's clock. AppliedMs is when
+	// the node saw the Fire applied; QueueNs the wait from then (or from
+	// the Fire's start time, if later) until the call began; ConnectNs the
+	// call's wait for a connection; StartedMs, EndedMs and DurationNs the
+	// call itself.
+	Executor   string `msgpack:"xn,omitempty"`
+	HTTPStatus int    `msgpack:"hs,omitempty"`
+	AppliedMs  int64  `msgpack:"ap,omitempty"`
+	StartedMs  int64  `msgpack:"sa,omitempty"`
+	EndedMs    int64  `msgpack:"ea,omitempty"`
+	DurationNs int64  `msgpack:"dn,omitempty"`
+	QueueNs    int64  `msgpack:"qn,omitempty"`
+	ConnectNs  int64  `msgpack:"cn,omitempty"`
+	// Result is a successful attempt's answer body (or the app's
+	// reported result), at most ResultMaxBytes; ResultBinary marks bytes
+	// that are not JSON, ResultTruncated a body that was cut.
+	Result          []byte `msgpack:"res,omitempty"`
+	ResultBinary    bool   `msgpack:"rbi,omitempty"`
+	ResultTruncated bool   `msgpack:"rtr,omitempty"`
 }
 
 // Result is what one applied command did.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -266,7 +267,7 @@ func TestEncodeDecodeEntryRoundTrip(t *testing.T) {
 	if got := *out[2].Fire; got != *in[2].Fire {
 		t.Errorf("fire %+v", got)
 	}
-	if got := *out[3].Complete; got != *in[3].Complete {
+	if got := *out[3].Complete; !reflect.DeepEqual(got, *in[3].Complete) {
 		t.Errorf("complete %+v", got)
 	}
 	if got := *out[4].Node; !nodeEqual(got, n) {

@@ -160,6 +160,9 @@ func delTask(w *writer, t *Task) error {
 			return err
 		}
 	}
+	if err := delHistory(w, t.ID); err != nil {
+		return err
+	}
 	return w.del(taskKey(t.ID))
 }
 

@@ -152,6 +152,9 @@ type Task struct {
 	// executor could not be given the request), 0 otherwise: the task
 	// waits until DueMs for that reason. A Fire clears it.
 	HeldBy Outcome `msgpack:"hb,omitempty"`
+	// HistFirst is the oldest run number that may still have a run
+	// record (history.go); 0 before the first.
+	HistFirst int `msgpack:"hf,omitempty"`
 }
 
 // RunNumber is the number of the current (or last) run as executors and
