@@ -70,6 +70,20 @@ type Backend interface {
 	// Handlers lists the handlers that have tasks, an executor or a
 	// pause, sorted by name.
 	Handlers(ctx context.Context) ([]HandlerInfo, error)
+	// Runs returns a page of task id's run history, newest first
+	// (ErrNotFound for an unknown task); Run one run (ErrNotFound when
+	// the task or that run's record is absent). Both read the local
+	// state, on any node.
+	Runs(ctx context.Context, id string, q RunsQuery) (RunsPage, error)
+	Run(ctx context.Context, id string, run int) (Run, error)
+}
+
+// RunsQuery pages GET /v1/tasks/{id}/runs.
+type RunsQuery struct {
+	Limit int // 1..axapi.RunsLimitMax; the server fills axapi.RunsLimitDefault
+	// Before, when positive, returns only runs numbered below it (from a
+	// cursor).
+	Before int
 }
 
 // BatchItem is one result of SubmitBatch.

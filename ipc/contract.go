@@ -14,6 +14,15 @@ type Task = axapi.Task
 // BackoffView is a task's retry backoff in the API (axapi.BackoffView).
 type BackoffView = axapi.BackoffView
 
+// Run is one run of a task's history (axapi.Run); RunsPage a page of
+// them (axapi.RunsPage).
+type (
+	Run        = axapi.Run
+	RunsPage   = axapi.RunsPage
+	RunAttempt = axapi.RunAttempt
+	Lateness   = axapi.Lateness
+)
+
 // ListPage is one page of List (axapi.ListPage).
 type ListPage = axapi.ListPage
 

@@ -31,7 +31,9 @@
 //	POST   /v1/tasks/batch            submit 1 to axapi.BatchMaxTasks tasks; 200 {"results":[...]}
 //	POST   /v1/tasks/purge            {"handler","state","finished_before","limit"}: delete
 //	                                  finished tasks now; 200 {"purged":n,"more":bool}
-//	GET    /v1/tasks/{id}             the task
+//	GET    /v1/tasks/{id}             the task (with its newest run's result)
+//	GET    /v1/tasks/{id}/runs        its run history, newest first (?limit=&cursor=)
+//	GET    /v1/tasks/{id}/runs/{run}  one run with its attempts and result
 //	DELETE /v1/tasks/{id}             cancel; 200 + the task in its new state
 //	                                  (?purge=true: delete a finished task; 200 {"purged":1})
 //	POST   /v1/tasks/{id}/retry       re-run a DEAD or FAILED task; 200 + the task

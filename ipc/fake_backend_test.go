@@ -43,6 +43,7 @@ type fakeBackend struct {
 	lastQuery     ListQuery
 	lastHeartbeat int
 	lastResult    AttemptResult
+	lastRuns      RunsQuery
 	lastExecutor  ExecutorSpec
 	// batchShort makes SubmitBatch drop its last result (a Backend bug).
 	batchShort bool

@@ -294,6 +294,10 @@ func TestOpenAPI_Schemas(t *testing.T) {
 		{"HandlerInfo", jsonFields(HandlerInfo{})},
 		{"HandlerExecutor", jsonFields(HandlerExecutor{})},
 		{"HandlerPause", jsonFields(HandlerPause{})},
+		{"Run", jsonFields(Run{})},
+		{"RunAttempt", jsonFields(RunAttempt{})},
+		{"Lateness", jsonFields(Lateness{})},
+		{"RunsPage", jsonFields(RunsPage{})},
 	} {
 		sort.Strings(tc.fields)
 		if got := props(t, spec, tc.schema); !slices.Equal(got, tc.fields) {

@@ -108,12 +108,16 @@ func checkAttempt(a *int) (int, error) {
 //     axapi.ResultErrorMaxBytes; only with "failed" or "permanent".
 func DecodeAttemptResult(body []byte) (AttemptResult, error) {
 	var req struct {
-		Attempt *int    `json:"attempt"`
-		Status  *string `json:"status"`
-		Error   string  `json:"error"`
+		Attempt *int            `json:"attempt"`
+		Status  *string         `json:"status"`
+		Error   string          `json:"error"`
+		Result  json.RawMessage `json:"result"`
 	}
 	if err := decodeStrict(body, &req); err != nil {
 		return AttemptResult{}, err
+	}
+	if string(req.Result) == "null" {
+		req.Result = nil
 	}
 	attempt, err := checkAttempt(req.Attempt)
 	if err != nil {
@@ -138,7 +142,15 @@ func DecodeAttemptResult(body []byte) (AttemptResult, error) {
 			return AttemptResult{}, Errorf(ErrInvalid, "error: not valid UTF-8")
 		}
 	}
-	return AttemptResult{Attempt: attempt, Status: *req.Status, Error: req.Error}, nil
+	if req.Result != nil {
+		if *req.Status != axapi.ResultSuccess {
+			return AttemptResult{}, Errorf(ErrInvalid, `result: only with status "success"`)
+		}
+		if len(req.Result) > axapi.ResultMaxBytes {
+			return AttemptResult{}, Errorf(ErrInvalid, "result: %d bytes, the limit is %d", len(req.Result), axapi.ResultMaxBytes)
+		}
+	}
+	return AttemptResult{Attempt: attempt, Status: *req.Status, Error: req.Error, Result: req.Result}, nil
 }
 
 // parseListQuery checks the query of GET /v1/tasks: handler, state (a

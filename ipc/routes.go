@@ -15,7 +15,8 @@ type routeDef struct {
 	// path segment, still URL-escaped. openapi.yaml uses the same spelling.
 	Pattern string
 	// handle answers the request; param is the raw (escaped) segment that
-	// matched the pattern's {…}, "" when it has none. It writes the reply
+	// matched the pattern's {…}, "" when it has none; with two, the two
+	// segments joined by "/" (a raw segment holds no "/": splitParams). It writes the reply
 	// on success and returns the error to answer otherwise.
 	handle func(s *Server, rctx context.Context, ctx *fasthttp.RequestCtx, param string) error
 }
@@ -31,6 +32,8 @@ var routes = []routeDef{
 	{"POST", "/v1/tasks/batch", (*Server).submitBatch},
 	{"POST", "/v1/tasks/purge", (*Server).purgeTasks},
 	{"GET", "/v1/tasks/{id}", (*Server).getTask},
+	{"GET", "/v1/tasks/{id}/runs", (*Server).listRuns},
+	{"GET", "/v1/tasks/{id}/runs/{run}", (*Server).getRun},
 	{"DELETE", "/v1/tasks/{id}", (*Server).cancelTask},
 	{"POST", "/v1/tasks/{id}/retry", (*Server).retryTask},
 	{"POST", "/v1/tasks/{id}/heartbeat", (*Server).heartbeat},
@@ -90,6 +93,12 @@ func match(method string, rawPath []byte) (def *routeDef, param, allow string) {
 	return nil, "", strings.Join(order, ", ")
 }
 
+// splitParams splits the param of a route with two {…} segments.
+func splitParams(param string) (first, second string) {
+	first, second, _ = strings.Cut(param, "/")
+	return first, second
+}
+
 // matchPattern matches path against a pattern segment by segment. A
 // "{…}" segment matches any non-empty segment, returned as param.
 func matchPattern(pattern, path string) (param string, ok bool) {
@@ -102,6 +111,9 @@ func matchPattern(pattern, path string) (param string, ok bool) {
 		if strings.HasPrefix(pseg, "{") && strings.HasSuffix(pseg, "}") {
 			if seg == "" {
 				return "", false
+			}
+			if param != "" {
+				seg = param + "/" + seg
 			}
 			param = seg
 		} else if pseg != seg {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -25,13 +26,17 @@ func TestRoutes_Table(t *testing.T) {
 		}
 		// Every route is reachable, with "batch" as the parameter too.
 		for _, arg := range []string{"x", "batch", "retry", "a%2Fb"} {
-			path := strings.NewReplacer("{id}", arg, "{name}", arg).Replace(r.Pattern)
+			path := strings.NewReplacer("{id}", arg, "{name}", arg, "{run}", "7").Replace(r.Pattern)
 			def, param, _ := match(r.Method, []byte(path))
 			if def != r {
 				t.Errorf("%s %s: matched %v, want %s", r.Method, path, def, key)
 			}
-			if strings.Contains(r.Pattern, "{") && param != arg {
-				t.Errorf("%s %s: param = %q, want %q", r.Method, path, param, arg)
+			want := arg
+			if strings.Contains(r.Pattern, "{run}") {
+				want = arg + "/7" // two parameters: splitParams
+			}
+			if strings.Contains(r.Pattern, "{") && param != want {
+				t.Errorf("%s %s: param = %q, want %q", r.Method, path, param, want)
 			}
 		}
 	}
@@ -382,7 +387,7 @@ func TestServer_RetryHeartbeatResult(t *testing.T) {
 	if got := r.task(t); got.ID != "A/B" || got.State != axapi.StateWaiting || got.LastError != "http 500: <boom> é" {
 		t.Errorf("task after result = %+v", got)
 	}
-	if res := ts.backend.lastResult; res != (AttemptResult{Attempt: 2, Status: axapi.ResultFailed, Error: "http 500: <boom> é"}) {
+	if res := ts.backend.lastResult; !reflect.DeepEqual(res, AttemptResult{Attempt: 2, Status: axapi.ResultFailed, Error: "http 500: <boom> é"}) {
 		t.Errorf("result = %+v", res)
 	}
 	if r := ts.do("POST", p("t1", "result"), `{"attempt":2,"status":"success"}`); r.status != 200 || r.task(t).State != axapi.StateSuccess {

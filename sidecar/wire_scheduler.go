@@ -38,7 +38,8 @@ func newScheduler(n *Node) *scheduler.Scheduler {
 	}
 	return scheduler.New(scheduler.Config{
 		NodeID: c.NodeID, LoadWindow: c.LoadWindow, FireLead: c.FireLead, LeaseGrace: c.LeaseGrace,
-		Routing: c.Routing, HandlerLimits: c.HandlerLimits, MaxBatchCommands: c.MaxBatchCommands,
+		HistoryRuns: c.HistoryRuns,
+		Routing:     c.Routing, HandlerLimits: c.HandlerLimits, MaxBatchCommands: c.MaxBatchCommands,
 		DeliveryConcurrency: deliveryMax, DeliveryMinConcurrency: c.DeliveryMinConcurrency,
 		BreakerFailures: c.BreakerFailures, BreakerCoolDown: c.BreakerCoolDown,
 		Liveness: cluster.NodeLiveness,

@@ -47,6 +47,7 @@ type nodeFlags struct {
 	trailingLogsBytes                           int64
 	storageProbeInterval                        time.Duration
 	retention, retentionDead, purgeInterval     time.Duration
+	historyRuns                                 int
 	peerRoutes                                  []string
 	deploy                                      deployFlags // deployflags.go
 	tls                                         tlsFlags    // tls.go
@@ -95,6 +96,7 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.Int64Var(&f.storageReserve, "storage-reserve", config.StorageReserveDefault, "free bytes the data dir must keep: below it the node stops writing badger and answers writes 503 storage_unavailable until space is freed; -1 turns the check off")
 	fl.DurationVar(&f.storageProbeInterval, "storage-probe-interval", config.StorageProbeIntervalDefault, "how often the node checks its data dir's free space; it also writes, fsyncs and removes a probe file every 30s, and every interval while storage is unavailable")
 	fl.DurationVar(&f.retention, "retention", config.RetentionDefault, "how long SUCCESS and CANCELLED tasks are kept after they finished, then purged (a task's own retention overrides it); -1ns keeps them forever")
+	fl.IntVar(&f.historyRuns, "history-runs", config.HistoryRunsDefault, "run records kept per task, the newest (ax runs ID); -1 keeps none")
 	fl.DurationVar(&f.retentionDead, "retention-dead", config.RetentionDeadDefault, "how long DEAD and FAILED tasks are kept after they finished (a task's own retention overrides it); -1ns keeps them forever")
 	fl.DurationVar(&f.purgeInterval, "purge-interval", config.PurgeIntervalDefault, "how often the leader purges the finished tasks whose retention ended")
 	f.deploy.register(fl)
@@ -125,6 +127,7 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 	cfg.StorageReserve, cfg.StorageProbeInterval = f.storageReserve, f.storageProbeInterval
 	cfg.TrailingLogsBytes = f.trailingLogsBytes
 	cfg.Retention, cfg.RetentionDead, cfg.PurgeInterval = f.retention, f.retentionDead, f.purgeInterval
+	cfg.HistoryRuns = f.historyRuns
 	cfg.ClusterToken = f.clusterToken
 	if cfg.ClusterToken == "" {
 		cfg.ClusterToken = os.Getenv("AX_CLUSTER_TOKEN")

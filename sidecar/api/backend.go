@@ -50,6 +50,8 @@ type Store interface {
 	PausedHandlers() ([]string, error)
 	Finished(q raftfsm.FinishedQuery, limit int) ([]raftfsm.FinishedTask, bool, error)
 	AppliedIndex() uint64
+	Runs(id string, before, limit int) ([]raftfsm.RunRecord, bool, error)
+	Run(id string, run int) (*raftfsm.RunRecord, error)
 }
 
 // Raft is this node's Raft (*raft.Raft implements it).

@@ -33,6 +33,7 @@ func (b *Backend) ReportResult(ctx context.Context, id string, r ipc.AttemptResu
 	switch r.Status {
 	case "success":
 		c.Outcome = raftfsm.OutcomeSuccess
+		c.Result = r.Result // JSON, checked by ipc
 	case "failed":
 		c.Outcome = raftfsm.OutcomeRetryable
 		if c.Error == "" {

@@ -22,6 +22,7 @@ func (b *Backend) Task(ctx context.Context, id string) (ipc.Task, error) {
 		}
 		vs := []ipc.Task{taskView(t)}
 		b.addWaiting(ctx, vs)
+		b.addLastRun(&vs[0])
 		return vs[0], nil
 	}
 	t, err := b.d.Store.Task(id)
@@ -49,6 +50,7 @@ func (b *Backend) Task(ctx context.Context, id string) (ipc.Task, error) {
 	}
 	vs := []ipc.Task{taskView(t)}
 	b.addWaiting(ctx, vs)
+	b.addLastRun(&vs[0])
 	return vs[0], nil
 }
 

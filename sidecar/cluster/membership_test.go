@@ -275,7 +275,7 @@ func TestRegister(t *testing.T) {
 	if rec.Type != raftfsm.CmdNode || rec.Node.ID != "n1" || rec.Node.PeerAddr != "n1:peer" || !reflect.DeepEqual(rec.Node.Executors, execs) {
 		t.Errorf("record %+v", rec.Node)
 	}
-	if c := e.prop.got[2]; len(c) != 1 || c[0].Type != raftfsm.CmdComplete || *c[0].Complete != orphans[0] {
+	if c := e.prop.got[2]; len(c) != 1 || c[0].Type != raftfsm.CmdComplete || !reflect.DeepEqual(*c[0].Complete, orphans[0]) {
 		t.Errorf("orphans reported as %+v", c)
 	}
 	if len(e.m.orphans) != 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/raftfsm"
 	"github.com/axsched/ax/sidecar/cluster"
 	"github.com/axsched/ax/sidecar/delivery"
 	"github.com/axsched/ax/sidecar/delivery/callback"
@@ -110,6 +111,10 @@ const (
 	// (package scheduler).
 	RetentionDefault     = scheduler.RetentionDefault
 	RetentionDeadDefault = scheduler.RetentionDeadDefault
+	// HistoryRunsDefault is the default of HistoryRuns; HistoryRunsMax its
+	// largest value.
+	HistoryRunsDefault   = raftfsm.HistoryRunsDefault
+	HistoryRunsMax       = 10000
 	PurgeIntervalDefault = scheduler.PurgeIntervalDefault
 
 	// The values of Routing (package scheduler).
@@ -312,6 +317,11 @@ type Config struct {
 	// PurgeInterval is how often the leader purges the tasks whose
 	// retention ended (PurgeIntervalDefault when 0).
 	PurgeInterval time.Duration
+	// HistoryRuns is how many run records are kept per task (the newest;
+	// docs/DESIGN.md section 12); negative keeps none. The leader's
+	// setting travels in its Fire commands, so every replica keeps the
+	// same runs. Defaults to HistoryRunsDefault; at most HistoryRunsMax.
+	HistoryRuns int
 	// RaftAdvertise and PeerAdvertise are the addresses other nodes dial
 	// to reach this node's Raft transport and peer API, HOST:PORT: what
 	// goes into the Raft configuration and the node record. Default to
@@ -418,6 +428,9 @@ func (c Config) WithDefaults() Config {
 	defaultOrOff(&c.Retention, RetentionDefault)
 	defaultOrOff(&c.RetentionDead, RetentionDeadDefault)
 	dur(&c.PurgeInterval, PurgeIntervalDefault)
+	if c.HistoryRuns == 0 {
+		c.HistoryRuns = HistoryRunsDefault
+	}
 	c = c.withDeployDefaults()
 	return c
 }
@@ -442,6 +455,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.validateDeploy(); err != nil {
 		return err
+	}
+	if c.HistoryRuns > HistoryRunsMax {
+		return fmt.Errorf("HistoryRuns (--history-runs) %d: at most %d", c.HistoryRuns, HistoryRunsMax)
 	}
 	if c.BootstrapExpect < 1 {
 		return fmt.Errorf("BootstrapExpect (--bootstrap-expect) %d: must be at least 1", c.BootstrapExpect)

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"sync"
@@ -79,6 +80,13 @@ type attemptRun struct {
 	leaseMs atomic.Int64
 	// startMs is when its callback started (Unix ms); 0 while it waits.
 	startMs atomic.Int64
+	// appliedAt is when this node applied the attempt's Fire; callStart
+	// when its (last) callback began and execName to which executor: the
+	// run record's facts (raftfsm.Complete), written and read by the
+	// attempt's goroutine only.
+	appliedAt time.Time
+	callStart time.Time
+	execName  string
 	// wait is the context the attempt waits in before its callback starts
 	// (for its due time, a slot, a probe): it also ends when the node
 	// begins to drain (drain.go).
@@ -270,7 +278,7 @@ func (d *Delivery) abort(id string) {
 
 func (d *Delivery) start(t *raftfsm.Task) {
 	ctx, cancel := context.WithCancelCause(d.ctx)
-	r := &attemptRun{epoch: t.Epoch, attempt: t.Attempts, cancel: cancel, timeout: time.Duration(t.Spec.TimeoutNs)}
+	r := &attemptRun{epoch: t.Epoch, attempt: t.Attempts, cancel: cancel, timeout: time.Duration(t.Spec.TimeoutNs), appliedAt: d.clock.Now()}
 	r.leaseMs.Store(t.LeaseMs)
 	wctx, wstop := d.waitContext(ctx)
 	r.wait = wctx
@@ -443,6 +451,7 @@ func (d *Delivery) deliver(ctx context.Context, t *raftfsm.Task, r *attemptRun, 
 		return st.outcome(x, d.clock.Now()), true, false
 	}
 	start := d.clock.Now()
+	r.callStart, r.execName = start, x.Name
 	if r.startMs.Swap(start.UnixMilli()) == 0 {
 		// Lateness: from the run's due time (not from the Fire: a late
 		// timer or a slow commit is lateness too), once per attempt.
@@ -770,6 +779,7 @@ func (d *Delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 	}
 	log(d.log.Debug()).Str("outcome", out.Kind.String()).Int("status", out.Status).Dur("took", out.Duration).Msg("attempt finished")
 	c := &raftfsm.Complete{ID: t.ID, Epoch: r.epoch, Attempt: r.attempt, Error: out.Error}
+	r.facts(c, t, out)
 	switch out.Kind {
 	case raftfsm.OutcomeAccepted:
 		// 202: the executor reports through POST /v1/tasks/{id}/result and
@@ -794,6 +804,40 @@ func (d *Delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 		c.Outcome = raftfsm.OutcomeRetryable
 	}
 	d.report(c, t)
+}
+
+// facts fills in c what only this node knows of the attempt, for its run
+// record (raftfsm.RunRecord): the executor, the HTTP status, when the Fire
+// was applied here, the call's start, end and length, its wait for a slot
+// (queue: from the apply, or the Fire's start time if later, to the call)
+// and for a connection, and a success's body as the result.
+func (r *attemptRun) facts(c *raftfsm.Complete, t *raftfsm.Task, out callback.Outcome) {
+	c.Executor, c.HTTPStatus = r.execName, out.Status
+	if !r.appliedAt.IsZero() {
+		c.AppliedMs = r.appliedAt.UnixMilli()
+	}
+	if !r.callStart.IsZero() {
+		c.StartedMs = r.callStart.UnixMilli()
+		c.EndedMs = r.callStart.Add(out.Duration).UnixMilli()
+		c.DurationNs = int64(out.Duration)
+		from := r.appliedAt
+		if fired := time.UnixMilli(max(t.FiredMs, t.DueMs)); fired.After(from) {
+			from = fired // held here until its due time: not queueing
+		}
+		c.QueueNs = max(0, int64(r.callStart.Sub(from)))
+		c.ConnectNs = int64(out.Connect)
+	}
+	if out.Kind == raftfsm.OutcomeSuccess && len(out.Body) > 0 {
+		c.Result, c.ResultBinary = EncodeResult(out.Body)
+		c.ResultTruncated = out.BodyTruncated
+	}
+}
+
+// EncodeResult returns a result body as stored: JSON as it is (binary
+// false), any other bytes as they are with binary true (the API shows
+// them in base64).
+func EncodeResult(body []byte) (stored []byte, binary bool) {
+	return body, !json.Valid(body)
 }
 
 // report proposes an attempt's outcome until it commits (through

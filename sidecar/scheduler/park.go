@@ -270,6 +270,7 @@ func (l *Scheduler) drainLocked(h string, nodes []raftfsm.Node, now time.Time, c
 			q.paused++
 			continue
 		}
+		parked := q.reason
 		if nonCompeting(q.reason) {
 			// The queue waited for something other than capacity: from
 			// now on its runs compete, and the wait budget counts anew.
@@ -295,7 +296,8 @@ func (l *Scheduler) drainLocked(h string, nodes []raftfsm.Node, now time.Time, c
 		startMs := max(nowMs, t.DueMs)
 		cmds = append(cmds, raftfsm.Command{Type: raftfsm.CmdFire, Fire: &raftfsm.Fire{
 			ID: t.ID, Epoch: t.Epoch, Attempt: t.Attempts + 1, Node: node, AtMs: startMs,
-			LeaseMs: startMs + (time.Duration(t.Spec.TimeoutNs) + l.cfg.LeaseGrace).Milliseconds(),
+			LeaseMs:     startMs + (time.Duration(t.Spec.TimeoutNs) + l.cfg.LeaseGrace).Milliseconds(),
+			HistoryRuns: l.cfg.HistoryRuns, ParkedReason: parked,
 		}})
 	}
 	if len(q.runs) == 0 {

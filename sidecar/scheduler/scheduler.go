@@ -28,6 +28,9 @@ type Config struct {
 	FireLead time.Duration
 	// LeaseGrace is added to a task's timeout to make its attempt's lease.
 	LeaseGrace time.Duration
+	// HistoryRuns bounds the run records per task; it goes into every Fire
+	// (raftfsm.Fire.HistoryRuns: 0 the FSM's default, negative none).
+	HistoryRuns int
 	// Routing is RoutingLeastLoaded (also ""), RoutingRoundRobin or
 	// RoutingHash.
 	Routing string

@@ -67,6 +67,13 @@ type Task struct {
 	// Paused is true while the task is paused (POST
 	// /v1/tasks/{id}/pause): its due runs wait until it is resumed.
 	Paused bool `json:"paused,omitempty"`
+	// LastRun is the number of the newest run on record (GET
+	// /v1/tasks/{id}/runs/{run}); Result, ResultBase64 and
+	// ResultTruncated are that run's result, as in Run.
+	LastRun         int             `json:"last_run,omitempty"`
+	Result          json.RawMessage `json:"result,omitempty"`
+	ResultBase64    string          `json:"result_base64,omitempty"`
+	ResultTruncated bool            `json:"result_truncated,omitempty"`
 	// Payload is the payload when it was submitted as JSON; PayloadBase64
 	// when it was submitted as payload_base64.
 	Payload       []byte `json:"-"`

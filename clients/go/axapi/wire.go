@@ -127,6 +127,9 @@ type AttemptResult struct {
 	// Error becomes the task's last_error; only with a failure, at most
 	// ResultErrorMaxBytes of UTF-8.
 	Error string `json:"error,omitempty"`
+	// Result, with ResultSuccess, is the run's result: any JSON value, at
+	// most ResultMaxBytes (GET /v1/tasks/{id}/runs/{run}).
+	Result json.RawMessage `json:"result,omitempty"`
 }
 
 // ExecutorSpec is an executor registered on a node: the body of POST

@@ -54,8 +54,9 @@ const (
 	UnackedTimeoutDefault          = 500 * time.Millisecond
 	IdleConnTimeoutDefault         = 90 * time.Second
 	MaxIdleConnsPerExecutorDefault = 64
-	// errorBodyMaxBytes is how much of an executor's reply is read.
-	errorBodyMaxBytes = 64 << 10
+	// errorBodyMaxBytes is how much of an executor's reply is read: a
+	// success's body is the run's result (raftfsm.ResultMaxBytes).
+	errorBodyMaxBytes = raftfsm.ResultMaxBytes
 	// errorTextMaxRunes is how much of it goes into Outcome.Error.
 	errorTextMaxRunes = 200
 	// unixPathMax is the size of sun_path on Linux, terminating NUL included.
@@ -110,6 +111,14 @@ type Outcome struct {
 	// False with raftfsm.OutcomeUnavailable means absent: connection refused, no
 	// socket file, any other connect error.
 	Overloaded bool
+	// Connect is the part of Duration spent before a connection was
+	// ready (dialling, or waiting for an idle one); zero when no
+	// connection was had.
+	Connect time.Duration
+	// Body is a 2xx answer's body, at most raftfsm.ResultMaxBytes;
+	// BodyTruncated says the executor sent more. Nil for other answers.
+	Body          []byte
+	BodyTruncated bool
 }
 
 // CallerOptions configures a Caller. The zero value gives the defaults.
@@ -265,6 +274,9 @@ func (c *Caller) Execute(ctx context.Context, baseURL string, cb Callback) Outco
 	parent := ctx
 	out := c.execute(ctx, parent, start, baseURL, cb)
 	out.Duration = time.Since(start)
+	if out.Service > 0 {
+		out.Connect = max(0, out.Duration-out.Service)
+	}
 	return out
 }
 
@@ -321,7 +333,7 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 		}
 		return out
 	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyMaxBytes))
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyMaxBytes+1))
 	_ = resp.Body.Close()
 
 	out := Outcome{Status: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), Service: tr.service()}
@@ -338,7 +350,12 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 		out.Kind = raftfsm.OutcomeRetryable
 	}
 	if out.Kind != raftfsm.OutcomeSuccess && out.Kind != raftfsm.OutcomeAccepted {
-		out.Error = httpErrorText(resp.StatusCode, body)
+		out.Error = httpErrorText(resp.StatusCode, body[:min(len(body), errorBodyMaxBytes)])
+	} else if out.Kind == raftfsm.OutcomeSuccess && len(body) > 0 {
+		out.Body, out.BodyTruncated = body, len(body) > errorBodyMaxBytes
+		if out.BodyTruncated {
+			out.Body = body[:errorBodyMaxBytes]
+		}
 	}
 	return out
 }

@@ -1,0 +1,99 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"time"
+
+	"github.com/axsched/ax/ipc"
+	"github.com/axsched/ax/raftfsm"
+)
+
+// Runs implements ipc.Backend: a task's run records, newest first, from
+// this node's state (any node; a follower may lag the leader by the
+// entries it has not applied yet).
+func (b *Backend) Runs(_ context.Context, id string, q ipc.RunsQuery) (ipc.RunsPage, error) {
+	if _, err := b.d.Store.Task(id); err != nil {
+		if errors.Is(err, raftfsm.ErrNotFound) {
+			return ipc.RunsPage{}, ipc.Errorf(ipc.ErrNotFound, "task %q not found", id)
+		}
+		return ipc.RunsPage{}, err
+	}
+	recs, more, err := b.d.Store.Runs(id, q.Before, q.Limit)
+	if err != nil {
+		return ipc.RunsPage{}, err
+	}
+	page := ipc.RunsPage{Runs: make([]ipc.Run, 0, len(recs))}
+	for i := range recs {
+		page.Runs = append(page.Runs, RunView(&recs[i]))
+	}
+	if more && len(recs) > 0 {
+		page.NextCursor = ipc.RunsCursor(recs[len(recs)-1].Run)
+	}
+	return page, nil
+}
+
+// Run implements ipc.Backend.
+func (b *Backend) Run(_ context.Context, id string, run int) (ipc.Run, error) {
+	r, err := b.d.Store.Run(id, run)
+	if errors.Is(err, raftfsm.ErrNotFound) {
+		return ipc.Run{}, ipc.Errorf(ipc.ErrNotFound, "run %d of task %q not found", run, id)
+	}
+	if err != nil {
+		return ipc.Run{}, err
+	}
+	return RunView(r), nil
+}
+
+// addLastRun adds the newest run's number and result to a task view.
+func (b *Backend) addLastRun(v *ipc.Task) {
+	recs, _, err := b.d.Store.Runs(v.ID, 0, 1)
+	if err != nil || len(recs) == 0 {
+		return
+	}
+	r := RunView(&recs[0])
+	v.LastRun, v.Result, v.ResultBase64, v.ResultTruncated = r.Run, r.Result, r.ResultBase64, r.ResultTruncated
+}
+
+// RunView is the API view of a run record.
+func RunView(r *raftfsm.RunRecord) ipc.Run {
+	v := ipc.Run{
+		Run: r.Run, State: r.State.String(), DueAt: utcMs(r.DueMs), FiredAt: utcMs(r.FiredMs),
+		StartedAt: optMs(r.StartedMs), FinishedAt: optMs(r.FinishedMs),
+		Attempts: make([]ipc.RunAttempt, 0, len(r.Attempts)), AttemptsDropped: r.DroppedAttempts,
+		ResultTruncated: r.ResultTruncated,
+	}
+	if r.Late {
+		v.Lateness = &ipc.Lateness{
+			TotalMs: nsToMs(r.LatenessNs()), ParkedMs: nsToMs(r.ParkedNs), ParkedReason: r.ParkedReason,
+			CommitMs: nsToMs(r.CommitNs), QueueMs: nsToMs(r.QueueNs), ConnectMs: nsToMs(r.ConnectNs),
+		}
+	}
+	for _, a := range r.Attempts {
+		av := ipc.RunAttempt{
+			Attempt: a.Attempt, Node: a.Node, Executor: a.Executor, FiredAt: utcMs(a.FiredMs),
+			StartedAt: optMs(a.StartedMs), EndedAt: optMs(a.EndedMs), DurationMs: nsToMs(a.DurationNs),
+			HTTPStatus: a.HTTPStatus, Error: a.Error,
+		}
+		if a.Outcome != 0 {
+			av.Outcome = a.Outcome.String()
+		}
+		v.Attempts = append(v.Attempts, av)
+	}
+	if len(r.Result) > 0 {
+		if r.ResultBinary {
+			v.ResultBase64 = base64.StdEncoding.EncodeToString(r.Result)
+		} else {
+			v.Result = r.Result
+		}
+	}
+	return v
+}
+
+func utcMs(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+func optMs(ms int64) *time.Time { return msTime(ms) }
+
+// nsToMs gives nanoseconds as milliseconds with three decimals.
+func nsToMs(ns int64) float64 { return float64(ns/1000) / 1000 }
