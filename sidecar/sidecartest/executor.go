@@ -34,11 +34,12 @@ type Call struct {
 }
 
 // Reply is what an Executor answers a callback: Status (0 means 200),
-// an optional Retry-After header value, and Hold, which when non-nil
+// an optional Retry-After header value, Body, and Hold, which when non-nil
 // keeps the call open until it is closed.
 type Reply struct {
 	Status     int
 	RetryAfter string
+	Body       []byte
 	Hold       <-chan struct{}
 }
 
@@ -153,6 +154,7 @@ func (e *Executor) serve(w http.ResponseWriter, r *http.Request) {
 		rep.Status = 200
 	}
 	w.WriteHeader(rep.Status)
+	_, _ = w.Write(rep.Body)
 }
 
 // NewExecutor starts one more executor, not given to any node: for a
