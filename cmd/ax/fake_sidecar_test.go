@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/axsched/ax/clients/go/axapi"
 	"io"
 	"net"
 	"net/http"
@@ -50,9 +51,10 @@ type fakeSidecar struct {
 
 	mu       sync.Mutex
 	tasks    map[string]fakeTask
-	specs    map[string]string // id -> body of the POST /v1/tasks that made it
-	requests []string          // "METHOD path?query"
-	bodies   []string          // bodies of POST /v1/tasks
+	specs    map[string]string      // id -> body of the POST /v1/tasks that made it
+	requests []string               // "METHOD path?query"
+	bodies   []string               // bodies of POST /v1/tasks
+	runs     map[string][]axapi.Run // id -> its runs, newest first (runs_test.go)
 }
 
 func startFake(t *testing.T) *fakeSidecar {
@@ -119,6 +121,9 @@ func (f *fakeSidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	raw := r.URL.EscapedPath()
 	f.requests = append(f.requests, r.Method+" "+raw+"?"+r.URL.RawQuery)
 	body, _ := io.ReadAll(r.Body)
+	if f.serveRuns(w, r.Method, raw) {
+		return
+	}
 	switch {
 	case r.Method == "POST" && raw == "/v1/tasks":
 		f.bodies = append(f.bodies, string(body))
