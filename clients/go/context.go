@@ -2,8 +2,10 @@ package ax
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // attemptKey is the context key of the attempt a handler runs.
@@ -13,6 +15,9 @@ type attemptKey struct{}
 type attemptInfo struct {
 	d      *Delivery
 	client *Client // the Executor's (WithClient), nil without one
+
+	mu     sync.Mutex
+	result []byte // JSON set by SetResult, nil when none
 }
 
 // DeliveryFromContext returns the attempt a handler is running: task id,
@@ -86,4 +91,37 @@ func Report(ctx context.Context, result error) error {
 	}
 	_, err = a.client.ReportResult(ctx, a.d.TaskID, a.d.Attempt, status, text)
 	return err
+}
+
+// SetResult sets the result of the attempt that ctx belongs to: v encoded
+// as JSON (a json.RawMessage is sent as it is) becomes the body of the
+// executor's 200 answer when the handler succeeds, and the sidecar stores
+// it as the run's result (GET /v1/tasks/{id}/runs/{run}, and "result" in
+// GET /v1/tasks/{id}). A later call replaces it; a handler that fails
+// sends no result. The sidecar keeps at most ResultMaxBytes (64 KiB) and
+// flags a longer result as truncated. Executor.HandleResult calls it with
+// the handler's returned value.
+//
+// It fails with an error matching ErrInvalid when ctx is not a handler's
+// context (nor derived from one) or v cannot be encoded.
+func SetResult(ctx context.Context, v any) error {
+	a, ok := ctx.Value(attemptKey{}).(*attemptInfo)
+	if !ok {
+		return fmt.Errorf("%w: ax.SetResult: ctx is not the context of a handler run by an ax.Executor (nor derived from one)", ErrInvalid)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("%w: ax.SetResult: %v", ErrInvalid, err)
+	}
+	a.mu.Lock()
+	a.result = b
+	a.mu.Unlock()
+	return nil
+}
+
+// takeResult returns the result SetResult set, nil when none.
+func (a *attemptInfo) takeResult() []byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.result
 }

@@ -98,15 +98,17 @@ func Example_errors() {
 // with httptest; an application runs ListenAndServeUnix instead.
 func ExampleExecutor() {
 	ex := ax.NewExecutor()
-	ex.HandleFunc("order.timeout", func(ctx context.Context, d *ax.Delivery) error {
+	// HandleResult: the returned value is the run's result (ax runs ID RUN);
+	// HandleFunc registers a handler without one.
+	ex.HandleResult("order.timeout", func(ctx context.Context, d *ax.Delivery) (any, error) {
 		var p struct {
 			OrderID int `json:"order_id"`
 		}
 		if err := json.Unmarshal(d.Payload, &p); err != nil {
-			return ax.Permanent(fmt.Errorf("bad payload: %w", err)) // FAILED, no retry
+			return nil, ax.Permanent(fmt.Errorf("bad payload: %w", err)) // FAILED, no retry
 		}
 		fmt.Printf("closing order %d (task %s, attempt %d)\n", p.OrderID, d.TaskID, d.Attempt)
-		return nil // SUCCESS
+		return map[string]int{"closed": p.OrderID}, nil // SUCCESS, with a result
 	})
 
 	for _, payload := range []string{`{"order_id":42}`, `not json`} {
@@ -116,12 +118,12 @@ func ExampleExecutor() {
 		req.Header.Set(ax.HeaderAttempt, "1")
 		rec := httptest.NewRecorder()
 		ex.ServeHTTP(rec, req)
-		fmt.Print(rec.Code, " ", rec.Body.String())
+		fmt.Println(rec.Code, strings.TrimSpace(rec.Body.String()))
 	}
 
 	// Output:
 	// closing order 42 (task order|42, attempt 1)
-	// 200 ok
+	// 200 {"closed":42}
 	// 422 bad payload: invalid character 'o' in literal null (expecting 'u')
 }
 

@@ -255,6 +255,24 @@ func (e *Executor) HandleFunc(name string, fn func(ctx context.Context, d *Deliv
 	e.Handle(name, HandlerFunc(fn))
 }
 
+// HandleResult registers fn for the handler name, like HandleFunc, for a
+// handler that returns a result: when fn succeeds, its value (encoded as
+// JSON; nil sends none) is the body of the executor's answer and the
+// sidecar stores it as the run's result (see SetResult). Errors map as
+// for any Handler.
+func (e *Executor) HandleResult(name string, fn func(ctx context.Context, d *Delivery) (any, error)) {
+	if fn == nil {
+		panic("ax: Executor.HandleResult: nil function for " + strconv.Quote(name))
+	}
+	e.Handle(name, HandlerFunc(func(ctx context.Context, d *Delivery) error {
+		v, err := fn(ctx, d)
+		if err != nil || v == nil {
+			return err
+		}
+		return SetResult(ctx, v)
+	}))
+}
+
 // handler returns the Handler for name wrapped in the middleware, or nil.
 func (e *Executor) handler(name string) Handler {
 	e.mu.RLock()
@@ -281,7 +299,8 @@ func (e *Executor) handler(name string) Handler {
 // ServeHTTP serves one callback (POST with the payload as body and the Ax-*
 // headers). It answers:
 //
-//   - 200 when the handler returns nil;
+//   - 200 when the handler returns nil, with the result it set (SetResult,
+//     HandleResult) as a JSON body, or an empty body;
 //   - 202 for Async (the result is reported later);
 //   - 422 for Permanent errors, 404 for an unknown handler name and 400 for
 //     a malformed callback (permanent failures: no retry);
@@ -324,14 +343,23 @@ func (e *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx, cancelDeadline = context.WithDeadline(ctx, d.Deadline)
 		defer cancelDeadline()
 	}
-	ctx = context.WithValue(ctx, attemptKey{}, &attemptInfo{d: d, client: e.client})
+	info := &attemptInfo{d: d, client: e.client}
+	ctx = context.WithValue(ctx, attemptKey{}, info)
 	err = runHandler(ctx, h, d)
 
 	var perm *permanentError
 	var snooze *snoozeError
 	switch {
 	case err == nil:
-		writeText(w, http.StatusOK, "ok")
+		// The body is the run's result (SetResult, HandleResult): none
+		// unless the handler set one.
+		if res := info.takeResult(); res != nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(res)
+		} else {
+			w.WriteHeader(http.StatusOK)
+		}
 	case errors.Is(err, errAsync):
 		writeText(w, http.StatusAccepted, "accepted")
 	case errors.As(err, &snooze):

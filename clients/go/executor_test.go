@@ -55,8 +55,8 @@ func Test_Executor_StatusMapping(t *testing.T) {
 		body       string // prefix
 		retryAfter string
 	}{
-		{"ok", callback("ok", nil), 200, "ok", ""},
-		{"typed", callback("typed", nil), 200, "ok", ""},
+		{"ok", callback("ok", nil), 200, "", ""},
+		{"typed", callback("typed", nil), 200, "", ""},
 		{"permanent", callback("permanent", nil), 422, "order 42 does not exist", ""},
 		{"permanent.wrapped", callback("permanent.wrapped", nil), 422, "close order: bad payload", ""},
 		{"snooze", callback("snooze", nil), 503, "snoozed for 1.5s", "2"},

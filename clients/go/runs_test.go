@@ -1,0 +1,84 @@
+package ax_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	ax "github.com/axsched/ax/clients/go"
+)
+
+func TestRunsAndRun(t *testing.T) {
+	f := startFakeSidecar(t)
+	due := time.Date(2026, 12, 4, 3, 0, 0, 0, time.UTC)
+	var got []string
+	f.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if !strings.Contains(r.URL.Path, "/runs") {
+			return false
+		}
+		got = append(got, r.URL.EscapedPath()+"?"+r.URL.RawQuery)
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.EscapedPath() {
+		case "/v1/tasks/a%7Cb/runs":
+			json.NewEncoder(w).Encode(ax.RunsPage{Runs: []ax.Run{{Run: 2, State: "SUCCESS", DueAt: due, Result: json.RawMessage(`{"ok":1}`)}}, NextCursor: "r2"})
+		case "/v1/tasks/a%7Cb/runs/2":
+			json.NewEncoder(w).Encode(ax.Run{Run: 2, State: "SUCCESS", DueAt: due, Attempts: []ax.RunAttempt{{Attempt: 1, Node: "n1", Outcome: "success", HTTPStatus: 200}}})
+		default:
+			w.WriteHeader(404)
+			w.Write([]byte(`{"error":{"code":"not_found","message":"run 9 of task \"a|b\" not found"}}`))
+		}
+		return true
+	})
+	c := newClient(t, f)
+	ctx := context.Background()
+	page, err := c.Runs(ctx, "a|b", &ax.RunsOptions{Limit: 5, Cursor: "r9"})
+	if err != nil || len(page.Runs) != 1 || page.Runs[0].Run != 2 || string(page.Runs[0].Result) != `{"ok":1}` || page.NextCursor != "r2" {
+		t.Fatalf("Runs = %+v, %v", page, err)
+	}
+	if _, err := c.Runs(ctx, "a|b", nil); err != nil {
+		t.Fatal(err)
+	}
+	run, err := c.Run(ctx, "a|b", 2)
+	if err != nil || run.Attempts[0].Node != "n1" {
+		t.Fatalf("Run = %+v, %v", run, err)
+	}
+	if _, err := c.Run(ctx, "a|b", 9); !errors.Is(err, ax.ErrNotFound) {
+		t.Fatalf("Run 9: %v", err)
+	}
+	if _, err := c.Runs(ctx, "a|b", &ax.RunsOptions{Limit: 101}); !errors.Is(err, ax.ErrInvalid) {
+		t.Fatalf("limit 101: %v", err)
+	}
+	want := []string{"/v1/tasks/a%7Cb/runs?cursor=r9&limit=5", "/v1/tasks/a%7Cb/runs?", "/v1/tasks/a%7Cb/runs/2?", "/v1/tasks/a%7Cb/runs/9?"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("requests %v, want %v", got, want)
+	}
+}
+
+// A handler's result is the body of the executor's answer; a handler that
+// sets none answers an empty body.
+func TestExecutorResult(t *testing.T) {
+	ex := ax.NewExecutor()
+	ex.HandleResult("sum", func(ctx context.Context, d *ax.Delivery) (any, error) { return map[string]int{"sum": 3}, nil })
+	ex.HandleResult("none", func(ctx context.Context, d *ax.Delivery) (any, error) { return nil, nil })
+	ex.HandleResult("fails", func(ctx context.Context, d *ax.Delivery) (any, error) { return 1, errors.New("boom") })
+	ex.HandleFunc("set", func(ctx context.Context, d *ax.Delivery) error { return ax.SetResult(ctx, []string{"a"}) })
+	for _, tc := range []struct {
+		handler string
+		status  int
+		body    string
+	}{{"sum", 200, `{"sum":3}`}, {"none", 200, ""}, {"fails", 500, "boom"}, {"set", 200, `["a"]`}} {
+		rec := httptest.NewRecorder()
+		ex.ServeHTTP(rec, callback(tc.handler, nil))
+		if rec.Code != tc.status || strings.TrimSpace(rec.Body.String()) != tc.body {
+			t.Errorf("%s: %d %q, want %d %q", tc.handler, rec.Code, rec.Body.String(), tc.status, tc.body)
+		}
+	}
+	if err := ax.SetResult(context.Background(), 1); !errors.Is(err, ax.ErrInvalid) {
+		t.Errorf("SetResult outside a handler: %v", err)
+	}
+}
