@@ -535,6 +535,46 @@ class Client:
         self._request("POST", "/v1/handlers/" + urllib.parse.quote(handler, safe="") + suffix, b"{}", replayable=True)
 
     @_public
+    def runs(self, id: str, limit: Optional[int] = None, cursor: Optional[str] = None) -> Dict[str, Any]:
+        """One page of the task's run history, newest first
+        (``GET /v1/tasks/{id}/runs``): ``{"runs": [...], "next_cursor": ...}``
+        as the API sends it — each run with ``run``, ``state``, ``due_at``,
+        ``fired_at``, ``started_at``, ``finished_at``, ``lateness`` (where
+        the time went, in ms), ``attempts`` (node, executor, outcome,
+        ``http_status``, ``error``) and its ``result``. ``limit``: 1 to 100,
+        default 20; ``cursor``: the previous page's ``next_cursor``. The
+        sidecar keeps its ``--history-runs`` newest runs (default 100).
+        Raises :class:`NotFound` for an unknown id."""
+        q = {}
+        if limit is not None:
+            if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100:
+                raise BadRequest(f"limit must be an integer from 1 to 100, got {limit!r}")
+            q["limit"] = str(limit)
+        if cursor:
+            q["cursor"] = str(cursor)
+        path = _task_path(id, "/runs")
+        if q:
+            path += "?" + urllib.parse.urlencode(q)
+        doc = self._json("GET", path)
+        if not isinstance(doc, Mapping) or not isinstance(doc.get("runs"), list):
+            raise AxError(f"GET {path}: unexpected answer: {str(doc)[:200]}")
+        return dict(doc)
+
+    @_public
+    def run(self, id: str, run: int) -> Dict[str, Any]:
+        """Run number ``run`` of the task (``Ax-Run``, ``Delivery.run``) with
+        its attempts and result, as the API sends it (see :meth:`runs`).
+        Raises :class:`NotFound` for an unknown task or a run not on
+        record."""
+        if not isinstance(run, int) or isinstance(run, bool) or run < 1:
+            raise BadRequest(f"run must be an integer from 1, got {run!r}")
+        path = _task_path(id, f"/runs/{run}")
+        doc = self._json("GET", path)
+        if not isinstance(doc, Mapping) or "run" not in doc:
+            raise AxError(f"GET {path}: unexpected answer: {str(doc)[:200]}")
+        return dict(doc)
+
+    @_public
     def handlers(self) -> List[HandlerInfo]:
         """Every handler that has tasks, an executor named for it or a
         pause (``GET /v1/handlers``), sorted by name: backlog, parked runs
@@ -661,7 +701,7 @@ class Client:
 
     @_public
     def report_result(
-        self, id: str, attempt: int, status: str = RESULT_SUCCESS, error: Optional[str] = None
+        self, id: str, attempt: int, status: str = RESULT_SUCCESS, error: Optional[str] = None, *, result: Any = None
     ) -> Optional[Task]:
         """Report the outcome of an attempt whose callback answered 202
         (:class:`~axsched.Async`).
@@ -673,6 +713,8 @@ class Client:
                 (retried with backoff) or ``"permanent"`` (FAILED, never
                 retried). Defaults to ``"success"``.
             error: what went wrong, recorded as the task's last error.
+            result: with success, the run's result: any JSON-encodable
+                value (at most 64 KiB encoded), shown by :meth:`run`.
 
         Returns the task in its new state (``None`` if the sidecar answered
         without a body). A report naming an old attempt is ignored or
@@ -683,6 +725,8 @@ class Client:
         doc: Dict[str, Any] = {"attempt": _check_attempt(attempt), "status": status}
         if error:
             doc["error"] = str(error)
+        if result is not None:
+            doc["result"] = result
         path = _task_path(id, "/result")
         body = json.dumps(doc, ensure_ascii=False).encode("utf-8")
         _, _, data = self._request("POST", path, body, replayable=True)

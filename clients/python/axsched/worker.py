@@ -177,11 +177,12 @@ class Delivery:
         working on it."""
         self.client.heartbeat(self.task_id, self.attempt)
 
-    def report(self, status: str = RESULT_SUCCESS, error: Optional[str] = None) -> None:
+    def report(self, status: str = RESULT_SUCCESS, error: Optional[str] = None, result: Any = None) -> None:
         """Report the outcome of this attempt after the handler returned
         :class:`Async`: ``"success"``, ``"failed"`` (retried) or
-        ``"permanent"``; ``error`` is recorded as the task's last error."""
-        self.client.report_result(self.task_id, self.attempt, status, error)
+        ``"permanent"``; ``error`` is recorded as the task's last error;
+        ``result`` (JSON-encodable, with success) is the run's result."""
+        self.client.report_result(self.task_id, self.attempt, status, error, result=result)
 
 
 Handler = Callable[[Delivery], Any]
@@ -237,11 +238,13 @@ class _CallbackHandler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("worker: " + format, *args)
 
-    def _reply(self, status: int, text: str, headers: Optional[Dict[str, str]] = None) -> None:
-        body = (text + "\n").encode("utf-8")
+    def _reply(self, status: int, text: Union[str, bytes], headers: Optional[Dict[str, str]] = None) -> None:
+        # bytes are a result (JSON, sent as it is; empty: no result).
+        ctype = "application/json" if isinstance(text, bytes) else "text/plain; charset=utf-8"
+        body = text if isinstance(text, bytes) else (text + "\n").encode("utf-8")
         try:
             self.send_response(status)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Connection", "close")
             for k, v in (headers or {}).items():
@@ -360,7 +363,10 @@ class Worker:
 
     A handler takes a :class:`Delivery`. What it does decides the answer:
 
-    * returns (anything but :class:`Async`): 200, the task is SUCCESS;
+    * returns (anything but :class:`Async`): 200, the task is SUCCESS; a
+      value other than ``None`` is the run's result, sent JSON-encoded as
+      the answer's body and stored by the sidecar (``client.run(id, n)``;
+      at most 64 KiB kept, a longer one is cut and flagged);
     * raises or returns :class:`Permanent`: 422, the task is FAILED, never
       retried;
     * raises or returns :class:`Snooze`: 503 with ``Retry-After``, tried
@@ -499,8 +505,9 @@ class Worker:
                     best, fn = pattern, candidate
             return fn
 
-    def _dispatch(self, d: Delivery) -> Tuple[int, str, Optional[Dict[str, str]]]:
-        """Run the handler of d; return status, text and extra headers."""
+    def _dispatch(self, d: Delivery) -> Tuple[int, Union[str, bytes], Optional[Dict[str, str]]]:
+        """Run the handler of d; return status, text (bytes: the result's
+        JSON) and extra headers."""
         fn = self._lookup(d.handler)
         if fn is None:
             log.warning("worker %s: no handler for %r (task %r)", self.name, d.handler, d.task_id)
@@ -522,7 +529,14 @@ class Worker:
             return 422, result.message, None
         if isinstance(result, Async) or (isinstance(result, type) and issubclass(result, Async)):
             return 202, "accepted; will report later", None
-        return 200, "ok", None
+        if result is None:
+            return 200, b"", None
+        try:
+            body = json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        except (TypeError, ValueError) as e:  # a failed attempt: the result cannot be kept
+            log.warning("worker %s: handler %r returned a result that is not JSON: %s", self.name, d.handler, e)
+            return 500, f"result is not JSON-serializable: {e}", None
+        return 200, body, None
 
     # ------------------------------------------------------------ lifecycle
 
