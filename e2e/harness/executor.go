@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -27,7 +28,15 @@ const (
 	// HandlerGate hands each callback to the test (Recorder.Gated), which
 	// chooses the status to answer with; 429 and 503 carry Retry-After: 1.
 	HandlerGate = "e2e.gate"
+	// HandlerHistory answers by run (Ax-Run): run 2's first attempt 500
+	// "boom from e2e executor"; run 3 200 with HistoryBigResultBytes of
+	// "x"; any other 200 with the JSON {"run":N}.
+	HandlerHistory = "e2e.history"
 )
+
+// HistoryBigResultBytes is the body of HandlerHistory's run 3: above the
+// 64 KiB a run's result keeps.
+const HistoryBigResultBytes = 100 << 10
 
 // GatedCall is an e2e.gate callback waiting for the test's answer.
 type GatedCall struct {
@@ -242,6 +251,19 @@ func (e *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case HandlerBusy:
 		w.Header().Set("Retry-After", strconv.Itoa(1))
 		w.WriteHeader(http.StatusServiceUnavailable)
+	case HandlerHistory:
+		switch {
+		case c.Run == "2" && c.Attempt == "1":
+			w.WriteHeader(http.StatusInternalServerError)
+			io.WriteString(w, "boom from e2e executor")
+		case c.Run == "3":
+			w.WriteHeader(http.StatusOK)
+			w.Write(bytes.Repeat([]byte("x"), HistoryBigResultBytes))
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			io.WriteString(w, `{"run":`+c.Run+`}`)
+		}
 	default:
 		w.WriteHeader(http.StatusOK)
 		io.WriteString(w, "ok")
