@@ -123,9 +123,16 @@ func historyFire(w *writer, prev, t *Task, f *Fire) error {
 	run := t.RunNumber()
 	key := historyKey(t.ID, run)
 	var r RunRecord
-	found, err := w.get(key, &r)
-	if err != nil {
-		return err
+	found := false
+	// A run's first Fire finds no record (no read): its task has no
+	// attempt yet and none handed back (HeldBy, set by a busy or
+	// unavailable answer, is cleared by every Fire and is 0 whenever a
+	// run ends).
+	if prev.Attempts > 0 || prev.HeldBy != 0 {
+		var err error
+		if found, err = w.get(key, &r); err != nil {
+			return err
+		}
 	}
 	if !found || r.Epoch != t.Epoch {
 		bound := f.HistoryRuns
