@@ -17,6 +17,7 @@ import "encoding/binary"
 //	                            (f/ values: epoch BE 8, FinishedMs BE 8,
 //	                            state byte, handler; see purge.go)
 //	hp/<handler>              a paused handler (PausedHandler; pause.go)
+//	h/<id len BE 2><id><run BE 8>  a run record (RunRecord; history.go)
 var (
 	keyApplied = []byte("m/applied")
 	prefixTask = []byte("t/")
