@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,26 @@ func checkCatchUp(t *testing.T, c *harness.Cluster, n *harness.Node, prefix stri
 	// the cut is retried elsewhere once its lease ends).
 	for b := 0; b < catchUpEntries; b += 10 {
 		harness.WaitState(t, n, fmt.Sprintf("%s-run-%d", prefix, b), "SUCCESS")
+	}
+	// Their run histories came in the snapshot: the node serves the
+	// leader's, record for record.
+	leader := c.Leader()
+	for b := 0; b < catchUpEntries; b += 50 {
+		id := fmt.Sprintf("%s-run-%d", prefix, b)
+		harness.WaitFor(t, 20*time.Second, 50*time.Millisecond, id+"'s runs on "+n.ID+" equal the leader's", func() error {
+			want, err := runsOn(t, leader, id)
+			if err != nil {
+				return err
+			}
+			got, err := runsOn(t, n, id)
+			if err != nil {
+				return err
+			}
+			if len(want) != 1 || !reflect.DeepEqual(got, want) {
+				return fmt.Errorf("%d runs on the leader, %d here", len(want), len(got))
+			}
+			return nil
+		})
 	}
 	// It works as a member: a task due now submitted through it runs.
 	harness.MustSubmit(t, n, harness.SubmitRequest{ID: prefix + "-after", Handler: harness.HandlerOK}, 201)
