@@ -69,6 +69,30 @@ func (c *Client) Heartbeat(ctx context.Context, id string, attempt int) (*Task, 
 // out, was cancelled, or was already reported) gives an error matching
 // ErrConflict; an unknown id gives ErrNotFound.
 func (c *Client) ReportResult(ctx context.Context, id string, attempt int, status ResultStatus, errText string) (*Task, error) {
+	return c.report(ctx, id, attempt, status, errText, nil)
+}
+
+// ReportSuccess reports that an attempt answered with Async succeeded,
+// with result (encoded as JSON; nil for none) as the run's result (see
+// SetResult): ReportResult with ResultSuccess and a result. A result over
+// axapi.ResultMaxBytes (64 KiB) encoded gives an error matching
+// ErrInvalid.
+func (c *Client) ReportSuccess(ctx context.Context, id string, attempt int, result any) (*Task, error) {
+	var raw json.RawMessage
+	if result != nil {
+		b, err := json.Marshal(result)
+		if err != nil {
+			return nil, fmt.Errorf("%w: ReportSuccess: encode result: %v", ErrInvalid, err)
+		}
+		if len(b) > axapi.ResultMaxBytes {
+			return nil, fmt.Errorf("%w: ReportSuccess: result of %d bytes, the limit is %d", ErrInvalid, len(b), axapi.ResultMaxBytes)
+		}
+		raw = b
+	}
+	return c.report(ctx, id, attempt, ResultSuccess, "", raw)
+}
+
+func (c *Client) report(ctx context.Context, id string, attempt int, status ResultStatus, errText string, result json.RawMessage) (*Task, error) {
 	if err := checkAttemptRef(id, attempt); err != nil {
 		return nil, err
 	}
@@ -81,7 +105,7 @@ func (c *Client) ReportResult(ctx context.Context, id string, attempt int, statu
 	default:
 		return nil, fmt.Errorf("%w: ReportResult: status must be %q, %q or %q, got %q", ErrInvalid, ResultSuccess, ResultFailed, ResultPermanent, status)
 	}
-	body, err := json.Marshal(axapi.AttemptResult{Attempt: attempt, Status: string(status), Error: cutUTF8(errText, ResultErrorMaxBytes)})
+	body, err := json.Marshal(axapi.AttemptResult{Attempt: attempt, Status: string(status), Error: cutUTF8(errText, ResultErrorMaxBytes), Result: result})
 	if err != nil {
 		return nil, fmt.Errorf("ax: encode result: %w", err)
 	}

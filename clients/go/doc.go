@@ -96,6 +96,21 @@ ListPage fetches one page for those who carry the cursor themselves:
 
 	page, err := client.ListPage(ctx, ax.ListOptions{PageSize: 50}, cursor) // "" first, then page.NextCursor
 
+# Run history and results
+
+Runs returns a task's runs, newest first (the sidecar keeps its
+--history-runs newest, default 100): each with its attempts (node,
+executor, outcome, HTTP status, error), where its lateness went, and its
+result. Run returns one:
+
+	page, err := client.Runs(ctx, "report|daily", &ax.RunsOptions{Limit: 10}) // nil: the default page
+	run, err := client.Run(ctx, "report|daily", page.Runs[0].Run)
+	fmt.Println(run.State, string(run.Result), run.Lateness.QueueMs)
+
+A handler registered with Executor.HandleResult returns the run's result
+(any value, sent as JSON, at most 64 KiB kept); SetResult sets it from any
+handler; Client.ReportSuccess carries one after Async.
+
 # Running an executor
 
 An Executor maps handler names to Handlers. It answers the sidecar's callback

@@ -565,9 +565,10 @@ func (f *fakeSidecar) heartbeat(w http.ResponseWriter, r *http.Request) {
 
 func (f *fakeSidecar) result(w http.ResponseWriter, r *http.Request) {
 	var in struct {
-		Attempt int    `json:"attempt"`
-		Status  string `json:"status"`
-		Error   string `json:"error"`
+		Attempt int             `json:"attempt"`
+		Status  string          `json:"status"`
+		Error   string          `json:"error"`
+		Result  json.RawMessage `json:"result"`
 	}
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()

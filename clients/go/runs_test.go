@@ -82,3 +82,22 @@ func TestExecutorResult(t *testing.T) {
 		t.Errorf("SetResult outside a handler: %v", err)
 	}
 }
+
+func TestReportSuccessCarriesTheResult(t *testing.T) {
+	f := startFakeSidecar(t)
+	c := newClient(t, f)
+	if _, err := c.Submit(context.Background(), ax.SubmitRequest{ID: "r|1", Handler: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	f.SetRunning("r|1", 1)
+	if _, err := c.ReportSuccess(context.Background(), "r|1", 1, map[string]int{"rows": 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(f.LastRequest().Body); got != `{"attempt":1,"status":"success","result":{"rows":3}}` {
+		t.Errorf("body %s", got)
+	}
+	big := strings.Repeat("x", 70<<10)
+	if _, err := c.ReportSuccess(context.Background(), "r|1", 1, big); !errors.Is(err, ax.ErrInvalid) {
+		t.Errorf("a 70 KiB result: %v", err)
+	}
+}
