@@ -240,18 +240,16 @@ func historyCancel(w *writer, prev *Task, c *Cancel) error {
 	return w.putRecord(key, &r)
 }
 
-// delHistory deletes every run record of id (a purge).
-func delHistory(w *writer, id string) error {
-	prefix := historyPrefix(id)
-	var keys [][]byte
-	opts := badger.IteratorOptions{PrefetchValues: false, Prefix: prefix}
-	it := w.txn.NewIterator(opts)
-	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-		keys = append(keys, it.Item().KeyCopy(nil))
+// delHistory deletes every run record of t (a purge): they are among the
+// runs HistFirst … RunNumber (none when HistFirst is 0), deleted by point
+// deletes. A scan would be wrong here: an iterator of a write transaction
+// sorts all its pending writes, once per task of a purge of thousands.
+func delHistory(w *writer, t *Task) error {
+	if t.HistFirst == 0 {
+		return nil
 	}
-	it.Close()
-	for _, k := range keys {
-		if err := w.del(k); err != nil {
+	for n := t.HistFirst; n <= t.RunNumber(); n++ {
+		if err := w.del(historyKey(t.ID, n)); err != nil {
 			return err
 		}
 	}

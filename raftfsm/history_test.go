@@ -175,6 +175,13 @@ func TestHistoryRecurringAndBound(t *testing.T) {
 		t.Fatalf("runs %+v", rs)
 	}
 
+	// A purge deletes every record of a task of several runs.
+	e2.apply1(8, cancelCmd("r", 3200))
+	e2.apply1(9, purgeCmd(targetOf(e2.task("r"))))
+	if n := e2.historyKeys(); n != 0 {
+		t.Fatalf("%d run records after the purge", n)
+	}
+
 	// History off.
 	e3 := newEnv(t)
 	e3.apply1(1, submitCmd("x", spec("h", "{}"), 1000, 900))

@@ -160,7 +160,7 @@ func delTask(w *writer, t *Task) error {
 			return err
 		}
 	}
-	if err := delHistory(w, t.ID); err != nil {
+	if err := delHistory(w, t); err != nil {
 		return err
 	}
 	return w.del(taskKey(t.ID))
