@@ -166,6 +166,9 @@ func historyFire(w *writer, prev, t *Task, f *Fire) error {
 // historyComplete closes attempt c.Attempt of prev's run (the task before
 // the Complete) and, when the run ended, the run.
 func historyComplete(w *writer, prev *Task, c *Complete) error {
+	if prev.HistFirst == 0 {
+		return nil // no run of the task has a record (history off): no read
+	}
 	key := historyKey(prev.ID, prev.RunNumber())
 	var r RunRecord
 	found, err := w.get(key, &r)
@@ -222,7 +225,7 @@ func historyComplete(w *writer, prev *Task, c *Complete) error {
 
 // historyCancel closes the run of prev (cancelled) when it has a record.
 func historyCancel(w *writer, prev *Task, c *Cancel) error {
-	if prev.State.Terminal() {
+	if prev.State.Terminal() || prev.HistFirst == 0 {
 		return nil
 	}
 	key := historyKey(prev.ID, prev.RunNumber())
