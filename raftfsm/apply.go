@@ -133,7 +133,7 @@ func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {
 	ev := Event{Type: CmdSubmit, Task: t}
 	if prev != nil && !prev.State.Terminal() {
 		// The replaced spec's run ends here: its record says so.
-		if err := historyCancel(w, prev, &Cancel{ID: s.ID, AtMs: s.AtMs}); err != nil {
+		if err := historyCancel(w, prev, nil, &Cancel{ID: s.ID, AtMs: s.AtMs}); err != nil {
 			return Result{}, nil, err
 		}
 	}
@@ -151,7 +151,7 @@ func applyCancel(w *writer, c *Cancel) (Result, []Event, error) {
 	return applyStep(w, c.ID, CmdCancel, func(prev *Task) (*Task, Result, error) {
 		t, res := cancelTask(prev, c)
 		if t != nil {
-			if err := historyCancel(w, prev, c); err != nil {
+			if err := historyCancel(w, prev, t, c); err != nil {
 				return nil, Result{}, err
 			}
 		}
@@ -175,7 +175,7 @@ func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
 	res, evs, err := applyStep(w, c.ID, CmdComplete, func(prev *Task) (*Task, Result, error) {
 		t, res, err := completeTask(prev, c)
 		if t != nil && err == nil {
-			err = historyComplete(w, prev, c)
+			err = historyComplete(w, prev, t, c)
 		}
 		return t, res, err
 	})

@@ -11,15 +11,21 @@ import (
 
 // Run history (docs/DESIGN.md section 12): one record per run of a task
 // that fired, under h/<id length BE 2><id><run BE 8>, built by the FSM
-// from the commands it applies anyway — the first Fire of a run creates
-// it, every Fire adds an attempt, every Complete closes one (with the
-// facts the delivering node put in it), a Cancel closes the run. No
-// command exists for it alone.
+// from the commands it applies anyway; no command exists for it alone.
 //
-// The bound per task (--history-runs) travels in the Fire that creates a
-// record (Fire.HistoryRuns), so every replica keeps exactly the same
-// runs whatever its own flags say. Task.HistFirst is the oldest run
-// number that may still have a record: creating run N deletes the runs
+// To keep the apply path cheap, a Fire writes no record: the first Fire
+// of a run notes the run's due time, start time and park reason in the
+// task (Task.RunDueMs, RunFiredMs, RunParked), which it writes anyway.
+// The record is written when an attempt ends (Complete) or the run is
+// cancelled: a run's first attempt builds it from the task, without a
+// read (one blind write per run in the common case); a later one reads
+// it back (Task.HistRun says it exists) and appends. The attempt still
+// running, and a run between attempts, are shown from the task (Runs).
+//
+// The bound per task (--history-runs) travels in the Fire that starts a
+// run (Fire.HistoryRuns), so every replica keeps exactly the same runs
+// whatever its own flags say. Task.HistFirst is the oldest run number
+// that may still have a record: the first Fire of run N deletes the runs
 // from HistFirst to N−bound by point deletes, without a read.
 
 // Bounds of a run record.
@@ -113,28 +119,19 @@ type AttemptRecord struct {
 // sum of its parts (0 until known).
 func (r *RunRecord) LatenessNs() int64 { return r.ParkedNs + r.CommitNs + r.QueueNs + r.ConnectNs }
 
-// historyFire records attempt f of t (after fireTask) in its run record,
-// creating the record at the run's first Fire and dropping runs beyond
-// the bound. It may set t.HistFirst. prev is the task before the Fire.
+// historyFire notes the first Fire of a run in t (the task after
+// fireTask; prev before it) and drops the runs beyond the bound. It
+// writes no record and reads nothing.
 func historyFire(w *writer, prev, t *Task, f *Fire) error {
-	if f.HistoryRuns < 0 {
-		return nil
-	}
-	run := t.RunNumber()
-	key := historyKey(t.ID, run)
-	var r RunRecord
-	found := false
-	// A run's first Fire finds no record (no read): its task has no
-	// attempt yet and none handed back (HeldBy, set by a busy or
-	// unavailable answer, is cleared by every Fire and is 0 whenever a
-	// run ends).
-	if prev.Attempts > 0 || prev.HeldBy != 0 {
-		var err error
-		if found, err = w.get(key, &r); err != nil {
-			return err
+	if !runStarted(prev) {
+		// The run's first Fire: the task has no attempt yet and none
+		// handed back (HeldBy, set by a busy or unavailable answer, is
+		// cleared by every Fire and is 0 whenever a run ends).
+		t.RunDueMs, t.RunFiredMs, t.RunParked = 0, 0, ""
+		if f.HistoryRuns < 0 {
+			return nil // history off for this run
 		}
-	}
-	if !found || r.Epoch != t.Epoch {
+		run := t.RunNumber()
 		bound := f.HistoryRuns
 		if bound == 0 {
 			bound = HistoryRunsDefault
@@ -149,49 +146,68 @@ func historyFire(w *writer, prev, t *Task, f *Fire) error {
 			}
 		}
 		t.HistFirst = max(first, run-bound+1)
-		r = RunRecord{Run: run, Epoch: t.Epoch, DueMs: prev.DueMs, FiredMs: f.AtMs, ParkedReason: f.ParkedReason}
+		t.RunDueMs, t.RunFiredMs, t.RunParked = prev.DueMs, f.AtMs, f.ParkedReason
 	}
-	r.State = StateRunning
-	if n := len(r.Attempts); n > 0 && r.Attempts[n-1].Attempt == f.Attempt && r.Attempts[n-1].Outcome == 0 {
-		r.Attempts = r.Attempts[:n-1] // a repeat of an attempt never closed
+	return nil
+}
+
+// runStarted reports whether the current run of t has had a Fire.
+func runStarted(t *Task) bool {
+	return t.State == StateRunning || t.Attempts > 0 || t.HeldBy != 0
+}
+
+// runHistory reports whether the current run of t has had a Fire with
+// history on: its record is written when an attempt ends.
+func runHistory(t *Task) bool { return runStarted(t) && t.RunFiredMs != 0 }
+
+// loadRun returns the record of prev's current run: stored when an
+// earlier attempt of it ended (Task.HistRun), else a new one from the task.
+func loadRun(w *writer, prev *Task) (RunRecord, []byte, error) {
+	run := prev.RunNumber()
+	key := historyKey(prev.ID, run)
+	if prev.HistRun == run {
+		var r RunRecord
+		found, err := w.get(key, &r)
+		if err != nil {
+			return RunRecord{}, nil, err
+		}
+		if found && r.Epoch == prev.Epoch {
+			return r, key, nil
+		}
 	}
-	r.Attempts = append(r.Attempts, AttemptRecord{Attempt: f.Attempt, Node: f.Node, FiredMs: f.AtMs})
+	return RunRecord{Run: run, Epoch: prev.Epoch, DueMs: prev.RunDueMs, FiredMs: prev.RunFiredMs, ParkedReason: prev.RunParked}, key, nil
+}
+
+// addAttempt appends a to r, dropping the oldest beyond RunAttemptsMax.
+func (r *RunRecord) addAttempt(a AttemptRecord) {
+	r.Attempts = append(r.Attempts, a)
 	if n := len(r.Attempts) - RunAttemptsMax; n > 0 {
 		r.Attempts = append(r.Attempts[:0], r.Attempts[n:]...)
 		r.DroppedAttempts += n
 	}
-	return w.putRecord(key, &r)
 }
 
-// historyComplete closes attempt c.Attempt of prev's run (the task before
-// the Complete) and, when the run ended, the run.
-func historyComplete(w *writer, prev *Task, c *Complete) error {
-	if prev.HistFirst == 0 {
-		return nil // no run of the task has a record (history off): no read
+// historyComplete writes the record of prev's run (the task before the
+// Complete) with attempt c.Attempt ended and, when the run ended, the run;
+// t is the task after it (HistRun set).
+func historyComplete(w *writer, prev, t *Task, c *Complete) error {
+	if !runHistory(prev) {
+		return nil
 	}
-	key := historyKey(prev.ID, prev.RunNumber())
-	var r RunRecord
-	found, err := w.get(key, &r)
-	if err != nil || !found || r.Epoch != prev.Epoch {
+	r, key, err := loadRun(w, prev)
+	if err != nil {
 		return err
 	}
-	var a *AttemptRecord
-	for i := len(r.Attempts) - 1; i >= 0; i-- {
-		if r.Attempts[i].Attempt == c.Attempt && r.Attempts[i].Outcome == 0 {
-			a = &r.Attempts[i]
-			break
-		}
+	a := AttemptRecord{
+		Attempt: c.Attempt, Node: prev.Node, FiredMs: prev.FiredMs,
+		Outcome: c.Outcome, Executor: c.Executor, HTTPStatus: c.HTTPStatus,
+		Error:     truncateUTF8(c.Error, RunErrorMaxBytes),
+		StartedMs: c.StartedMs, EndedMs: c.EndedMs, DurationNs: c.DurationNs,
 	}
-	if a == nil {
-		r.Attempts = append(r.Attempts, AttemptRecord{Attempt: c.Attempt, Node: prev.Node, FiredMs: prev.FiredMs})
-		a = &r.Attempts[len(r.Attempts)-1]
-	}
-	a.Outcome, a.Executor, a.HTTPStatus = c.Outcome, c.Executor, c.HTTPStatus
-	a.Error = truncateUTF8(c.Error, RunErrorMaxBytes)
-	a.StartedMs, a.EndedMs, a.DurationNs = c.StartedMs, c.EndedMs, c.DurationNs
 	if a.EndedMs == 0 {
 		a.EndedMs = c.AtMs
 	}
+	r.addAttempt(a)
 	if c.StartedMs != 0 && r.StartedMs == 0 {
 		r.StartedMs = c.StartedMs
 	}
@@ -220,27 +236,50 @@ func historyComplete(w *writer, prev *Task, c *Complete) error {
 	if r.State.Terminal() {
 		r.FinishedMs = c.AtMs
 	}
+	t.HistRun = r.Run
 	return w.putRecord(key, &r)
 }
 
-// historyCancel closes the run of prev (cancelled) when it has a record.
-func historyCancel(w *writer, prev *Task, c *Cancel) error {
-	if prev.State.Terminal() || prev.HistFirst == 0 {
+// historyCancel closes prev's run, CANCELLED at c.AtMs, when it had a Fire
+// with history on; t is the task after the cancel (nil: none is stored,
+// an overwrite).
+func historyCancel(w *writer, prev, t *Task, c *Cancel) error {
+	if prev.State.Terminal() || !runHistory(prev) {
 		return nil
 	}
-	key := historyKey(prev.ID, prev.RunNumber())
-	var r RunRecord
-	found, err := w.get(key, &r)
-	if err != nil || !found || r.Epoch != prev.Epoch || r.State.Terminal() {
+	r, key, err := loadRun(w, prev)
+	if err != nil {
 		return err
 	}
-	for i := range r.Attempts {
-		if r.Attempts[i].Outcome == 0 {
-			r.Attempts[i].Outcome, r.Attempts[i].EndedMs = OutcomeCancelled, c.AtMs
-		}
+	if prev.State == StateRunning {
+		r.addAttempt(AttemptRecord{Attempt: prev.Attempts, Node: prev.Node, FiredMs: prev.FiredMs, Outcome: OutcomeCancelled, EndedMs: c.AtMs})
 	}
 	r.State, r.FinishedMs = StateCancelled, c.AtMs
+	if t != nil {
+		t.HistRun = r.Run
+	}
 	return w.putRecord(key, &r)
+}
+
+// currentRun returns the view of t's current run while it goes on (the
+// attempt running, or a retry due), merged with its stored record; ok is
+// false when the run has ended, never fired, or has no history.
+func currentRun(t *Task, stored *RunRecord) (r RunRecord, ok bool) {
+	if t.State.Terminal() || !runHistory(t) {
+		return RunRecord{}, false
+	}
+	if stored != nil && stored.Run == t.RunNumber() && stored.Epoch == t.Epoch {
+		r = *stored
+		r.Attempts = append([]AttemptRecord(nil), stored.Attempts...)
+	} else {
+		r = RunRecord{Run: t.RunNumber(), Epoch: t.Epoch, DueMs: t.RunDueMs, FiredMs: t.RunFiredMs, ParkedReason: t.RunParked}
+	}
+	r.State = StateWaiting
+	if t.State == StateRunning {
+		r.State = StateRunning
+		r.addAttempt(AttemptRecord{Attempt: t.Attempts, Node: t.Node, FiredMs: t.FiredMs})
+	}
+	return r, true
 }
 
 // delHistory deletes every run record of t (a purge): they are among the
@@ -270,12 +309,18 @@ func truncateUTF8(s string, n int) string {
 	return s[:n]
 }
 
-// Runs returns up to limit run records of task id, newest first, with run
+// Runs returns up to limit runs of task id, newest first, with run
 // numbers below before (0: from the newest); more reports whether older
-// ones remain. A task without records (or no task) returns none.
+// ones remain. The run going on (an attempt running, or a retry due) is
+// shown from the task merged with its stored record (currentRun). A task
+// without runs (or no task) returns none.
 func (f *FSM) Runs(id string, before, limit int) (runs []RunRecord, more bool, err error) {
 	prefix := historyPrefix(id)
 	err = f.db.View(func(txn *badger.Txn) error {
+		task, err := txnTask(txn, id)
+		if err != nil {
+			return err
+		}
 		opts := badger.IteratorOptions{PrefetchValues: false, Prefix: prefix, Reverse: true}
 		it := txn.NewIterator(opts)
 		defer it.Close()
@@ -283,37 +328,85 @@ func (f *FSM) Runs(id string, before, limit int) (runs []RunRecord, more bool, e
 		if before > 0 {
 			seek = historyKey(id, before-1)
 		}
-		for it.Seek(seek); it.ValidForPrefix(prefix); it.Next() {
-			if len(runs) == limit {
-				more = true
-				return nil
-			}
+		for it.Seek(seek); it.ValidForPrefix(prefix) && len(runs) <= limit; it.Next() {
 			var r RunRecord
 			if err := it.Item().Value(func(b []byte) error { return decodeRecord(b, &r) }); err != nil {
 				return err
 			}
 			runs = append(runs, r)
 		}
+		if task != nil {
+			var stored *RunRecord
+			if len(runs) > 0 && runs[0].Run == task.RunNumber() {
+				stored = &runs[0]
+			}
+			if cur, ok := currentRun(task, stored); ok && (before <= 0 || cur.Run < before) {
+				if stored != nil {
+					runs[0] = cur
+				} else {
+					runs = append([]RunRecord{cur}, runs...)
+				}
+			}
+		}
+		if len(runs) > limit {
+			runs, more = runs[:limit], true
+		}
 		return nil
 	})
 	return runs, more, err
 }
 
-// Run returns the record of run number run of task id, or ErrNotFound.
+// Run returns run number run of task id (the run going on merged from the
+// task, as in Runs), or ErrNotFound.
 func (f *FSM) Run(id string, run int) (*RunRecord, error) {
-	var r RunRecord
+	var out *RunRecord
 	err := f.db.View(func(txn *badger.Txn) error {
+		var stored *RunRecord
 		item, err := txn.Get(historyKey(id, run))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return ErrNotFound
+		switch {
+		case err == nil:
+			var r RunRecord
+			if err := item.Value(func(b []byte) error { return decodeRecord(b, &r) }); err != nil {
+				return err
+			}
+			stored = &r
+		case !errors.Is(err, badger.ErrKeyNotFound):
+			return err
 		}
+		task, err := txnTask(txn, id)
 		if err != nil {
 			return err
 		}
-		return item.Value(func(b []byte) error { return decodeRecord(b, &r) })
+		if task != nil && task.RunNumber() == run {
+			if cur, ok := currentRun(task, stored); ok {
+				out = &cur
+				return nil
+			}
+		}
+		if stored == nil {
+			return ErrNotFound
+		}
+		out = stored
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("run %d of %s: %w", run, id, err)
 	}
-	return &r, nil
+	return out, nil
+}
+
+// txnTask reads task id in txn; nil when there is none.
+func txnTask(txn *badger.Txn, id string) (*Task, error) {
+	item, err := txn.Get(taskKey(id))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var t Task
+	if err := item.Value(func(b []byte) error { return decodeRecord(b, &t) }); err != nil {
+		return nil, err
+	}
+	return &t, nil
 }

@@ -62,8 +62,19 @@ func TestHistoryRecordsFromCommands(t *testing.T) {
 	fire := fireCmd("a", 1, 1, "n1", 1100, 40000)
 	fire.Fire.ParkedReason = "handler_limit"
 	e.apply1(2, fire)
+	// A run going on is shown from the task: a Fire writes no record.
+	if rs := e.runs("a"); len(rs) != 1 || rs[0].State != StateRunning || len(rs[0].Attempts) != 1 || rs[0].Attempts[0].Outcome != 0 ||
+		rs[0].Attempts[0].Node != "n1" || rs[0].DueMs != 1000 || rs[0].FiredMs != 1100 || e.historyKeys() != 0 {
+		t.Fatalf("running run %+v (%d keys)", rs, e.historyKeys())
+	}
 	e.apply1(3, deliveredCmd("a", 1, 1, OutcomeRetryable, 500, strings.Repeat("é", 1000), 1300))
+	if rs := e.runs("a"); len(rs) != 1 || rs[0].State != StateWaiting || len(rs[0].Attempts) != 1 || e.historyKeys() != 1 {
+		t.Fatalf("run between attempts %+v", rs)
+	}
 	e.apply1(4, fireCmd("a", 1, 2, "n2", 2300, 40000))
+	if r, err := e.f.Run("a", 1); err != nil || r.State != StateRunning || len(r.Attempts) != 2 || r.Attempts[1].Node != "n2" {
+		t.Fatalf("Run 1 while its second attempt runs: %+v %v", r, err)
+	}
 	e.apply1(5, deliveredCmd("a", 1, 2, OutcomeSuccess, 200, "", 2500))
 
 	rs := e.runs("a")
@@ -236,7 +247,8 @@ func TestHistorySnapshotAndPurge(t *testing.T) {
 
 	dst.apply1(6, purgeCmd(targetOf(dst.task("a"))))
 	dst.noTask("a")
-	if n := len(dst.runs("a")); n != 0 || dst.historyKeys() != 1 || len(dst.runs("ab")) != 1 {
+	// "ab" runs: its run is shown from the task; nothing is stored yet.
+	if n := len(dst.runs("a")); n != 0 || dst.historyKeys() != 0 || len(dst.runs("ab")) != 1 || dst.runs("ab")[0].State != StateRunning {
 		t.Fatalf("after purge: a %d runs, %d keys", n, dst.historyKeys())
 	}
 }

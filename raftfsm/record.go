@@ -155,6 +155,14 @@ type Task struct {
 	// HistFirst is the oldest run number that may still have a run
 	// record (history.go); 0 before the first.
 	HistFirst int `msgpack:"hf,omitempty"`
+	// HistRun is the newest run number with a stored record. RunDueMs,
+	// RunFiredMs and RunParked are the current run's due time, first
+	// Fire time and park reason, noted by its first Fire for its record
+	// (RunFiredMs 0: the run has no history). See history.go.
+	HistRun    int    `msgpack:"hr,omitempty"`
+	RunDueMs   int64  `msgpack:"rdu,omitempty"`
+	RunFiredMs int64  `msgpack:"rfi,omitempty"`
+	RunParked  string `msgpack:"rpk,omitempty"`
 }
 
 // RunNumber is the number of the current (or last) run as executors and
