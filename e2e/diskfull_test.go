@@ -197,7 +197,22 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 			}
 		}
 		if lost > 0 {
-			return fmt.Errorf("%d of %d tasks not SUCCESS: %s", lost, len(ids), strings.Join(which, "; "))
+			// Where full stands: its applied index against the leader's,
+			// and its storage state (CI once left 6 attempts RUNNING on
+			// full for the whole wait).
+			state := ""
+			if fi, err := full.Client.Cluster(ctx); err == nil {
+				state = fmt.Sprintf("%s applied %d", full.ID, fi.AppliedIndex)
+			}
+			if oi, err := other.Client.Cluster(ctx); err == nil {
+				state += fmt.Sprintf(", leader %s applied %d", oi.Leader, oi.AppliedIndex)
+			}
+			if resp, err := full.Client.Do(ctx, "GET", "/v1/cluster", nil); err == nil {
+				if i := strings.Index(string(resp.Body), `"storage"`); i >= 0 {
+					state += "; " + harness.Tail(string(resp.Body[i:]), 300)
+				}
+			}
+			return fmt.Errorf("%d of %d tasks not SUCCESS (%s): %s", lost, len(ids), state, strings.Join(which, "; "))
 		}
 		return nil
 	})
