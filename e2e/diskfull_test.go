@@ -209,7 +209,7 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 			}
 			if resp, err := full.Client.Do(ctx, "GET", "/v1/cluster", nil); err == nil {
 				if i := strings.Index(string(resp.Body), `"storage"`); i >= 0 {
-					state += "; " + harness.Tail(string(resp.Body[i:]), 300)
+					state += "; " + string(resp.Body[i:min(len(resp.Body), i+300)])
 				}
 			}
 			return fmt.Errorf("%d of %d tasks not SUCCESS (%s): %s", lost, len(ids), state, strings.Join(which, "; "))
