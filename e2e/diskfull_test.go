@@ -152,13 +152,14 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 	// The rest of the cluster keeps taking writes (if full led, it hands
 	// leadership over). The leader may route some of these to full before
 	// it hears full's storage state (its next load report): such an
-	// attempt runs once full's disk is freed, or, at worst, is retried when
-	// its lease ends (timeout + 5 s). A timeout of 5 s keeps that worst
-	// case inside the wait below (CI once saw 6 of 20 stay RUNNING on full
-	// for the 20 s of the wait, under the default 30 s timeout).
+	// attempt runs once full's disk is freed and full has caught up. (Their
+	// lease, 30 s + 5 s, is longer than the wait below: a full node that
+	// never caught up fails the test. CI once saw 6 of 20 stay RUNNING on
+	// full: the leader's replication to it had deadlocked, see
+	// raftstore.newRaftTransport.)
 	for i := range 20 {
 		id := fmt.Sprintf("during-%d", i)
-		resp, _, err := other.Client.SubmitRetry(ctx, []byte(fmt.Sprintf(`{"id":%q,"handler":"disk","delay":"300ms","timeout":"5s"}`, id)))
+		resp, _, err := other.Client.SubmitRetry(ctx, []byte(fmt.Sprintf(`{"id":%q,"handler":"disk","delay":"300ms"}`, id)))
 		if err != nil || resp.Status != 201 {
 			t.Fatalf("submit %s through other while full's disk is full: %v %v", id, resp, err)
 		}
@@ -263,10 +264,9 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 // once submits tasks that fall due before the leader can have heard of it
 // (its load report comes every 300 ms), so some attempts are routed to the
 // full node, which cannot apply their Fire. Once the disk is freed it
-// applies them and delivers: every task succeeds (here in about 0.6 s).
-// The tasks' timeout is 5 s, so that an attempt the full node never runs
-// is retried (lease: timeout + 5 s) inside the wait; the test logs any
-// task that took a second attempt.
+// applies them and delivers: every task succeeds (here in about 0.6 s),
+// long before their leases (30 s + 5 s) could end; the test logs any task
+// that took a second attempt.
 func TestDiskFull_FollowerGetsAttemptsWhileFull(t *testing.T) {
 	c := tmpfsCluster(t)
 	leader := c.Leader()
@@ -279,7 +279,7 @@ func TestDiskFull_FollowerGetsAttemptsWhileFull(t *testing.T) {
 	var ids []string
 	for i := range 30 {
 		id := fmt.Sprintf("t-%d", i)
-		resp, _, err := leader.Client.SubmitRetry(ctx, []byte(fmt.Sprintf(`{"id":%q,"handler":"disk","delay":"100ms","timeout":"5s"}`, id)))
+		resp, _, err := leader.Client.SubmitRetry(ctx, []byte(fmt.Sprintf(`{"id":%q,"handler":"disk","delay":"100ms"}`, id)))
 		if err != nil || resp.Status != 201 {
 			t.Fatalf("submit %s: %v %v", id, resp, err)
 		}
