@@ -128,6 +128,13 @@ type TaskSpec struct {
 	// Retention, when positive, is how long the task is kept once
 	// finished, instead of the node's --retention or --retention-dead.
 	Retention time.Duration
+	// TraceParent and TraceState are the W3C trace context the task was
+	// submitted with (validated; "" for none): every callback carries a
+	// traceparent with its trace id and flags, and the tracestate as is.
+	// They are not part of SameSpec: the same submit retried from another
+	// trace is the same task (200 with the stored one), not a conflict.
+	TraceParent string
+	TraceState  string
 }
 
 // BackoffSpec is the retry backoff of a task, validated: the n-th retry
