@@ -145,7 +145,8 @@ type BackoffSpec = engine.Backoff
 // Recurring reports whether the spec has a schedule.
 func (s TaskSpec) Recurring() bool { return s.Cron != "" || s.Every > 0 }
 
-// SameSpec reports whether a and b describe the same task, ignoring Overwrite.
+// SameSpec reports whether a and b describe the same task, ignoring
+// Overwrite and the trace context (TraceParent, TraceState: see TaskSpec).
 func SameSpec(a, b TaskSpec) bool {
 	return a.ID == b.ID && a.Handler == b.Handler && string(a.Payload) == string(b.Payload) &&
 		a.PayloadBase64 == b.PayloadBase64 && a.Delay == b.Delay && a.RunAt.Equal(b.RunAt) &&

@@ -1,6 +1,8 @@
 package axapi
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -225,4 +227,67 @@ func clip(s string) string {
 		return s[:80] + "…"
 	}
 	return s
+}
+
+// TaskTraceID is the trace id of a task submitted without a trace
+// context: the first 16 bytes of the SHA-256 of its id, so that every run
+// and attempt of a task is in one trace even then (its Task.TraceID).
+func TaskTraceID(taskID string) [16]byte {
+	sum := sha256.Sum256([]byte(taskID))
+	id := [16]byte(sum[:16])
+	if id == [16]byte{} {
+		id[15] = 1 // all zeros is invalid; SHA-256 will not give it
+	}
+	return id
+}
+
+// AttemptParentID is the parent id of the traceparent an attempt's
+// callback carries: the first 8 bytes of the SHA-256 of "ax-attempt", a
+// zero byte, the task id, a zero byte, and the run and attempt numbers as
+// 8-byte big-endian integers. Each attempt has its own, and a redelivery
+// of the same attempt (the same task id, run and attempt) the same one.
+func AttemptParentID(taskID string, run, attempt int) [8]byte {
+	var buf [128]byte
+	b := append(buf[:0], "ax-attempt\x00"...)
+	b = append(b, taskID...)
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint64(b, uint64(run))
+	b = binary.BigEndian.AppendUint64(b, uint64(attempt))
+	sum := sha256.Sum256(b)
+	id := [8]byte(sum[:8])
+	if id == [8]byte{} {
+		id[7] = 1
+	}
+	return id
+}
+
+// TraceFlagsUntraced are the flags of the traceparent of a task submitted
+// without a trace context: sampled, so that an executor whose sampler
+// follows its parent records its spans as it did when callbacks carried
+// no traceparent.
+const TraceFlagsUntraced = 0x01
+
+// CallbackTraceParent is the traceparent of the callback of an attempt
+// (task id, run, attempt) of a task submitted with traceparent submitted
+// ("" for none): the version 00 traceparent with the submitted trace id
+// and flags (or TaskTraceID and TraceFlagsUntraced) and the attempt's own
+// parent id (AttemptParentID). It appends it to dst. submitted must have
+// passed ParseTraceParent (the sidecar stores no other).
+func CallbackTraceParent(dst []byte, submitted, taskID string, run, attempt int) []byte {
+	traceID, flags := TraceOf(submitted, taskID)
+	return AppendTraceParent(dst, traceID, AttemptParentID(taskID, run, attempt), flags)
+}
+
+// TraceOf returns the trace id and flags of a task: those of its
+// submitted traceparent, else TaskTraceID(taskID) and TraceFlagsUntraced.
+func TraceOf(submitted, taskID string) (traceID [16]byte, flags byte) {
+	if len(submitted) >= 55 {
+		_, err1 := hex.Decode(traceID[:], []byte(submitted[3:35]))
+		var f [1]byte
+		_, err2 := hex.Decode(f[:], []byte(submitted[53:55]))
+		if err1 == nil && err2 == nil && traceID != [16]byte{} {
+			return traceID, f[0]
+		}
+	}
+	return TaskTraceID(taskID), TraceFlagsUntraced
 }

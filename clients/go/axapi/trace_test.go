@@ -1,6 +1,8 @@
 package axapi
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -101,5 +103,42 @@ func TestAppendTraceParent_NoAlloc(t *testing.T) {
 	pid := [8]byte{9}
 	if n := testing.AllocsPerRun(100, func() { AppendTraceParent(buf[:0], tid, pid, 1) }); n != 0 {
 		t.Fatalf("%v allocations", n)
+	}
+}
+
+func TestCallbackTraceParent(t *testing.T) {
+	const submitted = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03"
+	seen := map[[8]byte]bool{}
+	for run := 1; run <= 3; run++ {
+		for attempt := 1; attempt <= 3; attempt++ {
+			tp := string(CallbackTraceParent(nil, submitted, "order|42", run, attempt))
+			p, err := ParseTraceParent(tp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tp[:36] != submitted[:36] || p.Flags != 3 {
+				t.Errorf("%s: want the trace id and flags of %s", tp, submitted)
+			}
+			if seen[p.ParentID] || p.ParentID == [8]byte{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7} {
+				t.Errorf("run %d attempt %d: parent id %x not new", run, attempt, p.ParentID)
+			}
+			seen[p.ParentID] = true
+			if again := string(CallbackTraceParent(nil, submitted, "order|42", run, attempt)); again != tp {
+				t.Errorf("a redelivery got %s, the first %s", again, tp)
+			}
+		}
+	}
+	// Without a submitted trace context: the trace id is SHA-256(id)[:16].
+	tp := string(CallbackTraceParent(nil, "", "order|42", 1, 1))
+	if len(tp) != 55 || tp[53:] != "01" {
+		t.Fatalf("untraced: %s", tp)
+	}
+	sum := sha256.Sum256([]byte("order|42"))
+	if tp[3:35] != hex.EncodeToString(sum[:16]) {
+		t.Errorf("untraced trace id %s, want %x", tp[3:35], sum[:16])
+	}
+	var buf [55]byte
+	if n := testing.AllocsPerRun(100, func() { CallbackTraceParent(buf[:0], submitted, "order|42", 1, 2) }); n != 0 {
+		t.Errorf("CallbackTraceParent: %v allocations", n)
 	}
 }
