@@ -67,6 +67,14 @@ type Task struct {
 	// Paused is true while the task is paused (POST
 	// /v1/tasks/{id}/pause): its due runs wait until it is resumed.
 	Paused bool `json:"paused,omitempty"`
+	// TraceID (32 lowercase hex digits) is the trace every callback of the
+	// task carries in its traceparent: the submitted traceparent's, or,
+	// when the task was submitted without one, the first 16 bytes of the
+	// SHA-256 of its id. TraceParent and TraceState are the trace context
+	// as submitted, when there was one.
+	TraceID     string `json:"trace_id,omitempty"`
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 	// Payload is the payload when it was submitted as JSON; PayloadBase64
 	// when it was submitted as payload_base64.
 	Payload       []byte `json:"-"`
