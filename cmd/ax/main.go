@@ -55,7 +55,7 @@ else $AX_SOCKET, else ./ax.sock. Each has --json for scripts. Exit codes:
 		c.GroupID = "tasks"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{sidecarCmd(), devCmd(), clusterCmd(), benchCmd(), echoExecutorCmd(), healthCmd(), tlsCmd()} {
+	for _, c := range []*cobra.Command{sidecarCmd(), devCmd(), uiCmd(), clusterCmd(), benchCmd(), echoExecutorCmd(), healthCmd(), tlsCmd()} {
 		c.GroupID = "ops"
 		root.AddCommand(c)
 	}
