@@ -40,6 +40,9 @@
 // node the UI talks to (its attempts and callbacks), sampled every 5 s
 // and kept for 10 minutes in memory; counts, backlogs and circuits come
 // from GET /v1/handlers (the leader's view). The task list reads one page
-// of GET /v1/tasks per request; a label or id-prefix filter reads a
-// bounded number of further pages (taskListScanMax) and offers to go on.
+// of GET /v1/tasks per request, never the whole list; a filter that
+// matches little (a rare state, a label, an id prefix: the last two are
+// applied by the dashboard, the API has no such filter) reads further
+// pages, bounded in number and time (taskListScanMax, taskListBudget),
+// and offers to go on from where it stopped.
 package ui

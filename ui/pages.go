@@ -21,6 +21,9 @@ const (
 	// id prefix) reads for one page of the dashboard; it then offers to
 	// go on from where it stopped.
 	taskListScanMax = 20
+	// taskListBudget bounds the time a page spends on further API pages
+	// (one is always read).
+	taskListBudget = 200 * time.Millisecond
 	// deadListMax is the tasks of one state the dead-letter page shows
 	// (and a bulk retry may name).
 	deadListMax = 100
@@ -306,11 +309,12 @@ func (s *Server) tasksPage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, "tasks", http.StatusOK, v)
 }
 
-// listTasks reads one page of the dashboard's task list: one API page
-// when only state and handler filter; with a label or id prefix, API
-// pages of at most the missing count (so that the API's cursor is always
-// where the dashboard's page ends) until the page is full, the prefix is
-// passed, or taskListScanMax pages were read.
+// listTasks reads one page of the dashboard's task list: API pages of at
+// most the missing count (so that the API's cursor is always where the
+// dashboard's page ends) until the page is full, the list or the prefix
+// ends, or taskListScanMax pages or taskListBudget were spent. One API
+// page fills it unless a filter matches little: the API reads at most
+// 10 000 tasks a call and then answers a short page with a cursor.
 func (s *Server) listTasks(ctx context.Context, f taskFilter) (tasks []axapi.Task, next string, scanned int, stopped bool, err error) {
 	cursor := f.Cursor
 	if f.Prefix != "" && cursor == "" {
@@ -323,9 +327,9 @@ func (s *Server) listTasks(ctx context.Context, f taskFilter) (tasks []axapi.Tas
 		}
 		cursor = cursorAfter(f.Prefix)
 	}
-	filtered := f.Label != "" || f.Prefix != ""
+	start := time.Now()
 	for len(tasks) < f.Limit {
-		if scanned == taskListScanMax {
+		if scanned == taskListScanMax || scanned > 0 && time.Since(start) > taskListBudget {
 			return tasks, cursor, scanned, true, nil
 		}
 		p, err := s.api.list(ctx, listQuery{Handler: f.Handler, State: f.State, Cursor: cursor, Limit: f.Limit - len(tasks)})
@@ -342,8 +346,7 @@ func (s *Server) listTasks(ctx context.Context, f taskFilter) (tasks []axapi.Tas
 				tasks = append(tasks, *t)
 			}
 		}
-		cursor = p.NextCursor
-		if cursor == "" || !filtered {
+		if cursor = p.NextCursor; cursor == "" {
 			break
 		}
 	}
@@ -500,8 +503,8 @@ func (s *Server) deadPage(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, st := range []string{axapi.StateDead, axapi.StateFailed} {
 		l := deadList{State: st}
-		cursor := ""
-		for i := 0; i < taskListScanMax && len(l.Tasks) < deadListMax; i++ {
+		cursor, start := "", time.Now()
+		for i := 0; i < taskListScanMax && len(l.Tasks) < deadListMax && (i == 0 || time.Since(start) < taskListBudget); i++ {
 			p, err := s.api.list(ctx, listQuery{Handler: handler, State: st, Cursor: cursor, Limit: deadListMax - len(l.Tasks)})
 			if err != nil {
 				v.Error = err.Error()
