@@ -20,11 +20,17 @@ type chart struct {
 	W, H     int
 	P50, P99 string // polyline points
 	Max      string // the top of the y axis, for people
+	Span     string // the x axis's length, for people
 	Points   int
+	Dots     []dot // the p99 points, so that a lone point shows
 }
 
-// newChart scales points to the chart; nil when there is nothing to draw.
-func newChart(pts []latenessPoint, window time.Duration) *chart {
+type dot struct{ X, Y string }
+
+// newChart scales points to the chart, whose x axis runs from `from` (the
+// oldest sample kept) to the newest point; nil when there is nothing to
+// draw.
+func newChart(pts []latenessPoint, from time.Time) *chart {
 	if len(pts) == 0 {
 		return nil
 	}
@@ -36,17 +42,22 @@ func newChart(pts []latenessPoint, window time.Duration) *chart {
 		top = 0.001
 	}
 	end := pts[len(pts)-1].at
+	span := end.Sub(from).Seconds()
 	x := func(at time.Time) float64 {
-		f := 1 - end.Sub(at).Seconds()/window.Seconds()
-		return max(0, f) * chartW
+		if span <= 0 {
+			return chartW
+		}
+		return max(0, at.Sub(from).Seconds()/span) * chartW
 	}
 	y := func(v float64) float64 { return chartH - v/top*(chartH-2) - 1 }
 	var p50, p99 strings.Builder
+	var dots []dot
 	for _, p := range pts {
 		fmt.Fprintf(&p50, "%.1f,%.1f ", x(p.at), y(p.p50))
 		fmt.Fprintf(&p99, "%.1f,%.1f ", x(p.at), y(p.p99))
+		dots = append(dots, dot{fmt.Sprintf("%.1f", x(p.at)), fmt.Sprintf("%.1f", y(p.p99))})
 	}
-	return &chart{W: chartW, H: chartH, P50: strings.TrimSpace(p50.String()), P99: strings.TrimSpace(p99.String()), Max: seconds(top), Points: len(pts)}
+	return &chart{W: chartW, H: chartH, P50: strings.TrimSpace(p50.String()), P99: strings.TrimSpace(p99.String()), Max: seconds(top), Span: end.Sub(from).Round(time.Second).String(), Points: len(pts), Dots: dots}
 }
 
 // pathEscape escapes one path segment (a task id, a handler name).

@@ -162,7 +162,9 @@ func (s *Server) handlersPage(w http.ResponseWriter, r *http.Request) {
 				row.P99 = seconds(p99)
 			}
 		}
-		row.Chart = newChart(latenessSeries(ss, h.Name), s.opts.SampleWindow)
+		if len(ss) > 0 {
+			row.Chart = newChart(latenessSeries(ss, h.Name), ss[0].at)
+		}
 		for _, e := range h.Executors {
 			er := executorRow{HandlerExecutor: e, InFlight: "–"}
 			if e.Node == node && len(ss) > 0 {

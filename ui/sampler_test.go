@@ -90,11 +90,11 @@ func TestSampler_WindowAndRates(t *testing.T) {
 	if len(pts) != 12 || pts[0].p99 <= 0.005 || pts[0].p99 > 0.025 {
 		t.Errorf("series %v", pts)
 	}
-	c := newChart(pts, time.Minute)
+	c := newChart(pts, ss[0].at)
 	if c == nil || c.Points != 12 || c.P99 == "" {
 		t.Errorf("chart %+v", c)
 	}
-	if newChart(nil, time.Minute) != nil {
+	if newChart(nil, t0) != nil {
 		t.Error("chart of nothing")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -19,9 +20,12 @@ import (
 // `ax ui` calls it --listen), --ui-token and --ui-token-file.
 type uiFlags struct {
 	addr, token, tokenFile string
+	sampleInterval         time.Duration
 }
 
 func (f *uiFlags) registerToken(fl *pflag.FlagSet) {
+	fl.DurationVar(&f.sampleInterval, "ui-sample-interval", ui.SampleIntervalDefault, "how often the dashboard reads the node's /metrics (for tests)")
+	_ = fl.MarkHidden("ui-sample-interval")
 	fl.StringVar(&f.token, "ui-token", "", "token the dashboard asks for (bearer header or its login form); required unless it listens on loopback (default: $AX_UI_TOKEN)")
 	fl.StringVar(&f.tokenFile, "ui-token-file", "", "file holding the dashboard's token (instead of --ui-token)")
 }
@@ -35,7 +39,7 @@ func (f *uiFlags) registerSidecar(fl *pflag.FlagSet) {
 // options turns the flags into ui.Options for the node's socket and
 // checks them; a bad value is a usage error.
 func (f *uiFlags) options(socket string) (ui.Options, error) {
-	o := ui.Options{Addr: f.addr, Socket: socketPath(socket), Token: f.token}
+	o := ui.Options{Addr: f.addr, Socket: socketPath(socket), Token: f.token, SampleInterval: f.sampleInterval}
 	if o.Token == "" {
 		o.Token = os.Getenv("AX_UI_TOKEN")
 	}
