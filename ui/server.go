@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 )
@@ -188,15 +189,14 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, sta
 	v.CSRF = s.csrfToken(w, r)
 	v.Login = s.opts.Token != ""
 	v.Path = r.URL.RequestURI()
-	if v.Flash == "" {
-		v.Flash = r.URL.Query().Get("flash")
-	}
-	if v.Error == "" {
-		v.Error = r.URL.Query().Get("error")
-	}
 	tmpl := "layout"
 	if r.Header.Get("X-Ax-Partial") != "" {
 		tmpl = "content"
+	} else if f, ok := takeFlash(w, r); ok {
+		v.Flash = f.Flash
+		if v.Error == "" {
+			v.Error = f.Error
+		}
 	}
 	var buf bytes.Buffer
 	if err := s.pages[name].ExecuteTemplate(&buf, tmpl, v); err != nil {
@@ -209,21 +209,44 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, sta
 	_, _ = w.Write(buf.Bytes())
 }
 
-// done redirects after an action (POST, redirect, GET) to back with a
-// flash message or an error.
-func done(w http.ResponseWriter, r *http.Request, back, flash string, err error) {
-	u, perr := url.Parse(back)
-	if perr != nil || u.IsAbs() || u.Host != "" || !strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") {
-		u = &url.URL{Path: "/"}
-	}
-	q := u.Query()
-	q.Del("flash")
-	q.Del("error")
+// flashCookie carries the outcome of an action to the page it redirects
+// to (a query parameter would let any link put words on the page).
+const flashCookie = "ax_ui_flash"
+
+// flashMaxBytes bounds a flash message.
+const flashMaxBytes = 1000
+
+type flash struct {
+	Flash string `json:"f,omitempty"`
+	Error string `json:"e,omitempty"`
+}
+
+// takeFlash returns the flash cookie's message and clears the cookie.
+func takeFlash(w http.ResponseWriter, r *http.Request) (flash, bool) {
+	c, err := r.Cookie(flashCookie)
 	if err != nil {
-		q.Set("error", err.Error())
-	} else if flash != "" {
-		q.Set("flash", flash)
+		return flash{}, false
 	}
-	u.RawQuery = q.Encode()
-	http.Redirect(w, r, u.String(), http.StatusSeeOther)
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	var f flash
+	b, err := base64.RawURLEncoding.DecodeString(c.Value)
+	if err != nil || json.Unmarshal(b, &f) != nil {
+		return flash{}, false
+	}
+	return f, true
+}
+
+// done ends an action (POST, redirect, GET): it redirects to back, a path
+// of this server, with the action's outcome in the flash cookie.
+func done(w http.ResponseWriter, r *http.Request, back, msg string, err error) {
+	f := flash{Flash: msg}
+	if err != nil {
+		f = flash{Error: err.Error()}
+	}
+	if len(f.Error) > flashMaxBytes {
+		f.Error = f.Error[:flashMaxBytes] + "…"
+	}
+	b, _ := json.Marshal(f)
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: base64.RawURLEncoding.EncodeToString(b), Path: "/", MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.Redirect(w, r, localPath(back), http.StatusSeeOther)
 }

@@ -193,6 +193,15 @@ func TestAuth_CSRFAndHost(t *testing.T) {
 	}
 	mustContain(t, "after retry", body, "retry: done", `id="task-state">WAITING`)
 
+	// A link cannot put words on a page: messages come from the flash
+	// cookie of an action, shown once.
+	if _, body := b.get("/cluster?error=call+0800-SCAM&flash=hi"); strings.Contains(body, "SCAM") || strings.Contains(body, `id="flash"`) {
+		t.Error("a query parameter was shown as a message")
+	}
+	if _, body := b.get("/tasks/d1"); strings.Contains(body, "retry: done") {
+		t.Error("the flash message was shown twice")
+	}
+
 	// Without a token, only loopback Host headers (DNS rebinding).
 	if st, _ := b.do("GET", "/cluster", nil, map[string]string{"Host": "evil.example:7480"}); st != http.StatusMisdirectedRequest {
 		t.Errorf("Host evil.example: %d, want 421", st)
