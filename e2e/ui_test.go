@@ -287,7 +287,23 @@ func TestUI_Browser(t *testing.T) {
 		t.Errorf("after cancel from the page the API has %s", cancelled.State)
 	}
 
+	// Live update: a change made through the API shows on an open page
+	// without a reload (app.js polls every 2 s).
+	id = "order|05"
+	run("task page "+id, chromedp.Navigate(base+"/tasks/"+url.PathEscape(id)), chromedp.WaitVisible(chromedp.CSS("#task-state.state-waiting")))
+	if resp, err := c.Nodes[2].Client.Cancel(harness.ReqCtx(t), id); err != nil || resp.Status != 200 {
+		t.Fatalf("cancel %s through the API: %v %v", id, resp, err)
+	}
+	func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := chromedp.Do(wctx, chromedp.WaitVisible(chromedp.CSS("#task-state.state-cancelled"))); err != nil {
+			t.Errorf("the open page of %s did not show CANCELLED within 10 s: %v", id, err)
+		}
+	}()
+
 	// Dead letters: the DEAD and FAILED tasks; a bulk retry of two.
+	harness.WaitState(t, n1, "dead-0", "DEAD") // its retry failed again (max_attempts 1)
 	run("dead letters", chromedp.Navigate(base+"/dead"), chromedp.WaitVisible(chromedp.CSS("#dead-handlers")))
 	if got := text(fmt.Sprintf(`#dead-handlers tr[data-handler=%q] .dead`, harness.HandlerFail)); got != strconv.Itoa(total["DEAD"]) {
 		t.Errorf("dead letters: %s DEAD %q, API %d", harness.HandlerFail, got, total["DEAD"])
