@@ -23,7 +23,7 @@ const (
 	taskListScanMax = 20
 	// taskListBudget bounds the time a page spends on further API pages
 	// (one is always read).
-	taskListBudget = 200 * time.Millisecond
+	taskListBudget = 150 * time.Millisecond
 	// deadListMax is the tasks of one state the dead-letter page shows
 	// (and a bulk retry may name).
 	deadListMax = 100
