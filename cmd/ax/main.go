@@ -1,6 +1,7 @@
 // Command ax is the ax task scheduler: the sidecar (`ax sidecar`), a
-// one-node development server (`ax dev`), and tools for people: `ax
-// submit`, `get`, `list`, `cancel`, `retry`, `cluster`, `version`, and `ax bench`.
+// one-node development server (`ax dev`), the dashboard (`ax ui`), and
+// tools for people: `ax submit`, `get`, `list`, `cancel`, `retry`,
+// `cluster`, `version`, and `ax bench`.
 package main
 
 import (

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -21,6 +22,7 @@ import (
 type uiFlags struct {
 	addr, token, tokenFile string
 	sampleInterval         time.Duration
+	addrFlag               string // "ui-addr" or "listen", for messages
 }
 
 func (f *uiFlags) registerToken(fl *pflag.FlagSet) {
@@ -32,6 +34,7 @@ func (f *uiFlags) registerToken(fl *pflag.FlagSet) {
 
 // registerSidecar adds the flags to `ax sidecar` and `ax dev`.
 func (f *uiFlags) registerSidecar(fl *pflag.FlagSet) {
+	f.addrFlag = "ui-addr"
 	fl.StringVar(&f.addr, "ui-addr", "", "HOST:PORT to serve the dashboard on, e.g. "+ui.AddrDefault+" (default: no dashboard); a non-loopback address needs --ui-token")
 	f.registerToken(fl)
 }
@@ -56,7 +59,9 @@ func (f *uiFlags) options(socket string) (ui.Options, error) {
 		}
 	}
 	o = o.WithDefaults()
-	if err := o.Validate(); err != nil {
+	if err := o.Validate(); errors.Is(err, ui.ErrTokenRequired) {
+		return o, usagef("--%s %s is not a loopback address: give --ui-token (or --ui-token-file, or $AX_UI_TOKEN), or listen on 127.0.0.1", f.addrFlag, o.Addr)
+	} else if err != nil {
 		return o, &usageError{err}
 	}
 	return o, nil
@@ -123,6 +128,7 @@ dashboard from the node itself.`,
 		},
 	}
 	cmd.Flags().StringVar(&socket, "socket", "", "path of the node's Unix socket (default: $AX_SOCKET, else ./ax.sock)")
+	f.addrFlag = "listen"
 	cmd.Flags().StringVar(&f.addr, "listen", ui.AddrDefault, "HOST:PORT to serve the dashboard on; a non-loopback address needs --ui-token")
 	f.registerToken(cmd.Flags())
 	return cmd

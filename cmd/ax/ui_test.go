@@ -27,7 +27,7 @@ func TestUI_NonLoopbackNeedsToken(t *testing.T) {
 		{"ui", "--listen", "0.0.0.0:7480", "--socket", filepath.Join(dir, "ax.sock")},
 	} {
 		_, errOut, code := runAx(t, args...)
-		if code != exitUsage || !strings.Contains(errOut, "is not a loopback address: give Token (--ui-token)") {
+		if code != exitUsage || !strings.Contains(errOut, "is not a loopback address: give --ui-token") || !strings.Contains(errOut, "--"+map[bool]string{true: "listen", false: "ui-addr"}[args[0] == "ui"]+" ") {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
 		}
 	}
