@@ -28,6 +28,9 @@
       headers: { "X-Ax-Partial": "1" }, credentials: "same-origin", signal: ctl.signal
     }).then(function (r) {
       if (r.status === 401) { location.reload(); throw new Error("logged out"); }
+      // Keep what is shown when the node failed to answer (the error
+      // banner is outside the swapped content).
+      if (!r.ok) throw new Error("HTTP " + r.status);
       return r.text();
     }).then(function (html) {
       if (!editing()) { main.innerHTML = html; wire(); }
