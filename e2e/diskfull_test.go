@@ -43,12 +43,11 @@ func fillDisk(t *testing.T, path string) int64 {
 	return total
 }
 
-// TestDiskFull_RefusesWritesAndRecovers puts every node's data dir on a
-// small tmpfs and fills the leader's: that node answers writes 503
-// storage_unavailable, keeps serving reads, hands leadership over, does not
-// exit, and once the junk is removed serves writes again and catches up; no
-// task submitted to the cluster is lost.
-func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
+// tmpfsCluster starts a ready three-node cluster whose data dirs are each
+// a 96 MiB tmpfs (root only; the test skips otherwise), with an 8 MiB
+// storage reserve probed every 200 ms. It runs the test in parallel.
+func tmpfsCluster(t *testing.T) *harness.Cluster {
+	t.Helper()
 	harness.SkipShort(t)
 	t.Parallel()
 	if os.Geteuid() != 0 {
@@ -73,6 +72,16 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 		}
 	}
 	c.WaitReady()
+	return c
+}
+
+// TestDiskFull_RefusesWritesAndRecovers puts every node's data dir on a
+// small tmpfs and fills the leader's: that node answers writes 503
+// storage_unavailable, keeps serving reads, hands leadership over, does not
+// exit, and once the junk is removed serves writes again and catches up; no
+// task submitted to the cluster is lost.
+func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
+	c := tmpfsCluster(t)
 	// The node whose disk fills is the leader: the harder case.
 	full := c.Leader()
 	other := c.Followers()[0]
@@ -143,13 +152,14 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 	// The rest of the cluster keeps taking writes (if full led, it hands
 	// leadership over). The leader may route some of these to full before
 	// it hears full's storage state (its next load report): such an
-	// attempt runs once full's disk is freed, or, at worst, is retried when
-	// its lease ends (timeout + 5 s). A timeout of 5 s keeps that worst
-	// case inside the wait below (CI once saw 6 of 20 stay RUNNING on full
-	// for the 20 s of the wait, under the default 30 s timeout).
+	// attempt runs once full's disk is freed and full has caught up. (Their
+	// lease, 30 s + 5 s, is longer than the wait below: a full node that
+	// never caught up fails the test. CI once saw 6 of 20 stay RUNNING on
+	// full: the leader's replication to it had deadlocked, see
+	// raftstore.newRaftTransport.)
 	for i := range 20 {
 		id := fmt.Sprintf("during-%d", i)
-		resp, _, err := other.Client.SubmitRetry(ctx, []byte(fmt.Sprintf(`{"id":%q,"handler":"disk","delay":"300ms","timeout":"5s"}`, id)))
+		resp, _, err := other.Client.SubmitRetry(ctx, []byte(fmt.Sprintf(`{"id":%q,"handler":"disk","delay":"300ms"}`, id)))
 		if err != nil || resp.Status != 201 {
 			t.Fatalf("submit %s through other while full's disk is full: %v %v", id, resp, err)
 		}
@@ -197,7 +207,22 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 			}
 		}
 		if lost > 0 {
-			return fmt.Errorf("%d of %d tasks not SUCCESS: %s", lost, len(ids), strings.Join(which, "; "))
+			// Where full stands: its applied index against the leader's,
+			// and its storage state (CI once left 6 attempts RUNNING on
+			// full for the whole wait).
+			state := ""
+			if fi, err := full.Client.Cluster(ctx); err == nil {
+				state = fmt.Sprintf("%s applied %d", full.ID, fi.AppliedIndex)
+			}
+			if oi, err := other.Client.Cluster(ctx); err == nil {
+				state += fmt.Sprintf(", leader %s applied %d", oi.Leader, oi.AppliedIndex)
+			}
+			if resp, err := full.Client.Do(ctx, "GET", "/v1/cluster", nil); err == nil {
+				if i := strings.Index(string(resp.Body), `"storage"`); i >= 0 {
+					state += "; " + string(resp.Body[i:min(len(resp.Body), i+300)])
+				}
+			}
+			return fmt.Errorf("%d of %d tasks not SUCCESS (%s): %s", lost, len(ids), state, strings.Join(which, "; "))
 		}
 		return nil
 	})
@@ -233,4 +258,57 @@ func TestDiskFull_RefusesWritesAndRecovers(t *testing.T) {
 		t.Errorf("full panicked:\n%s", harness.Tail(logs, 4000))
 	}
 	t.Logf("tasks: %d submitted, lost 0; %s stayed up through the full disk", len(ids), full.ID)
+}
+
+// TestDiskFull_FollowerGetsAttemptsWhileFull fills a follower's disk and at
+// once submits tasks that fall due before the leader can have heard of it
+// (its load report comes every 300 ms), so some attempts are routed to the
+// full node, which cannot apply their Fire. Once the disk is freed it
+// applies them and delivers: every task succeeds (here in about 0.6 s),
+// long before their leases (30 s + 5 s) could end; the test logs any task
+// that took a second attempt.
+func TestDiskFull_FollowerGetsAttemptsWhileFull(t *testing.T) {
+	c := tmpfsCluster(t)
+	leader := c.Leader()
+	full := c.Followers()[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	junk := filepath.Join(full.DataDir, "junk")
+	filled := fillDisk(t, junk)
+	t.Logf("filled follower %s's tmpfs with %d MiB of junk", full.ID, filled>>20)
+	var ids []string
+	for i := range 30 {
+		id := fmt.Sprintf("t-%d", i)
+		resp, _, err := leader.Client.SubmitRetry(ctx, []byte(fmt.Sprintf(`{"id":%q,"handler":"disk","delay":"100ms"}`, id)))
+		if err != nil || resp.Status != 201 {
+			t.Fatalf("submit %s: %v %v", id, resp, err)
+		}
+		ids = append(ids, id)
+	}
+	time.Sleep(2 * time.Second)
+	if err := os.Remove(junk); err != nil {
+		t.Fatal(err)
+	}
+	freed := time.Now()
+	harness.WaitFor(t, 20*time.Second, 200*time.Millisecond, "every task SUCCESS", func() error {
+		var which []string
+		for _, id := range ids {
+			tk, err := leader.Client.GetTask(ctx, id)
+			if err != nil {
+				which = append(which, fmt.Sprintf("%s: %v", id, err))
+			} else if tk.State != "SUCCESS" {
+				which = append(which, fmt.Sprintf("%s %s on %q, attempt %d, %q", id, tk.State, tk.Node, tk.Attempts, tk.LastError))
+			}
+		}
+		if len(which) > 0 {
+			return fmt.Errorf("%d of %d tasks not SUCCESS: %s", len(which), len(ids), strings.Join(which, "; "))
+		}
+		return nil
+	})
+	t.Logf("every task SUCCESS %v after the disk was freed", time.Since(freed).Round(time.Millisecond))
+	for _, id := range ids {
+		if tk, err := leader.Client.GetTask(ctx, id); err == nil && tk.Attempts > 1 {
+			t.Logf("%s took %d attempts (last on %s)", id, tk.Attempts, tk.Node)
+		}
+	}
 }

@@ -17,6 +17,7 @@ import (
 // with its usual flags it leads alone with every task it had, takes
 // writes, and a node with a fresh data dir joins it and becomes a voter.
 func TestRecover_OneSurvivorOfThree(t *testing.T) {
+	harness.SkipShort(t)
 	c := harness.NewCluster(t)
 	c.WaitReady()
 	l := c.Leader()

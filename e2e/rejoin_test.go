@@ -17,6 +17,7 @@ import (
 // again once it has caught up. Nothing is lost; the node reads every task
 // and takes writes.
 func TestRejoin_EmptyDataDirUnderOldID(t *testing.T) {
+	harness.SkipShort(t)
 	c := harness.NewCluster(t)
 	c.WaitReady()
 	l := c.Leader()

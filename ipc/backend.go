@@ -142,6 +142,13 @@ type TaskSpec struct {
 	// Retention, when positive, is how long the task is kept once
 	// finished, instead of the node's --retention or --retention-dead.
 	Retention time.Duration
+	// TraceParent and TraceState are the W3C trace context the task was
+	// submitted with (validated; "" for none): every callback carries a
+	// traceparent with its trace id and flags, and the tracestate as is.
+	// They are not part of SameSpec: the same submit retried from another
+	// trace is the same task (200 with the stored one), not a conflict.
+	TraceParent string
+	TraceState  string
 }
 
 // BackoffSpec is the retry backoff of a task, validated: the n-th retry
@@ -152,7 +159,8 @@ type BackoffSpec = engine.Backoff
 // Recurring reports whether the spec has a schedule.
 func (s TaskSpec) Recurring() bool { return s.Cron != "" || s.Every > 0 }
 
-// SameSpec reports whether a and b describe the same task, ignoring Overwrite.
+// SameSpec reports whether a and b describe the same task, ignoring
+// Overwrite and the trace context (TraceParent, TraceState: see TaskSpec).
 func SameSpec(a, b TaskSpec) bool {
 	return a.ID == b.ID && a.Handler == b.Handler && string(a.Payload) == string(b.Payload) &&
 		a.PayloadBase64 == b.PayloadBase64 && a.Delay == b.Delay && a.RunAt.Equal(b.RunAt) &&

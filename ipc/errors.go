@@ -47,6 +47,13 @@ var (
 	// ErrInvalidJSON is returned when a request body is not valid JSON (or not
 	// a JSON object).
 	ErrInvalidJSON = tableError(axapi.CodeInvalidJSON)
+	// ErrInvalidTraceparent is returned when a submit's traceparent
+	// (header or field) is not a valid W3C traceparent.
+	ErrInvalidTraceparent = tableError(axapi.CodeInvalidTraceparent)
+	// ErrInvalidTracestate is returned when a submit's tracestate (header
+	// or field) is not a valid W3C tracestate, or comes without a
+	// traceparent.
+	ErrInvalidTracestate = tableError(axapi.CodeInvalidTracestate)
 	// ErrNotFound is returned when a task (or route) does not exist.
 	ErrNotFound = tableError(axapi.CodeNotFound)
 	// ErrHandlerNotFound is returned when a handler named in the path has
@@ -100,7 +107,7 @@ func tableError(code string) *Error {
 // table (the order of the documentation).
 var errorTable = func() []*Error {
 	sentinels := []*Error{
-		ErrInvalid, ErrInvalidJSON, ErrNotFound, ErrHandlerNotFound, ErrMethodNotAllowed, ErrConflict,
+		ErrInvalid, ErrInvalidJSON, ErrInvalidTraceparent, ErrInvalidTracestate, ErrNotFound, ErrHandlerNotFound, ErrMethodNotAllowed, ErrConflict,
 		ErrTaskFinished, ErrTooLarge, ErrQueueFull, ErrNoLeader, ErrNotReady, ErrStorageUnavailable, ErrInternal,
 	}
 	table := make([]*Error, 0, len(sentinels))

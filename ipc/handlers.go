@@ -54,6 +54,13 @@ func (s *Server) submitBatch(rctx context.Context, ctx *fasthttp.RequestCtx, _ s
 	if err != nil {
 		return err
 	}
+	tc, err := requestTrace(ctx)
+	if err != nil {
+		return err
+	}
+	for i := range specs {
+		specs[i].inheritTrace(tc)
+	}
 	items, err := s.backend.SubmitBatch(rctx, specs)
 	if err != nil {
 		return err

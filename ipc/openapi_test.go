@@ -387,7 +387,7 @@ func TestOpenAPI_Callback(t *testing.T) {
 			headers = append(headers, p["name"].(string))
 		}
 	}
-	want := []string{callback.HeaderTaskID, callback.HeaderHandler, callback.HeaderAttempt, callback.HeaderRun, callback.HeaderDeadline}
+	want := []string{callback.HeaderTaskID, callback.HeaderHandler, callback.HeaderAttempt, callback.HeaderRun, callback.HeaderDeadline, callback.HeaderTraceParent}
 	if !slices.Equal(headers, want) {
 		t.Errorf("callback headers = %v, want %v", headers, want)
 	}

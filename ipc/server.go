@@ -464,6 +464,11 @@ func (s *Server) submit(rctx context.Context, ctx *fasthttp.RequestCtx, _ string
 	if err != nil {
 		return err
 	}
+	tc, err := requestTrace(ctx)
+	if err != nil {
+		return err
+	}
+	spec.inheritTrace(tc)
 	task, created, err := s.backend.Submit(rctx, spec)
 	if err != nil {
 		return err

@@ -123,6 +123,8 @@ var fieldTypes = map[string]string{
 	"route_key":      "a string",
 	"labels":         "an object of string values",
 	"retention":      `a Go duration string like "24h"`,
+	"traceparent":    `a W3C traceparent like "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"`,
+	"tracestate":     `a W3C tracestate like "vendor=value"`,
 
 	// The other request bodies (requests.go).
 	"tasks":           "an array of submit requests",
@@ -337,6 +339,9 @@ func (r *submitRequest) spec() (TaskSpec, error) {
 		return TaskSpec{}, err
 	}
 	if err := r.retention(&s); err != nil {
+		return TaskSpec{}, err
+	}
+	if err := r.trace(&s); err != nil {
 		return TaskSpec{}, err
 	}
 	return s, nil

@@ -63,6 +63,13 @@ type Spec struct {
 	// is finished (SUCCESS, CANCELLED, DEAD, FAILED), overriding the
 	// node's retention flags; 0 means the flags decide.
 	RetentionNs int64 `msgpack:"rt,omitempty"`
+	// TraceParent and TraceState are the W3C trace context the task was
+	// submitted with, validated by the API ("" for none): its callbacks
+	// carry the trace id and flags (axapi.CallbackTraceParent). They are
+	// not part of Equal: a submit retried from another trace is the same
+	// task, and the stored task keeps its first trace context.
+	TraceParent string `msgpack:"tp,omitempty"`
+	TraceState  string `msgpack:"ts,omitempty"`
 }
 
 // Backoff is a task's retry backoff (engine.Backoff in nanoseconds).
@@ -76,7 +83,10 @@ type Backoff struct {
 // Recurring reports whether the task has a schedule.
 func (a *Spec) Recurring() bool { return a.Cron != "" || a.EveryNs > 0 }
 
-// Equal reports whether a and b are the same spec.
+// Equal reports whether a and b are the same spec. The trace context
+// (TraceParent, TraceState) is not compared: it says where a submit came
+// from, not what it asks for, and a client retrying a submit (a timeout,
+// a redeploy) under a new trace must get the stored task, not a conflict.
 func (a Spec) Equal(b Spec) bool {
 	return a.Handler == b.Handler && string(a.Payload) == string(b.Payload) &&
 		a.PayloadBase64 == b.PayloadBase64 && a.DelayNs == b.DelayNs && a.RunAtMs == b.RunAtMs &&

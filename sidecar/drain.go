@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/axsched/ax/sidecar/cluster"
 )
 
@@ -66,6 +68,30 @@ func (n *Node) drainDelivery(ctx context.Context) int {
 		n.log.Info().Msg("drained: no attempt in flight")
 	}
 	return left
+}
+
+// handOverFireAhead is how far ahead a leader that stops gracefully fires
+// the runs due soon, before it hands leadership over (Scheduler.FireAhead):
+// more than a transfer and the new leader's first load take (14-220 ms
+// measured on a quiet machine, up to 1.1 s at a load average of 20).
+const handOverFireAhead = 2 * time.Second
+
+// fireAheadOfHandOver, on a leader of two or more nodes that is about to
+// hand leadership over, fires the runs due within handOverFireAhead to
+// the nodes that stay (this one is draining), so that none of them waits
+// for the transfer and the new leader's load: each is held on its node
+// until its due time. Bounded by handOverFireAhead.
+func (n *Node) fireAheadOfHandOver(ctx context.Context) {
+	if n.raft.State() != raft.Leader || n.numServers() < 2 {
+		return
+	}
+	fctx, cancel := context.WithTimeout(ctx, handOverFireAhead)
+	defer cancel()
+	start := time.Now()
+	if k := n.leader.FireAhead(fctx, handOverFireAhead); k > 0 {
+		n.log.Info().Int("runs", k).Dur("horizon", handOverFireAhead).Dur("took", time.Since(start)).
+			Msg("fired the runs due before the hand-over")
+	}
 }
 
 // drainVoters is what the cluster's HandOver and Leave need of the

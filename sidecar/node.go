@@ -170,12 +170,8 @@ func (n *Node) open() error {
 		return err
 	}
 	n.api = ipc.NewServer(n.backend, n.log, ipc.ServerOptions{Metrics: n.metrics.Handler()})
-	ln, err := cluster.ListenUnix(n.cfg.Socket)
+	ln, err := cluster.ListenUnix(n.cfg.Socket, n.cfg.SocketMode, n.cfg.SocketGroup)
 	if err != nil {
-		return err
-	}
-	if err := cluster.SetSocketAccess(n.cfg.Socket, n.cfg.SocketMode, n.cfg.SocketGroup); err != nil {
-		ln.Close()
 		return err
 	}
 	if err := n.serveHealth(n.ctx); err != nil {
@@ -270,6 +266,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			n.drainDelivery(ctx)
 		}
 		if n.raft != nil && n.cluster != nil {
+			n.fireAheadOfHandOver(ctx)
 			n.cluster.HandOver(drainVoters{n}) // cluster/leave.go
 		}
 		if n.raft != nil && n.cluster != nil && n.cfg.LeaveOnShutdown && n.numServers() > 1 {

@@ -41,6 +41,7 @@ func newMembership(n *Node) *cluster.Membership {
 	}, cluster.Deps{
 		Raft: n.raft, Peers: n.peers.Client, Proposer: clusterProposer{n}, FSM: n.fsm, RaftLog: n.store, Routes: clusterRoutes{n}, Load: clusterLoad{n},
 		Clock: n.clock, Log: n.log, Registered: &n.registered, Removed: &n.removed,
+		LeaderChanged: n.leaders.Changed,
 	})
 }
 

@@ -59,7 +59,7 @@ func (c *Client) SubmitBatch(ctx context.Context, reqs []SubmitRequest) ([]Batch
 		if req.Handler == "" {
 			return nil, fmt.Errorf("%w: tasks[%d]: handler: required", ErrInvalid, i)
 		}
-		item, err := encodeSubmit(req)
+		item, err := encodeSubmit(withTrace(ctx, req))
 		if err != nil {
 			return nil, batchItemError(i, err)
 		}

@@ -134,7 +134,7 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (*Task, error) {
 	if req.Handler == "" {
 		return nil, fmt.Errorf("%w: handler: required", ErrInvalid)
 	}
-	body, err := encodeSubmit(req)
+	body, err := encodeSubmit(withTrace(ctx, req))
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,9 @@ and, when a task is due, call an executor of the application back over HTTP.
 The package has two halves: a Client that submits (one by one or in
 batches), looks up, lists, cancels and re-runs tasks (and registers
 executors with the sidecar), and an Executor that receives the callbacks and
-runs Handlers through Middleware. It uses the standard library only.
+runs Handlers through Middleware. It uses the standard library and, for
+trace context, the OpenTelemetry trace API (go.opentelemetry.io/otel/trace:
+see WithTraceContext and Delivery.SpanContext).
 
 	import ax "github.com/axsched/ax/clients/go"
 

@@ -66,14 +66,18 @@ var (
 // Error codes of the API, the "code" field of an error body: the codes of
 // axapi's error table (axapi.ErrorTable), which the sidecar serves.
 const (
-	CodeBadRequest      = axapi.CodeBadRequest
-	CodeInvalidJSON     = axapi.CodeInvalidJSON
-	CodeNotFound        = axapi.CodeNotFound
-	CodeConflict        = axapi.CodeConflict
-	CodePayloadTooLarge = axapi.CodePayloadTooLarge
-	CodeQueueFull       = axapi.CodeQueueFull
-	CodeNoLeader        = axapi.CodeNoLeader
-	CodeNotReady        = axapi.CodeNotReady
+	CodeBadRequest  = axapi.CodeBadRequest
+	CodeInvalidJSON = axapi.CodeInvalidJSON
+	// CodeInvalidTraceparent and CodeInvalidTracestate (HTTP 400, matching
+	// ErrInvalid): a submit's trace context is not valid W3C Trace Context.
+	CodeInvalidTraceparent = axapi.CodeInvalidTraceparent
+	CodeInvalidTracestate  = axapi.CodeInvalidTracestate
+	CodeNotFound           = axapi.CodeNotFound
+	CodeConflict           = axapi.CodeConflict
+	CodePayloadTooLarge    = axapi.CodePayloadTooLarge
+	CodeQueueFull          = axapi.CodeQueueFull
+	CodeNoLeader           = axapi.CodeNoLeader
+	CodeNotReady           = axapi.CodeNotReady
 	// CodeStorageUnavailable (HTTP 503, with Retry-After): the node's disk
 	// cannot take writes (full, not writable); it refuses writes until it
 	// recovers and still serves reads. Check APIError.Code for it.
@@ -90,16 +94,18 @@ const (
 
 // codeSentinels maps an API error code to the sentinel it matches.
 var codeSentinels = map[string]error{
-	CodeBadRequest:      ErrInvalid,
-	CodeInvalidJSON:     ErrInvalid,
-	CodeNotFound:        ErrNotFound,
-	CodeHandlerNotFound: ErrNotFound,
-	CodeTaskFinished:    ErrConflict,
-	CodeConflict:        ErrConflict,
-	CodePayloadTooLarge: ErrTooLarge,
-	CodeQueueFull:       ErrQueueFull,
-	CodeNoLeader:        ErrNoLeader,
-	CodeNotReady:        ErrNotReady,
+	CodeBadRequest:         ErrInvalid,
+	CodeInvalidJSON:        ErrInvalid,
+	CodeInvalidTraceparent: ErrInvalid,
+	CodeInvalidTracestate:  ErrInvalid,
+	CodeNotFound:           ErrNotFound,
+	CodeHandlerNotFound:    ErrNotFound,
+	CodeTaskFinished:       ErrConflict,
+	CodeConflict:           ErrConflict,
+	CodePayloadTooLarge:    ErrTooLarge,
+	CodeQueueFull:          ErrQueueFull,
+	CodeNoLeader:           ErrNoLeader,
+	CodeNotReady:           ErrNotReady,
 }
 
 // statusSentinels is the fallback used when an error answer carries no code

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -32,6 +33,7 @@ const (
 	HeaderRun         = axapi.HeaderRun
 	HeaderDeadline    = axapi.HeaderDeadline
 	HeaderTraceParent = axapi.HeaderTraceParent
+	HeaderTraceState  = axapi.HeaderTraceState
 )
 
 // FallbackHandler is the handler name that receives deliveries for handlers
@@ -59,9 +61,15 @@ type Delivery struct {
 	// Payload is the task's payload, byte for byte: the JSON of
 	// SubmitRequest.Payload or the bytes of SubmitRequest.PayloadBytes.
 	Payload []byte
-	// TraceParent is the W3C traceparent of the task, empty when it has
-	// none; a tracing Middleware can continue the trace from it.
+	// TraceParent is the callback's W3C traceparent: the task's trace id
+	// (the one it was submitted with, else one derived from its id) and
+	// flags, and a parent id of this attempt's own (the same when the
+	// attempt is delivered again). TraceState is the tracestate the task
+	// was submitted with. Empty from a sidecar older than trace context.
+	// The handler's context carries them as the remote span context
+	// (SpanContext), unless a tracing middleware put a span there first.
 	TraceParent string
+	TraceState  string
 }
 
 // Handler runs the tasks of one handler name.
@@ -345,6 +353,7 @@ func (e *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	info := &attemptInfo{d: d, client: e.client}
 	ctx = context.WithValue(ctx, attemptKey{}, info)
+	ctx = withRemoteSpan(ctx, d)
 	err = runHandler(ctx, h, d)
 
 	var perm *permanentError
@@ -392,6 +401,7 @@ func parseDelivery(r *http.Request) (*Delivery, error) {
 		TaskID:      r.Header.Get(HeaderTaskID),
 		Handler:     r.Header.Get(HeaderHandler),
 		TraceParent: r.Header.Get(HeaderTraceParent),
+		TraceState:  strings.Join(r.Header.Values(HeaderTraceState), ","),
 	}
 	if d.TaskID == "" {
 		return nil, fmt.Errorf("missing %s header", HeaderTaskID)

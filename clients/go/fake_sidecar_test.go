@@ -360,6 +360,9 @@ func parseSubmit(body []byte) (*fakeSubmit, *fakeError) {
 		} `json:"backoff"`
 		RouteKey string            `json:"route_key"`
 		Labels   map[string]string `json:"labels"`
+		// Accepted, not kept (trace_test.go reads them from the request).
+		TraceParent string `json:"traceparent"`
+		TraceState  string `json:"tracestate"`
 	}
 	bad := func(format string, args ...any) (*fakeSubmit, *fakeError) {
 		return nil, &fakeError{http.StatusBadRequest, "bad_request", fmt.Sprintf(format, args...)}

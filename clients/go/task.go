@@ -147,6 +147,15 @@ type SubmitRequest struct {
 	// is purged. Zero keeps the sidecar's --retention (SUCCESS, CANCELLED)
 	// or --retention-dead (DEAD, FAILED); negative is refused (ErrInvalid).
 	Retention time.Duration
+
+	// TraceParent and TraceState are the W3C trace context of the task:
+	// every callback carries its trace id (Delivery.TraceParent). Empty
+	// TraceParent: Submit and SubmitBatch take the trace context of their
+	// ctx (WithTraceContext, else the OpenTelemetry span context in it),
+	// if any. The sidecar refuses an invalid one (ErrInvalid, code
+	// invalid_traceparent or invalid_tracestate). They do not make a
+	// resubmit a different spec.
+	TraceParent, TraceState string
 }
 
 // Backoff is the retry backoff of a task: the n-th retry of a run waits
@@ -234,6 +243,11 @@ type Task struct {
 	Retention time.Duration
 	// Paused is true while the task is paused (Client.PauseTask).
 	Paused bool
+	// TraceID (32 hex digits) is the trace every callback of the task
+	// carries: the submitted traceparent's, or the task id's
+	// (axapi.TaskTraceID) when it was submitted without one. TraceParent
+	// and TraceState are the trace context as submitted, if any.
+	TraceID, TraceParent, TraceState string
 
 	// WaitingReason says why a due WAITING task has not started
 	// ("no_executor", "executor_busy", "executor_unavailable",
@@ -289,6 +303,9 @@ func encodeSubmit(req SubmitRequest) ([]byte, error) {
 		Priority:  req.Priority,
 		Overwrite: req.Overwrite,
 		Labels:    req.Labels,
+		// Set by Submit from the context when the request has none.
+		TraceParent: req.TraceParent,
+		TraceState:  req.TraceState,
 	}
 	if len(req.PayloadBytes) > PayloadMaxBytes {
 		// Checked here: the sidecar would close the connection while the
@@ -414,6 +431,9 @@ func taskFromWire(w *axapi.Task) (*Task, error) {
 		RouteKey:    w.RouteKey,
 		Labels:      w.Labels,
 		Paused:      w.Paused,
+		TraceID:     w.TraceID,
+		TraceParent: w.TraceParent,
+		TraceState:  w.TraceState,
 	}
 	t.WaitingReason, t.WaitingSince, t.WaitingUntil = w.WaitingReason, deref(w.WaitingSince), deref(w.WaitingUntil)
 	var err error

@@ -236,7 +236,7 @@ func errorLine(err error) string {
 			} else {
 				msg += " (" + apiErr.Code + ")"
 			}
-		case "", ax.CodeNotFound, ax.CodeConflict, ax.CodeBadRequest, ax.CodeInvalidJSON:
+		case "", ax.CodeNotFound, ax.CodeConflict, ax.CodeBadRequest, ax.CodeInvalidJSON, ax.CodeInvalidTraceparent, ax.CodeInvalidTracestate:
 		default:
 			msg += " (" + apiErr.Code + ")"
 		}

@@ -15,6 +15,7 @@ import (
 
 func devCmd() *cobra.Command {
 	var f nodeFlags
+	var uf uiFlags
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a single-node ax with embedded defaults, for development",
@@ -32,9 +33,19 @@ It takes the same flags as 'ax sidecar', with two other defaults: node id
 			if cfg.BootstrapExpect != 1 || len(cfg.Join) > 0 {
 				return usagef("ax dev runs one node; use 'ax sidecar' for a cluster")
 			}
-			n, err := sidecar.Start(cfg, log)
+			logf := func(format string, args ...any) { log.Warn().Msgf(format, args...) }
+			srv, ln, err := uf.listenUI(cfg.Socket, logf)
 			if err != nil {
 				return err
+			}
+			n, err := sidecar.Start(cfg, log)
+			if err != nil {
+				closeListener(ln)
+				return err
+			}
+			defer serveUI(srv, ln, logf)()
+			if srv != nil {
+				fmt.Printf("Dashboard: http://%s/\n", ln.Addr())
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			for n.Ready(ctx) != nil && ctx.Err() == nil {
@@ -46,6 +57,7 @@ It takes the same flags as 'ax sidecar', with two other defaults: node id
 		},
 	}
 	f.register(cmd)
+	uf.registerSidecar(cmd.Flags())
 	// The dev defaults, set as the flags' defaults so --help shows them.
 	for name, v := range map[string]string{"node-id": "dev", "log-format": "console", "log-level": "warn"} {
 		fl := cmd.Flags().Lookup(name)

@@ -1,6 +1,7 @@
 // Command ax is the ax task scheduler: the sidecar (`ax sidecar`), a
-// one-node development server (`ax dev`), and tools for people: `ax
-// submit`, `get`, `list`, `cancel`, `retry`, `cluster`, `version`, and `ax bench`.
+// one-node development server (`ax dev`), the dashboard (`ax ui`), and
+// tools for people: `ax submit`, `get`, `list`, `cancel`, `retry`,
+// `cluster`, `version`, and `ax bench`.
 package main
 
 import (
@@ -55,7 +56,7 @@ else $AX_SOCKET, else ./ax.sock. Each has --json for scripts. Exit codes:
 		c.GroupID = "tasks"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{sidecarCmd(), devCmd(), clusterCmd(), benchCmd(), echoExecutorCmd(), healthCmd(), tlsCmd()} {
+	for _, c := range []*cobra.Command{sidecarCmd(), devCmd(), uiCmd(), clusterCmd(), benchCmd(), echoExecutorCmd(), healthCmd(), tlsCmd()} {
 		c.GroupID = "ops"
 		root.AddCommand(c)
 	}

@@ -217,6 +217,7 @@ func (f *nodeFlags) configAndLogger() (sidecar.Config, zerolog.Logger, error) {
 
 func sidecarCmd() *cobra.Command {
 	var f nodeFlags
+	var uf uiFlags
 	var pprofAddr string
 	cmd := &cobra.Command{
 		Use:   "sidecar",
@@ -230,17 +231,30 @@ func sidecarCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			logf := func(format string, args ...any) { log.Warn().Msgf(format, args...) }
+			srv, ln, err := uf.listenUI(cfg.Socket, logf)
+			if err != nil {
+				return err
+			}
 			if err := startPprof(pprofAddr, cmd.ErrOrStderr()); err != nil {
+				closeListener(ln)
 				return err
 			}
 			n, err := sidecar.Start(cfg, log)
 			if err != nil {
+				closeListener(ln)
 				return err
 			}
+			stopUI := serveUI(srv, ln, logf)
+			if srv != nil {
+				log.Info().Str("ui_addr", ln.Addr().String()).Msg("dashboard serving")
+			}
+			defer stopUI()
 			return waitForSignal(n)
 		},
 	}
 	f.register(cmd)
+	uf.registerSidecar(cmd.Flags())
 	registerPprofFlag(cmd, &pprofAddr)
 	return cmd
 }

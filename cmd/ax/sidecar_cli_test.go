@@ -20,7 +20,7 @@ import (
 
 // startNode starts a real one-node sidecar in-process, on free ports, and
 // returns its socket once it is ready.
-func startNode(t *testing.T) string {
+func startNode(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "axcli")
 	if err != nil {

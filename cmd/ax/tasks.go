@@ -38,6 +38,7 @@ func submitCmd() *cobra.Command {
 		overwrite                       bool
 		every                           time.Duration
 		cron, timezone, until, routeKey string
+		traceparent, tracestate         string
 		repeats                         int
 		labels                          []string
 		backoffInitial, backoffMax      time.Duration
@@ -143,7 +144,8 @@ with its own attempts. --delay or --run-at set its first run; --repeats and
 				return usagef("--route-key: %d bytes; the limit is %d", len(routeKey), axapi.RouteKeyMaxBytes)
 			}
 			req.RouteKey = optional(routeKey)
-			req.Retention = optional(retention) // the sidecar validates it
+			req.Retention = optional(retention)                       // the sidecar validates it
+			req.TraceParent, req.TraceState = traceparent, tracestate // so does it these
 			if req.Backoff, err = backoffFlags(cmd, backoffInitial, backoffMax, backoffMultiplier, backoffJit); err != nil {
 				return err
 			}
@@ -192,6 +194,8 @@ with its own attempts. --delay or --run-at set its first run; --repeats and
 	fl.StringArrayVar(&labels, "label", nil, "KEY=VALUE kept with the task (repeatable, at most 32)")
 	fl.StringVar(&routeKey, "route-key", "", "route the task's attempts by consistent hashing on this key")
 	fl.StringVar(&retention, "retention", "", "keep the task this long once finished, then purge it (Go duration: 1h; default: the sidecar's --retention or --retention-dead)")
+	fl.StringVar(&traceparent, "traceparent", "", "W3C trace context of the task (00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>): every callback carries its trace id")
+	fl.StringVar(&tracestate, "tracestate", "", "W3C tracestate going with --traceparent (vendor=value,...)")
 	fl.DurationVar(&backoffInitial, "backoff-initial", 0, "retry backoff: wait before the first retry (default 2s)")
 	fl.DurationVar(&backoffMax, "backoff-max", 0, "retry backoff: longest wait (default 30s)")
 	fl.Float64Var(&backoffMultiplier, "backoff-multiplier", 0, "retry backoff: growth of the wait per retry, 1 or more (default 2)")
@@ -510,6 +514,13 @@ func printTask(w io.Writer, t *axapi.Task, now time.Time) error {
 	}
 	if t.LastError != "" {
 		row("Last error", oneLine(t.LastError))
+	}
+	if t.TraceID != "" {
+		trace := t.TraceID
+		if t.TraceParent == "" {
+			trace += " (from the task id)"
+		}
+		row("Trace", trace)
 	}
 	row("Created", fmtTime(&t.CreatedAt, now))
 	row("Updated", fmtTime(&t.UpdatedAt, now))

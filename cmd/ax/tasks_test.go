@@ -10,7 +10,8 @@ import (
 func TestSubmitSendsTheFlags(t *testing.T) {
 	f := startFake(t)
 	out, errOut, code := runAx(t, "submit", "order.timeout", "--socket", f.Socket, "--id", "order|42",
-		"--delay", "30m", "--payload", `{"order_id": 42}`, "--priority", "0", "--timeout", "1m", "--max-attempts", "7", "--overwrite")
+		"--delay", "30m", "--payload", `{"order_id": 42}`, "--priority", "0", "--timeout", "1m", "--max-attempts", "7", "--overwrite",
+		"--traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "--tracestate", "rojo=1")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
@@ -19,7 +20,8 @@ func TestSubmitSendsTheFlags(t *testing.T) {
 	}
 	body := f.bodies[0]
 	for _, want := range []string{`"id":"order|42"`, `"handler":"order.timeout"`, `"delay":"30m0s"`, `"priority":0`,
-		`"timeout":"1m0s"`, `"max_attempts":7`, `"overwrite":true`, `"payload":{"order_id": 42}`} {
+		`"timeout":"1m0s"`, `"max_attempts":7`, `"overwrite":true`, `"payload":{"order_id": 42}`,
+		`"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"`, `"tracestate":"rojo=1"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("request body %s lacks %s", body, want)
 		}

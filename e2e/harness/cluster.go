@@ -20,6 +20,7 @@ type clusterConfig struct {
 	noExecutors     bool
 	logLevel        string
 	extraArgs       []string
+	nodeArgs        map[int][]string
 	peerProxies     bool
 	deferred        map[int]bool
 }
@@ -54,6 +55,17 @@ func WithLogLevel(l string) ClusterOption { return func(c *clusterConfig) { c.lo
 // WithArgs appends arguments to every node's command line.
 func WithArgs(args ...string) ClusterOption {
 	return func(c *clusterConfig) { c.extraArgs = append(c.extraArgs, args...) }
+}
+
+// WithNodeArgs appends arguments to the command line of the node with
+// this index (0-based) only, after WithArgs's.
+func WithNodeArgs(idx int, args ...string) ClusterOption {
+	return func(c *clusterConfig) {
+		if c.nodeArgs == nil {
+			c.nodeArgs = map[int][]string{}
+		}
+		c.nodeArgs[idx] = append(c.nodeArgs[idx], args...)
+	}
 }
 
 // WithPeerProxies routes every link between two nodes, per direction,
@@ -169,6 +181,7 @@ func NewCluster(t testing.TB, opts ...ClusterOption) *Cluster {
 			args = append(args, "--executor", "*=unix://"+n.Exec.Socket)
 		}
 		args = append(args, cfg.extraArgs...)
+		args = append(args, cfg.nodeArgs[n.Index]...)
 		n.Process = NewProcess(n.ID, AxBin, filepath.Join(dataRoot, n.ID+".log"), args...)
 	}
 

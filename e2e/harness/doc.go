@@ -12,7 +12,7 @@
 //   - process.go: Process, one ax process (Start, Stop, Kill, Pause,
 //     Resume, Restart, Logs); procattr_*.go, procgroup_*.go: a process dies
 //     with the test binary; procstat.go: its CPU and RSS from /proc.
-//   - cluster.go: Cluster and its options (WithSize, WithArgs,
+//   - cluster.go: Cluster and its options (WithSize, WithArgs, WithNodeArgs,
 //     WithPeerProxies, ...), Node, Leader, Followers, WaitReady,
 //     WaitForNewLeader, WaitFor; query.go: reads that tolerate a cluster
 //     in flux (AgreedLeader, ListTasks, ReaderClient, WaitReadyWithin).

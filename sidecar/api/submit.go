@@ -71,6 +71,7 @@ func submitCommand(spec ipc.TaskSpec) raftfsm.Command {
 	}
 	s.Spec.RouteKey, s.Spec.Labels = spec.RouteKey, spec.Labels
 	s.Spec.RetentionNs = int64(spec.Retention)
+	s.Spec.TraceParent, s.Spec.TraceState = spec.TraceParent, spec.TraceState
 	return raftfsm.Command{Type: raftfsm.CmdSubmit, Submit: s}
 }
 

@@ -1,8 +1,10 @@
 package api
 
 import (
+	"encoding/hex"
 	"time"
 
+	"github.com/axsched/ax/clients/go/axapi"
 	"github.com/axsched/ax/ipc"
 	"github.com/axsched/ax/raftfsm"
 )
@@ -65,6 +67,9 @@ func taskView(t *raftfsm.Task) ipc.Task {
 		v.Retention = time.Duration(t.Spec.RetentionNs).String()
 	}
 	v.Paused = t.Paused
+	traceID, _ := axapi.TraceOf(t.Spec.TraceParent, t.ID)
+	v.TraceID = hex.EncodeToString(traceID[:])
+	v.TraceParent, v.TraceState = t.Spec.TraceParent, t.Spec.TraceState
 	if b := t.Spec.Backoff; b != nil {
 		v.Backoff = &ipc.BackoffView{Initial: time.Duration(b.InitialNs).String(), Max: time.Duration(b.MaxNs).String(), Multiplier: b.Multiplier, Jitter: b.Jitter}
 	}

@@ -139,6 +139,10 @@ type Deps struct {
 	Registered *atomic.Bool
 	// Removed is set while the leader does not list this node.
 	Removed *atomic.Bool
+	// LeaderChanged, when set, returns a channel closed at the next
+	// change of the leader this node knows of (raftstore.LeaderWatch):
+	// ReportLoop then reports at once.
+	LeaderChanged func() <-chan struct{}
 }
 
 // Membership keeps this node in its cluster.

@@ -570,3 +570,56 @@ func TestServeHealth(t *testing.T) {
 		t.Errorf("bad address: %v", err)
 	}
 }
+
+// ReportLoop reports every ReportInterval, and at once when the leader
+// changes: a new leader gives attempts only to the nodes it has heard
+// from (a follower waited up to ReportInterval for its first report).
+func TestReportLoopReportsAtOnceToANewLeader(t *testing.T) {
+	e := newEnv(t, Config{})
+	var wmu sync.Mutex
+	changed := make(chan struct{})
+	e.m.d.LeaderChanged = func() <-chan struct{} {
+		wmu.Lock()
+		defer wmu.Unlock()
+		return changed
+	}
+	notify := func() {
+		wmu.Lock()
+		close(changed)
+		changed = make(chan struct{})
+		wmu.Unlock()
+	}
+	e.routes.leader = "n2:peer"
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.m.ReportLoop(ctx) }()
+	defer func() { cancel(); <-done }()
+	reports := func() int {
+		e.peers.mu.Lock()
+		defer e.peers.mu.Unlock()
+		return len(e.peers.reports)
+	}
+	waitReports := func(n int, what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for reports() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d reports, want %d", what, reports(), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	e.clock.BlockUntil(1) // the loop waits on its timer
+	e.clock.Advance(ReportInterval)
+	waitReports(1, "after one interval")
+	e.clock.BlockUntil(1)
+	e.routes.leader = "n3:peer"
+	notify() // the clock does not move
+	waitReports(2, "after a leader change")
+	if got := e.peers.log(); got[len(got)-1] != "report n3:peer" {
+		t.Errorf("calls %q, want the last report sent to the new leader n3", got)
+	}
+	if n := reports(); n != 2 {
+		t.Errorf("%d reports, want 2", n)
+	}
+}

@@ -23,13 +23,34 @@ const (
 // ReportLoop tells the leader every ReportInterval that this node is
 // alive, how many callbacks it has in flight, how far it has applied the
 // log and its Raft state (autopilot judges its health from these), until
-// ctx ends.
+// ctx ends. It also reports at once when the leader changes
+// (Deps.LeaderChanged): a new leader routes attempts only to the nodes it
+// has heard from, so without it the nodes but the leader got no attempt
+// for up to ReportInterval after every election or hand-over.
 func (m *Membership) ReportLoop(ctx context.Context) {
-	every(ctx, m.d.Clock, ReportInterval, func() {
+	leaderChanged := func() <-chan struct{} {
+		if m.d.LeaderChanged == nil {
+			return nil
+		}
+		return m.d.LeaderChanged()
+	}
+	t := m.d.Clock.NewTimer(ReportInterval)
+	defer t.Stop()
+	changed := leaderChanged()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			t.Reset(ReportInterval)
+		case <-changed:
+		}
+		// Taken before the report, so that a change during it is not missed.
+		changed = leaderChanged()
 		rctx, cancel := context.WithTimeout(ctx, ReportInterval)
 		m.ReportOnce(rctx)
 		cancel()
-	})
+	}
 }
 
 // ReportOnce sends one load report to the leader (records it, on the

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -51,9 +53,13 @@ func SetSocketAccess(path string, mode os.FileMode, group string) error {
 }
 
 // ListenUnix removes a stale socket file (one no process answers on) and
-// listens on path with mode 0660 (SetSocketAccess sets the configured
-// mode and group). A socket another process serves is an error.
-func ListenUnix(path string) (net.Listener, error) {
+// listens on path. The socket appears at path already with mode and, when
+// group is set, that group (SetSocketAccess): it is made under a
+// temporary name in the same directory, given its access, then renamed
+// into place, so no process can connect while it has the umask's mode. A
+// socket another process serves is an error. Closing the listener leaves
+// the file; the caller removes it.
+func ListenUnix(path string, mode os.FileMode, group string) (net.Listener, error) {
 	if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
 			c.Close()
@@ -61,18 +67,29 @@ func ListenUnix(path string) (net.Listener, error) {
 		}
 		os.Remove(path)
 	}
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, err
-		}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, err
 	}
-	ln, err := net.Listen("unix", path)
+	// A short name: a socket path has at most 107 bytes.
+	var nonce [4]byte
+	_, _ = rand.Read(nonce[:])
+	tmp := filepath.Join(dir, ".ax"+hex.EncodeToString(nonce[:]))
+	ln, err := net.Listen("unix", tmp)
 	if err != nil {
 		return nil, fmt.Errorf("listen on socket %s: %w", path, err)
 	}
-	if err := os.Chmod(path, 0o660); err != nil {
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	fail := func(err error) (net.Listener, error) {
 		ln.Close()
+		os.Remove(tmp)
 		return nil, err
+	}
+	if err := SetSocketAccess(tmp, mode, group); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fail(fmt.Errorf("listen on socket %s: %w", path, err))
 	}
 	return ln, nil
 }

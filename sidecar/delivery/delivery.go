@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/axsched/ax/clients/go/axapi"
 	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/raftfsm"
 	"github.com/axsched/ax/sidecar/delivery/callback"
@@ -180,7 +182,7 @@ func (d *Delivery) OnEvent(ev *raftfsm.Event) {
 			// leader has long counted as lost and retried elsewhere (the
 			// next entries say so). Delivering it would only duplicate the
 			// retry; the leader's lease timer covers it if not retried yet.
-			d.log.Debug().Str("task_id", t.ID).Int("attempt", t.Attempts).Time("lease", time.UnixMilli(t.LeaseMs)).
+			d.log.Debug().Str("task_id", t.ID).Func(traceField(t)).Int("attempt", t.Attempts).Time("lease", time.UnixMilli(t.LeaseMs)).
 				Msg("not delivering an attempt whose lease ended before its fire was applied here")
 			d.m.StaleFires.Inc()
 			return
@@ -463,6 +465,7 @@ func (d *Delivery) deliver(ctx context.Context, t *raftfsm.Task, r *attemptRun, 
 	out = d.caller.Execute(ctx, x.URL, callback.Callback{
 		TaskID: t.ID, Handler: t.Spec.Handler, Attempt: t.Attempts, Run: t.RunNumber(),
 		Deadline: deadline, Payload: t.Spec.Payload, MaxIdleConns: sl.maxC,
+		TraceParent: t.Spec.TraceParent, TraceState: t.Spec.TraceState,
 	})
 	if ctx.Err() != nil {
 		out.Kind = raftfsm.OutcomeCancelled
@@ -734,7 +737,10 @@ func (d *Delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 	// 6 % of the node's CPU in the first seconds of ax bench burst, for
 	// attempts that mostly log nothing. An event of a disabled level is nil, which ignores them.
 	log := func(e *zerolog.Event) *zerolog.Event {
-		return e.Str("task_id", t.ID).Int("attempt", t.Attempts).Str("handler", t.Spec.Handler)
+		if e == nil {
+			return nil // disabled: not even the trace id is computed
+		}
+		return e.Str("task_id", t.ID).Str("trace_id", traceID(t)).Int("attempt", t.Attempts).Str("handler", t.Spec.Handler)
 	}
 	var out callback.Outcome
 	xs := d.executorsFor(t.Spec.Handler)
@@ -840,6 +846,18 @@ func EncodeResult(body []byte) (stored []byte, binary bool) {
 	return body, !json.Valid(body)
 }
 
+// traceID is the trace id of t's callbacks, in hex, for log lines
+// (axapi.TraceOf).
+func traceID(t *raftfsm.Task) string {
+	id, _ := axapi.TraceOf(t.Spec.TraceParent, t.ID)
+	return hex.EncodeToString(id[:])
+}
+
+// traceField adds trace_id to an enabled log event.
+func traceField(t *raftfsm.Task) func(*zerolog.Event) {
+	return func(e *zerolog.Event) { e.Str("trace_id", traceID(t)) }
+}
+
 // report proposes an attempt's outcome until it commits (through
 // elections: the leader at the time takes it) or reportTimeout passes, or
 // the node stops.
@@ -852,7 +870,7 @@ func (d *Delivery) report(c *raftfsm.Complete, t *raftfsm.Task) {
 			return
 		}
 		if rctx.Err() != nil {
-			d.log.Warn().Str("task_id", t.ID).Int("attempt", c.Attempt).Err(err).Msg("could not report the outcome; the lease will expire and the leader retries")
+			d.log.Warn().Str("task_id", t.ID).Func(traceField(t)).Int("attempt", c.Attempt).Err(err).Msg("could not report the outcome; the lease will expire and the leader retries")
 			return
 		}
 		// No leader for a while (no quorum): keep trying until the

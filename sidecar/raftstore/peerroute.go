@@ -117,8 +117,21 @@ func (p routeProvider) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) 
 // newRaftTransport opens the Raft transport on cfg.RaftAddr: over
 // cfg.Stream's stream layer when set, else plain TCP; with peer routes, it
 // dials routed nodes at their route's address.
+//
+// Pipelined replication is off (MaxRPCsInFlight below raft's minimum for
+// it): in hashicorp/raft v1.8.0 one AppendEntries that a follower refuses
+// can deadlock the leader's pipeline to that follower for good (both of
+// netPipeline's channels are unbuffered at the default of 2: the decoder
+// exits on the refusal and the sender parks on a send nobody reads). The
+// follower still gets heartbeats, so no election heals it, and it never
+// gets another entry until the leader restarts (hashicorp/raft#612). ax
+// met it on a follower whose disk filled: its StoreLogs failed once, and
+// after the disk was freed it never applied another entry (the disk-full
+// e2e test; stacks showed the leader's replicate goroutine parked in
+// netPipeline.AppendEntries). In synchronous mode raft still ships every
+// entry pending for a follower in one AppendEntries round trip.
 func newRaftTransport(cfg *Config, fsm *raftfsm.FSM, adv net.Addr, maxPool int, timeout time.Duration, log hclog.Logger) (*raft.NetworkTransport, error) {
-	tc := &raft.NetworkTransportConfig{Logger: log, MaxPool: maxPool, Timeout: timeout}
+	tc := &raft.NetworkTransportConfig{Logger: log, MaxPool: maxPool, Timeout: timeout, MaxRPCsInFlight: raftMaxRPCsInFlight}
 	if len(cfg.PeerRoutes) > 0 {
 		tc.ServerAddressProvider = routeProvider{self: cfg.NodeID, selfAddr: cfg.RaftAdvertise, routes: cfg.PeerRoutes, fsm: fsm}
 	}
@@ -130,8 +143,9 @@ func newRaftTransport(cfg *Config, fsm *raftfsm.FSM, adv net.Addr, maxPool int, 
 		tc.Stream = sl
 		return raft.NewNetworkTransportWithConfig(tc), nil
 	}
-	if len(cfg.PeerRoutes) == 0 {
-		return raft.NewTCPTransportWithLogger(cfg.RaftAddr, adv, maxPool, timeout, log)
-	}
 	return raft.NewTCPTransportWithConfig(cfg.RaftAddr, adv, tc)
 }
+
+// raftMaxRPCsInFlight is below raft's minimum for pipelining (2), which
+// turns pipelined replication off (newRaftTransport says why).
+const raftMaxRPCsInFlight = 1

@@ -12,7 +12,8 @@
 //     a term.
 //   - arm.go: the load window and the timers kept in step with the FSM's
 //     events.
-//   - fire.go: expired timers become parked runs and LOST outcomes.
+//   - fire.go: expired timers become parked runs and LOST outcomes;
+//     FireAhead fires the runs due soon before a leadership hand-over.
 //   - park.go: the parked runs per handler and the drain that starts them.
 //   - capacity.go: which node has room for an attempt (executor capacity
 //     from load reports).

@@ -28,11 +28,56 @@ func (l *Scheduler) fired(ctx context.Context, batch []engine.Expired) {
 	go l.fire(ctx, due, leases)
 }
 
+// FireAhead fires at once the WAITING runs due within horizon of now
+// that are not parked yet, as a leader does just before it hands
+// leadership over (a graceful stop): while the transfer runs, raft refuses
+// every proposal, and the new leader fires nothing until it has loaded
+// the store, so runs falling due in between would wait for both. Fired
+// ahead, each run's attempt is held on its node until its due time (as
+// with FireLead), and its lease counts from that time. Runs that cannot
+// start now (no capacity, circuit open, handler cap) stay parked, for the
+// next leader to load. It returns how many runs it read and parked, and
+// returns once their Fires are committed (or failed), or ctx ends; it
+// does nothing while this node does not lead or has not loaded its store.
+func (l *Scheduler) FireAhead(ctx context.Context, horizon time.Duration) int {
+	if !l.Leading() {
+		return 0
+	}
+	now := l.clock.Now()
+	fromMs := now.Add(l.cfg.FireLead).UnixMilli() // what the timers have fired already
+	var ids []string
+	err := l.store.DueBetween(fromMs, now.Add(horizon).UnixMilli(), func(id string, _ int64) bool {
+		ids = append(ids, id)
+		return true
+	})
+	if err != nil {
+		l.log.Warn().Err(err).Msg("reading the runs due before the hand-over failed; the next leader fires them")
+		return 0
+	}
+	l.mu.Lock()
+	kept := ids[:0]
+	for _, id := range ids {
+		if _, parked := l.parkedIDs[id]; !parked {
+			if _, pending := l.pending[id]; !pending {
+				kept = append(kept, id)
+			}
+		}
+	}
+	l.mu.Unlock()
+	return l.fireWithin(ctx, kept, nil, max(horizon, l.cfg.FireLead))
+}
+
 // fire reads each due task once and parks its run in its handler's queue
 // (park.go), then drains the queues (dispatch): a run that cannot start
 // waits there, in memory, until an event wakes its handler. Expired
 // leases become Complete(LOST) commands.
 func (l *Scheduler) fire(ctx context.Context, due, leases []string) {
+	l.fireWithin(ctx, due, leases, l.cfg.FireLead)
+}
+
+// fireWithin is fire for the runs due within lead of now (FireLead, or
+// FireAhead's horizon); it returns how many runs it parked.
+func (l *Scheduler) fireWithin(ctx context.Context, due, leases []string, lead time.Duration) int {
 	now := l.clock.Now()
 	nowMs := now.UnixMilli()
 	var ts []*raftfsm.Task
@@ -46,7 +91,7 @@ func (l *Scheduler) fire(ctx context.Context, due, leases []string) {
 		if err != nil || t.State != raftfsm.StateWaiting {
 			continue
 		}
-		if t.DueMs > nowMs+l.cfg.FireLead.Milliseconds() { // re-armed since, or the clock moved back
+		if t.DueMs > nowMs+lead.Milliseconds() { // re-armed since, or the clock moved back
 			if timers := l.currentTimers(); timers != nil {
 				l.armDue(timers, id, t.DueMs)
 			}
@@ -54,6 +99,7 @@ func (l *Scheduler) fire(ctx context.Context, due, leases []string) {
 		}
 		ts = append(ts, t)
 	}
+	parked := 0
 	if len(ts) > 0 {
 		// Parked in due order: the queue is FIFO within a priority.
 		sort.SliceStable(ts, func(i, j int) bool { return ts[i].DueMs < ts[j].DueMs })
@@ -71,6 +117,7 @@ func (l *Scheduler) fire(ctx context.Context, due, leases []string) {
 		for _, t := range kept {
 			l.park(t.ID, t.Spec.Handler, t.Spec.Priority)
 		}
+		parked = len(kept)
 		l.dispatch(ctx)
 	}
 	var cmds []raftfsm.Command
@@ -94,8 +141,9 @@ func (l *Scheduler) fire(ctx context.Context, due, leases []string) {
 			if ctx.Err() == nil {
 				l.log.Warn().Err(err).Int("commands", k).Msg("proposing expired leases failed")
 			}
-			return
+			return parked
 		}
 		cmds = cmds[k:]
 	}
+	return parked
 }

@@ -23,6 +23,9 @@ type Call struct {
 	Attempt int
 	Run     int
 	Payload []byte
+	// TraceParent and TraceState are the callback's W3C trace context
+	// headers ("" when absent).
+	TraceParent, TraceState string
 	// Node is the id of the node whose executor took the call.
 	Node string
 	// At is the fake clock's time when the call arrived; Ended when the
@@ -123,7 +126,8 @@ func (e *Executor) serve(w http.ResponseWriter, r *http.Request) {
 	attempt, _ := strconv.Atoi(r.Header.Get("Ax-Attempt"))
 	run, _ := strconv.Atoi(r.Header.Get("Ax-Run"))
 	c := Call{TaskID: r.Header.Get("Ax-Task-Id"), Handler: r.Header.Get("Ax-Handler"), Attempt: attempt, Run: run,
-		Payload: body, Node: e.node, At: e.clock.Now()}
+		Payload: body, Node: e.node, At: e.clock.Now(),
+		TraceParent: r.Header.Get("traceparent"), TraceState: r.Header.Get("tracestate")}
 	e.mu.Lock()
 	i := len(e.calls)
 	e.calls = append(e.calls, c)

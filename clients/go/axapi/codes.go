@@ -17,6 +17,13 @@ const (
 	// CodeInvalidJSON: the body is not valid JSON, or not a JSON object.
 	// HTTP 400.
 	CodeInvalidJSON = "invalid_json"
+	// CodeInvalidTraceparent: a submit's traceparent (header or field) is
+	// not a valid W3C traceparent (ParseTraceParent). HTTP 400.
+	CodeInvalidTraceparent = "invalid_traceparent"
+	// CodeInvalidTracestate: a submit's tracestate (header or field) is
+	// not a valid W3C tracestate (CheckTraceState), or a tracestate field
+	// came without a traceparent. HTTP 400.
+	CodeInvalidTracestate = "invalid_tracestate"
 	// CodeNotFound: the task (or route, or executor) does not exist. HTTP
 	// 404.
 	CodeNotFound = "not_found"
@@ -70,6 +77,8 @@ type ErrorCode struct {
 var errorTable = []ErrorCode{
 	{Code: CodeBadRequest, Status: http.StatusBadRequest, Message: "bad request"},
 	{Code: CodeInvalidJSON, Status: http.StatusBadRequest, Message: "invalid json"},
+	{Code: CodeInvalidTraceparent, Status: http.StatusBadRequest, Message: "invalid traceparent"},
+	{Code: CodeInvalidTracestate, Status: http.StatusBadRequest, Message: "invalid tracestate"},
 	{Code: CodeNotFound, Status: http.StatusNotFound, Message: "not found"},
 	{Code: CodeHandlerNotFound, Status: http.StatusNotFound, Message: "handler not found"},
 	{Code: CodeMethodNotAllowed, Status: http.StatusMethodNotAllowed, Message: "method not allowed"},

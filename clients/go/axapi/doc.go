@@ -5,8 +5,8 @@
 // The sidecar's server (package ipc of github.com/axsched/ax), the Go
 // client (package ax, the parent of this package) and the ax command line
 // all use these types, so a field, a limit or a code cannot drift between
-// them. The package lives in the client's module because that module uses
-// only the standard library and is what applications import; the server's
+// them. The package itself uses only the standard library; it lives in the
+// client's module because that is what applications import; the server's
 // module requires it (go.mod's replace and go.work point at ./clients/go).
 //
 // Applications normally use the typed Client of package ax, whose Task,

@@ -74,6 +74,14 @@ type Task struct {
 	Result          json.RawMessage `json:"result,omitempty"`
 	ResultBase64    string          `json:"result_base64,omitempty"`
 	ResultTruncated bool            `json:"result_truncated,omitempty"`
+	// TraceID (32 lowercase hex digits) is the trace every callback of the
+	// task carries in its traceparent: the submitted traceparent's, or,
+	// when the task was submitted without one, the first 16 bytes of the
+	// SHA-256 of its id. TraceParent and TraceState are the trace context
+	// as submitted, when there was one.
+	TraceID     string `json:"trace_id,omitempty"`
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 	// Payload is the payload when it was submitted as JSON; PayloadBase64
 	// when it was submitted as payload_base64.
 	Payload       []byte `json:"-"`

@@ -48,6 +48,12 @@ type SubmitRequest struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// Retention (Go duration) keeps the task this long once finished.
 	Retention *string `json:"retention,omitempty"`
+	// TraceParent and TraceState are the W3C trace context of the submit
+	// (ParseTraceParent, CheckTraceState); they win over the request's
+	// traceparent and tracestate headers. Empty: none (the headers, if
+	// any, apply). A TraceState needs a TraceParent.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 
 	// Payload is a JSON payload, any JSON value, at most PayloadMaxBytes.
 	// Encode sends it byte for byte (json.Marshal would compact it).

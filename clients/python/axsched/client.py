@@ -277,6 +277,8 @@ class Client:
         route_key: Optional[str] = None,
         labels: Optional[Mapping[str, str]] = None,
         retention: Optional[Duration] = None,
+        traceparent: Optional[str] = None,
+        tracestate: Optional[str] = None,
     ) -> Task:
         """Submit a task and return it as stored. Returns once the task is
         durable on a quorum of the cluster.
@@ -321,6 +323,11 @@ class Client:
             retention: how long the task is kept once finished, then purged
                 (a timedelta or seconds, not negative); ``None`` keeps the
                 sidecar's ``--retention`` / ``--retention-dead``.
+            traceparent, tracestate: the W3C trace context of the task
+                (for example the ``traceparent`` header of the request being
+                served, or ``Delivery.traceparent`` in a handler): every
+                callback carries its trace id. Defaults to none (the
+                sidecar then derives a trace id from the task id).
 
         The returned task's ``backlog_warning`` is set (``"depth/limit"``)
         when the handler's backlog is at 80 % of its bound or more.
@@ -350,6 +357,8 @@ class Client:
             route_key=route_key,
             labels=labels,
             retention=retention,
+            traceparent=traceparent,
+            tracestate=tracestate,
         )
         return self._submit(req)
 

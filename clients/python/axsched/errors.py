@@ -126,6 +126,20 @@ class InvalidJSON(BadRequest):
     default_code = "invalid_json"
 
 
+class InvalidTraceparent(BadRequest):
+    """A submit's ``traceparent`` is not a valid W3C traceparent: code
+    ``invalid_traceparent``, HTTP 400."""
+
+    default_code = "invalid_traceparent"
+
+
+class InvalidTracestate(BadRequest):
+    """A submit's ``tracestate`` is not a valid W3C tracestate (or came
+    without a ``traceparent``): code ``invalid_tracestate``, HTTP 400."""
+
+    default_code = "invalid_tracestate"
+
+
 class NotFound(AxError):
     """The task (or executor, or route) does not exist: code ``not_found``,
     HTTP 404. A sidecar too old to have a route also answers 404; the
@@ -293,7 +307,7 @@ class Unavailable(AxError):
 
 # Tracebacks and reprs name the classes as the package exports them
 # (axsched.Unavailable, not axsched.errors.Unavailable).
-for _cls in (AxError, BadRequest, InvalidJSON, NotFound, HandlerNotFound, MethodNotAllowed, Conflict, TaskFinished, PayloadTooLarge,
+for _cls in (AxError, BadRequest, InvalidJSON, InvalidTraceparent, InvalidTracestate, NotFound, HandlerNotFound, MethodNotAllowed, Conflict, TaskFinished, PayloadTooLarge,
              QueueFull, NoLeader, NotReady, StorageUnavailable, InternalError, Unavailable):
     _cls.__module__ = "axsched"
 del _cls
@@ -303,6 +317,8 @@ del _cls
 ERROR_CODES: Dict[str, Type[AxError]] = {
     "bad_request": BadRequest,
     "invalid_json": InvalidJSON,
+    "invalid_traceparent": InvalidTraceparent,
+    "invalid_tracestate": InvalidTracestate,
     "not_found": NotFound,
     "handler_not_found": HandlerNotFound,
     "method_not_allowed": MethodNotAllowed,
@@ -320,7 +336,7 @@ ERROR_CODES: Dict[str, Type[AxError]] = {
 # a plain-text body from something in between); 503 without a code is taken
 # as "not ready", never as "no leader", so that it is not retried.
 _STATUS_CLASSES: Dict[int, Type[AxError]] = {
-    cls.default_status: cls for cls in ERROR_CODES.values() if cls not in (InvalidJSON, HandlerNotFound, TaskFinished, NoLeader, StorageUnavailable)
+    cls.default_status: cls for cls in ERROR_CODES.values() if cls not in (InvalidJSON, InvalidTraceparent, InvalidTracestate, HandlerNotFound, TaskFinished, NoLeader, StorageUnavailable)
 }
 
 

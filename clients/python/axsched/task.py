@@ -328,6 +328,13 @@ class SubmitRequest:
             purged: a timedelta or seconds, not negative. ``None`` (or 0)
             keeps the sidecar's ``--retention`` (SUCCESS, CANCELLED) or
             ``--retention-dead`` (DEAD, FAILED).
+        traceparent, tracestate: the W3C trace context of the task
+            (``"00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>"``
+            and ``"vendor=value,..."``): every callback carries its trace id
+            (:attr:`Delivery.traceparent`). ``None``: none. The sidecar
+            refuses an invalid one (:class:`InvalidTraceparent`,
+            :class:`InvalidTracestate`). They do not make a resubmit a
+            different spec.
 
     Every recurring run is a run of the same task (``Task.run``, the
     callback's ``Ax-Run``) with its own attempts; the task is terminal only
@@ -353,6 +360,8 @@ class SubmitRequest:
     route_key: Optional[str] = None
     labels: Optional[Mapping[str, str]] = None
     retention: Optional[Duration] = None
+    traceparent: Optional[str] = None
+    tracestate: Optional[str] = None
 
     def encode(self) -> bytes:
         """The JSON body of ``POST /v1/tasks`` for this request. Raises
@@ -412,6 +421,10 @@ class SubmitRequest:
             if duration_to_ns(self.retention, "retention") < 0:
                 raise BadRequest(f"retention: must not be negative, got {format_duration(self.retention, 'retention')}")
             body["retention"] = format_duration(self.retention, "retention")
+        if self.traceparent is not None:
+            body["traceparent"] = _str("traceparent", self.traceparent)
+        if self.tracestate is not None:
+            body["tracestate"] = _str("tracestate", self.tracestate)
         out = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         payload = _encode_payload(self.payload)
         if payload is None:
@@ -479,6 +492,12 @@ class Task:
             the sidecar's flags decide.
         paused: ``True`` while the task is paused (:meth:`Client.pause_task`):
             its due runs wait until :meth:`Client.resume_task`.
+        trace_id: the trace id (32 hex digits) every callback of the task
+            carries: the submitted traceparent's, or, without one, the
+            first 16 bytes of the SHA-256 of the task id. ``None`` from a
+            sidecar older than trace context.
+        traceparent, tracestate: the trace context as submitted, ``None``
+            without one.
         backlog_warning: set on the task returned by :meth:`Client.submit`
             and :meth:`Client.submit_batch` when the sidecar sent an
             ``Ax-Backlog-Warning`` header: the handler's backlog (due runs
@@ -518,6 +537,9 @@ class Task:
     labels: Dict[str, str] = field(default_factory=dict)
     retention: Optional[timedelta] = None
     paused: bool = False
+    trace_id: Optional[str] = None
+    traceparent: Optional[str] = None
+    tracestate: Optional[str] = None
     backlog_warning: Optional[str] = field(default=None, compare=False)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -612,6 +634,9 @@ class Task:
             labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
             retention=dur("retention"),
             paused=d.get("paused") is True,
+            trace_id=d.get("trace_id") or None,
+            traceparent=d.get("traceparent") or None,
+            tracestate=d.get("tracestate") or None,
             raw=dict(d),
         )
 

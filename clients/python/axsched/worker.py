@@ -50,6 +50,9 @@ HEADER_HANDLER = "Ax-Handler"
 HEADER_ATTEMPT = "Ax-Attempt"
 HEADER_RUN = "Ax-Run"
 HEADER_DEADLINE = "Ax-Deadline"
+#: W3C Trace Context headers of a callback.
+HEADER_TRACEPARENT = "traceparent"
+HEADER_TRACESTATE = "tracestate"
 #: The handler name that receives deliveries of every handler registered
 #: under no other name.
 FALLBACK_HANDLER = "*"
@@ -122,9 +125,16 @@ class Delivery:
             handler's thread: long handlers should watch
             :meth:`time_left` (or call :meth:`heartbeat`).
         payload: the payload, byte for byte (``b""`` without payload).
+        traceparent: the callback's W3C ``traceparent``: the task's trace
+            id and flags and a parent id of this attempt's own (the same
+            when the attempt is delivered again); pass it on (to a tracer,
+            or as ``Client.submit(traceparent=...)`` of follow-up tasks).
+            ``None`` from a sidecar older than trace context.
+        tracestate: the ``tracestate`` the task was submitted with, or
+            ``None``.
     """
 
-    __slots__ = ("task_id", "handler", "attempt", "run", "deadline", "payload", "_client")
+    __slots__ = ("task_id", "handler", "attempt", "run", "deadline", "payload", "traceparent", "tracestate", "_client")
 
     def __init__(
         self,
@@ -135,6 +145,8 @@ class Delivery:
         deadline: Optional[datetime],
         payload: bytes,
         client: Optional[Client] = None,
+        traceparent: Optional[str] = None,
+        tracestate: Optional[str] = None,
     ) -> None:
         self.task_id = task_id
         self.handler = handler
@@ -142,6 +154,8 @@ class Delivery:
         self.run = run
         self.deadline = deadline
         self.payload = payload
+        self.traceparent = traceparent
+        self.tracestate = tracestate
         self._client = client
 
     def __repr__(self) -> str:
@@ -149,6 +163,15 @@ class Delivery:
             f"Delivery(task_id={self.task_id!r}, handler={self.handler!r}, attempt={self.attempt}, "
             f"run={self.run}, deadline={self.deadline!r}, payload={len(self.payload)} bytes)"
         )
+
+    @property
+    def trace_id(self) -> Optional[str]:
+        """The trace id of :attr:`traceparent` (32 hex digits), or
+        ``None``: for log lines."""
+        parts = (self.traceparent or "").split("-")
+        if len(parts) < 4 or len(parts[1]) != 32:
+            return None
+        return parts[1]
 
     def json(self) -> Any:
         """The payload decoded as JSON (``None`` for an empty payload).
@@ -291,7 +314,12 @@ class _CallbackHandler(http.server.BaseHTTPRequestHandler):
             except ValueError:
                 raise _BadCallback(400, f"bad {HEADER_DEADLINE} header {raw_deadline!r}: want RFC 3339") from None
         payload = self._body()
-        return Delivery(task_id, handler, attempt, run, deadline, payload, self.worker.client)
+        traceparent = (h.get(HEADER_TRACEPARENT) or "").strip() or None
+        states = [v.strip() for v in (h.get_all(HEADER_TRACESTATE) or []) if v.strip()]
+        return Delivery(
+            task_id, handler, attempt, run, deadline, payload, self.worker.client,
+            traceparent=traceparent, tracestate=",".join(states) or None,
+        )
 
     def _body(self) -> bytes:
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():

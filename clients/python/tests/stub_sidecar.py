@@ -267,7 +267,7 @@ class StubSidecar:
             next_run_at=NOW, _spec=spec,
         )
         for k in ("delay", "run_at", "payload", "payload_base64", "cron", "timezone", "every", "repeats", "until",
-                  "route_key", "labels"):
+                  "route_key", "labels", "traceparent", "tracestate"):
             if k in doc:
                 t[k] = doc[k]
         if "backoff" in doc:  # the view has every field, the defaults filled in

@@ -34,9 +34,19 @@ const (
 	HeaderAttempt  = axapi.HeaderAttempt
 	HeaderRun      = axapi.HeaderRun
 	HeaderDeadline = axapi.HeaderDeadline
+	// HeaderTraceParent and HeaderTraceState are W3C Trace Context's
+	// (lowercase on the wire's spelling; HTTP header names are
+	// case-insensitive).
+	HeaderTraceParent = axapi.HeaderTraceParent
+	HeaderTraceState  = axapi.HeaderTraceState
 	// DeadlineFormat is the layout of the Ax-Deadline header: RFC 3339 in
 	// UTC with milliseconds ("2026-11-30T11:25:00.250Z").
 	DeadlineFormat = axapi.DeadlineFormat
+)
+
+var (
+	canonicalTraceParent = http.CanonicalHeaderKey(HeaderTraceParent)
+	canonicalTraceState  = http.CanonicalHeaderKey(HeaderTraceState)
 )
 
 // Caller defaults (see CallerOptions).
@@ -74,6 +84,13 @@ type Callback struct {
 	Deadline time.Time
 	// Payload is sent byte for byte as the request body.
 	Payload []byte
+	// TraceParent is the traceparent the task was submitted with, "" for
+	// none, and TraceState its tracestate: the callback carries a
+	// traceparent with the task's trace id and flags and the attempt's own
+	// parent id (axapi.CallbackTraceParent: derived from TaskID, Run and
+	// Attempt, so the same attempt delivered again carries the same one),
+	// and the tracestate unchanged when there is one.
+	TraceParent, TraceState string
 	// MaxIdleConns is how many idle connections to keep to this executor
 	// (its concurrency limit, so that a burst reuses them instead of
 	// dialling again); 0 means CallerOptions.MaxIdleConnsPerExecutor.
@@ -263,7 +280,9 @@ func (c *Caller) client(k endpointKey, maxIdle int) *http.Client {
 // Execute delivers cb to the executor at baseURL (see ParseExecutorURL): it
 // POSTs the payload, byte for byte, to baseURL + ExecutePath with headers
 // Ax-Task-Id, Ax-Handler, Ax-Attempt, Ax-Run, Ax-Deadline (DeadlineFormat,
-// when cb.Deadline is set) and Content-Type: application/octet-stream, and
+// when cb.Deadline is set), traceparent (always; see Callback.TraceParent),
+// tracestate (when the task has one) and Content-Type:
+// application/octet-stream, and
 // classifies the answer. Cancelling ctx, or reaching cb.Deadline or ctx's
 // deadline, aborts the request in flight (the executor sees its request
 // context end) and gives raftfsm.OutcomeCancelled or raftfsm.OutcomeTimeout.
@@ -313,6 +332,13 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 	h.Set(HeaderRun, strconv.Itoa(cb.Run))
 	if !cb.Deadline.IsZero() {
 		h.Set(HeaderDeadline, cb.Deadline.UTC().Format(DeadlineFormat))
+	}
+	// Set by their canonical keys: Header.Set would canonicalize the
+	// lowercase names into a new string per callback.
+	var tp [55]byte
+	h[canonicalTraceParent] = []string{string(axapi.CallbackTraceParent(tp[:0], cb.TraceParent, cb.TaskID, cb.Run, cb.Attempt))}
+	if cb.TraceState != "" {
+		h[canonicalTraceState] = []string{cb.TraceState}
 	}
 
 	tr := &sendTrace{}

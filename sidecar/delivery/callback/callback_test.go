@@ -2,6 +2,7 @@ package callback
 
 import (
 	"context"
+	"encoding/hex"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axsched/ax/clients/go/axapi"
 	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/raftfsm"
 )
@@ -459,5 +461,49 @@ func TestCaller_DeadlineOnTheGivenClock(t *testing.T) {
 	out := c.Execute(context.Background(), ex.base, Callback{TaskID: "t2", Handler: "h", Deadline: clock.Now().Add(-time.Millisecond)})
 	if out.Kind != raftfsm.OutcomeTimeout || !strings.Contains(out.Error, "deadline passed") || ex.request() != before {
 		t.Errorf("deadline passed on the given clock: %+v (sent: %v)", out, ex.request() != before)
+	}
+}
+
+// TestCaller_TraceContext: every callback carries a traceparent with the
+// task's trace id and flags (submitted, or derived from the task id) and
+// a parent id of the attempt's own, the same when the attempt is
+// delivered again; the tracestate goes as submitted.
+func TestCaller_TraceContext(t *testing.T) {
+	ex := startExecutor(t, "unix", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
+	c := newTestCaller(t)
+	const submitted = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	send := func(cb Callback) http.Header {
+		t.Helper()
+		if out := c.Execute(context.Background(), ex.base, cb); out.Kind != raftfsm.OutcomeSuccess {
+			t.Fatalf("outcome = %+v", out)
+		}
+		return ex.request().header
+	}
+	parents := map[string]bool{}
+	for attempt := 1; attempt <= 3; attempt++ {
+		h := send(Callback{TaskID: "a", Handler: "h", Attempt: attempt, Run: 1, TraceParent: submitted, TraceState: "rojo=1,congo=2"})
+		tp := h.Get("traceparent")
+		_, err := axapi.ParseTraceParent(tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tp[:36] != submitted[:36] || tp[52:] != submitted[52:] || h.Get("tracestate") != "rojo=1,congo=2" {
+			t.Errorf("attempt %d: traceparent %q tracestate %q", attempt, tp, h.Get("tracestate"))
+		}
+		if parents[tp] || tp == submitted {
+			t.Errorf("attempt %d: parent id of %q not new", attempt, tp)
+		}
+		parents[tp] = true
+		if again := send(Callback{TaskID: "a", Handler: "h", Attempt: attempt, Run: 1, TraceParent: submitted}).Get("traceparent"); again != tp {
+			t.Errorf("attempt %d delivered again: %q, first %q", attempt, again, tp)
+		}
+	}
+	h := send(Callback{TaskID: "a", Handler: "h", Attempt: 1, Run: 1})
+	traceID := axapi.TaskTraceID("a")
+	if tp := h.Get("traceparent"); !strings.HasPrefix(tp, "00-"+hex.EncodeToString(traceID[:])+"-") || !strings.HasSuffix(tp, "-01") {
+		t.Errorf("no trace context: traceparent %q, want the trace id %x", tp, traceID)
+	}
+	if _, ok := h["Tracestate"]; ok {
+		t.Errorf("tracestate sent for a task without one")
 	}
 }
