@@ -159,56 +159,19 @@ func (a *api) list(ctx context.Context, q listQuery) (*axapi.ListPage, error) {
 // must seek, is the one place that relies on it.
 func cursorAfter(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
 
-func (a *api) runs(ctx context.Context, id string, limit int) (*runsPage, error) {
-	var p runsPage
-	return &p, a.call(ctx, "GET", axapi.TaskPath(id)+"/runs?limit="+strconv.Itoa(limit), nil, &p)
+// runs reads one page of a task's run history, newest first, from
+// cursor (a next_cursor of the API, "" for the newest). A node without
+// the route answers 404 "no route" (routeMissing): the task page then
+// says so.
+func (a *api) runs(ctx context.Context, id string, limit int, cursor string) (*axapi.RunsPage, error) {
+	v := url.Values{"limit": {strconv.Itoa(limit)}}
+	if cursor != "" {
+		v.Set("cursor", cursor)
+	}
+	var p axapi.RunsPage
+	return &p, a.call(ctx, "GET", axapi.RunsPath(id)+"?"+v.Encode(), nil, &p)
 }
 
 func (a *api) metrics(ctx context.Context) ([]byte, error) {
 	return a.raw(ctx, "GET", "/metrics", nil)
-}
-
-// The run history (GET /v1/tasks/{id}/runs), as its schema (Run,
-// RunAttempt, Lateness, RunsPage of openapi.yaml) describes it. Nodes
-// without the route answer 404 "no route": the task page then says so.
-type runsPage struct {
-	Runs       []runView `json:"runs"`
-	NextCursor string    `json:"next_cursor,omitempty"`
-}
-
-type runView struct {
-	Run             int             `json:"run"`
-	State           string          `json:"state"`
-	DueAt           time.Time       `json:"due_at"`
-	FiredAt         time.Time       `json:"fired_at"`
-	StartedAt       *time.Time      `json:"started_at,omitempty"`
-	FinishedAt      *time.Time      `json:"finished_at,omitempty"`
-	Lateness        *latenessView   `json:"lateness,omitempty"`
-	Attempts        []attemptView   `json:"attempts"`
-	AttemptsDropped int             `json:"attempts_dropped,omitempty"`
-	Result          json.RawMessage `json:"result,omitempty"`
-	ResultBase64    string          `json:"result_base64,omitempty"`
-	ResultTruncated bool            `json:"result_truncated,omitempty"`
-}
-
-type latenessView struct {
-	TotalMs      float64 `json:"total_ms"`
-	ParkedMs     float64 `json:"parked_ms"`
-	ParkedReason string  `json:"parked_reason,omitempty"`
-	CommitMs     float64 `json:"commit_ms"`
-	QueueMs      float64 `json:"queue_ms"`
-	ConnectMs    float64 `json:"connect_ms"`
-}
-
-type attemptView struct {
-	Attempt    int        `json:"attempt"`
-	Node       string     `json:"node"`
-	Executor   string     `json:"executor,omitempty"`
-	FiredAt    time.Time  `json:"fired_at"`
-	StartedAt  *time.Time `json:"started_at,omitempty"`
-	EndedAt    *time.Time `json:"ended_at,omitempty"`
-	DurationMs float64    `json:"duration_ms,omitempty"`
-	Outcome    string     `json:"outcome,omitempty"`
-	HTTPStatus int        `json:"http_status,omitempty"`
-	Error      string     `json:"error,omitempty"`
 }

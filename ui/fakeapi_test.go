@@ -27,7 +27,7 @@ type fakeAPI struct {
 	tasks    map[string]*axapi.Task
 	cluster  axapi.ClusterInfo
 	handlers []axapi.HandlerInfo
-	runs     map[string][]runView // nil: the runs route is missing
+	runs     map[string][]axapi.Run // newest first; nil: the runs route is missing
 	metrics  string
 	calls    []string // "METHOD path?query"
 	socket   string
@@ -207,7 +207,7 @@ func (f *fakeAPI) task(w http.ResponseWriter, r *http.Request, rest string) {
 	case r.Method == "GET" && action == "":
 		reply(w, t)
 	case r.Method == "GET" && action == "runs":
-		reply(w, runsPage{Runs: f.runs[id]})
+		f.runsPage(w, r, id)
 	case r.Method == "DELETE" && action == "" && r.URL.Query().Get("purge") == "true":
 		delete(f.tasks, id)
 		reply(w, axapi.PurgeResult{Purged: 1})
@@ -226,6 +226,42 @@ func (f *fakeAPI) task(w http.ResponseWriter, r *http.Request, rest string) {
 	default:
 		apiErr(w, 404, "not_found", "no route for "+r.Method+" /v1/tasks/"+rest)
 	}
+}
+
+// runsPage pages f.runs[id] as the node does: limit (default 20), and
+// cursor "r<N>" for the runs older than run N.
+func (f *fakeAPI) runsPage(w http.ResponseWriter, r *http.Request, id string) {
+	q := r.URL.Query()
+	limit := axapi.RunsLimitDefault
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > axapi.RunsLimitMax {
+			apiErr(w, 400, "invalid", "limit: must be an integer from 1 to 100")
+			return
+		}
+		limit = n
+	}
+	before := 0
+	if c := q.Get("cursor"); c != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(c, "r"))
+		if !strings.HasPrefix(c, "r") || err != nil || n < 1 {
+			apiErr(w, 400, "invalid", "cursor: not a cursor of this API")
+			return
+		}
+		before = n
+	}
+	page := axapi.RunsPage{Runs: []axapi.Run{}}
+	for _, run := range f.runs[id] {
+		if before > 0 && run.Run >= before {
+			continue
+		}
+		if len(page.Runs) == limit {
+			page.NextCursor = "r" + strconv.Itoa(page.Runs[limit-1].Run)
+			break
+		}
+		page.Runs = append(page.Runs, run)
+	}
+	reply(w, page)
 }
 
 func pathUnescape(s string) (string, error) { return url.PathUnescape(s) }

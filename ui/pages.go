@@ -1,7 +1,9 @@
 package ui
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -31,8 +33,14 @@ const (
 	bulkMax = 100
 	// bulkPurgeMax bounds one bulk purge (POST /v1/tasks/purge's limit).
 	bulkPurgeMax = 1000
-	// runsShown is the runs of a task the task page reads.
-	runsShown = 20
+	// runsShown is the runs of a task one task page reads (a page of
+	// GET /v1/tasks/{id}/runs; older ones are behind its cursor).
+	runsShown = 10
+	// resultShownMax bounds the bytes of a run's result the task page
+	// shows (a stored result may be 64 KiB).
+	resultShownMax = 4096
+	// runsCursorMax bounds the runs cursor a task page's URL may carry.
+	runsCursorMax = 64
 )
 
 // pageSizes are the task list's page sizes; the first is the default.
@@ -377,15 +385,92 @@ type taskData struct {
 	Terminal bool
 	Retry    bool
 	Payload  string
-	Runs     []runView
-	History  string // why there is no history, when there is none
+	Runs     []runRow
+	History  string       // why there is no history, when there is none
+	Older    template.URL // the next (older) page of runs, "" on the last
+	Newest   template.URL // the first page of runs, when this is not it
 	Labels   []kv
+}
+
+// runRow is one run as the task page shows it.
+type runRow struct {
+	axapi.Run
+	// Tries is the highest attempt number of the run (busy answers give
+	// theirs back, so it can be less than the attempts listed).
+	Tries int
+	// Took is the run's length, from its first callback to its end.
+	Took string
+	// Result is what the page shows of the result: JSON indented, or the
+	// base64 text as the API gives it; ResultKind "json" or "base64", ""
+	// without a result; ResultCut when the page shows only its first
+	// resultShownMax bytes (ResultTruncated: the node cut the answer).
+	Result     string
+	ResultKind string
+	ResultCut  bool
+}
+
+func newRunRow(r axapi.Run) runRow {
+	row := runRow{Run: r}
+	for _, a := range r.Attempts {
+		row.Tries = max(row.Tries, a.Attempt)
+	}
+	if r.StartedAt != nil && r.FinishedAt != nil {
+		row.Took = duration(r.FinishedAt.Sub(*r.StartedAt))
+	}
+	switch {
+	case len(r.Result) > 0:
+		row.ResultKind = "json"
+		var buf bytes.Buffer
+		if json.Indent(&buf, r.Result, "", "  ") == nil {
+			row.Result = buf.String()
+		} else {
+			row.Result = string(r.Result)
+		}
+	case r.ResultBase64 != "":
+		row.ResultKind, row.Result = "base64", r.ResultBase64
+	}
+	if len(row.Result) > resultShownMax {
+		cut := resultShownMax
+		for cut > 0 && !utf8.RuneStart(row.Result[cut]) {
+			cut--
+		}
+		row.Result, row.ResultCut = row.Result[:cut], true
+	}
+	return row
+}
+
+// duration formats a run's or attempt's length for people.
+func duration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "–"
+	case d < time.Second:
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + " ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + " s"
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+// runsURL is the task page of id showing the runs from cursor.
+func runsURL(id, cursor string) template.URL {
+	u := "/tasks/" + pathEscape(id)
+	if cursor != "" {
+		u += "?runs=" + queryEscape(cursor)
+	}
+	return template.URL(u)
 }
 
 func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	v := view{Title: "Task " + id, Nav: "tasks"}
-	if err := checkID(id); err != nil {
+	cursor := r.URL.Query().Get("runs")
+	err := checkID(id)
+	if err == nil {
+		err = checkText("runs cursor", cursor, runsCursorMax)
+	}
+	if err != nil {
 		v.Error = err.Error()
 		s.render(w, r, "task", http.StatusBadRequest, v)
 		return
@@ -409,12 +494,23 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
 	for _, k := range sortedKeys(t.Labels) {
 		d.Labels = append(d.Labels, kv{k, t.Labels[k]})
 	}
-	runs, err := s.api.runs(r.Context(), id, runsShown)
+	runs, err := s.api.runs(r.Context(), id, runsShown, cursor)
 	switch {
 	case err == nil:
-		d.Runs = runs.Runs
+		for _, run := range runs.Runs {
+			d.Runs = append(d.Runs, newRunRow(run))
+		}
+		if runs.NextCursor != "" {
+			d.Older = runsURL(id, runs.NextCursor)
+		}
+		if cursor != "" {
+			d.Newest = runsURL(id, "")
+		}
 		if len(d.Runs) == 0 {
 			d.History = "No run on record yet."
+			if cursor != "" {
+				d.History = "No older run on record."
+			}
 		}
 	case routeMissing(err):
 		d.History = "No history: this node has no run-history API (GET /v1/tasks/{id}/runs)."

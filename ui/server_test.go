@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // browser is a test client of a dashboard with a cookie jar.
@@ -349,9 +351,9 @@ func TestPages_TaskAndActions(t *testing.T) {
 	// With run history.
 	f.mu.Lock()
 	started := time.Now()
-	f.runs = map[string][]runView{"dead1": {{Run: 1, State: "DEAD", DueAt: started, FiredAt: started, StartedAt: &started,
-		Lateness: &latenessView{TotalMs: 12.5, ParkedMs: 10, ParkedReason: "handler_limit", CommitMs: 2, QueueMs: 0.5},
-		Attempts: []attemptView{{Attempt: 1, Node: "n2", Executor: "app", FiredAt: started, Outcome: "retryable", HTTPStatus: 500, Error: "http 500: boom"}}}}}
+	f.runs = map[string][]axapi.Run{"dead1": {{Run: 1, State: "DEAD", DueAt: started, FiredAt: started, StartedAt: &started,
+		Lateness: &axapi.Lateness{TotalMs: 12.5, ParkedMs: 10, ParkedReason: "handler_limit", CommitMs: 2, QueueMs: 0.5},
+		Attempts: []axapi.RunAttempt{{Attempt: 1, Node: "n2", Executor: "app", FiredAt: started, Outcome: "retryable", HTTPStatus: 500, Error: "http 500: boom"}}}}}
 	f.mu.Unlock()
 	_, body = b.get("/tasks/dead1")
 	mustContain(t, "runs", body, `data-run="1"`, "12.5 ms", "handler_limit", "http 500: boom", "retryable", `id="retry"`)
