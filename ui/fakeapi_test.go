@@ -89,9 +89,13 @@ func apiErr(w http.ResponseWriter, status int, code, msg string) {
 	json.NewEncoder(w).Encode(axapi.ErrorBody{Error: axapi.ErrorDetail{Code: code, Message: msg}})
 }
 
+// reply answers v as JSON, with <, > and & as they are (as a result an
+// executor sent may hold them).
 func reply(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
 }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
