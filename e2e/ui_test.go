@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -107,6 +108,12 @@ func TestUI_Browser(t *testing.T) {
 
 	// Tasks in every state.
 	sub := func(body string) { harness.SubmitRaw(t, n1, body, http.StatusCreated) }
+	// A task with a run history (HandlerHistory): 3 runs 1 s apart,
+	// submitted first so that they go on while the other tasks are made.
+	// Run 1 answers JSON, run 2's first attempt fails (500) and its retry
+	// succeeds, run 3's 100 KiB answer is kept cut, as base64.
+	histID := "report|ui"
+	sub(fmt.Sprintf(`{"id":%q,"handler":%q,"every":"1s","repeats":3,"backoff":{"initial":"100ms","jitter":0},"labels":{"team":"blue"}}`, histID, harness.HandlerHistory))
 	for i := 0; i < 12; i++ {
 		sub(fmt.Sprintf(`{"id":"order|%02d","handler":"shop.remind","delay":"1h","labels":{"team":"%s"},"payload":{"order":%d}}`, i, []string{"red", "blue"}[i%2], i))
 	}
@@ -138,6 +145,14 @@ func TestUI_Browser(t *testing.T) {
 	}
 	harness.WaitState(t, n1, "failed-0", "FAILED")
 	harness.WaitState(t, n1, "running-0", "RUNNING")
+	harness.WaitFor(t, 15*time.Second, 50*time.Millisecond, histID+"'s 3 runs", func() error {
+		var tk uiTask
+		apiGet(t, n1, "/v1/tasks/"+url.PathEscape(histID), &tk)
+		if tk.State != "SUCCESS" || tk.Run != 3 {
+			return fmt.Errorf("state %s run %d", tk.State, tk.Run)
+		}
+		return nil
+	})
 
 	ctx := newBrowser(t, chrome)
 	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
@@ -269,6 +284,68 @@ func TestUI_Browser(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A task's run history on its page, as GET /v1/tasks/{id}/runs has it:
+	// the runs newest first, each with its state and attempts, the failed
+	// attempt's error, the JSON result, the cut base64 one.
+	hist, err := runsOn(t, n1, histID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) != 3 {
+		t.Fatalf("GET runs of %s: %d hist, want 3", histID, len(hist))
+	}
+	run("task page with history", chromedp.Navigate(base+"/tasks/"+url.PathEscape(histID)), chromedp.WaitVisible(chromedp.CSS(`section.run[data-run="1"]`)))
+	if got := count("section.run"); got != len(hist) {
+		t.Errorf("task page of %s: %d hist, API %d", histID, got, len(hist))
+	}
+	order, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("section.run")].map(s => s.dataset.run)`))
+	if err != nil || strings.Join(order, ",") != "3,2,1" {
+		t.Errorf("task page of %s: runs in order %v (%v), want newest first", histID, order, err)
+	}
+	for _, r := range hist {
+		sec := fmt.Sprintf(`section.run[data-run="%d"]`, r.Run)
+		if got := text(sec + " h3 .tag"); got != r.State {
+			t.Errorf("run %d: state %q, API %s", r.Run, got, r.State)
+		}
+		if got := count(sec + " tr[data-attempt]"); got != len(r.Attempts) {
+			t.Errorf("run %d: %d attempts, API %d", r.Run, got, len(r.Attempts))
+		}
+		for _, a := range r.Attempts {
+			if a.Error == "" {
+				continue
+			}
+			if got := text(fmt.Sprintf(`%s tr[data-attempt="%d"] td.err`, sec, a.Attempt)); got != a.Error {
+				t.Errorf("run %d attempt %d: error %q, API %q", r.Run, a.Attempt, got, a.Error)
+			}
+		}
+		switch {
+		case len(r.Result) > 0:
+			var shown, want bytes.Buffer
+			got := text(sec + ` .result[data-kind="json"] pre`)
+			if err := json.Compact(&shown, []byte(got)); err != nil || json.Compact(&want, r.Result) != nil || shown.String() != want.String() {
+				t.Errorf("run %d: result %q (%v), API %s", r.Run, got, err, r.Result)
+			}
+		case r.ResultBase64 != "":
+			got := text(sec + ` .result[data-kind="base64"] p`)
+			if r.ResultTruncated != strings.Contains(got, "truncated") {
+				t.Errorf("run %d: result's caption %q, API truncated %v", r.Run, got, r.ResultTruncated)
+			}
+			if pre := text(sec + " .result pre"); !strings.HasPrefix(r.ResultBase64, strings.TrimSuffix(pre, "…")) {
+				t.Errorf("run %d: base64 result shown is not the API's", r.Run)
+			}
+		}
+	}
+	if hist[1].Attempts[0].Error == "" || hist[2].Result == nil || hist[0].ResultBase64 == "" {
+		t.Errorf("the API's history lacks a failed attempt, a JSON or a base64 result: %+v", hist)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot of %s: %v", histID, err)
+	}
+	if err := os.WriteFile(filepath.Join(shots, "task-history.png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	// Cancel a waiting task from its page (it asks for confirmation).
 	id := "order|03"
