@@ -44,5 +44,9 @@
 // matches little (a rare state, a label, an id prefix: the last two are
 // applied by the dashboard, the API has no such filter) reads further
 // pages, bounded in number and time (taskListScanMax, taskListBudget),
-// and offers to go on from where it stopped.
+// and offers to go on from where it stopped. A task page reads one page
+// of its run history (runsShown runs of GET /v1/tasks/{id}/runs, newest
+// first) and links to the older ones by the API's cursor; it shows at most
+// resultShownMax bytes of a run's result. A node without the route (older
+// than the run history) gets "no history".
 package ui
