@@ -3,7 +3,9 @@ package raftfsm
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
@@ -117,6 +119,20 @@ func BenchmarkApplyRun(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(n)/float64(b.N), "record-B/run")
+			// The tables on disk once the memtables are flushed (a
+			// reopen): every key of the runs, history or not.
+			e.reopen()
+			ents, err := os.ReadDir(e.dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var sst int64
+			for _, de := range ents {
+				if fi, err := de.Info(); err == nil && strings.HasSuffix(de.Name(), ".sst") {
+					sst += fi.Size()
+				}
+			}
+			b.ReportMetric(float64(sst)/float64(b.N), "sst-B/run")
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "runs/s")
 		})
 	}

@@ -101,3 +101,29 @@ func TestReportSuccessCarriesTheResult(t *testing.T) {
 		t.Errorf("a 70 KiB result: %v", err)
 	}
 }
+
+// Get reads the newest run's result: JSON as it is, other bytes decoded.
+func TestGetHasTheLastResult(t *testing.T) {
+	f := startFakeSidecar(t)
+	f.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
+		body := map[string]string{
+			"/v1/tasks/j": `{"id":"j","handler":"h","state":"SUCCESS","timeout":"30s","run":2,"snoozes":0,"created_at":"2026-12-04T03:00:00Z","updated_at":"2026-12-04T03:00:00Z","last_run":2,"result":{"rows":3}}`,
+			"/v1/tasks/b": `{"id":"b","handler":"h","state":"SUCCESS","timeout":"30s","run":1,"snoozes":0,"created_at":"2026-12-04T03:00:00Z","updated_at":"2026-12-04T03:00:00Z","last_run":1,"result_base64":"b2s=","result_truncated":true}`,
+		}[r.URL.Path]
+		if body == "" {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(body))
+		return true
+	})
+	c := newClient(t, f)
+	tk, err := c.Get(context.Background(), "j")
+	if err != nil || tk.LastRun != 2 || string(tk.Result) != `{"rows":3}` || tk.ResultBinary {
+		t.Fatalf("j: %+v %v", tk, err)
+	}
+	tk, err = c.Get(context.Background(), "b")
+	if err != nil || string(tk.Result) != "ok" || !tk.ResultBinary || !tk.ResultTruncated {
+		t.Fatalf("b: %+v %v", tk, err)
+	}
+}

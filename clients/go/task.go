@@ -248,6 +248,13 @@ type Task struct {
 	// (axapi.TaskTraceID) when it was submitted without one. TraceParent
 	// and TraceState are the trace context as submitted, if any.
 	TraceID, TraceParent, TraceState string
+	// LastRun is the newest run on record (Client.Run); Result is its
+	// result as stored: JSON bytes, or with ResultBinary the bytes of an
+	// answer that was not JSON; ResultTruncated when it was cut at 64 KiB.
+	LastRun         int
+	Result          []byte
+	ResultBinary    bool
+	ResultTruncated bool
 
 	// WaitingReason says why a due WAITING task has not started
 	// ("no_executor", "executor_busy", "executor_unavailable",
@@ -436,6 +443,16 @@ func taskFromWire(w *axapi.Task) (*Task, error) {
 		TraceState:  w.TraceState,
 	}
 	t.WaitingReason, t.WaitingSince, t.WaitingUntil = w.WaitingReason, deref(w.WaitingSince), deref(w.WaitingUntil)
+	t.LastRun, t.ResultTruncated = w.LastRun, w.ResultTruncated
+	if len(w.Result) > 0 {
+		t.Result = []byte(w.Result)
+	} else if w.ResultBase64 != "" {
+		b, err := base64.StdEncoding.DecodeString(w.ResultBase64)
+		if err != nil {
+			return nil, fmt.Errorf("ax: task %q: result_base64: %w", w.ID, err)
+		}
+		t.Result, t.ResultBinary = b, true
+	}
 	var err error
 	if t.Every, err = parseDuration("every", w.Every); err != nil {
 		return nil, err

@@ -45,9 +45,10 @@ type Run struct {
 	// Lateness is where the time from DueAt to the first callback went;
 	// absent until a callback started.
 	Lateness *Lateness `json:"lateness,omitempty"`
-	// Attempts, oldest first (busy answers, which are not counted as
-	// attempts, are listed with the attempt number they gave back);
-	// AttemptsDropped counts older ones no longer kept.
+	// Attempts, oldest first, the one running last (without an outcome);
+	// busy answers, which are not counted as attempts, are listed with the
+	// attempt number they gave back. AttemptsDropped counts older ones no
+	// longer kept.
 	Attempts        []RunAttempt `json:"attempts"`
 	AttemptsDropped int          `json:"attempts_dropped,omitempty"`
 	// Result is the successful attempt's answer body when it is JSON;
