@@ -9,7 +9,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 )
 
-// Flows (docs/DESIGN.md, "Flows"): a flow is a set of stages, each a task
+// Flows (docs/DESIGN.md section 19): a flow is a set of stages, each a task
 // spec that names the stages it depends on. The FSM decides every
 // transition from stage completions, in the apply of the command that ends
 // a stage (flow_apply.go), so no leader round trip is needed and nothing
