@@ -299,11 +299,11 @@ func (s *Server) flowBackend() (FlowBackend, error) {
 // submitFlow answers POST /v1/flows: 201 with the flow when created, 200
 // when the same spec was stored before.
 func (s *Server) submitFlow(rctx context.Context, ctx *fasthttp.RequestCtx, _ string) error {
-	fb, err := s.flowBackend()
+	spec, err := DecodeFlow(ctx.PostBody())
 	if err != nil {
 		return err
 	}
-	spec, err := DecodeFlow(ctx.PostBody())
+	fb, err := s.flowBackend()
 	if err != nil {
 		return err
 	}

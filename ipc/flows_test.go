@@ -67,3 +67,24 @@ func TestSubmitRefusesFlowStageIDs(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// The flow routes answer 400 with the validation message before the
+// backend is asked, and 404 from a backend without flows.
+func TestFlowRoutes(t *testing.T) {
+	ts := startServer(t, ServerOptions{})
+	r := ts.do("POST", "/v1/flows", `{"id":"f","stages":[{"name":"A","handler":"h","depends_on":["B"]},{"name":"B","handler":"h","depends_on":["A"]}]}`)
+	if r.status != 400 || !strings.Contains(string(r.body), `"code":"bad_request"`) || !strings.Contains(string(r.body), "dependency cycle: A -> B -> A") {
+		t.Fatalf("POST of a cycle: %d %s", r.status, r.body)
+	}
+	if r := ts.do("POST", "/v1/flows", `{"id":"f","stages":[{"name":"A","handler":"h"}]}`); r.status != 404 {
+		t.Fatalf("POST to a backend without flows: %d %s", r.status, r.body)
+	}
+	for _, path := range []string{"/v1/flows", "/v1/flows/f"} {
+		if r := ts.do("GET", path, ""); r.status != 404 || !strings.Contains(string(r.body), "flows are not served") {
+			t.Fatalf("GET %s: %d %s", path, r.status, r.body)
+		}
+	}
+	if r := ts.do("PUT", "/v1/flows/f", ""); r.status != 405 {
+		t.Fatalf("PUT: %d", r.status)
+	}
+}
