@@ -18,6 +18,7 @@ import "encoding/binary"
 //	                            state byte, handler; see purge.go)
 //	hp/<handler>              a paused handler (PausedHandler; pause.go)
 //	h/<id len BE 2><id><run BE 8>  a run record (RunRecord; history.go)
+//	w/<id>                    a flow record (Flow; flow.go)
 var (
 	keyApplied = []byte("m/applied")
 	prefixTask = []byte("t/")
