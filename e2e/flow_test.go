@@ -90,3 +90,108 @@ func TestFlow_DiamondLeaderKill(t *testing.T) {
 		t.Errorf("B and C did not overlap")
 	}
 }
+
+// getFlowOn reads GET /v1/flows/{id} on n.
+func getFlowOn(t *testing.T, n *harness.Node, id string) (e2eFlow, error) {
+	var fl e2eFlow
+	resp, err := n.Client.Do(harness.ReqCtx(t), "GET", "/v1/flows/"+id, nil)
+	if err != nil {
+		return fl, err
+	}
+	if resp.Status != 200 {
+		return fl, fmt.Errorf("get flow %s: %s", id, resp)
+	}
+	return fl, json.Unmarshal(resp.Body, &fl)
+}
+
+func flowStage(fl e2eFlow, name string) string {
+	for _, s := range fl.Stages {
+		if s.Name == name {
+			return s.State
+		}
+	}
+	return ""
+}
+
+// TestFlow_FailureAndContinue: C fails permanently: D is CANCELLED and
+// never called, the flow FAILED; with on_failure continue on D, D runs
+// (after B and C ended) and the flow is still FAILED.
+func TestFlow_FailureAndContinue(t *testing.T) {
+	harness.SkipShort(t)
+	t.Parallel()
+	c := harness.NewCluster(t, harness.WithSize(3))
+	c.WaitReady()
+	leader := c.Leader()
+	for _, tc := range []struct {
+		id, extra string
+		dState    string
+	}{{"fail-cancel", "", "CANCELLED"}, {"fail-continue", `,"on_failure":"continue"`, "SUCCESS"}} {
+		body := fmt.Sprintf(`{"id":%[1]q,"stages":[{"name":"A","handler":%[2]q},
+			{"name":"B","handler":%[2]q,"depends_on":["A"]},{"name":"C","handler":%[3]q,"depends_on":["A"]},
+			{"name":"D","handler":%[2]q,"depends_on":["B","C"]%[4]s}]}`, tc.id, harness.HandlerOK, harness.HandlerPermanent, tc.extra)
+		if resp, err := leader.Client.Do(harness.ReqCtx(t), "POST", "/v1/flows", []byte(body)); err != nil || resp.Status != 201 {
+			t.Fatalf("submit flow: %v %v", resp, err)
+		}
+		var fl e2eFlow
+		harness.WaitFor(t, 30*time.Second, 50*time.Millisecond, tc.id+" FAILED", func() error {
+			var err error
+			if fl, err = getFlowOn(t, leader, tc.id); err != nil {
+				return err
+			}
+			if fl.State != "FAILED" {
+				return fmt.Errorf("flow %s", fl.State)
+			}
+			return nil
+		})
+		if flowStage(fl, "C") != "FAILED" || flowStage(fl, "B") != "SUCCESS" || flowStage(fl, "D") != tc.dState {
+			t.Errorf("%s: stages %+v", tc.id, fl.Stages)
+		}
+		d := c.Recorder.Calls("flow/" + tc.id + "/1/D")
+		if tc.dState == "CANCELLED" && len(d) != 0 || tc.dState == "SUCCESS" && len(d) != 1 {
+			t.Errorf("%s: D called %d times", tc.id, len(d))
+		}
+		if len(d) == 1 {
+			for _, s := range []string{"B", "C"} {
+				if up := c.Recorder.Calls("flow/" + tc.id + "/1/" + s); len(up) != 1 || d[0].At.Before(up[0].Ended) {
+					t.Errorf("%s: D started before %s ended", tc.id, s)
+				}
+			}
+		}
+	}
+}
+
+// TestFlow_RecurringEvery2s: a flow every 2s runs three flow runs, one
+// after the other: each run's first stage starts after the previous run's
+// last stage ended (the slots themselves are the kit's
+// TestFlowRecurring, on a fake clock).
+func TestFlow_RecurringEvery2s(t *testing.T) {
+	harness.SkipShort(t)
+	t.Parallel()
+	c := harness.NewCluster(t, harness.WithSize(3))
+	c.WaitReady()
+	leader := c.Leader()
+	body := fmt.Sprintf(`{"id":"rec","every":"2s","stages":[{"name":"A","handler":%[1]q},{"name":"B","handler":%[2]q,"depends_on":["A"]}]}`,
+		harness.HandlerOK, harness.HandlerSleep)
+	if resp, err := leader.Client.Do(harness.ReqCtx(t), "POST", "/v1/flows", []byte(body)); err != nil || resp.Status != 201 {
+		t.Fatalf("submit flow: %v %v", resp, err)
+	}
+	harness.WaitFor(t, 30*time.Second, 50*time.Millisecond, "three flow runs", func() error {
+		if n := len(c.Recorder.Calls("flow/rec/3/B")); n == 0 || c.Recorder.Calls("flow/rec/3/B")[0].Ended.IsZero() {
+			return fmt.Errorf("run 3's B not ended")
+		}
+		return nil
+	})
+	if resp, err := leader.Client.Do(harness.ReqCtx(t), "DELETE", "/v1/flows/rec", nil); err != nil || resp.Status != 200 {
+		t.Fatalf("cancel flow: %v %v", resp, err)
+	}
+	for run := 2; run <= 3; run++ {
+		a := c.Recorder.Calls(fmt.Sprintf("flow/rec/%d/A", run))
+		prevB := c.Recorder.Calls(fmt.Sprintf("flow/rec/%d/B", run-1))
+		if len(a) != 1 || len(prevB) != 1 {
+			t.Fatalf("run %d: A called %d times, run %d's B %d", run, len(a), run-1, len(prevB))
+		}
+		if a[0].At.Before(prevB[0].Ended) {
+			t.Errorf("run %d started at %v, before run %d ended at %v", run, a[0].At, run-1, prevB[0].Ended)
+		}
+	}
+}
