@@ -28,9 +28,22 @@ const FlowStagePrefix = "flow/"
 // FlowStagesMax bounds the stages of one flow.
 const FlowStagesMax = 1000
 
-var prefixFlow = []byte("w/")
+var (
+	prefixFlow      = []byte("w/")
+	prefixFlowStage = []byte("ws/")
+)
 
 func flowKey(id string) []byte { return append(append([]byte{}, prefixFlow...), id...) }
+
+// flowStageKey is the key of stage i's FlowStage of flow id, written once
+// at submit: "ws/<id length, 2 bytes BE><id><i, 4 bytes BE>". A stage's
+// spec is read only when its task is created (and on a resubmit), so the
+// flow record rewritten at every stage end stays small.
+func flowStageKey(id string, i int) []byte {
+	k := append(append([]byte{}, prefixFlowStage...), byte(len(id)>>8), byte(len(id)))
+	k = append(k, id...)
+	return append(k, byte(i>>24), byte(i>>16), byte(i>>8), byte(i))
+}
 
 // FlowStageID is the task id of stage name in run run of flow id.
 func FlowStageID(id string, run int, name string) string {
@@ -116,11 +129,24 @@ type FlowSubmit struct {
 	Cancel bool     `msgpack:"c,omitempty"`
 }
 
+// FlowNode is one stage in a flow record: what moving the flow on needs,
+// without the stage's task spec (kept under flowStageKey).
+type FlowNode struct {
+	Name     string `msgpack:"n"`
+	Handler  string `msgpack:"h"`
+	Deps     []int  `msgpack:"d,omitempty"` // indexes of the stages it depends on
+	Continue bool   `msgpack:"c,omitempty"`
+}
+
 // Flow is the stored record of a flow. Times are Unix ms, UTC.
 type Flow struct {
-	ID    string   `msgpack:"id"`
-	Spec  FlowSpec `msgpack:"s"`
-	Epoch uint64   `msgpack:"e"`
+	ID string `msgpack:"id"`
+	// Spec holds the flow's timing (delay, run_at, every); its Stages are
+	// not in the record (flowStageKey): Graph has their names,
+	// handlers and dependencies.
+	Spec  FlowSpec   `msgpack:"s"`
+	Graph []FlowNode `msgpack:"g"`
+	Epoch uint64     `msgpack:"e"`
 	// State is WAITING while a run is going on or due (the API shows
 	// RUNNING once a stage has started), then SUCCESS, FAILED or
 	// CANCELLED. A recurring flow is WAITING between runs.
@@ -128,7 +154,7 @@ type Flow struct {
 	// Run is the current (or last) flow run, from 1; SlotMs its due time.
 	Run    int   `msgpack:"rn"`
 	SlotMs int64 `msgpack:"sl"`
-	// Stages holds, per stage of Spec (same order), the stage of the
+	// Stages holds, per stage of Graph (same order), the stage of the
 	// current run: 0 before its task exists (PENDING), StateWaiting once
 	// created (its task has the live state), then how it ended.
 	Stages []State `msgpack:"sg"`

@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"strings"
 )
 
@@ -20,7 +21,11 @@ func applyFlow(w *writer, index uint64, s *FlowSubmit) (Result, []Event, error) 
 		return cancelFlow(w, &prev, s.AtMs)
 	}
 	if found {
-		if prev.Spec.Equal(&s.Spec) {
+		same, err := sameFlowSpec(w, &prev, &s.Spec)
+		if err != nil {
+			return Result{}, nil, err
+		}
+		if same {
 			return Result{Flow: &prev}, nil, nil
 		}
 		return Result{Code: CodeConflict, Flow: &prev}, nil, nil
@@ -32,8 +37,25 @@ func applyFlow(w *writer, index uint64, s *FlowSubmit) (Result, []Event, error) 
 		return Result{Code: CodeState}, nil, nil
 	}
 	fl := &Flow{
-		ID: s.ID, Spec: s.Spec, Epoch: index, State: StateWaiting, Run: 1, SlotMs: s.DueMs,
+		ID: s.ID, Epoch: index, State: StateWaiting, Run: 1, SlotMs: s.DueMs,
+		Spec:   FlowSpec{DelayNs: s.Spec.DelayNs, RunAtMs: s.Spec.RunAtMs, EveryNs: s.Spec.EveryNs},
 		Stages: make([]State, len(s.Spec.Stages)), Order: order, CreatedMs: s.AtMs, UpdatedMs: s.AtMs,
+	}
+	byName := make(map[string]int, len(s.Spec.Stages))
+	for i := range s.Spec.Stages {
+		byName[s.Spec.Stages[i].Name] = i
+	}
+	fl.Graph = make([]FlowNode, len(s.Spec.Stages))
+	for i := range s.Spec.Stages {
+		st := &s.Spec.Stages[i]
+		n := FlowNode{Name: st.Name, Handler: st.Spec.Handler, Continue: st.Continue}
+		for _, d := range st.DependsOn {
+			n.Deps = append(n.Deps, byName[d])
+		}
+		fl.Graph[i] = n
+		if err := w.putRecord(flowStageKey(s.ID, i), st); err != nil {
+			return Result{}, nil, err
+		}
 	}
 	evs, err := advanceFlow(w, index, fl, s.DueMs, s.AtMs)
 	if err != nil {
@@ -43,6 +65,21 @@ func applyFlow(w *writer, index uint64, s *FlowSubmit) (Result, []Event, error) 
 		return Result{}, nil, err
 	}
 	return Result{Created: true, Flow: fl}, evs, nil
+}
+
+// sameFlowSpec reports whether spec is the spec fl was created with.
+func sameFlowSpec(w *writer, fl *Flow, spec *FlowSpec) (bool, error) {
+	if len(spec.Stages) != len(fl.Graph) {
+		return false, nil
+	}
+	stored := fl.Spec
+	stored.Stages = make([]FlowStage, len(fl.Graph))
+	for i := range stored.Stages {
+		if _, err := w.get(flowStageKey(fl.ID, i), &stored.Stages[i]); err != nil {
+			return false, err
+		}
+	}
+	return stored.Equal(spec), nil
 }
 
 // isFlowStage reports whether t is a stage task that has just ended: the
@@ -83,8 +120,8 @@ func flowStageEnded(w *writer, index uint64, t *Task, atMs int64) ([]Event, erro
 }
 
 func stageIndex(fl *Flow, name string) int {
-	for i := range fl.Spec.Stages {
-		if fl.Spec.Stages[i].Name == name {
+	for i := range fl.Graph {
+		if fl.Graph[i].Name == name {
 			return i
 		}
 	}
@@ -98,18 +135,14 @@ func stageIndex(fl *Flow, name string) int {
 // stage has ended, the run ends.
 func advanceFlow(w *writer, index uint64, fl *Flow, dueMs, atMs int64) ([]Event, error) {
 	var evs []Event
-	byName := make(map[string]int, len(fl.Stages))
-	for i := range fl.Spec.Stages {
-		byName[fl.Spec.Stages[i].Name] = i
-	}
 	for _, i := range fl.Order {
 		if fl.Stages[i] != 0 {
 			continue
 		}
-		st := &fl.Spec.Stages[i]
+		st := &fl.Graph[i]
 		done, ok := true, true
-		for _, d := range st.DependsOn {
-			switch s := fl.Stages[byName[d]]; {
+		for _, d := range st.Deps {
+			switch s := fl.Stages[d]; {
 			case !s.Terminal():
 				done = false
 			case s != StateSuccess:
@@ -120,7 +153,7 @@ func advanceFlow(w *writer, index uint64, fl *Flow, dueMs, atMs int64) ([]Event,
 		case !ok && !st.Continue:
 			fl.Stages[i] = StateCancelled
 		case done:
-			ev, err := createStage(w, index, fl, i, byName, dueMs, atMs)
+			ev, err := createStage(w, index, fl, i, dueMs, atMs)
 			if err != nil {
 				return nil, err
 			}
@@ -183,7 +216,7 @@ func cancelFlow(w *writer, fl *Flow, atMs int64) (Result, []Event, error) {
 		case 0:
 			fl.Stages[i] = StateCancelled
 		case StateWaiting:
-			id := FlowStageID(fl.ID, fl.Run, fl.Spec.Stages[i].Name)
+			id := FlowStageID(fl.ID, fl.Run, fl.Graph[i].Name)
 			prev, err := loadTask(w, id)
 			if err != nil {
 				return Result{}, nil, err
@@ -217,12 +250,19 @@ func cancelFlow(w *writer, fl *Flow, atMs int64) (Result, []Event, error) {
 // createStage stores the task of stage i of fl's current run, WAITING,
 // due at dueMs. A stage with dependencies gets its payload in an envelope
 // with their results (upstreamEnvelope).
-func createStage(w *writer, index uint64, fl *Flow, i int, byName map[string]int, dueMs, atMs int64) (Event, error) {
-	st := &fl.Spec.Stages[i]
+func createStage(w *writer, index uint64, fl *Flow, i int, dueMs, atMs int64) (Event, error) {
+	var st FlowStage
+	found, err := w.get(flowStageKey(fl.ID, i), &st)
+	if err != nil {
+		return Event{}, err
+	}
+	if !found {
+		return Event{}, fmt.Errorf("flow %q stage %d: no spec: %w", fl.ID, i, ErrBadEntry)
+	}
 	id := FlowStageID(fl.ID, fl.Run, st.Name)
 	spec := st.Spec
-	if len(st.DependsOn) > 0 {
-		p, err := upstreamEnvelope(w, fl, st, byName)
+	if len(fl.Graph[i].Deps) > 0 {
+		p, err := upstreamEnvelope(w, fl, i, &st)
 		if err != nil {
 			return Event{}, err
 		}
@@ -266,8 +306,8 @@ type UpstreamStage struct {
 	ResultTruncated bool            `json:"result_truncated,omitempty"`
 }
 
-func upstreamEnvelope(w *writer, fl *Flow, st *FlowStage, byName map[string]int) ([]byte, error) {
-	env := FlowEnvelope{Upstream: make(map[string]UpstreamStage, len(st.DependsOn))}
+func upstreamEnvelope(w *writer, fl *Flow, i int, st *FlowStage) ([]byte, error) {
+	env := FlowEnvelope{Upstream: make(map[string]UpstreamStage, len(fl.Graph[i].Deps))}
 	if len(st.Spec.Payload) > 0 {
 		if st.Spec.PayloadBase64 || !json.Valid(st.Spec.Payload) {
 			env.PayloadBase64 = base64.StdEncoding.EncodeToString(st.Spec.Payload)
@@ -275,8 +315,9 @@ func upstreamEnvelope(w *writer, fl *Flow, st *FlowStage, byName map[string]int)
 			env.Payload = st.Spec.Payload
 		}
 	}
-	for _, d := range st.DependsOn {
-		u := UpstreamStage{State: fl.Stages[byName[d]].String()}
+	for _, j := range fl.Graph[i].Deps {
+		d := fl.Graph[j].Name
+		u := UpstreamStage{State: fl.Stages[j].String()}
 		t, err := loadTask(w, FlowStageID(fl.ID, fl.Run, d))
 		if err != nil {
 			return nil, err

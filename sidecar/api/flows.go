@@ -121,10 +121,10 @@ func (b *Backend) flowView(fl *raftfsm.Flow) ipc.Flow {
 		v.LastRunState = fl.LastRun.String()
 	}
 	started := false
-	for i, st := range fl.Spec.Stages {
-		sv := ipc.StageView{Name: st.Name, Handler: st.Spec.Handler, DependsOn: st.DependsOn, OnFailure: "cancel"}
-		if sv.DependsOn == nil {
-			sv.DependsOn = []string{}
+	for i, st := range fl.Graph {
+		sv := ipc.StageView{Name: st.Name, Handler: st.Handler, DependsOn: make([]string, 0, len(st.Deps)), OnFailure: "cancel"}
+		for _, d := range st.Deps {
+			sv.DependsOn = append(sv.DependsOn, fl.Graph[d].Name)
 		}
 		if st.Continue {
 			sv.OnFailure = "continue"
