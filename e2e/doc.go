@@ -50,6 +50,10 @@
 //     AX_LIN_KILLS, AX_LIN_SEED); the model and the checker are
 //     harness/porcupine.go, the clients and the kills are here.
 //   - autopilot_test.go: joins as non-voters, promotion when a voter dies.
+//   - flow_test.go: flows — the diamond A -> (B, C) -> D with a leader
+//     SIGKILL while B and C run (each stage once, never early), a failing
+//     stage (dependents CANCELLED, or run with on_failure continue), a
+//     recurring flow every 2s (three runs, none overlapping).
 //   - diskfull_test.go: a node's data dir on a small tmpfs filled up: 503
 //     storage_unavailable, no crash, recovery (root only; skips otherwise).
 //   - discovery_test.go: three nodes bootstrap from dns:NAME:PORT join

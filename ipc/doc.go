@@ -42,6 +42,10 @@
 //	                                  "error":"..."}: outcome of an attempt answered 202
 //	POST   /v1/tasks/{id}/pause       pause the task's runs (a running attempt goes on); 200 + the task
 //	POST   /v1/tasks/{id}/resume      resume it; 200 + the task
+//	GET    /v1/flows                  {"flows":[...],"next_cursor"}: flows in id order (limit, cursor)
+//	POST   /v1/flows                  submit a flow (stages with depends_on); 201, or 200 when it exists
+//	GET    /v1/flows/{id}             the flow and its stages' states
+//	DELETE /v1/flows/{id}             cancel the flow's pending, waiting and running stages; 200 + the flow
 //	GET    /v1/handlers               {"handlers":[...]}: backlog, parked runs, pause, circuit, executors
 //	POST   /v1/handlers/{name}/pause  pause every run of a handler; 200 {"name","paused":true}
 //	POST   /v1/handlers/{name}/resume resume them; 200 {"name","paused":false}

@@ -298,6 +298,9 @@ func TestOpenAPI_Schemas(t *testing.T) {
 		{"RunAttempt", jsonFields(RunAttempt{})},
 		{"Lateness", jsonFields(Lateness{})},
 		{"RunsPage", jsonFields(RunsPage{})},
+		{"Flow", jsonFields(Flow{})},
+		{"StageView", jsonFields(StageView{})},
+		{"FlowPage", jsonFields(FlowPage{})},
 	} {
 		sort.Strings(tc.fields)
 		if got := props(t, spec, tc.schema); !slices.Equal(got, tc.fields) {

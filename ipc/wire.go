@@ -240,6 +240,9 @@ func (r *submitRequest) spec() (TaskSpec, error) {
 	} else if err := ValidateID(s.ID); err != nil {
 		return TaskSpec{}, err
 	}
+	if strings.HasPrefix(s.ID, FlowStagePrefix) {
+		return TaskSpec{}, Errorf(ErrInvalid, "id: the prefix %q is reserved for flow stages, got %q", FlowStagePrefix, s.ID)
+	}
 
 	if r.Handler.bad {
 		return TaskSpec{}, Errorf(ErrInvalid, "handler: not valid UTF-8")

@@ -18,7 +18,13 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 		if c.Cancel == nil {
 			return Result{}, nil, fmt.Errorf("cancel without body: %w", ErrBadEntry)
 		}
-		return applyCancel(w, c.Cancel)
+		res, evs, err := applyCancel(w, c.Cancel)
+		if err == nil && len(evs) == 1 && isFlowStage(evs[0].Task) {
+			var more []Event
+			more, err = flowStageEnded(w, index, evs[0].Task, c.Cancel.AtMs)
+			evs = append(evs, more...)
+		}
+		return res, evs, err
 	case CmdFire:
 		if c.Fire == nil {
 			return Result{}, nil, fmt.Errorf("fire without body: %w", ErrBadEntry)
@@ -28,7 +34,13 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 		if c.Complete == nil {
 			return Result{}, nil, fmt.Errorf("complete without body: %w", ErrBadEntry)
 		}
-		return applyComplete(w, c.Complete)
+		res, evs, err := applyComplete(w, c.Complete)
+		if err == nil && len(evs) == 1 && isFlowStage(evs[0].Task) {
+			var more []Event
+			more, err = flowStageEnded(w, index, evs[0].Task, c.Complete.AtMs)
+			evs = append(evs, more...)
+		}
+		return res, evs, err
 	case CmdNode:
 		if c.Node == nil {
 			return Result{}, nil, fmt.Errorf("node without body: %w", ErrBadEntry)
@@ -59,6 +71,11 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 			return Result{}, nil, fmt.Errorf("pause without body: %w", ErrBadEntry)
 		}
 		return applyPause(w, c.Pause)
+	case CmdFlow:
+		if c.Flow == nil {
+			return Result{}, nil, fmt.Errorf("flow without body: %w", ErrBadEntry)
+		}
+		return applyFlow(w, index, c.Flow)
 	default:
 		return Result{}, nil, fmt.Errorf("command type %d: %w", c.Type, ErrUnknownCommand)
 	}

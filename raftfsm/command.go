@@ -23,6 +23,7 @@ const (
 	CmdLease    CommandType = 8
 	CmdPurge    CommandType = 9
 	CmdPause    CommandType = 10
+	CmdFlow     CommandType = 11 // flow.go
 )
 
 // EntryVersion is the first byte of every Raft log entry this version writes.
@@ -41,6 +42,7 @@ type Command struct {
 	Lease    *Lease          `msgpack:"l,omitempty"`
 	Purge    *Purge          `msgpack:"pg,omitempty"`
 	Pause    *Pause          `msgpack:"pause,omitempty"`
+	Flow     *FlowSubmit     `msgpack:"fl,omitempty"`
 }
 
 // ExecutorChange registers (or with Remove, removes) an executor of a node
@@ -168,6 +170,8 @@ type Result struct {
 	// Warning is not the FSM's: the leader adds it to a submit's result
 	// when the handler's backlog is near its bound ("depth/limit").
 	Warning string `msgpack:"w,omitempty"`
+	// Flow is the flow a CmdFlow is about, after it (flow.go).
+	Flow *Flow `msgpack:"fl,omitempty"`
 }
 
 // EncodeEntry encodes commands as one Raft log entry.

@@ -18,6 +18,8 @@ import "encoding/binary"
 //	                            state byte, handler; see purge.go)
 //	hp/<handler>              a paused handler (PausedHandler; pause.go)
 //	h/<id len BE 2><id><run BE 8>  a run record (RunRecord; history.go)
+//	w/<id>                    a flow record (Flow; flow.go)
+//	ws/<id len BE 2><id><i BE 4>  stage i's spec of flow id (FlowStage; flow.go)
 var (
 	keyApplied = []byte("m/applied")
 	prefixTask = []byte("t/")

@@ -162,6 +162,8 @@ func Prepare(c *Command, now time.Time, in LeaderInputs) Prepared {
 		c.Lease.GraceMs = in.LeaseGrace.Milliseconds()
 	case CmdPause:
 		c.Pause.AtMs = nowMs
+	case CmdFlow:
+		prepareFlow(c.Flow, now)
 	}
 	return Prepared{}
 }

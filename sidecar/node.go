@@ -358,6 +358,7 @@ var commandNames = map[raftfsm.CommandType]string{
 	raftfsm.CmdNode: "node", raftfsm.CmdExecutor: "executor", raftfsm.CmdRetry: "retry", raftfsm.CmdLease: "heartbeat",
 	raftfsm.CmdPurge: "purge",
 	raftfsm.CmdPause: "pause",
+	raftfsm.CmdFlow:  "flow",
 }
 
 // logEvent writes one debug line per applied change: every line about a

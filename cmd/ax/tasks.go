@@ -26,7 +26,7 @@ const lastErrorWidth = 48
 // taskCmds returns the commands about tasks: submit, get, list, cancel,
 // retry, purge, pause, resume.
 func taskCmds() []*cobra.Command {
-	return append([]*cobra.Command{submitCmd(), getCmd(), listCmd(), runsCmd(), cancelCmd(), retryCmd(), purgeCmd()}, pauseCmds()...)
+	return append([]*cobra.Command{submitCmd(), getCmd(), listCmd(), runsCmd(), cancelCmd(), retryCmd(), purgeCmd(), flowCmd()}, pauseCmds()...)
 }
 
 func submitCmd() *cobra.Command {

@@ -246,6 +246,11 @@ func cmdBytes(cmds []raftfsm.Command) int {
 		if c.Submit != nil {
 			n += len(c.Submit.Spec.Payload)
 		}
+		if c.Flow != nil {
+			for _, st := range c.Flow.Spec.Stages {
+				n += len(st.Spec.Payload)
+			}
+		}
 	}
 	return n
 }

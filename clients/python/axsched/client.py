@@ -150,6 +150,12 @@ def _task_path(id: str, suffix: str = "") -> str:
     return f"{_TASKS}/{urllib.parse.quote(id, safe='')}{suffix}"
 
 
+def _flow_path(id: str) -> str:
+    if not isinstance(id, str) or not id:
+        raise BadRequest("flow id must be a non-empty string")
+    return "/v1/flows/" + urllib.parse.quote(id, safe="")
+
+
 #: Executor names the sidecar accepts: 1 to 128 characters of
 #: ``A-Z a-z 0-9 . _ : -``, but not ``.`` or ``..``.
 _EXECUTOR_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -581,6 +587,62 @@ class Client:
         doc = self._json("GET", path)
         if not isinstance(doc, Mapping) or "run" not in doc:
             raise AxError(f"GET {path}: unexpected answer: {str(doc)[:200]}")
+        return dict(doc)
+
+    @_public
+    def submit_flow(self, flow: Mapping[str, Any]) -> Dict[str, Any]:
+        """Submit a flow (``POST /v1/flows``): ``flow`` is the request body,
+        ``{"id": ..., "stages": [{"name", "handler", "depends_on", "payload",
+        "on_failure", and the task fields}], "delay"/"run_at"/"every"}``.
+        Returns the flow as the API sends it (``state``, ``run``,
+        ``stages`` with each stage's ``state`` and ``task_id``). The same id
+        and spec again returns the stored flow; another spec raises
+        :class:`Conflict`. A cycle, an unknown dependency, duplicate names,
+        more than 1000 stages or a bad stage field raise
+        :class:`BadRequest` naming the problem. A stage with dependencies
+        receives ``{"payload": ..., "upstream": {"<stage>": {"state",
+        "result"}}}`` as its callback body."""
+        if not isinstance(flow, Mapping) or not flow.get("id"):
+            raise BadRequest("flow must be a mapping with a non-empty id")
+        body = json.dumps(flow).encode("utf-8")
+        return self._flow_doc("POST", "/v1/flows", body)
+
+    @_public
+    def flow(self, id: str) -> Dict[str, Any]:
+        """The flow ``id`` and every stage's state (``GET /v1/flows/{id}``).
+        Raises :class:`NotFound` for an unknown id."""
+        return self._flow_doc("GET", _flow_path(id))
+
+    @_public
+    def cancel_flow(self, id: str) -> Dict[str, Any]:
+        """Cancel the flow ``id`` (``DELETE /v1/flows/{id}``): its pending,
+        waiting and running stages become CANCELLED. Returns the flow."""
+        return self._flow_doc("DELETE", _flow_path(id))
+
+    @_public
+    def flows(self, limit: Optional[int] = None, cursor: Optional[str] = None) -> Dict[str, Any]:
+        """One page of flows in id order (``GET /v1/flows``):
+        ``{"flows": [...], "next_cursor": ...}``. ``limit``: 1 to 1000,
+        default 100; ``cursor``: the previous page's ``next_cursor``."""
+        q = {}
+        if limit is not None:
+            if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+                raise BadRequest(f"limit must be an integer from 1 to 1000, got {limit!r}")
+            q["limit"] = str(limit)
+        if cursor:
+            q["cursor"] = str(cursor)
+        path = "/v1/flows"
+        if q:
+            path += "?" + urllib.parse.urlencode(q)
+        doc = self._json("GET", path)
+        if not isinstance(doc, Mapping) or not isinstance(doc.get("flows"), list):
+            raise AxError(f"GET {path}: unexpected answer: {str(doc)[:200]}")
+        return dict(doc)
+
+    def _flow_doc(self, method: str, path: str, body: Optional[bytes] = None) -> Dict[str, Any]:
+        doc = self._json(method, path, body, replayable=True)
+        if not isinstance(doc, Mapping) or "stages" not in doc:
+            raise AxError(f"{method} {path}: unexpected answer: {str(doc)[:200]}")
         return dict(doc)
 
     @_public

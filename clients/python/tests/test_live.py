@@ -123,6 +123,21 @@ class LiveSidecarTest(unittest.TestCase):
         self.assertEqual((d.handler, d.attempt, d.run, d.json()), ("order.timeout", 1, 1, {"order_id": 42}))
         self.assertIsNotNone(d.deadline)
 
+    def test_flow(self):
+        flow = {"id": "live-flow", "stages": [
+            {"name": "a", "handler": "order.timeout", "payload": {"n": 1}},
+            {"name": "b", "handler": "order.timeout", "depends_on": ["a"], "payload": {"n": 2}},
+        ]}
+        self.assertEqual(self.client.submit_flow(flow)["id"], "live-flow")
+        deadline = time.monotonic() + 10
+        while self.client.flow("live-flow")["state"] != "SUCCESS":
+            self.assertLess(time.monotonic(), deadline, self.client.flow("live-flow"))
+            time.sleep(0.02)
+        b = self.deliveries["flow/live-flow/1/b"][0].json()
+        self.assertEqual(b["payload"], {"n": 2})
+        self.assertEqual(b["upstream"]["a"]["state"], "SUCCESS")
+        self.assertEqual([f["id"] for f in self.client.flows()["flows"]], ["live-flow"])
+
     def test_permanent_failure(self):
         t = self.client.submit("always.permanent", payload_bytes=b"\x00\xff")
         final = self.wait_terminal(t.id)

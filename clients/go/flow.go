@@ -1,0 +1,204 @@
+package ax
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// FlowRequest is a flow for SubmitFlow: stages with dependencies (README,
+// "Flows"). ID is required and is the idempotency key: the same request
+// again returns the stored flow, another spec fails with ErrConflict.
+type FlowRequest struct {
+	ID     string
+	Stages []StageRequest
+	// Delay or RunAt set when the (first) flow run is due; zero: now.
+	Delay time.Duration
+	RunAt time.Time
+	// Every makes the flow recurring: one flow run per slot, never two
+	// at once (slots that pass while a run is unfinished are skipped).
+	Every time.Duration
+}
+
+// StageRequest is one stage of a FlowRequest. Zero fields take the task
+// defaults (priority 2, timeout 30s, 3 attempts).
+type StageRequest struct {
+	Name    string
+	Handler string
+	// Payload is the stage's JSON payload (nil: none). A stage with
+	// DependsOn receives an envelope instead: {"payload": Payload,
+	// "upstream": {"<stage>": {"state", "result"}}} (FlowEnvelope).
+	Payload   json.RawMessage
+	DependsOn []string
+	// ContinueOnFailure is on_failure "continue": the stage runs once its
+	// dependencies ended, even if one failed. Otherwise it is CANCELLED
+	// when one does not succeed.
+	ContinueOnFailure bool
+	Priority          *int
+	Timeout           time.Duration
+	MaxAttempts       int
+	RouteKey          string
+	Labels            map[string]string
+}
+
+// Flow is a flow as the sidecar shows it (GET /v1/flows/{id}).
+type Flow struct {
+	ID string `json:"id"`
+	// State is WAITING, RUNNING, SUCCESS, FAILED or CANCELLED.
+	State         string      `json:"state"`
+	Run           int         `json:"run"`
+	RunDueAt      time.Time   `json:"run_due_at"`
+	Every         string      `json:"every,omitempty"`
+	Stages        []StageView `json:"stages"`
+	SucceededRuns int         `json:"succeeded_runs"`
+	FailedRuns    int         `json:"failed_runs"`
+	LastRunState  string      `json:"last_run_state,omitempty"`
+	CreatedAt     time.Time   `json:"created_at"`
+	UpdatedAt     time.Time   `json:"updated_at"`
+	FinishedAt    *time.Time  `json:"finished_at,omitempty"`
+}
+
+// StageView is one stage of a flow's current run. State is PENDING until
+// its task exists, then the task's state; TaskID its task
+// ("flow/<flow id>/<run>/<stage>").
+type StageView struct {
+	Name      string   `json:"name"`
+	Handler   string   `json:"handler"`
+	DependsOn []string `json:"depends_on"`
+	OnFailure string   `json:"on_failure"`
+	State     string   `json:"state"`
+	TaskID    string   `json:"task_id,omitempty"`
+}
+
+// FlowPage is one page of Flows.
+type FlowPage struct {
+	Flows      []Flow `json:"flows"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// FlowEnvelope is the callback body of a stage with dependencies: its own
+// payload and its upstream stages' ends and results.
+type FlowEnvelope struct {
+	Payload       json.RawMessage          `json:"payload,omitempty"`
+	PayloadBase64 string                   `json:"payload_base64,omitempty"`
+	Upstream      map[string]UpstreamStage `json:"upstream"`
+}
+
+// UpstreamStage is one upstream stage in a FlowEnvelope: its state and the
+// JSON body its successful attempt answered (ResultBase64 for a body that
+// is not JSON or was truncated).
+type UpstreamStage struct {
+	State           string          `json:"state"`
+	Result          json.RawMessage `json:"result,omitempty"`
+	ResultBase64    string          `json:"result_base64,omitempty"`
+	ResultTruncated bool            `json:"result_truncated,omitempty"`
+}
+
+type stageWire struct {
+	Name        string            `json:"name"`
+	Handler     string            `json:"handler"`
+	Payload     json.RawMessage   `json:"payload,omitempty"`
+	DependsOn   []string          `json:"depends_on,omitempty"`
+	OnFailure   string            `json:"on_failure,omitempty"`
+	Priority    *int              `json:"priority,omitempty"`
+	Timeout     string            `json:"timeout,omitempty"`
+	MaxAttempts int               `json:"max_attempts,omitempty"`
+	RouteKey    string            `json:"route_key,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+}
+
+type flowWire struct {
+	ID     string      `json:"id"`
+	Stages []stageWire `json:"stages"`
+	Delay  string      `json:"delay,omitempty"`
+	RunAt  string      `json:"run_at,omitempty"`
+	Every  string      `json:"every,omitempty"`
+}
+
+// SubmitFlow stores a flow and returns it. A request the sidecar refuses
+// (a dependency cycle, an unknown dependency, duplicate names, more than
+// 1000 stages, a bad stage field) gives an error matching ErrInvalid whose
+// message names the problem; the same ID with another spec, ErrConflict.
+func (c *Client) SubmitFlow(ctx context.Context, req FlowRequest) (*Flow, error) {
+	if req.ID == "" {
+		return nil, fmt.Errorf("%w: flow id: required", ErrInvalid)
+	}
+	w := flowWire{ID: req.ID, Stages: make([]stageWire, 0, len(req.Stages))}
+	if req.Delay > 0 {
+		w.Delay = req.Delay.String()
+	}
+	if !req.RunAt.IsZero() {
+		w.RunAt = req.RunAt.UTC().Format(time.RFC3339Nano)
+	}
+	if req.Every > 0 {
+		w.Every = req.Every.String()
+	}
+	for _, s := range req.Stages {
+		sw := stageWire{Name: s.Name, Handler: s.Handler, Payload: s.Payload, DependsOn: s.DependsOn, Priority: s.Priority,
+			MaxAttempts: s.MaxAttempts, RouteKey: s.RouteKey, Labels: s.Labels}
+		if s.ContinueOnFailure {
+			sw.OnFailure = "continue"
+		}
+		if s.Timeout > 0 {
+			sw.Timeout = s.Timeout.String()
+		}
+		w.Stages = append(w.Stages, sw)
+	}
+	body, err := json.Marshal(w)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encode flow: %v", ErrInvalid, err)
+	}
+	var fl Flow
+	if err := c.do(ctx, http.MethodPost, "/v1/flows", body, &fl); err != nil {
+		return nil, err
+	}
+	return &fl, nil
+}
+
+// Flow returns the flow with the given id and its stages' states. An
+// unknown id gives an error matching ErrNotFound.
+func (c *Client) Flow(ctx context.Context, id string) (*Flow, error) {
+	return c.flowCall(ctx, http.MethodGet, id)
+}
+
+// CancelFlow cancels a flow (its pending, waiting and running stages) and
+// returns it. A finished flow is returned unchanged.
+func (c *Client) CancelFlow(ctx context.Context, id string) (*Flow, error) {
+	return c.flowCall(ctx, http.MethodDelete, id)
+}
+
+func (c *Client) flowCall(ctx context.Context, method, id string) (*Flow, error) {
+	if id == "" {
+		return nil, fmt.Errorf("%w: empty flow id", ErrInvalid)
+	}
+	var fl Flow
+	if err := c.do(ctx, method, "/v1/flows/"+url.PathEscape(id), nil, &fl); err != nil {
+		return nil, err
+	}
+	return &fl, nil
+}
+
+// Flows returns a page of flows in id order after cursor ("" for the
+// first), at most limit (0: the sidecar's default, 100).
+func (c *Client) Flows(ctx context.Context, limit int, cursor string) (*FlowPage, error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	path := "/v1/flows"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var page FlowPage
+	if err := c.do(ctx, http.MethodGet, path, nil, &page); err != nil {
+		return nil, err
+	}
+	return &page, nil
+}

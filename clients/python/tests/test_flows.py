@@ -1,0 +1,70 @@
+"""Flows: client.submit_flow, flow, flows, cancel_flow."""
+
+import json
+import unittest
+
+from axsched import BadRequest, Client, Conflict, NotFound
+
+from stub_sidecar import StubSidecar
+
+FLOW = {
+    "id": "etl", "state": "RUNNING", "run": 1, "run_due_at": "2026-12-04T03:00:00Z",
+    "stages": [
+        {"name": "A", "handler": "pull", "depends_on": [], "on_failure": "cancel", "state": "SUCCESS", "task_id": "flow/etl/1/A"},
+        {"name": "B", "handler": "clean", "depends_on": ["A"], "on_failure": "continue", "state": "RUNNING", "task_id": "flow/etl/1/B"},
+    ],
+    "succeeded_runs": 0, "failed_runs": 0, "created_at": "2026-12-04T03:00:00Z", "updated_at": "2026-12-04T03:00:01Z",
+}
+JSON = {"Content-Type": "application/json"}
+
+
+class FlowsTest(unittest.TestCase):
+    def setUp(self):
+        self.stub = StubSidecar().start()
+        self.addCleanup(self.stub.stop)
+        self.client = Client(self.stub.path)
+        self.addCleanup(self.client.close)
+
+    def test_submit_get_list_cancel(self):
+        spec = {"id": "etl", "every": "1h", "stages": [
+            {"name": "A", "handler": "pull"},
+            {"name": "B", "handler": "clean", "depends_on": ["A"], "on_failure": "continue"},
+        ]}
+        self.stub.enqueue(201, json.dumps(FLOW).encode(), JSON, path="/v1/flows")
+        got = self.client.submit_flow(spec)
+        self.assertEqual(got["stages"][1]["state"], "RUNNING")
+        self.assertEqual(self.stub.requests[-1].json(), spec)
+        self.stub.enqueue(200, json.dumps(FLOW).encode(), JSON, path="/v1/flows/a%2Fb")
+        self.assertEqual(self.client.flow("a/b")["id"], "etl")
+        self.stub.enqueue(200, json.dumps({"flows": [FLOW], "next_cursor": "etl"}).encode(), JSON, path="/v1/flows")
+        page = self.client.flows(limit=5, cursor="a")
+        self.assertEqual(page["next_cursor"], "etl")
+        done = dict(FLOW, state="CANCELLED")
+        self.stub.enqueue(200, json.dumps(done).encode(), JSON, path="/v1/flows/etl")
+        self.assertEqual(self.client.cancel_flow("etl")["state"], "CANCELLED")
+        self.assertEqual(self.stub.paths()[-4:], [
+            "POST /v1/flows", "GET /v1/flows/a%2Fb", "GET /v1/flows?limit=5&cursor=a", "DELETE /v1/flows/etl",
+        ])
+
+    def test_errors(self):
+        self.stub.enqueue_error(400, "bad_request", "stages: dependency cycle: A -> B -> A", path="/v1/flows")
+        with self.assertRaises(BadRequest) as cm:
+            self.client.submit_flow({"id": "f", "stages": []})
+        self.assertIn("A -> B -> A", str(cm.exception))
+        self.stub.enqueue_error(409, "conflict", 'flow "f" exists with a different spec', path="/v1/flows")
+        with self.assertRaises(Conflict):
+            self.client.submit_flow({"id": "f", "stages": []})
+        self.stub.enqueue_error(404, "not_found", 'flow "x" not found', path="/v1/flows/x")
+        with self.assertRaises(NotFound):
+            self.client.flow("x")
+
+    def test_bad_arguments_are_refused_before_sending(self):
+        for bad in (lambda: self.client.submit_flow({}), lambda: self.client.flow(""),
+                    lambda: self.client.cancel_flow(""), lambda: self.client.flows(limit=0)):
+            with self.assertRaises(BadRequest):
+                bad()
+        self.assertEqual(self.stub.paths(), [])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,381 @@
+package ipc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// FlowStagePrefix starts the task id of every flow stage
+// ("flow/<flow id>/<run>/<stage>"): task submits may not use it.
+const FlowStagePrefix = "flow/"
+
+// FlowStagesMax bounds the stages of one flow.
+const FlowStagesMax = 1000
+
+// FlowBackend is the flows part of a backend, found by type assertion: a
+// Backend without it answers the flow routes 404.
+type FlowBackend interface {
+	// SubmitFlow stores a new flow (created true), or returns the
+	// existing one with an equal spec; a different spec is ErrConflict.
+	SubmitFlow(ctx context.Context, spec FlowSpec) (flow Flow, created bool, err error)
+	// Flow returns flow id with its stages' states, or ErrNotFound.
+	Flow(ctx context.Context, id string) (Flow, error)
+	// Flows returns a page of flows in id order after after.
+	Flows(ctx context.Context, after string, limit int) (FlowPage, error)
+	// CancelFlow cancels flow id: its pending, waiting and running stages
+	// are CANCELLED. A finished flow is returned as it is.
+	CancelFlow(ctx context.Context, id string) (Flow, error)
+}
+
+// FlowSpec is a validated POST /v1/flows.
+type FlowSpec struct {
+	ID     string
+	Stages []StageSpec
+	Delay  time.Duration
+	RunAt  time.Time
+	Every  time.Duration
+}
+
+// StageSpec is one validated stage: Task holds its task fields (its ID
+// is unused).
+type StageSpec struct {
+	Name      string
+	Task      TaskSpec
+	DependsOn []string
+	// Continue is on_failure "continue".
+	Continue bool
+}
+
+// Flow is the view of a flow (GET /v1/flows/{id}).
+type Flow struct {
+	ID string `json:"id"`
+	// State: WAITING, RUNNING, SUCCESS, FAILED, CANCELLED.
+	State string `json:"state"`
+	// Run is the current (or last) flow run, from 1.
+	Run          int         `json:"run"`
+	RunDueAt     time.Time   `json:"run_due_at"`
+	Every        string      `json:"every,omitempty"`
+	Stages       []StageView `json:"stages"`
+	SucceededRun int         `json:"succeeded_runs"`
+	FailedRuns   int         `json:"failed_runs"`
+	LastRunState string      `json:"last_run_state,omitempty"`
+	CreatedAt    time.Time   `json:"created_at"`
+	UpdatedAt    time.Time   `json:"updated_at"`
+	FinishedAt   *time.Time  `json:"finished_at,omitempty"`
+}
+
+// StageView is one stage of the current flow run.
+type StageView struct {
+	Name      string   `json:"name"`
+	Handler   string   `json:"handler"`
+	DependsOn []string `json:"depends_on"`
+	OnFailure string   `json:"on_failure"`
+	// State: PENDING (its dependencies have not all ended), then its
+	// task's state: WAITING, RUNNING, SUCCESS, DEAD, FAILED, CANCELLED (a
+	// stage cancelled before it started has no task).
+	State string `json:"state"`
+	// TaskID is the stage's task in this run ("" while PENDING, or when
+	// it was cancelled before it started).
+	TaskID string `json:"task_id,omitempty"`
+}
+
+// FlowPage is one page of GET /v1/flows.
+type FlowPage struct {
+	Flows      []Flow `json:"flows"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+type flowRequest struct {
+	ID     wireString        `json:"id"`
+	Stages []json.RawMessage `json:"stages"`
+	Delay  *string           `json:"delay"`
+	RunAt  *string           `json:"run_at"`
+	Every  *string           `json:"every"`
+	Cron   *string           `json:"cron"`
+}
+
+type stageRequest struct {
+	submitRequest
+	Name      wireString `json:"name"`
+	DependsOn []string   `json:"depends_on"`
+	OnFailure *string    `json:"on_failure"`
+}
+
+// DecodeFlow decodes and validates a POST /v1/flows body. Errors are
+// ErrInvalidJSON or ErrInvalid (bad_request) naming the problem: a missing
+// id, no stages, more than FlowStagesMax, a duplicate or invalid stage
+// name, an unknown dependency, a dependency cycle (naming its stages), a
+// bad task field of a stage (the task rules, prefixed with the stage).
+func DecodeFlow(body []byte) (FlowSpec, error) {
+	var req flowRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return FlowSpec{}, err
+	}
+	var fs FlowSpec
+	if req.ID.bad {
+		return FlowSpec{}, Errorf(ErrInvalid, "id: not valid UTF-8")
+	}
+	if req.ID.s == "" {
+		return FlowSpec{}, Errorf(ErrInvalid, "id: required")
+	}
+	if err := ValidateID(req.ID.s); err != nil {
+		return FlowSpec{}, err
+	}
+	fs.ID = req.ID.s
+	switch n := len(req.Stages); {
+	case n == 0:
+		return FlowSpec{}, Errorf(ErrInvalid, "stages: at least one stage required")
+	case n > FlowStagesMax:
+		return FlowSpec{}, Errorf(ErrInvalid, "stages: %d stages, at most %d", n, FlowStagesMax)
+	}
+	if req.Cron != nil {
+		return FlowSpec{}, Errorf(ErrInvalid, "cron: not supported for flows; use every")
+	}
+	if req.Delay != nil && req.RunAt != nil {
+		return FlowSpec{}, Errorf(ErrInvalid, "delay and run_at: give at most one")
+	}
+	// The flow's timing fields go through the task rules.
+	var timing submitRequest
+	timing.Delay, timing.RunAt, timing.Every = req.Delay, req.RunAt, req.Every
+	timing.Handler.s = "flow"
+	ts, err := timing.spec()
+	if err != nil {
+		return FlowSpec{}, err
+	}
+	fs.Delay, fs.RunAt, fs.Every = ts.Delay, ts.RunAt, ts.Every
+	for i, raw := range req.Stages {
+		st, err := decodeStage(i, raw)
+		if err != nil {
+			return FlowSpec{}, err
+		}
+		fs.Stages = append(fs.Stages, st)
+	}
+	if err := checkFlowGraph(fs.Stages); err != nil {
+		return FlowSpec{}, err
+	}
+	return fs, nil
+}
+
+func decodeStage(i int, raw json.RawMessage) (StageSpec, error) {
+	var r stageRequest
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		var e *Error
+		if errors.As(decodeError(err), &e) {
+			return StageSpec{}, Errorf(e, "stages[%d]: %s", i, e.Message)
+		}
+		return StageSpec{}, Errorf(ErrInvalid, "stages[%d]: %v", i, err)
+	}
+	where := "stages[" + strconv.Itoa(i) + "]"
+	if r.Name.bad || r.Name.s == "" {
+		return StageSpec{}, Errorf(ErrInvalid, "%s: name required", where)
+	}
+	name := r.Name.s
+	if err := checkStageName(name); err != nil {
+		return StageSpec{}, Errorf(ErrInvalid, "%s: name %q: %v", where, name, err)
+	}
+	where = fmt.Sprintf("stage %q", name)
+	for field, set := range map[string]bool{
+		"id": r.ID.s != "", "delay": r.Delay != nil, "run_at": r.RunAt != nil, "cron": r.Cron != nil,
+		"timezone": r.Timezone != nil, "every": r.Every != nil, "repeats": r.Repeats != nil, "until": r.Until != nil,
+		"overwrite": r.Overwrite, "traceparent": r.TraceParent != "", "tracestate": r.TraceState != "",
+	} {
+		if set {
+			return StageSpec{}, Errorf(ErrInvalid, "%s: %s: not allowed on a stage (set timing on the flow)", where, field)
+		}
+	}
+	r.ID.s = "stage" // not used: keeps spec() from making an id
+	ts, err := r.spec()
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return StageSpec{}, Errorf(e, "%s: %s", where, e.Message)
+		}
+		return StageSpec{}, err
+	}
+	ts.ID = ""
+	st := StageSpec{Name: name, Task: ts, DependsOn: r.DependsOn}
+	if r.OnFailure != nil {
+		switch *r.OnFailure {
+		case "cancel":
+		case "continue":
+			st.Continue = true
+		default:
+			return StageSpec{}, Errorf(ErrInvalid, "%s: on_failure: want cancel (the default) or continue, got %q", where, *r.OnFailure)
+		}
+	}
+	return st, nil
+}
+
+// checkStageName: 1 to 128 bytes of letters, digits, '-', '_', '.'.
+func checkStageName(name string) error {
+	if len(name) > 128 {
+		return errors.New("at most 128 bytes")
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return errors.New("only letters, digits, '-', '_' and '.'")
+		}
+	}
+	return nil
+}
+
+// checkFlowGraph refuses duplicate names, unknown dependencies and
+// cycles (naming the stages in the cycle).
+func checkFlowGraph(stages []StageSpec) error {
+	idx := make(map[string]int, len(stages))
+	for _, s := range stages {
+		if _, dup := idx[s.Name]; dup {
+			return Errorf(ErrInvalid, "stages: duplicate stage name %q", s.Name)
+		}
+		idx[s.Name] = len(idx)
+	}
+	for _, s := range stages {
+		seen := map[string]bool{}
+		for _, d := range s.DependsOn {
+			if _, ok := idx[d]; !ok {
+				return Errorf(ErrInvalid, "stage %q: depends_on: unknown stage %q", s.Name, d)
+			}
+			if seen[d] {
+				return Errorf(ErrInvalid, "stage %q: depends_on: %q twice", s.Name, d)
+			}
+			seen[d] = true
+		}
+	}
+	const white, grey, black = 0, 1, 2
+	color := make([]int, len(stages))
+	var path []int
+	var cycle []string
+	var visit func(i int) bool
+	visit = func(i int) bool {
+		color[i] = grey
+		path = append(path, i)
+		for _, d := range stages[i].DependsOn {
+			j := idx[d]
+			if color[j] == grey {
+				k := len(path) - 1
+				for path[k] != j {
+					k--
+				}
+				for _, p := range path[k:] {
+					cycle = append(cycle, stages[p].Name)
+				}
+				return false
+			}
+			if color[j] == white && !visit(j) {
+				return false
+			}
+		}
+		path = path[:len(path)-1]
+		color[i] = black
+		return true
+	}
+	for i := range stages {
+		if color[i] == white && !visit(i) {
+			return Errorf(ErrInvalid, "stages: dependency cycle: %s -> %s", strings.Join(cycle, " -> "), cycle[0])
+		}
+	}
+	return nil
+}
+
+func (s *Server) flowBackend() (FlowBackend, error) {
+	fb, ok := s.backend.(FlowBackend)
+	if !ok {
+		return nil, Errorf(ErrNotFound, "flows are not served by this backend")
+	}
+	return fb, nil
+}
+
+// submitFlow answers POST /v1/flows: 201 with the flow when created, 200
+// when the same spec was stored before.
+func (s *Server) submitFlow(rctx context.Context, ctx *fasthttp.RequestCtx, _ string) error {
+	spec, err := DecodeFlow(ctx.PostBody())
+	if err != nil {
+		return err
+	}
+	fb, err := s.flowBackend()
+	if err != nil {
+		return err
+	}
+	fl, created, err := fb.SubmitFlow(rctx, spec)
+	if err != nil {
+		return err
+	}
+	status := fasthttp.StatusOK
+	if created {
+		status = fasthttp.StatusCreated
+		ctx.Response.Header.Set("Location", "/v1/flows/"+url.PathEscape(fl.ID))
+	}
+	s.writeJSON(ctx, status, fl)
+	return nil
+}
+
+func (s *Server) getFlow(rctx context.Context, ctx *fasthttp.RequestCtx, rawID string) error {
+	fb, err := s.flowBackend()
+	if err != nil {
+		return err
+	}
+	id, err := pathID(rawID)
+	if err != nil {
+		return err
+	}
+	fl, err := fb.Flow(rctx, id)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, fl)
+	return nil
+}
+
+func (s *Server) cancelFlow(rctx context.Context, ctx *fasthttp.RequestCtx, rawID string) error {
+	fb, err := s.flowBackend()
+	if err != nil {
+		return err
+	}
+	id, err := pathID(rawID)
+	if err != nil {
+		return err
+	}
+	fl, err := fb.CancelFlow(rctx, id)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, fl)
+	return nil
+}
+
+// listFlows answers GET /v1/flows?limit=&cursor=.
+func (s *Server) listFlows(rctx context.Context, ctx *fasthttp.RequestCtx, _ string) error {
+	fb, err := s.flowBackend()
+	if err != nil {
+		return err
+	}
+	limit := ListLimitDefault
+	args := ctx.QueryArgs()
+	if v := args.Peek("limit"); len(v) > 0 {
+		n, err := strconv.Atoi(string(v))
+		if err != nil || n < 1 || n > ListLimitMax {
+			return Errorf(ErrInvalid, "limit: must be between 1 and %d, got %q", ListLimitMax, v)
+		}
+		limit = n
+	}
+	page, err := fb.Flows(rctx, string(args.Peek("cursor")), limit)
+	if err != nil {
+		return err
+	}
+	if page.Flows == nil {
+		page.Flows = []Flow{}
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, page)
+	return nil
+}

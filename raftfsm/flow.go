@@ -1,0 +1,294 @@
+package raftfsm
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Flows (docs/DESIGN.md section 19): a flow is a set of stages, each a task
+// spec that names the stages it depends on. The FSM decides every
+// transition from stage completions, in the apply of the command that ends
+// a stage (flow_apply.go), so no leader round trip is needed and nothing
+// is lost on a leader change: a stage's task is created (WAITING, due at
+// that command's time) in the same transaction as the Complete that made
+// its last dependency SUCCESS.
+//
+// Each stage of flow run n is a real task with id FlowStageID(flow, n,
+// stage) ("flow/<flow id>/<n>/<stage>"); the API reserves the "flow/"
+// prefix. The flow record ("w/<id>") holds the spec, the current run and,
+// per stage, whether its task was created and how it ended.
+
+// FlowStagePrefix starts the id of every stage task.
+const FlowStagePrefix = "flow/"
+
+// FlowStagesMax bounds the stages of one flow.
+const FlowStagesMax = 1000
+
+var (
+	prefixFlow      = []byte("w/")
+	prefixFlowStage = []byte("ws/")
+)
+
+func flowKey(id string) []byte { return append(append([]byte{}, prefixFlow...), id...) }
+
+// flowStageKey is the key of stage i's FlowStage of flow id, written once
+// at submit: "ws/<id length, 2 bytes BE><id><i, 4 bytes BE>". A stage's
+// spec is read only when its task is created (and on a resubmit), so the
+// flow record rewritten at every stage end stays small.
+func flowStageKey(id string, i int) []byte {
+	k := append(append([]byte{}, prefixFlowStage...), byte(len(id)>>8), byte(len(id)))
+	k = append(k, id...)
+	return append(k, byte(i>>24), byte(i>>16), byte(i>>8), byte(i))
+}
+
+// FlowStageID is the task id of stage name in run run of flow id.
+func FlowStageID(id string, run int, name string) string {
+	return FlowStagePrefix + id + "/" + strconv.Itoa(run) + "/" + name
+}
+
+// ParseFlowStageID splits a stage task id; ok is false for any other id.
+// Stage names hold no "/", so the flow id is everything before the run.
+func ParseFlowStageID(taskID string) (flowID string, run int, name string, ok bool) {
+	if !strings.HasPrefix(taskID, FlowStagePrefix) {
+		return "", 0, "", false
+	}
+	rest := taskID[len(FlowStagePrefix):]
+	i := strings.LastIndexByte(rest, '/')
+	if i <= 0 {
+		return "", 0, "", false
+	}
+	name, rest = rest[i+1:], rest[:i]
+	j := strings.LastIndexByte(rest, '/')
+	if j <= 0 {
+		return "", 0, "", false
+	}
+	run, err := strconv.Atoi(rest[j+1:])
+	if err != nil || run < 1 || name == "" {
+		return "", 0, "", false
+	}
+	return rest[:j], run, name, true
+}
+
+// FlowStage is one stage of a flow spec.
+type FlowStage struct {
+	Name string `msgpack:"n"`
+	// Spec is the stage task's spec (handler, payload, priority, timeout,
+	// attempts, backoff, route key, labels; no schedule, delay or run_at).
+	Spec      Spec     `msgpack:"s"`
+	DependsOn []string `msgpack:"dp,omitempty"`
+	// Continue is on_failure "continue": the stage runs once its
+	// dependencies have ended, whatever their states. Otherwise a
+	// dependency that does not end SUCCESS cancels it.
+	Continue bool `msgpack:"co,omitempty"`
+}
+
+// FlowSpec is what the client asked for: two submits of one flow id are
+// the same flow when their specs are Equal.
+type FlowSpec struct {
+	Stages  []FlowStage `msgpack:"st"`
+	DelayNs int64       `msgpack:"d,omitempty"`
+	RunAtMs int64       `msgpack:"ra,omitempty"`
+	// EveryNs makes the flow recurring: a new flow run per slot (first
+	// slot the first run's due time, then every EveryNs), never two at
+	// once: the slots that pass while a run is unfinished are skipped.
+	EveryNs int64 `msgpack:"ev,omitempty"`
+}
+
+// Equal reports whether a and b are the same flow spec.
+func (a *FlowSpec) Equal(b *FlowSpec) bool {
+	if a.DelayNs != b.DelayNs || a.RunAtMs != b.RunAtMs || a.EveryNs != b.EveryNs || len(a.Stages) != len(b.Stages) {
+		return false
+	}
+	for i := range a.Stages {
+		x, y := &a.Stages[i], &b.Stages[i]
+		if x.Name != y.Name || x.Continue != y.Continue || !x.Spec.Equal(y.Spec) || len(x.DependsOn) != len(y.DependsOn) {
+			return false
+		}
+		for j := range x.DependsOn {
+			if x.DependsOn[j] != y.DependsOn[j] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// FlowSubmit creates a flow, or returns the existing one when the id exists
+// with an equal spec (a different spec is CodeConflict). Cancel set instead
+// cancels flow ID (its waiting and running stages). The leader fills DueMs
+// (RunAt, or its clock plus Delay) and AtMs.
+type FlowSubmit struct {
+	ID     string   `msgpack:"id"`
+	Spec   FlowSpec `msgpack:"s"`
+	DueMs  int64    `msgpack:"du"`
+	AtMs   int64    `msgpack:"at"`
+	Cancel bool     `msgpack:"c,omitempty"`
+}
+
+// FlowNode is one stage in a flow record: what moving the flow on needs,
+// without the stage's task spec (kept under flowStageKey).
+type FlowNode struct {
+	Name     string `msgpack:"n"`
+	Handler  string `msgpack:"h"`
+	Deps     []int  `msgpack:"d,omitempty"` // indexes of the stages it depends on
+	Continue bool   `msgpack:"c,omitempty"`
+}
+
+// Flow is the stored record of a flow. Times are Unix ms, UTC.
+type Flow struct {
+	ID string `msgpack:"id"`
+	// Spec holds the flow's timing (delay, run_at, every); its Stages are
+	// not in the record (flowStageKey): Graph has their names,
+	// handlers and dependencies.
+	Spec  FlowSpec   `msgpack:"s"`
+	Graph []FlowNode `msgpack:"g"`
+	Epoch uint64     `msgpack:"e"`
+	// State is WAITING while a run is going on or due (the API shows
+	// RUNNING once a stage has started), then SUCCESS, FAILED or
+	// CANCELLED. A recurring flow is WAITING between runs.
+	State State `msgpack:"st"`
+	// Run is the current (or last) flow run, from 1; SlotMs its due time.
+	Run    int   `msgpack:"rn"`
+	SlotMs int64 `msgpack:"sl"`
+	// Stages holds, per stage of Graph (same order), the stage of the
+	// current run: 0 before its task exists (PENDING), StateWaiting once
+	// created (its task has the live state), then how it ended.
+	Stages []State `msgpack:"sg"`
+	// Order is the stages' indexes in dependency order.
+	Order []int `msgpack:"o"`
+	// Succeeded and Failed count finished runs; LastRun is the state of
+	// the last finished run (0 before one).
+	Succeeded  int   `msgpack:"ok,omitempty"`
+	Failed     int   `msgpack:"fa,omitempty"`
+	LastRun    State `msgpack:"lr,omitempty"`
+	CreatedMs  int64 `msgpack:"c"`
+	UpdatedMs  int64 `msgpack:"u"`
+	FinishedMs int64 `msgpack:"f,omitempty"`
+}
+
+// Recurring reports whether the flow starts a run per slot.
+func (f *Flow) Recurring() bool { return f.Spec.EveryNs > 0 }
+
+// FlowOrder checks the dependencies of stages and returns the stages'
+// indexes in dependency order. It fails on duplicate or empty names, an
+// unknown dependency, or a cycle, naming the stages involved (the API's
+// messages).
+func FlowOrder(stages []FlowStage) ([]int, error) {
+	idx := make(map[string]int, len(stages))
+	for i, s := range stages {
+		if s.Name == "" {
+			return nil, errors.New("stage " + strconv.Itoa(i) + ": name required")
+		}
+		if _, dup := idx[s.Name]; dup {
+			return nil, errors.New("duplicate stage name " + strconv.Quote(s.Name))
+		}
+		idx[s.Name] = i
+	}
+	for _, s := range stages {
+		for _, d := range s.DependsOn {
+			if _, ok := idx[d]; !ok {
+				return nil, errors.New("stage " + strconv.Quote(s.Name) + " depends on unknown stage " + strconv.Quote(d))
+			}
+		}
+	}
+	// Depth-first search; a grey stage met again closes a cycle.
+	const white, grey, black = 0, 1, 2
+	color := make([]int, len(stages))
+	order := make([]int, 0, len(stages))
+	var path []int
+	var cycle []string
+	var visit func(i int) bool
+	visit = func(i int) bool {
+		color[i] = grey
+		path = append(path, i)
+		for _, d := range stages[i].DependsOn {
+			j := idx[d]
+			switch color[j] {
+			case grey:
+				for k := len(path) - 1; k >= 0; k-- {
+					cycle = append([]string{stages[path[k]].Name}, cycle...)
+					if path[k] == j {
+						break
+					}
+				}
+				return false
+			case white:
+				if !visit(j) {
+					return false
+				}
+			}
+		}
+		path = path[:len(path)-1]
+		color[i] = black
+		order = append(order, i)
+		return true
+	}
+	for i := range stages {
+		if color[i] == white && !visit(i) {
+			return nil, errors.New("dependency cycle: " + strings.Join(append(cycle, cycle[0]), " -> "))
+		}
+	}
+	return order, nil
+}
+
+// Flow returns the stored flow id, or ErrNotFound.
+func (f *FSM) Flow(id string) (*Flow, error) {
+	var fl Flow
+	err := f.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(flowKey(id))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(b []byte) error { return decodeRecord(b, &fl) })
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &fl, nil
+}
+
+// Flows returns up to limit flows in id order after id after; more says
+// whether there are more.
+func (f *FSM) Flows(after string, limit int) (flows []Flow, more bool, err error) {
+	err = f.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = prefixFlow
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Seek(flowKey(after)); it.Valid(); it.Next() {
+			id := string(it.Item().Key()[len(prefixFlow):])
+			if id == after && after != "" {
+				continue
+			}
+			if len(flows) == limit {
+				more = true
+				return nil
+			}
+			var fl Flow
+			if err := it.Item().Value(func(b []byte) error { return decodeRecord(b, &fl) }); err != nil {
+				return err
+			}
+			flows = append(flows, fl)
+		}
+		return nil
+	})
+	return flows, more, err
+}
+
+// prepareFlow fills the leader's fields of a flow submit or cancel at now.
+func prepareFlow(s *FlowSubmit, now time.Time) {
+	s.AtMs = now.UnixMilli()
+	switch {
+	case s.Spec.RunAtMs != 0:
+		s.DueMs = s.Spec.RunAtMs
+	default:
+		s.DueMs = CeilMs(now.Add(time.Duration(s.Spec.DelayNs)))
+	}
+}

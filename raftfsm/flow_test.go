@@ -1,0 +1,329 @@
+package raftfsm
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func flowCmd(id string, fs FlowSpec, dueMs, atMs int64) Command {
+	return Command{Type: CmdFlow, Flow: &FlowSubmit{ID: id, Spec: fs, DueMs: dueMs, AtMs: atMs}}
+}
+
+func stage(name string, deps ...string) FlowStage {
+	return FlowStage{Name: name, Spec: spec("h."+name, `{"n":"`+name+`"}`), DependsOn: deps}
+}
+
+// diamond is A -> (B, C) -> D.
+func diamond() FlowSpec {
+	return FlowSpec{Stages: []FlowStage{stage("A"), stage("B", "A"), stage("C", "A"), stage("D", "B", "C")}}
+}
+
+// flowEnv applies entries at increasing indexes.
+type flowEnv struct {
+	*env
+	idx uint64
+}
+
+func (e *flowEnv) next(cmds ...Command) []Result {
+	e.t.Helper()
+	e.idx++
+	return e.apply(e.idx, cmds...)
+}
+
+// finish fires the stage task id and completes it with outcome o (and a
+// result body), at atMs.
+func (e *flowEnv) finish(id string, o Outcome, result string, atMs int64) {
+	e.t.Helper()
+	t := e.task(id)
+	if r := e.next(fireCmd(id, t.Epoch, t.Attempts+1, "n1", atMs, atMs+30000)); r[0].Code != CodeOK {
+		e.t.Fatalf("fire %s: %q", id, r[0].Code)
+	}
+	c := completeCmd(id, t.Epoch, t.Attempts+1, o, "", atMs+100, atMs)
+	if result != "" {
+		c.Complete.Result = []byte(result)
+	}
+	if r := e.next(c); r[0].Code != CodeOK {
+		e.t.Fatalf("complete %s: %q", id, r[0].Code)
+	}
+}
+
+func (e *flowEnv) exists(id string) bool {
+	e.t.Helper()
+	_, err := e.f.Task(id)
+	return err == nil
+}
+
+func (e *flowEnv) flow(id string) *Flow {
+	e.t.Helper()
+	fl, err := e.f.Flow(id)
+	if err != nil {
+		e.t.Fatalf("flow %s: %v", id, err)
+	}
+	return fl
+}
+
+func sid(name string) string { return FlowStageID("f", 1, name) }
+
+func TestFlowDiamond(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	r := e.next(flowCmd("f", diamond(), 5000, 1000))
+	if !r[0].Created || r[0].Flow == nil || r[0].Flow.State != StateWaiting {
+		t.Fatalf("submit: %+v", r[0])
+	}
+	if a := e.task(sid("A")); a.State != StateWaiting || a.DueMs != 5000 {
+		t.Fatalf("A: %+v", a)
+	}
+	for _, n := range []string{"B", "C", "D"} {
+		if e.exists(sid(n)) {
+			t.Fatalf("%s created before A ended", n)
+		}
+	}
+	e.finish(sid("A"), OutcomeSuccess, `{"rows":5}`, 6000)
+	if !e.exists(sid("B")) || !e.exists(sid("C")) || e.exists(sid("D")) {
+		t.Fatal("after A: want B and C, not D")
+	}
+	if b := e.task(sid("B")); b.DueMs != 6000 {
+		t.Fatalf("B due %d, want the time of A's Complete 6000", b.DueMs)
+	}
+	e.finish(sid("B"), OutcomeSuccess, `"b"`, 7000)
+	if e.exists(sid("D")) {
+		t.Fatal("D created before C ended")
+	}
+	e.finish(sid("C"), OutcomeSuccess, "not json", 8000)
+	d := e.task(sid("D"))
+	var env FlowEnvelope
+	if err := json.Unmarshal(d.Spec.Payload, &env); err != nil {
+		t.Fatalf("D payload %s: %v", d.Spec.Payload, err)
+	}
+	if string(env.Payload) != `{"n":"D"}` || string(env.Upstream["B"].Result) != `"b"` || env.Upstream["C"].ResultBase64 == "" ||
+		env.Upstream["C"].State != "SUCCESS" {
+		t.Fatalf("D envelope: %s", d.Spec.Payload)
+	}
+	if fl := e.flow("f"); fl.State != StateWaiting {
+		t.Fatalf("flow %s before D ended", fl.State)
+	}
+	e.finish(sid("D"), OutcomeSuccess, "", 9000)
+	fl := e.flow("f")
+	if fl.State != StateSuccess || fl.FinishedMs != 9000 || fl.Succeeded != 1 {
+		t.Fatalf("flow: %+v", fl)
+	}
+}
+
+func TestFlowFailureCancelsDependents(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	e.next(flowCmd("f", diamond(), 1000, 1000))
+	e.finish(sid("A"), OutcomeSuccess, "", 2000)
+	e.finish(sid("C"), OutcomePermanent, "", 3000)
+	if e.exists(sid("D")) {
+		t.Fatal("D created after C failed")
+	}
+	if fl := e.flow("f"); fl.State != StateWaiting || fl.Stages[3] != StateCancelled {
+		t.Fatalf("flow with B running: %+v", fl)
+	}
+	e.finish(sid("B"), OutcomeSuccess, "", 4000)
+	fl := e.flow("f")
+	if fl.State != StateFailed || fl.Stages[2] != StateFailed || fl.Stages[3] != StateCancelled {
+		t.Fatalf("flow: %+v", fl)
+	}
+}
+
+func TestFlowDeadStageFailsFlow(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	fs := FlowSpec{Stages: []FlowStage{stage("A"), stage("B", "A"), stage("C", "B")}}
+	fs.Stages[0].Spec.MaxAttempts = 1
+	e.next(flowCmd("f", fs, 1000, 1000))
+	e.finish(sid("A"), OutcomeRetryable, "", 2000)
+	fl := e.flow("f")
+	if fl.State != StateFailed || fl.Stages[0] != StateDead || fl.Stages[1] != StateCancelled || fl.Stages[2] != StateCancelled {
+		t.Fatalf("flow: %+v", fl)
+	}
+}
+
+func TestFlowOnFailureContinue(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	fs := diamond()
+	fs.Stages[3].Continue = true
+	e.next(flowCmd("f", fs, 1000, 1000))
+	e.finish(sid("A"), OutcomeSuccess, "", 2000)
+	e.finish(sid("C"), OutcomePermanent, "", 3000)
+	if e.exists(sid("D")) {
+		t.Fatal("D created before B ended")
+	}
+	e.finish(sid("B"), OutcomeSuccess, "", 4000)
+	d := e.task(sid("D"))
+	if !strings.Contains(string(d.Spec.Payload), `"C":{"state":"FAILED"}`) {
+		t.Fatalf("D envelope: %s", d.Spec.Payload)
+	}
+	e.finish(sid("D"), OutcomeSuccess, "", 5000)
+	if fl := e.flow("f"); fl.State != StateFailed || fl.Stages[3] != StateSuccess {
+		t.Fatalf("flow: %+v", fl)
+	}
+}
+
+func TestFlowCancel(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	e.next(flowCmd("f", diamond(), 1000, 1000))
+	e.finish(sid("A"), OutcomeSuccess, "", 2000)
+	b := e.task(sid("B"))
+	e.next(fireCmd(sid("B"), b.Epoch, 1, "n1", 2100, 9000)) // B running, C waiting
+	r := e.next(Command{Type: CmdFlow, Flow: &FlowSubmit{ID: "f", Cancel: true, AtMs: 2500}})
+	if r[0].Flow == nil || r[0].Flow.State != StateCancelled {
+		t.Fatalf("cancel: %+v", r[0])
+	}
+	for _, n := range []string{"B", "C"} {
+		if s := e.task(sid(n)).State; s != StateCancelled {
+			t.Fatalf("%s %s after the flow's cancel", n, s)
+		}
+	}
+	if e.exists(sid("D")) {
+		t.Fatal("D created")
+	}
+	// B's late answer is stale and moves nothing.
+	if r := e.next(completeCmd(sid("B"), b.Epoch, 1, OutcomeSuccess, "", 0, 3000)); r[0].Code != CodeStale {
+		t.Fatalf("late complete: %q", r[0].Code)
+	}
+	fl := e.flow("f")
+	if fl.State != StateCancelled || fl.Stages[3] != StateCancelled || e.exists(sid("D")) {
+		t.Fatalf("flow: %+v", fl)
+	}
+	// Cancelling again, or an unknown flow.
+	if r := e.next(Command{Type: CmdFlow, Flow: &FlowSubmit{ID: "f", Cancel: true, AtMs: 2600}}); r[0].Flow.FinishedMs != 2500 {
+		t.Fatalf("second cancel: %+v", r[0].Flow)
+	}
+	if r := e.next(Command{Type: CmdFlow, Flow: &FlowSubmit{ID: "nope", Cancel: true}}); r[0].Code != CodeNotFound {
+		t.Fatalf("cancel of unknown flow: %q", r[0].Code)
+	}
+}
+
+func TestFlowStageCancelledFailsFlow(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	e.next(flowCmd("f", diamond(), 1000, 1000))
+	e.next(cancelCmd(sid("A"), 1500))
+	if fl := e.flow("f"); fl.State != StateFailed || fl.Stages[1] != StateCancelled {
+		t.Fatalf("flow: %+v", fl)
+	}
+}
+
+func TestFlowResubmit(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	e.next(flowCmd("f", diamond(), 1000, 1000))
+	r := e.next(flowCmd("f", diamond(), 2000, 2000))
+	if r[0].Code != CodeOK || r[0].Created || r[0].Flow.CreatedMs != 1000 {
+		t.Fatalf("same spec: %+v", r[0])
+	}
+	other := diamond()
+	other.Stages[3].Continue = true
+	if r := e.next(flowCmd("f", other, 2000, 2000)); r[0].Code != CodeConflict {
+		t.Fatalf("different spec: %q", r[0].Code)
+	}
+	if a := e.task(sid("A")); a.Epoch != 1 {
+		t.Fatalf("A re-created: epoch %d", a.Epoch)
+	}
+}
+
+// A Complete is applied once: replayed at its index (a restart) it is
+// skipped, resent at a new index it is stale; either way no stage is
+// created twice. A retried stage that ends again changes nothing.
+func TestFlowExactlyOnce(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	e.next(flowCmd("f", diamond(), 1000, 1000))
+	a := e.task(sid("A"))
+	e.next(fireCmd(sid("A"), a.Epoch, 1, "n1", 1000, 9000))
+	done := completeCmd(sid("A"), a.Epoch, 1, OutcomeSuccess, "", 0, 2000)
+	e.next(done)
+	doneIdx := e.idx
+	b := e.task(sid("B"))
+	e.reopen()
+	if out := e.applyEntry(doneIdx, done); out != nil {
+		t.Fatalf("replayed entry applied: %v", out)
+	}
+	if r := e.next(done); r[0].Code != CodeStale {
+		t.Fatalf("resent complete: %q", r[0].Code)
+	}
+	if b2 := e.task(sid("B")); b2.Epoch != b.Epoch || b2.UpdatedMs != b.UpdatedMs {
+		t.Fatalf("B touched: %+v, was %+v", b2, b)
+	}
+	// C dies; a retry of C that succeeds does not revive the flow's D.
+	c := e.task(sid("C"))
+	e.finish(sid("B"), OutcomeSuccess, "", 3000)
+	e.next(fireCmd(sid("C"), c.Epoch, 1, "n1", 3000, 9000))
+	e.next(completeCmd(sid("C"), c.Epoch, 1, OutcomePermanent, "", 0, 3500))
+	if fl := e.flow("f"); fl.State != StateFailed {
+		t.Fatalf("flow %s", fl.State)
+	}
+	e.next(Command{Type: CmdRetry, Retry: &Retry{ID: sid("C"), AtMs: 4000}})
+	e.finish(sid("C"), OutcomeSuccess, "", 5000)
+	if e.exists(sid("D")) {
+		t.Fatal("D created by a retried stage after the flow ended")
+	}
+}
+
+func TestFlowSnapshotRoundTrip(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	e.next(flowCmd("f", diamond(), 1000, 1000))
+	e.finish(sid("A"), OutcomeSuccess, "", 2000)
+	e.finish(sid("B"), OutcomeSuccess, "", 3000)
+	stream := persist(t, e.snapshot())
+
+	o := &flowEnv{env: newEnv(t), idx: e.idx}
+	if err := o.restore(stream); err != nil {
+		t.Fatal(err)
+	}
+	if fl := o.flow("f"); fl.Stages[0] != StateSuccess || fl.Stages[1] != StateSuccess || fl.Stages[2] != StateWaiting {
+		t.Fatalf("restored flow: %+v", fl)
+	}
+	o.finish(sid("C"), OutcomeSuccess, "", 4000)
+	o.finish(sid("D"), OutcomeSuccess, "", 5000)
+	if fl := o.flow("f"); fl.State != StateSuccess {
+		t.Fatalf("flow after restore: %+v", fl)
+	}
+}
+
+func TestFlowRecurring(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	fs := FlowSpec{Stages: []FlowStage{stage("A"), stage("B", "A")}, EveryNs: 2e9}
+	e.next(flowCmd("f", fs, 10000, 9000))
+	run := func(n int, name string) string { return FlowStageID("f", n, name) }
+	e.finish(run(1, "A"), OutcomeSuccess, "", 10000)
+	e.finish(run(1, "B"), OutcomeSuccess, "", 11000)
+	fl := e.flow("f")
+	if fl.Run != 2 || fl.SlotMs != 12000 || fl.State != StateWaiting || fl.Succeeded != 1 {
+		t.Fatalf("after run 1: %+v", fl)
+	}
+	if a := e.task(run(2, "A")); a.DueMs != 12000 {
+		t.Fatalf("run 2's A due %d", a.DueMs)
+	}
+	// Run 2 overruns the slots at 14000 and 16000: they are skipped.
+	e.finish(run(2, "A"), OutcomeSuccess, "", 12000)
+	e.finish(run(2, "B"), OutcomePermanent, "", 16000)
+	fl = e.flow("f")
+	if fl.Run != 3 || fl.SlotMs != 18000 || fl.Failed != 1 || fl.LastRun != StateFailed {
+		t.Fatalf("after run 2: %+v", fl)
+	}
+	e.next(Command{Type: CmdFlow, Flow: &FlowSubmit{ID: "f", Cancel: true, AtMs: 17000}})
+	if s := e.task(run(3, "A")).State; s != StateCancelled {
+		t.Fatalf("run 3's A %s", s)
+	}
+}
+
+func TestFlowOrder(t *testing.T) {
+	cases := []struct {
+		stages []FlowStage
+		err    string
+	}{
+		{[]FlowStage{stage("A", "C"), stage("B", "A"), stage("C", "B")}, "dependency cycle: A -> C -> B -> A"},
+		{[]FlowStage{stage("A", "A")}, "dependency cycle: A -> A"},
+		{[]FlowStage{stage("A", "X")}, `stage "A" depends on unknown stage "X"`},
+		{[]FlowStage{stage("A"), stage("A")}, `duplicate stage name "A"`},
+	}
+	for _, c := range cases {
+		if _, err := FlowOrder(c.stages); err == nil || err.Error() != c.err {
+			t.Errorf("%v: got %v, want %s", c.stages, err, c.err)
+		}
+	}
+	order, err := FlowOrder(diamond().Stages)
+	if err != nil || len(order) != 4 || order[0] != 0 || order[3] != 3 {
+		t.Fatalf("diamond order %v, %v", order, err)
+	}
+}

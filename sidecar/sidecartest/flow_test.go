@@ -1,0 +1,283 @@
+package sidecartest_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/axsched/ax/ipc"
+	"github.com/axsched/ax/raftfsm"
+	"github.com/axsched/ax/sidecar/sidecartest"
+)
+
+func submitFlowJSON(t *testing.T, c *sidecartest.Cluster, body string) ipc.Flow {
+	t.Helper()
+	resp := c.HTTP(0, "POST", "/v1/flows", []byte(body))
+	if resp.Status != 201 {
+		t.Fatalf("submit flow %s: %d %s", body, resp.Status, resp.Body)
+	}
+	var fl ipc.Flow
+	if err := json.Unmarshal(resp.Body, &fl); err != nil {
+		t.Fatalf("flow view %s: %v", resp.Body, err)
+	}
+	return fl
+}
+
+func getFlow(t *testing.T, c *sidecartest.Cluster, id string) ipc.Flow {
+	t.Helper()
+	resp := c.HTTP(0, "GET", "/v1/flows/"+id, nil)
+	if resp.Status != 200 {
+		t.Fatalf("get flow %s: %d %s", id, resp.Status, resp.Body)
+	}
+	var fl ipc.Flow
+	if err := json.Unmarshal(resp.Body, &fl); err != nil {
+		t.Fatalf("flow view %s: %v", resp.Body, err)
+	}
+	return fl
+}
+
+func waitFlow(t *testing.T, c *sidecartest.Cluster, id, state string) ipc.Flow {
+	t.Helper()
+	var fl ipc.Flow
+	c.Eventually("flow "+id+" "+state, func() bool {
+		fl = getFlow(t, c, id)
+		return fl.State == state
+	})
+	return fl
+}
+
+func stageState(fl ipc.Flow, name string) string {
+	for _, s := range fl.Stages {
+		if s.Name == name {
+			return s.State
+		}
+	}
+	return ""
+}
+
+// journal records, per stage task, the stages that had ended when its
+// callback arrived, and lets a test hold stages until it says.
+type journal struct {
+	mu      sync.Mutex
+	ended   map[string]bool
+	seenAt  map[string][]string // task id -> ended stages at arrival
+	calls   map[string]int
+	hold    map[string]chan struct{}
+	answers map[string]sidecartest.Reply
+}
+
+func newJournal() *journal {
+	return &journal{ended: map[string]bool{}, seenAt: map[string][]string{}, calls: map[string]int{},
+		hold: map[string]chan struct{}{}, answers: map[string]sidecartest.Reply{}}
+}
+
+func (j *journal) respond(call sidecartest.Call) sidecartest.Reply {
+	j.mu.Lock()
+	var ended []string
+	for id := range j.ended {
+		ended = append(ended, id)
+	}
+	j.seenAt[call.TaskID] = ended
+	j.calls[call.TaskID]++
+	h := j.hold[call.TaskID]
+	rep := j.answers[call.TaskID]
+	j.mu.Unlock()
+	if h != nil {
+		<-h
+	}
+	j.mu.Lock()
+	j.ended[call.TaskID] = true
+	j.mu.Unlock()
+	return rep
+}
+
+func (j *journal) endedBefore(id string, stages ...string) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, s := range stages {
+		found := false
+		for _, e := range j.seenAt[id] {
+			found = found || e == s
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func (j *journal) count(id string) int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.calls[id]
+}
+
+const diamondStages = `[{"name":"A","handler":"h"},{"name":"B","handler":"h","depends_on":["A"]},
+{"name":"C","handler":"h","depends_on":["A"]},{"name":"D","handler":"h","depends_on":["B","C"]%s}]`
+
+// The diamond A -> (B, C) -> D: B and C start only after A ended and run
+// at the same time (each is called while the other is held), D only
+// after both ended, with their results in its envelope; the flow ends
+// SUCCESS, each stage called once.
+func TestFlowDiamond(t *testing.T) {
+	c := sidecartest.New(t, sidecartest.Options{Nodes: 3})
+	id := func(s string) string { return raftfsm.FlowStageID("dia", 1, s) }
+	j := newJournal()
+	release := make(chan struct{})
+	j.hold[id("B")], j.hold[id("C")] = release, release
+	j.answers[id("B")] = sidecartest.Reply{Body: []byte(`{"b":2}`)}
+	j.answers[id("C")] = sidecartest.Reply{Body: []byte(`{"c":3}`)}
+	c.Respond(j.respond)
+	fl := submitFlowJSON(t, c, `{"id":"dia","stages":`+fmt.Sprintf(diamondStages, "")+`}`)
+	if len(fl.Stages) != 4 || fl.Stages[3].State != "PENDING" {
+		t.Fatalf("submitted flow: %+v", fl)
+	}
+	// B and C are both called while both are held: they overlap.
+	c.WaitCalls(id("B"), 1)
+	c.WaitCalls(id("C"), 1)
+	if !j.endedBefore(id("B"), id("A")) || !j.endedBefore(id("C"), id("A")) {
+		t.Fatal("B or C called before A ended")
+	}
+	if n := j.count(id("D")); n != 0 {
+		t.Fatal("D called before B and C ended")
+	}
+	if fl := getFlow(t, c, "dia"); fl.State != "RUNNING" {
+		t.Fatalf("flow with B and C running: %+v", fl)
+	}
+	close(release)
+	calls := c.WaitCalls(id("D"), 1)
+	if !j.endedBefore(id("D"), id("B"), id("C")) {
+		t.Fatal("D called before B and C ended")
+	}
+	var env raftfsm.FlowEnvelope
+	if err := json.Unmarshal(calls[0].Payload, &env); err != nil || string(env.Upstream["B"].Result) != `{"b":2}` ||
+		string(env.Upstream["C"].Result) != `{"c":3}` {
+		t.Fatalf("D's payload %s: %v", calls[0].Payload, err)
+	}
+	fl = waitFlow(t, c, "dia", "SUCCESS")
+	for _, s := range fl.Stages {
+		if s.State != "SUCCESS" || j.count(s.TaskID) != 1 {
+			t.Fatalf("stage %+v called %d times", s, j.count(s.TaskID))
+		}
+	}
+	// Resubmitting the same flow is 200, another spec 409.
+	if resp := c.HTTP(0, "POST", "/v1/flows", []byte(`{"id":"dia","stages":`+fmt.Sprintf(diamondStages, "")+`}`)); resp.Status != 200 {
+		t.Fatalf("resubmit: %d %s", resp.Status, resp.Body)
+	}
+	if resp := c.HTTP(0, "POST", "/v1/flows", []byte(`{"id":"dia","stages":[{"name":"A","handler":"x"}]}`)); resp.Status != 409 {
+		t.Fatalf("conflicting resubmit: %d %s", resp.Status, resp.Body)
+	}
+	resp := c.HTTP(0, "GET", "/v1/flows?limit=10", nil)
+	if resp.Status != 200 || !strings.Contains(string(resp.Body), `"id":"dia"`) {
+		t.Fatalf("list: %d %s", resp.Status, resp.Body)
+	}
+}
+
+// C fails permanently: D is CANCELLED (never called) and the flow FAILED;
+// with on_failure continue on D, D runs and the flow is still FAILED.
+func TestFlowFailure(t *testing.T) {
+	for _, cont := range []bool{false, true} {
+		t.Run(fmt.Sprintf("continue=%v", cont), func(t *testing.T) {
+			c := sidecartest.New(t, sidecartest.Options{})
+			id := func(s string) string { return raftfsm.FlowStageID("fail", 1, s) }
+			j := newJournal()
+			j.answers[id("C")] = sidecartest.Reply{Status: 422}
+			c.Respond(j.respond)
+			extra := ""
+			if cont {
+				extra = `,"on_failure":"continue"`
+			}
+			submitFlowJSON(t, c, `{"id":"fail","stages":`+fmt.Sprintf(diamondStages, extra)+`}`)
+			fl := waitFlow(t, c, "fail", "FAILED")
+			if stageState(fl, "C") != "FAILED" || stageState(fl, "B") != "SUCCESS" {
+				t.Fatalf("flow: %+v", fl)
+			}
+			if cont {
+				if stageState(fl, "D") != "SUCCESS" || j.count(id("D")) != 1 || !j.endedBefore(id("D"), id("B"), id("C")) {
+					t.Fatalf("D with continue: %+v, called %d", fl, j.count(id("D")))
+				}
+				return
+			}
+			if stageState(fl, "D") != "CANCELLED" || j.count(id("D")) != 0 {
+				t.Fatalf("D: %+v, called %d", fl, j.count(id("D")))
+			}
+		})
+	}
+}
+
+// Cancelling a flow cancels its running stage and the stages after it.
+func TestFlowCancel(t *testing.T) {
+	c := sidecartest.New(t, sidecartest.Options{})
+	id := func(s string) string { return raftfsm.FlowStageID("cf", 1, s) }
+	j := newJournal()
+	j.hold[id("A")] = make(chan struct{}) // never released: the cancel ends the call
+	c.Respond(j.respond)
+	submitFlowJSON(t, c, `{"id":"cf","stages":`+fmt.Sprintf(diamondStages, "")+`}`)
+	c.WaitCalls(id("A"), 1)
+	resp := c.HTTP(0, "DELETE", "/v1/flows/cf", nil)
+	if resp.Status != 200 {
+		t.Fatalf("cancel: %d %s", resp.Status, resp.Body)
+	}
+	fl := waitFlow(t, c, "cf", "CANCELLED")
+	for _, s := range fl.Stages {
+		if s.State != "CANCELLED" {
+			t.Fatalf("stage %+v after the cancel", s)
+		}
+	}
+	close(j.hold[id("A")])
+}
+
+// A recurring flow (every 2s) runs one flow run per slot, never two at
+// once: the slot that comes while run 1 is still going is skipped, run 2
+// starts at the next slot after run 1 ended. Three runs, then a cancel.
+func TestFlowRecurring(t *testing.T) {
+	c := sidecartest.New(t, sidecartest.Options{})
+	j := newJournal()
+	id := func(run int, s string) string { return raftfsm.FlowStageID("rf", run, s) }
+	hold := make(chan struct{})
+	j.hold[id(1, "B")] = hold
+	c.Respond(j.respond)
+	start := c.Now().Add(time.Second).UTC().Truncate(time.Millisecond)
+	slot := func(k int) time.Time { return start.Add(time.Duration(k) * 2 * time.Second) }
+	submitFlowJSON(t, c, fmt.Sprintf(`{"id":"rf","every":"2s","run_at":%q,"stages":[{"name":"A","handler":"h"},{"name":"B","handler":"h","depends_on":["A"]}]}`,
+		start.Format(time.RFC3339Nano)))
+	c.AdvanceTo(slot(0))
+	c.WaitCalls(id(1, "B"), 1)
+	c.AdvanceTo(slot(1).Add(500 * time.Millisecond)) // run 1 overruns slot 1
+	if fl := getFlow(t, c, "rf"); fl.Run != 1 || fl.State != "RUNNING" {
+		t.Fatalf("flow while run 1 overruns: %+v", fl)
+	}
+	close(hold)
+	var fl ipc.Flow
+	c.Eventually("run 2 armed", func() bool { fl = getFlow(t, c, "rf"); return fl.Run == 2 })
+	if !fl.RunDueAt.Equal(slot(2)) || fl.SucceededRun != 1 {
+		t.Fatalf("run 2: %+v, want due at %v (slot 1 skipped)", fl, slot(2))
+	}
+	for run := 2; run <= 3; run++ {
+		c.AdvanceTo(slot(run))
+		calls := c.WaitCalls(id(run, "B"), 1)
+		a := c.WaitCalls(id(run, "A"), 1)
+		if a[0].At.Before(slot(run)) || calls[0].At.Before(a[0].At) {
+			t.Fatalf("run %d: A at %v, B at %v, slot %v", run, a[0].At, calls[0].At, slot(run))
+		}
+		if !j.endedBefore(id(run, "A"), id(run-1, "B")) {
+			t.Fatalf("run %d started before run %d ended", run, run-1)
+		}
+		c.Eventually(fmt.Sprintf("run %d armed", run+1), func() bool { fl = getFlow(t, c, "rf"); return fl.Run == run+1 })
+	}
+	if fl.SucceededRun != 3 || fl.State != "WAITING" {
+		t.Fatalf("after three runs: %+v", fl)
+	}
+	if resp := c.HTTP(0, "DELETE", "/v1/flows/rf", nil); resp.Status != 200 {
+		t.Fatalf("cancel: %d %s", resp.Status, resp.Body)
+	}
+	waitFlow(t, c, "rf", "CANCELLED")
+	for run := 1; run <= 3; run++ {
+		if j.count(id(run, "A")) != 1 || j.count(id(run, "B")) != 1 {
+			t.Fatalf("run %d: A called %d, B %d times", run, j.count(id(run, "A")), j.count(id(run, "B")))
+		}
+	}
+}
