@@ -91,5 +91,14 @@ func ListenUnix(path string, mode os.FileMode, group string) (net.Listener, erro
 	if err := os.Rename(tmp, path); err != nil {
 		return fail(fmt.Errorf("listen on socket %s: %w", path, err))
 	}
-	return ln, nil
+	return pathListener{ln, &net.UnixAddr{Name: path, Net: "unix"}}, nil
 }
+
+// pathListener is a listener whose Addr is the socket's path, not the
+// temporary name it was made under (which log lines would show).
+type pathListener struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (l pathListener) Addr() net.Addr { return l.addr }

@@ -21,6 +21,9 @@ func TestListenUnix(t *testing.T) {
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("socket file %v %v, want mode 0600", fi, err)
 	}
+	if got := ln.Addr().String(); got != path {
+		t.Errorf("listener address %q, want the socket's path %q (not its temporary name)", got, path)
+	}
 	if _, err := ListenUnix(path, 0o660, ""); err == nil || !strings.Contains(err.Error(), "in use by another process") {
 		t.Fatalf("a served socket: %v", err)
 	}
