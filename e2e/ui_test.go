@@ -114,6 +114,12 @@ func TestUI_Browser(t *testing.T) {
 	// succeeds, run 3's 100 KiB answer is kept cut, as base64.
 	histID := "report|ui"
 	sub(fmt.Sprintf(`{"id":%q,"handler":%q,"every":"1s","repeats":3,"backoff":{"initial":"100ms","jitter":0},"labels":{"team":"blue"}}`, histID, harness.HandlerHistory))
+	// A diamond flow A -> (B, C) -> D, for the flows pages.
+	flowBody := fmt.Sprintf(`{"id":"ui-dia","stages":[{"name":"A","handler":%[1]q},{"name":"B","handler":%[1]q,"depends_on":["A"]},
+		{"name":"C","handler":%[1]q,"depends_on":["A"]},{"name":"D","handler":%[1]q,"depends_on":["B","C"]}]}`, harness.HandlerOK)
+	if resp, err := n1.Client.Do(harness.ReqCtx(t), "POST", "/v1/flows", []byte(flowBody)); err != nil || resp.Status != http.StatusCreated {
+		t.Fatalf("submit flow: %v %v", resp, err)
+	}
 	for i := 0; i < 12; i++ {
 		sub(fmt.Sprintf(`{"id":"order|%02d","handler":"shop.remind","delay":"1h","labels":{"team":"%s"},"payload":{"order":%d}}`, i, []string{"red", "blue"}[i%2], i))
 	}
@@ -412,7 +418,38 @@ func TestUI_Browser(t *testing.T) {
 		}
 	}
 
-	// `ax ui` serves the same dashboard beside another node, through its
+	// The diamond flow's page: its state and its 4 stages, by level, as
+	// GET /v1/flows/{id} on n1 (the node the dashboard reads) has them.
+	var fl e2eFlow
+	harness.WaitFor(t, 15*time.Second, 50*time.Millisecond, "flow ui-dia SUCCESS on "+n1.ID, func() error {
+		var err error
+		if fl, err = getFlowOn(t, n1, "ui-dia"); err == nil && fl.State != "SUCCESS" {
+			err = fmt.Errorf("state %s", fl.State)
+		}
+		return err
+	})
+	run("flows list", chromedp.Navigate(base+"/flows"), chromedp.WaitVisible(chromedp.CSS(`#flows tr[data-id="ui-dia"]`)))
+	if got := text(`#flows tr[data-id="ui-dia"] td .tag`); got != fl.State {
+		t.Errorf("flows list: ui-dia %q, API %s", got, fl.State)
+	}
+	run("flow page", chromedp.Navigate(base+"/flows/ui-dia"), chromedp.WaitVisible(chromedp.CSS("#levels .stage")))
+	if got := text("#flow-state"); got != fl.State {
+		t.Errorf("flow page: state %q, API %s", got, fl.State)
+	}
+	if got := count("#levels .stage"); got != len(fl.Stages) || got != 4 {
+		t.Errorf("flow page: %d stages, API %d, want 4", got, len(fl.Stages))
+	}
+	for _, st := range fl.Stages {
+		if got := text(fmt.Sprintf(`#levels .stage[data-stage=%q] .state`, st.Name)); got != st.State {
+			t.Errorf("flow page: stage %s %q, API %s", st.Name, got, st.State)
+		}
+	}
+	levels, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#levels .level")].map(l => [...l.querySelectorAll(".stage")].map(s => s.dataset.stage).join(","))`))
+	if err != nil || strings.Join(levels, " | ") != "A | B,C | D" {
+		t.Errorf("flow page: levels %v (%v), want A | B,C | D", levels, err)
+	}
+	shot("flow")
+
 	// socket.
 	uiPort := harness.FreePorts(t, 1)[0]
 	p := harness.NewProcess("ax-ui", harness.AxBin, filepath.Join(t.TempDir(), "ui.log"), "ui", "--socket", c.Nodes[1].Socket, "--listen", fmt.Sprintf("127.0.0.1:%d", uiPort))

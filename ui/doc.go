@@ -1,6 +1,7 @@
 // Package ui is ax's dashboard: a small web server that shows one node's
-// view of the cluster, its handlers, tasks and dead letters, and lets a
-// person pause and resume handlers and cancel, retry and purge tasks.
+// view of the cluster, its handlers, tasks, flows and dead letters, and
+// lets a person pause and resume handlers, cancel, retry and purge tasks
+// and cancel flows.
 //
 // # What it owns
 //
@@ -48,5 +49,8 @@
 // of its run history (runsShown runs of GET /v1/tasks/{id}/runs, newest
 // first) and links to the older ones by the API's cursor; it shows at most
 // resultShownMax bytes of a run's result. A node without the route (older
-// than the run history) gets "no history".
+// than the run history) gets "no history". The flows list reads one page
+// of GET /v1/flows (flowsShown) and links to the next by the API's
+// cursor; a flow page reads GET /v1/flows/{id}. A node without the flows
+// routes gets "no flows API".
 package ui

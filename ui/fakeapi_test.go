@@ -28,6 +28,7 @@ type fakeAPI struct {
 	cluster  axapi.ClusterInfo
 	handlers []axapi.HandlerInfo
 	runs     map[string][]axapi.Run // newest first; nil: the runs route is missing
+	flows    map[string]*flow       // nil: the flows routes are missing
 	metrics  string
 	calls    []string // "METHOD path?query"
 	socket   string
@@ -143,6 +144,10 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(w, axapi.PurgeResult{Purged: n})
 	case strings.HasPrefix(p, "/v1/tasks/"):
 		f.task(w, r, strings.TrimPrefix(p, "/v1/tasks/"))
+	case f.flows != nil && r.Method == "GET" && p == "/v1/flows":
+		f.flowList(w, r)
+	case f.flows != nil && strings.HasPrefix(p, "/v1/flows/") && !strings.Contains(strings.TrimPrefix(p, "/v1/flows/"), "/"):
+		f.flow(w, r, strings.TrimPrefix(p, "/v1/flows/"))
 	default:
 		apiErr(w, 404, "not_found", "no route for "+r.Method+" "+p)
 	}
@@ -269,3 +274,94 @@ func (f *fakeAPI) runsPage(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 func pathUnescape(s string) (string, error) { return url.PathUnescape(s) }
+
+// addFlow stores a flow of stages (name, handler, dependencies) whose
+// states are states[i] ("" or PENDING: no task yet).
+func (f *fakeAPI) addFlow(id, state string, stages []flowStage) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.flows == nil {
+		f.flows = map[string]*flow{}
+	}
+	now := time.Now().UTC()
+	fl := &flow{ID: id, State: state, Run: 1, RunDueAt: now, CreatedAt: now, UpdatedAt: now}
+	for _, st := range stages {
+		if st.State == "" {
+			st.State = "PENDING"
+		}
+		if st.State != "PENDING" {
+			st.TaskID = "flow/" + id + "/1/" + st.Name
+		}
+		fl.Stages = append(fl.Stages, st)
+	}
+	f.flows[id] = fl
+}
+
+func (f *fakeAPI) flowState(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fl := f.flows[id]; fl != nil {
+		return fl.State
+	}
+	return ""
+}
+
+// flowList pages f.flows in id order as the node does: limit (default
+// 100), cursor the base64url of the last id of the previous page.
+func (f *fakeAPI) flowList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	after := ""
+	if c := q.Get("cursor"); c != "" {
+		b, err := base64.RawURLEncoding.DecodeString(c)
+		if err != nil {
+			apiErr(w, 400, "bad_request", "cursor: not a cursor from a previous page")
+			return
+		}
+		after = string(b)
+	}
+	limit := 100
+	if l := q.Get("limit"); l != "" {
+		limit, _ = strconv.Atoi(l)
+	}
+	page := flowPage{Flows: []flow{}}
+	for _, id := range sortedKeys(f.flows) {
+		if after != "" && id <= after {
+			continue
+		}
+		if len(page.Flows) == limit {
+			page.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(page.Flows[limit-1].ID))
+			break
+		}
+		page.Flows = append(page.Flows, *f.flows[id])
+	}
+	reply(w, page)
+}
+
+func (f *fakeAPI) flow(w http.ResponseWriter, r *http.Request, esc string) {
+	id, err := pathUnescape(esc)
+	if err != nil {
+		apiErr(w, 400, "bad_request", err.Error())
+		return
+	}
+	fl := f.flows[id]
+	if fl == nil {
+		apiErr(w, 404, "not_found", fmt.Sprintf("flow %q not found", id))
+		return
+	}
+	switch r.Method {
+	case "GET":
+		reply(w, fl)
+	case "DELETE":
+		if !flowTerminal(fl.State) {
+			fl.State = axapi.StateCancelled
+			for i := range fl.Stages {
+				if st := fl.Stages[i].State; st == "PENDING" || !axapi.State(st).Terminal() {
+					fl.Stages[i].State = axapi.StateCancelled
+				}
+			}
+		}
+		reply(w, fl)
+	default:
+		apiErr(w, 404, "not_found", "no route for "+r.Method+" /v1/flows/"+esc)
+	}
+}

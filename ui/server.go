@@ -21,7 +21,7 @@ var assets embed.FS
 
 // pageNames are the templates of assets/: each defines "content", rendered
 // inside layout.html (or alone, for a live update).
-var pageNames = []string{"cluster", "handlers", "tasks", "task", "dead", "login"}
+var pageNames = []string{"cluster", "handlers", "tasks", "task", "dead", "flows", "flow", "login"}
 
 // Server is the dashboard: an http.Handler over one node's socket API.
 type Server struct {
@@ -78,6 +78,9 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /tasks", s.tasksPage)
 	s.mux.HandleFunc("GET /tasks/{id}", s.taskPage)
 	s.mux.HandleFunc("POST /tasks/{id}/{action}", s.taskAction)
+	s.mux.HandleFunc("GET /flows", s.flowsPage)
+	s.mux.HandleFunc("GET /flows/{id}", s.flowPage)
+	s.mux.HandleFunc("POST /flows/{id}/{action}", s.flowAction)
 	s.mux.HandleFunc("GET /dead", s.deadPage)
 	s.mux.HandleFunc("POST /dead/{action}", s.deadAction)
 }
