@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // FlowStagePrefix starts the task id of every flow stage
@@ -55,45 +57,6 @@ type StageSpec struct {
 	Continue bool
 }
 
-// Flow is the view of a flow (GET /v1/flows/{id}).
-type Flow struct {
-	ID string `json:"id"`
-	// State: WAITING, RUNNING, SUCCESS, FAILED, CANCELLED.
-	State string `json:"state"`
-	// Run is the current (or last) flow run, from 1.
-	Run          int         `json:"run"`
-	RunDueAt     time.Time   `json:"run_due_at"`
-	Every        string      `json:"every,omitempty"`
-	Stages       []StageView `json:"stages"`
-	SucceededRun int         `json:"succeeded_runs"`
-	FailedRuns   int         `json:"failed_runs"`
-	LastRunState string      `json:"last_run_state,omitempty"`
-	CreatedAt    time.Time   `json:"created_at"`
-	UpdatedAt    time.Time   `json:"updated_at"`
-	FinishedAt   *time.Time  `json:"finished_at,omitempty"`
-}
-
-// StageView is one stage of the current flow run.
-type StageView struct {
-	Name      string   `json:"name"`
-	Handler   string   `json:"handler"`
-	DependsOn []string `json:"depends_on"`
-	OnFailure string   `json:"on_failure"`
-	// State: PENDING (its dependencies have not all ended), then its
-	// task's state: WAITING, RUNNING, SUCCESS, DEAD, FAILED, CANCELLED (a
-	// stage cancelled before it started has no task).
-	State string `json:"state"`
-	// TaskID is the stage's task in this run ("" while PENDING, or when
-	// it was cancelled before it started).
-	TaskID string `json:"task_id,omitempty"`
-}
-
-// FlowPage is one page of GET /v1/flows.
-type FlowPage struct {
-	Flows      []Flow `json:"flows"`
-	NextCursor string `json:"next_cursor,omitempty"`
-}
-
 type flowRequest struct {
 	ID     wireString        `json:"id"`
 	Stages []json.RawMessage `json:"stages"`
@@ -115,6 +78,16 @@ type stageRequest struct {
 // id, no stages, more than FlowStagesMax, a duplicate or invalid stage
 // name, an unknown dependency, a dependency cycle (naming its stages), a
 // bad task field of a stage (the task rules, prefixed with the stage).
+// The flow views are axapi's (the one definition of the wire).
+type (
+	// Flow is the view of a flow (GET /v1/flows/{id}).
+	Flow = axapi.Flow
+	// StageView is one stage of the current flow run.
+	StageView = axapi.StageView
+	// FlowPage is one page of GET /v1/flows.
+	FlowPage = axapi.FlowPage
+)
+
 func DecodeFlow(body []byte) (FlowSpec, error) {
 	var req flowRequest
 	if err := decodeStrict(body, &req); err != nil {

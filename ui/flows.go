@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/axsched/ax/clients/go/axapi"
 )
@@ -21,37 +20,13 @@ const (
 	flowsCursorMax = 1024
 )
 
-// flow and flowStage are the socket API's Flow and StageView (README,
-// "Flows"): clients/go/axapi, the one client package ui may import, has no
-// flow types, so the fields the pages show are decoded here.
-type flow struct {
-	ID         string      `json:"id"`
-	State      string      `json:"state"`
-	Run        int         `json:"run"`
-	RunDueAt   time.Time   `json:"run_due_at"`
-	Every      string      `json:"every,omitempty"`
-	Stages     []flowStage `json:"stages"`
-	Succeeded  int         `json:"succeeded_runs"`
-	Failed     int         `json:"failed_runs"`
-	LastRun    string      `json:"last_run_state,omitempty"`
-	CreatedAt  time.Time   `json:"created_at"`
-	UpdatedAt  time.Time   `json:"updated_at"`
-	FinishedAt *time.Time  `json:"finished_at,omitempty"`
-}
-
-type flowStage struct {
-	Name      string   `json:"name"`
-	Handler   string   `json:"handler"`
-	DependsOn []string `json:"depends_on"`
-	OnFailure string   `json:"on_failure"`
-	State     string   `json:"state"`
-	TaskID    string   `json:"task_id,omitempty"`
-}
-
-type flowPage struct {
-	Flows      []flow `json:"flows"`
-	NextCursor string `json:"next_cursor,omitempty"`
-}
+// flow, flowStage and flowPage are the socket API's flow views
+// (axapi.Flow, axapi.StageView, axapi.FlowPage).
+type (
+	flow      = axapi.Flow
+	flowStage = axapi.StageView
+	flowPage  = axapi.FlowPage
+)
 
 // flowTerminal reports whether a flow state is final.
 func flowTerminal(s string) bool {

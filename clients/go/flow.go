@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // FlowRequest is a flow for SubmitFlow: stages with dependencies (README,
@@ -45,59 +47,6 @@ type StageRequest struct {
 	Labels            map[string]string
 }
 
-// Flow is a flow as the sidecar shows it (GET /v1/flows/{id}).
-type Flow struct {
-	ID string `json:"id"`
-	// State is WAITING, RUNNING, SUCCESS, FAILED or CANCELLED.
-	State         string      `json:"state"`
-	Run           int         `json:"run"`
-	RunDueAt      time.Time   `json:"run_due_at"`
-	Every         string      `json:"every,omitempty"`
-	Stages        []StageView `json:"stages"`
-	SucceededRuns int         `json:"succeeded_runs"`
-	FailedRuns    int         `json:"failed_runs"`
-	LastRunState  string      `json:"last_run_state,omitempty"`
-	CreatedAt     time.Time   `json:"created_at"`
-	UpdatedAt     time.Time   `json:"updated_at"`
-	FinishedAt    *time.Time  `json:"finished_at,omitempty"`
-}
-
-// StageView is one stage of a flow's current run. State is PENDING until
-// its task exists, then the task's state; TaskID its task
-// ("flow/<flow id>/<run>/<stage>").
-type StageView struct {
-	Name      string   `json:"name"`
-	Handler   string   `json:"handler"`
-	DependsOn []string `json:"depends_on"`
-	OnFailure string   `json:"on_failure"`
-	State     string   `json:"state"`
-	TaskID    string   `json:"task_id,omitempty"`
-}
-
-// FlowPage is one page of Flows.
-type FlowPage struct {
-	Flows      []Flow `json:"flows"`
-	NextCursor string `json:"next_cursor,omitempty"`
-}
-
-// FlowEnvelope is the callback body of a stage with dependencies: its own
-// payload and its upstream stages' ends and results.
-type FlowEnvelope struct {
-	Payload       json.RawMessage          `json:"payload,omitempty"`
-	PayloadBase64 string                   `json:"payload_base64,omitempty"`
-	Upstream      map[string]UpstreamStage `json:"upstream"`
-}
-
-// UpstreamStage is one upstream stage in a FlowEnvelope: its state and the
-// JSON body its successful attempt answered (ResultBase64 for a body that
-// is not JSON or was truncated).
-type UpstreamStage struct {
-	State           string          `json:"state"`
-	Result          json.RawMessage `json:"result,omitempty"`
-	ResultBase64    string          `json:"result_base64,omitempty"`
-	ResultTruncated bool            `json:"result_truncated,omitempty"`
-}
-
 type stageWire struct {
 	Name        string            `json:"name"`
 	Handler     string            `json:"handler"`
@@ -123,6 +72,21 @@ type flowWire struct {
 // (a dependency cycle, an unknown dependency, duplicate names, more than
 // 1000 stages, a bad stage field) gives an error matching ErrInvalid whose
 // message names the problem; the same ID with another spec, ErrConflict.
+// The flow views and the stage envelope are axapi's, the one definition
+// of the wire.
+type (
+	// Flow is a flow as the sidecar shows it (GET /v1/flows/{id}).
+	Flow = axapi.Flow
+	// StageView is one stage of a flow's current run.
+	StageView = axapi.StageView
+	// FlowPage is one page of Flows.
+	FlowPage = axapi.FlowPage
+	// FlowEnvelope is the callback body of a stage with dependencies.
+	FlowEnvelope = axapi.FlowEnvelope
+	// UpstreamStage is one upstream stage in a FlowEnvelope.
+	UpstreamStage = axapi.UpstreamStage
+)
+
 func (c *Client) SubmitFlow(ctx context.Context, req FlowRequest) (*Flow, error) {
 	if req.ID == "" {
 		return nil, fmt.Errorf("%w: flow id: required", ErrInvalid)

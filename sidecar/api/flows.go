@@ -110,7 +110,7 @@ func (b *Backend) Flows(_ context.Context, after string, limit int) (ipc.FlowPag
 func (b *Backend) flowView(fl *raftfsm.Flow) ipc.Flow {
 	v := ipc.Flow{
 		ID: fl.ID, State: fl.State.String(), Run: fl.Run, RunDueAt: time.UnixMilli(fl.SlotMs).UTC(),
-		SucceededRun: fl.Succeeded, FailedRuns: fl.Failed,
+		SucceededRuns: fl.Succeeded, FailedRuns: fl.Failed,
 		CreatedAt: time.UnixMilli(fl.CreatedMs).UTC(), UpdatedAt: time.UnixMilli(fl.UpdatedMs).UTC(),
 		FinishedAt: msTime(fl.FinishedMs),
 	}

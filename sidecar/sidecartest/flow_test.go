@@ -253,7 +253,7 @@ func TestFlowRecurring(t *testing.T) {
 	close(hold)
 	var fl ipc.Flow
 	c.Eventually("run 2 armed", func() bool { fl = getFlow(t, c, "rf"); return fl.Run == 2 })
-	if !fl.RunDueAt.Equal(slot(2)) || fl.SucceededRun != 1 {
+	if !fl.RunDueAt.Equal(slot(2)) || fl.SucceededRuns != 1 {
 		t.Fatalf("run 2: %+v, want due at %v (slot 1 skipped)", fl, slot(2))
 	}
 	for run := 2; run <= 3; run++ {
@@ -268,7 +268,7 @@ func TestFlowRecurring(t *testing.T) {
 		}
 		c.Eventually(fmt.Sprintf("run %d armed", run+1), func() bool { fl = getFlow(t, c, "rf"); return fl.Run == run+1 })
 	}
-	if fl.SucceededRun != 3 || fl.State != "WAITING" {
+	if fl.SucceededRuns != 3 || fl.State != "WAITING" {
 		t.Fatalf("after three runs: %+v", fl)
 	}
 	if resp := c.HTTP(0, "DELETE", "/v1/flows/rf", nil); resp.Status != 200 {
