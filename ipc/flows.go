@@ -103,6 +103,10 @@ func DecodeFlow(body []byte) (FlowSpec, error) {
 	if err := ValidateID(req.ID.s); err != nil {
 		return FlowSpec{}, err
 	}
+	if len(req.ID.s) > FlowIDMaxBytes {
+		return FlowSpec{}, Errorf(ErrInvalid, "id: %d bytes, the limit for a flow is %d (its stages' task ids, flow/<id>/<run>/<stage>, must fit in %d)",
+			len(req.ID.s), FlowIDMaxBytes, axapi.IDMaxBytes)
+	}
 	fs.ID = req.ID.s
 	switch n := len(req.Stages); {
 	case n == 0:
@@ -190,10 +194,20 @@ func decodeStage(i int, raw json.RawMessage) (StageSpec, error) {
 	return st, nil
 }
 
-// checkStageName: 1 to 128 bytes of letters, digits, '-', '_', '.'.
+// StageNameMaxBytes bounds a stage's name.
+const StageNameMaxBytes = 128
+
+// FlowIDMaxBytes bounds a flow's id so that its stages' task ids
+// ("flow/<id>/<run>/<stage>", with a run number of up to 20 digits and a
+// stage name of up to StageNameMaxBytes) stay within axapi.IDMaxBytes: a
+// longer one gave stage tasks that no route could name (found by review).
+const FlowIDMaxBytes = axapi.IDMaxBytes - len(FlowStagePrefix) - 1 - 20 - 1 - StageNameMaxBytes
+
+// checkStageName: 1 to StageNameMaxBytes bytes of letters, digits, '-',
+// '_', '.'.
 func checkStageName(name string) error {
-	if len(name) > 128 {
-		return errors.New("at most 128 bytes")
+	if len(name) > StageNameMaxBytes {
+		return fmt.Errorf("at most %d bytes", StageNameMaxBytes)
 	}
 	for _, c := range name {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 func TestDecodeFlow(t *testing.T) {
@@ -50,6 +52,9 @@ func TestDecodeFlowInvalid(t *testing.T) {
 		{"cron", `{"id":"f","cron":"* * * * *","stages":[{"name":"A","handler":"h"}]}`, "cron: not supported"},
 		{"delay and run_at", `{"id":"f","delay":"1s","run_at":"2030-01-01T00:00:00Z","stages":[{"name":"A","handler":"h"}]}`, "give at most one"},
 		{"bad every", `{"id":"f","every":"1ms","stages":[{"name":"A","handler":"h"}]}`, "every"},
+		// Its stages' task ids would pass the 512-byte id limit.
+		{"long id", `{"id":"` + strings.Repeat("x", FlowIDMaxBytes+1) + `","stages":[{"name":"A","handler":"h"}]}`, "the limit for a flow is 357"},
+		{"long stage name", `{"id":"f","stages":[{"name":"` + strings.Repeat("a", StageNameMaxBytes+1) + `","handler":"h"}]}`, "at most 128 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := DecodeFlow([]byte(tc.body))
@@ -58,6 +63,19 @@ func TestDecodeFlowInvalid(t *testing.T) {
 				t.Fatalf("got %v, want a 400 containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// The longest flow id with the longest stage name and a run number of 20
+// digits makes a stage task id of exactly axapi.IDMaxBytes.
+func TestFlowIDMaxLeavesRoomForStageIDs(t *testing.T) {
+	id := FlowStagePrefix + strings.Repeat("x", FlowIDMaxBytes) + "/18446744073709551615/" + strings.Repeat("a", StageNameMaxBytes)
+	if err := ValidateID(id); err != nil || len(id) != axapi.IDMaxBytes {
+		t.Fatalf("longest stage task id: %d bytes, %v", len(id), err)
+	}
+	body := `{"id":"` + strings.Repeat("x", FlowIDMaxBytes) + `","stages":[{"name":"` + strings.Repeat("a", StageNameMaxBytes) + `","handler":"h"}]}`
+	if _, err := DecodeFlow([]byte(body)); err != nil {
+		t.Fatalf("a flow at both limits: %v", err)
 	}
 }
 
