@@ -207,10 +207,17 @@ func (s *Server) ServeUnix(path string) error {
 	if err := removeStaleSocket(path); err != nil {
 		return err
 	}
-	ln, err := listenUnixMode(path, s.opts.SocketMode)
+	mode := s.opts.SocketMode
+	ln, err := ListenUnix(path, func(tmp string) error {
+		if err := os.Chmod(tmp, mode); err != nil {
+			return fmt.Errorf("chmod %s to %#o: %w", path, mode, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
+	ln = &removingListener{Listener: ln, path: path}
 	if testHookListening != nil {
 		testHookListening(path)
 	}
@@ -221,11 +228,13 @@ func (s *Server) ServeUnix(path string) error {
 // accepts connections at path and before the server serves it.
 var testHookListening func(path string)
 
-// listenUnixMode listens on a Unix socket that appears at path with mode:
-// it listens at a temporary name beside path, chmods it and renames it to
-// path (rename is atomic within a directory). The listener removes path
-// when closed.
-func listenUnixMode(path string, mode os.FileMode) (net.Listener, error) {
+// ListenUnix listens on a Unix socket that appears at path already
+// prepared: it listens at a temporary name beside path, calls access with
+// that name (chmod, chown) and renames it to path (rename is atomic within
+// a directory), so no client can connect while the socket has the umask's
+// mode. The listener's Addr is path; closing it leaves the file (the
+// caller removes it). An error of access is returned as it is.
+func ListenUnix(path string, access func(tmp string) error) (net.Listener, error) {
 	// A short name: a socket path has at most 107 bytes.
 	var nonce [4]byte
 	_, _ = rand.Read(nonce[:])
@@ -235,33 +244,39 @@ func listenUnixMode(path string, mode os.FileMode) (net.Listener, error) {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
 	ul := ln.(*net.UnixListener)
-	// Close must remove path, not the temporary name.
-	ul.SetUnlinkOnClose(false)
-	if err := os.Chmod(tmp, mode); err != nil {
+	ul.SetUnlinkOnClose(false) // the file is at path now, not at tmp
+	fail := func(err error) (net.Listener, error) {
 		_ = ul.Close()
 		_ = os.Remove(tmp)
-		return nil, fmt.Errorf("chmod %s to %#o: %w", path, mode, err)
+		return nil, err
+	}
+	if err := access(tmp); err != nil {
+		return fail(err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		_ = ul.Close()
-		_ = os.Remove(tmp)
-		return nil, fmt.Errorf("listen on %s: %w", path, err)
+		return fail(fmt.Errorf("listen on %s: %w", path, err))
 	}
-	return &unixListener{UnixListener: ul, path: path}, nil
+	return pathListener{ul, &net.UnixAddr{Name: path, Net: "unix"}}, nil
 }
 
-// unixListener removes its socket file once, when first closed.
-type unixListener struct {
-	*net.UnixListener
+// pathListener is a listener whose Addr is its socket's path, not the
+// temporary name it was made under.
+type pathListener struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (l pathListener) Addr() net.Addr { return l.addr }
+
+// removingListener removes its socket file once, when first closed.
+type removingListener struct {
+	net.Listener
 	path string
 	once sync.Once
 }
 
-// Addr is the socket's path (not the temporary name it was made under).
-func (l *unixListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
-
-func (l *unixListener) Close() error {
-	err := l.UnixListener.Close()
+func (l *removingListener) Close() error {
+	err := l.Listener.Close()
 	l.once.Do(func() { _ = os.Remove(l.path) })
 	return err
 }

@@ -1,8 +1,6 @@
 package cluster
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/axsched/ax/ipc"
 )
 
 // SocketModeDefault is the Unix socket's default permission bits: owner
@@ -67,38 +67,8 @@ func ListenUnix(path string, mode os.FileMode, group string) (net.Listener, erro
 		}
 		os.Remove(path)
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, err
 	}
-	// A short name: a socket path has at most 107 bytes.
-	var nonce [4]byte
-	_, _ = rand.Read(nonce[:])
-	tmp := filepath.Join(dir, ".ax"+hex.EncodeToString(nonce[:]))
-	ln, err := net.Listen("unix", tmp)
-	if err != nil {
-		return nil, fmt.Errorf("listen on socket %s: %w", path, err)
-	}
-	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	fail := func(err error) (net.Listener, error) {
-		ln.Close()
-		os.Remove(tmp)
-		return nil, err
-	}
-	if err := SetSocketAccess(tmp, mode, group); err != nil {
-		return fail(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fail(fmt.Errorf("listen on socket %s: %w", path, err))
-	}
-	return pathListener{ln, &net.UnixAddr{Name: path, Net: "unix"}}, nil
+	return ipc.ListenUnix(path, func(tmp string) error { return SetSocketAccess(tmp, mode, group) })
 }
-
-// pathListener is a listener whose Addr is the socket's path, not the
-// temporary name it was made under (which log lines would show).
-type pathListener struct {
-	net.Listener
-	addr net.Addr
-}
-
-func (l pathListener) Addr() net.Addr { return l.addr }
