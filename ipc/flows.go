@@ -308,23 +308,15 @@ func (s *Server) submitFlow(rctx context.Context, ctx *fasthttp.RequestCtx, _ st
 }
 
 func (s *Server) getFlow(rctx context.Context, ctx *fasthttp.RequestCtx, rawID string) error {
-	fb, err := s.flowBackend()
-	if err != nil {
-		return err
-	}
-	id, err := pathID(rawID)
-	if err != nil {
-		return err
-	}
-	fl, err := fb.Flow(rctx, id)
-	if err != nil {
-		return err
-	}
-	s.writeJSON(ctx, fasthttp.StatusOK, fl)
-	return nil
+	return s.flowByID(rctx, ctx, rawID, FlowBackend.Flow)
 }
 
 func (s *Server) cancelFlow(rctx context.Context, ctx *fasthttp.RequestCtx, rawID string) error {
+	return s.flowByID(rctx, ctx, rawID, FlowBackend.CancelFlow)
+}
+
+// flowByID answers a route of one flow: op on the flow the path names.
+func (s *Server) flowByID(rctx context.Context, ctx *fasthttp.RequestCtx, rawID string, op func(FlowBackend, context.Context, string) (Flow, error)) error {
 	fb, err := s.flowBackend()
 	if err != nil {
 		return err
@@ -333,7 +325,7 @@ func (s *Server) cancelFlow(rctx context.Context, ctx *fasthttp.RequestCtx, rawI
 	if err != nil {
 		return err
 	}
-	fl, err := fb.CancelFlow(rctx, id)
+	fl, err := op(fb, rctx, id)
 	if err != nil {
 		return err
 	}

@@ -101,29 +101,24 @@ func flowSubmitCmd() *cobra.Command {
 }
 
 func flowGetCmd() *cobra.Command {
-	var f apiFlags
-	cmd := &cobra.Command{
-		Use:     "get ID",
-		Short:   "Show a flow and every stage's state",
-		Example: "  ax flow get etl-daily",
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return flowDo(cmd, &f, http.MethodGet, args[0])
-		},
-	}
-	f.register(cmd)
-	return cmd
+	return flowIDCmd("get ID", "Show a flow and every stage's state", "  ax flow get etl-daily", http.MethodGet)
 }
 
 func flowCancelCmd() *cobra.Command {
+	return flowIDCmd("cancel ID", "Cancel a flow: its pending, waiting and running stages", "  ax flow cancel etl-daily", http.MethodDelete)
+}
+
+// flowIDCmd is a command that sends method to the flow its one argument
+// names and prints the flow it gets back.
+func flowIDCmd(use, short, example, method string) *cobra.Command {
 	var f apiFlags
 	cmd := &cobra.Command{
-		Use:     "cancel ID",
-		Short:   "Cancel a flow: its pending, waiting and running stages",
-		Example: "  ax flow cancel etl-daily",
+		Use:     use,
+		Short:   short,
+		Example: example,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return flowDo(cmd, &f, http.MethodDelete, args[0])
+			return flowDo(cmd, &f, method, args[0])
 		},
 	}
 	f.register(cmd)

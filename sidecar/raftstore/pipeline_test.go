@@ -48,12 +48,7 @@ func TestFollowerCatchesUpAfterItsLogStoreRefusedWrites(t *testing.T) {
 		}
 	}
 	// The writes and the figures go to whichever node leads at the time.
-	var leaderMu sync.Mutex
-	leaderNow := func() *pipelineNode {
-		leaderMu.Lock()
-		defer leaderMu.Unlock()
-		return waitRaftLeader(t, nodes)
-	}
+	leaderNow := func() *pipelineNode { return waitRaftLeader(t, nodes) }
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 4 {
