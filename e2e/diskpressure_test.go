@@ -244,7 +244,7 @@ func TestDiskPressure_FreeingWritesSnapshotsCompaction(t *testing.T) {
 	// cancelAll cancels ids with 16 workers and returns how many answered
 	// 200.
 	cancelAll := func(ids []string) int {
-		var ok atomic.Int64
+		var ok, failed atomic.Int64
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		for range 16 {
@@ -259,6 +259,8 @@ func TestDiskPressure_FreeingWritesSnapshotsCompaction(t *testing.T) {
 					resp, err := n.Client.Cancel(ctx, ids[i])
 					if err == nil && resp.Status == 200 {
 						ok.Add(1)
+					} else if failed.Add(1) <= 5 {
+						t.Logf("cancel %s: %v %v", ids[i], resp, err)
 					}
 				}
 			}()

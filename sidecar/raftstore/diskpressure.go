@@ -125,6 +125,27 @@ func (g *Guard) FreeingErr() *StorageUnavailableError {
 	return nil
 }
 
+// applyErr returns nil while this node can still apply a committed entry
+// (freeing: every command in it frees space), else the state (Err). The
+// API refuses new writes well before the FSM's gate does (the reserve plus
+// the next snapshot's headroom against ¾R and ½R of the reserve), so an
+// entry already proposed when the API starts refusing is still applied
+// here, and its callers must hear its outcome, not a 503 for a write that
+// took effect.
+func (g *Guard) applyErr(freeing bool) *StorageUnavailableError {
+	e := g.Err()
+	if e == nil {
+		return nil
+	}
+	if !g.spaceOnly.Load() || g.fsm.StorageError() != nil || g.logFail.Load() != nil {
+		return e
+	}
+	if g.spaceGate(freeing) != nil {
+		return e
+	}
+	return nil
+}
+
 // writeErr returns the state that decides a proposal of cmds: FreeingErr
 // when every command frees space, err otherwise.
 func (g *Guard) writeErr(cmds []raftfsm.Command) *StorageUnavailableError {

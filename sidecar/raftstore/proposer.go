@@ -312,10 +312,13 @@ func (p *Proposer) apply(batch []*proposal, ncmds int) {
 }
 
 // waitFuture returns f's error, or a *StorageUnavailableError as soon as
-// this node's storage becomes unavailable while it waits: the entry may be
-// committed, but this node cannot apply it until its disk takes writes
-// again, so the caller hears now (and retries, with the same ids, on the
-// next leader) rather than at its deadline.
+// this node can no longer apply the entry while it waits (Guard.applyErr):
+// the entry may be committed, but this node cannot apply it until its disk
+// takes writes again, so the caller hears now (and retries, with the same
+// ids, on the next leader) rather than at its deadline. While storage only
+// refuses new writes (free space inside the reserve or the snapshot
+// headroom, above the FSM's own gate) the entry is still applied, so it
+// waits for the outcome, checking free space every 50 ms.
 func (p *Proposer) waitFuture(f raft.ApplyFuture, freeing bool) error {
 	g := p.cfg.Guard
 	if g == nil {
@@ -323,13 +326,10 @@ func (p *Proposer) waitFuture(f raft.ApplyFuture, freeing bool) error {
 	}
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
+	var tick <-chan time.Time
 	for {
 		ch := g.Changed()
-		e := g.Err()
-		if freeing {
-			e = g.FreeingErr()
-		}
-		if e != nil {
+		if e := g.applyErr(freeing); e != nil {
 			select {
 			case err := <-done:
 				return err
@@ -337,10 +337,16 @@ func (p *Proposer) waitFuture(f raft.ApplyFuture, freeing bool) error {
 				return e
 			}
 		}
+		if tick == nil && g.Err() != nil {
+			t := time.NewTicker(50 * time.Millisecond)
+			defer t.Stop()
+			tick = t.C
+		}
 		select {
 		case err := <-done:
 			return err
 		case <-ch:
+		case <-tick:
 		}
 	}
 }

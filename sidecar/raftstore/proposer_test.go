@@ -122,7 +122,7 @@ func TestProposerGroupsQueuedProposals(t *testing.T) {
 // into separate entries: the FSM applies only freeing ones there.
 func TestProposerKeepsFreeingEntriesApartWhileLow(t *testing.T) {
 	g, free, _ := lowGuard(t)
-	free.Store(testReserve - testReserve/8) // low: inside the reserve
+	free.Store(testReserve * 5 / 8) // freeing only: below ¾R
 	g.Probe()
 	if g.Err() == nil {
 		t.Fatal("storage should be unavailable")
@@ -146,7 +146,8 @@ func TestProposerKeepsFreeingEntriesApartWhileLow(t *testing.T) {
 	if r := <-prs[0].done; r.err != nil {
 		t.Fatalf("cancel: %v", r.err)
 	}
-	// The node's entry is answered with the storage state, not held.
+	// The node's entry is answered with the storage state, not held: the
+	// FSM does not apply it here.
 	var se *StorageUnavailableError
 	if r := <-prs[1].done; !errors.As(r.err, &se) {
 		t.Fatalf("node entry while storage is low: %v, want *StorageUnavailableError", r.err)
@@ -207,6 +208,45 @@ func TestProposerWaitFutureStorageDown(t *testing.T) {
 	}
 	if err := p.waitFuture(pending, true); !errors.As(err, &se) {
 		t.Fatalf("freeing entry below the floor: %v", err)
+	}
+}
+
+// An entry proposed just before the API starts refusing writes (free
+// space inside the reserve, above the FSM's gate) is still applied on
+// this node, so its callers wait for its outcome instead of hearing a 503
+// for a write that took effect (a CI run saw 4 of 15 500 cancels answered
+// 503 that way while a snapshot was being written). Below ¾R the FSM
+// applies only freeing entries: a pending other entry answers at once.
+func TestProposerWaitFutureWaitsWhileTheNodeStillApplies(t *testing.T) {
+	g, free, _ := lowGuard(t)
+	free.Store(testReserve - 1) // inside the reserve, above ¾R
+	g.Probe()
+	if g.Err() == nil {
+		t.Fatal("guard accepts writes inside the reserve")
+	}
+	p := NewProposer(ProposerConfig{Raft: &fakeRaft{state: raft.Leader}, Guard: g})
+	for _, freeing := range []bool{false, true} {
+		pending := &doneFuture{block: make(chan struct{})}
+		errc := make(chan error, 1)
+		go func() { errc <- p.waitFuture(pending, freeing) }()
+		select {
+		case err := <-errc:
+			t.Fatalf("freeing=%v: answered %v before the entry was applied", freeing, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		close(pending.block)
+		if err := <-errc; err != nil {
+			t.Fatalf("freeing=%v: %v", freeing, err)
+		}
+	}
+	pending := &doneFuture{block: make(chan struct{})}
+	defer close(pending.block)
+	errc := make(chan error, 1)
+	go func() { errc <- p.waitFuture(pending, false) }()
+	free.Store(testReserve*3/4 - 1) // the FSM applies only freeing entries
+	var se *StorageUnavailableError
+	if err := <-errc; !errors.As(err, &se) {
+		t.Fatalf("pending other entry below ¾R: %v", err)
 	}
 }
 
