@@ -13,7 +13,7 @@ import (
 // ShardCountFunc answers the sidecar's question of how many shards a run of
 // a task with "shards": {"ask": true} gets: a count n >= 1, after which the
 // sidecar delivers the run as n callbacks with ShardIndex 0 to n-1 and
-// ShardTotal n (the sidecar caps n at the task's "max").
+// ShardTotal n (n is bounded by the task's "max").
 //
 // The Delivery is the ask's: TaskID, Handler, Run, Attempt (the ask's own
 // attempt, from 1), Deadline and Payload as for a callback, and no shard

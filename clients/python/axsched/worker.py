@@ -586,8 +586,8 @@ class Worker:
         how many shards a run of a task submitted with ``"shards": {"ask":
         true}`` gets (``POST /ax/v1/shards``, answered 200 ``{"count": n}``);
         the run is then delivered as ``n`` callbacks with ``shard_index`` 0
-        to ``n - 1`` and ``shard_total`` ``n`` (the sidecar caps ``n`` at
-        the task's ``max``). Its delivery is the ask's: task id, handler,
+        to ``n - 1`` and ``shard_total`` ``n`` (``n`` is bounded by the
+        task's ``max``). Its delivery is the ask's: task id, handler,
         run, attempt (the ask's own), deadline and payload, no shard. It
         must return an ``int`` >= 1; anything else, or an exception, answers
         500, a failed attempt the sidecar retries. A handler registered
