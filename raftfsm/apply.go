@@ -76,6 +76,11 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 			return Result{}, nil, fmt.Errorf("flow without body: %w", ErrBadEntry)
 		}
 		return applyFlow(w, index, c.Flow)
+	case CmdAlertDone:
+		if c.AlertDone == nil {
+			return Result{}, nil, fmt.Errorf("alert done without body: %w", ErrBadEntry)
+		}
+		return applyAlertDone(w, c.AlertDone)
 	default:
 		return Result{}, nil, fmt.Errorf("command type %d: %w", c.Type, ErrUnknownCommand)
 	}
@@ -189,15 +194,21 @@ func applyFire(w *writer, f *Fire) (Result, []Event, error) {
 }
 
 func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
+	alerted := false
 	res, evs, err := applyStep(w, c.ID, CmdComplete, func(prev *Task) (*Task, Result, error) {
 		t, res, err := completeTask(prev, c)
 		if t != nil && err == nil {
 			err = historyComplete(w, prev, t, c)
 		}
+		if t != nil && err == nil && c.Alert {
+			if state, ok := runEndsFailed(prev, c); ok {
+				err, alerted = addAlert(w, prev, c, state), true
+			}
+		}
 		return t, res, err
 	})
 	for i := range evs {
-		evs[i].Outcome = c.Outcome
+		evs[i].Outcome, evs[i].Alert = c.Outcome, alerted
 	}
 	return res, evs, err
 }
