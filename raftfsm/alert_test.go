@@ -245,3 +245,13 @@ func TestPrepareSetsAlert(t *testing.T) {
 		t.Fatal("Alert kept by a leader without a webhook")
 	}
 }
+
+// BenchmarkApplyDeadRunAlerts is BenchmarkApplyDeadRun with a webhook:
+// the Complete writes an alert, and its CmdAlertDone (the webhook took
+// it) is one more entry.
+func BenchmarkApplyDeadRunAlerts(b *testing.B) {
+	benchDeadRun(b, func(c *Complete, run int) []Command {
+		c.Alert = true
+		return []Command{alertDoneCmd(uint64(run + 1))}
+	})
+}

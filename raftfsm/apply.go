@@ -194,7 +194,6 @@ func applyFire(w *writer, f *Fire) (Result, []Event, error) {
 }
 
 func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
-	alerted := false
 	res, evs, err := applyStep(w, c.ID, CmdComplete, func(prev *Task) (*Task, Result, error) {
 		t, res, err := completeTask(prev, c)
 		if t != nil && err == nil {
@@ -202,13 +201,17 @@ func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
 		}
 		if t != nil && err == nil && c.Alert {
 			if state, ok := runEndsFailed(prev, c); ok {
-				err, alerted = addAlert(w, prev, c, state), true
+				err = addAlert(w, prev, c, state)
 			}
 		}
 		return t, res, err
 	})
 	for i := range evs {
-		evs[i].Outcome, evs[i].Alert = c.Outcome, alerted
+		evs[i].Outcome = c.Outcome
+		if c.Alert {
+			// The step applied (an event), so prev had the same spec.
+			_, evs[i].Alert = runEndsFailed(evs[i].Task, c)
+		}
 	}
 	return res, evs, err
 }
