@@ -255,3 +255,19 @@ func BenchmarkApplyDeadRunAlerts(b *testing.B) {
 		return []Command{alertDoneCmd(uint64(run + 1))}
 	})
 }
+
+// TestAlertFlowStage: a flow stage task whose run fails alerts like any
+// task, in the same apply that ends the stage (and the flow).
+func TestAlertFlowStage(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	e.next(flowCmd("f", diamond(), 5000, 1000))
+	a := e.task(sid("A"))
+	e.next(fireCmd(sid("A"), a.Epoch, 1, "n1", 5000, 35000))
+	e.next(alerting(completeCmd(sid("A"), a.Epoch, 1, OutcomePermanent, "http 400", 0, 5100)))
+	if fl := e.flow("f"); !fl.State.Terminal() {
+		t.Fatalf("flow %v after its first stage failed", fl.State)
+	}
+	if as := e.alerts(); len(as) != 1 || as[0].TaskID != sid("A") || as[0].State != StateFailed || as[0].Handler != "h.A" {
+		t.Fatalf("alerts %+v", as)
+	}
+}
