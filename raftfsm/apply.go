@@ -76,6 +76,11 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 			return Result{}, nil, fmt.Errorf("flow without body: %w", ErrBadEntry)
 		}
 		return applyFlow(w, index, c.Flow)
+	case CmdAlertDone:
+		if c.AlertDone == nil {
+			return Result{}, nil, fmt.Errorf("alert done without body: %w", ErrBadEntry)
+		}
+		return applyAlertDone(w, c.AlertDone)
 	default:
 		return Result{}, nil, fmt.Errorf("command type %d: %w", c.Type, ErrUnknownCommand)
 	}
@@ -194,10 +199,19 @@ func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
 		if t != nil && err == nil {
 			err = historyComplete(w, prev, t, c)
 		}
+		if t != nil && err == nil && c.Alert {
+			if state, ok := runEndsFailed(prev, c); ok {
+				err = addAlert(w, prev, c, state)
+			}
+		}
 		return t, res, err
 	})
 	for i := range evs {
 		evs[i].Outcome = c.Outcome
+		if c.Alert {
+			// The step applied (an event), so prev had the same spec.
+			_, evs[i].Alert = runEndsFailed(evs[i].Task, c)
+		}
 	}
 	return res, evs, err
 }

@@ -30,6 +30,9 @@ type Event struct {
 	Node *Node
 	// Outcome is the reported outcome, for CmdComplete events.
 	Outcome Outcome
+	// Alert is set on a CmdComplete event that wrote a pending alert
+	// (the run ended DEAD or FAILED with Complete.Alert; alert.go).
+	Alert bool
 	// Pause is the applied pause or resume, for CmdPause events (of a
 	// handler, or of the task in Task).
 	Pause *Pause

@@ -17,6 +17,7 @@ import (
 	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/ipc"
 	"github.com/axsched/ax/raftfsm"
+	"github.com/axsched/ax/sidecar/alert"
 	"github.com/axsched/ax/sidecar/api"
 	"github.com/axsched/ax/sidecar/cluster"
 	"github.com/axsched/ax/sidecar/forward"
@@ -68,6 +69,9 @@ type Node struct {
 	cluster *cluster.Membership
 	// retention purges finished tasks (leader) and reclaims disk space.
 	retention *scheduler.Retention
+	// alerts sends dead-run alerts to Config.OnDeadURL while this node
+	// leads (wire_alert.go).
+	alerts *alert.Sender
 	// pauses holds the paused handlers (scheduler/pause.go).
 	pauses scheduler.Pauses
 	// healthAddr is the health port's address, "" without one (cluster/health.go).
@@ -160,10 +164,12 @@ func (n *Node) open() error {
 	// (raftstore/snapgate.go).
 	compactor := st.GateCompaction(func() error { return n.db.Flatten(1) })
 	n.retention = newRetention(n, compactor) // wire_scheduler.go
+	n.alerts = newAlerts(n)                  // wire_alert.go
 
 	n.metrics.Watch(metricsSources(n)) // wire_nodemetrics.go
 	n.metrics.Register(st.Collectors()...)
 	n.metrics.Register(n.retention.Collectors()...)
+	n.metrics.Register(n.alerts.Collectors()...)
 	n.backend = newBackend(n) // wire_api.go
 	n.peer = newPeerServer(n)
 	if err := n.peer.listen(n.cfg.PeerAddr); err != nil {
@@ -314,15 +320,18 @@ func (n *Node) watchLeadership(ctx context.Context, ch <-chan bool) {
 		select {
 		case <-ctx.Done():
 			n.leader.Stop()
+			n.alerts.Stop()
 			return
 		case isLeader := <-ch:
 			n.metrics.LeaderChanges.Inc()
 			if isLeader {
 				n.log.Info().Uint64("term", n.term()).Msg("won leadership")
 				n.leader.Start(ctx)
+				n.alerts.Start(ctx)
 			} else {
 				n.log.Info().Msg("lost leadership")
 				n.leader.Stop()
+				n.alerts.Stop()
 			}
 		}
 	}
@@ -349,6 +358,7 @@ func (n *Node) dispatchEvents(ctx context.Context) {
 			n.leader.OnEvent(&evs[i])
 			n.delivery.OnEvent(&evs[i])
 			n.retention.OnEvent(&evs[i])
+			n.alerts.OnEvent(&evs[i])
 		}
 	}
 }
@@ -356,9 +366,10 @@ func (n *Node) dispatchEvents(ctx context.Context) {
 var commandNames = map[raftfsm.CommandType]string{
 	raftfsm.CmdSubmit: "submit", raftfsm.CmdCancel: "cancel", raftfsm.CmdFire: "fire", raftfsm.CmdComplete: "complete",
 	raftfsm.CmdNode: "node", raftfsm.CmdExecutor: "executor", raftfsm.CmdRetry: "retry", raftfsm.CmdLease: "heartbeat",
-	raftfsm.CmdPurge: "purge",
-	raftfsm.CmdPause: "pause",
-	raftfsm.CmdFlow:  "flow",
+	raftfsm.CmdPurge:     "purge",
+	raftfsm.CmdPause:     "pause",
+	raftfsm.CmdFlow:      "flow",
+	raftfsm.CmdAlertDone: "alert_done",
 }
 
 // logEvent writes one debug line per applied change: every line about a

@@ -48,6 +48,7 @@ type nodeFlags struct {
 	storageProbeInterval                        time.Duration
 	retention, retentionDead, purgeInterval     time.Duration
 	historyRuns                                 int
+	onDeadURL                                   string
 	peerRoutes                                  []string
 	deploy                                      deployFlags // deployflags.go
 	tls                                         tlsFlags    // tls.go
@@ -97,6 +98,7 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.storageProbeInterval, "storage-probe-interval", config.StorageProbeIntervalDefault, "how often the node checks its data dir's free space; it also writes, fsyncs and removes a probe file every 30s, and every interval while storage is unavailable")
 	fl.DurationVar(&f.retention, "retention", config.RetentionDefault, "how long SUCCESS and CANCELLED tasks are kept after they finished, then purged (a task's own retention overrides it); -1ns keeps them forever")
 	fl.IntVar(&f.historyRuns, "history-runs", config.HistoryRunsDefault, "run records kept per task, the newest (ax runs ID); -1 keeps none")
+	fl.StringVar(&f.onDeadURL, "on-dead-url", "", "webhook base URL (unix:///abs/path.sock or http://127.0.0.1:PORT) the leader POSTs one JSON alert to, at /ax/v1/alert, per run that ends DEAD or FAILED; give every node the same; empty: no alerts")
 	fl.DurationVar(&f.retentionDead, "retention-dead", config.RetentionDeadDefault, "how long DEAD and FAILED tasks are kept after they finished (a task's own retention overrides it); -1ns keeps them forever")
 	fl.DurationVar(&f.purgeInterval, "purge-interval", config.PurgeIntervalDefault, "how often the leader purges the finished tasks whose retention ended")
 	f.deploy.register(fl)
@@ -128,6 +130,7 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 	cfg.TrailingLogsBytes = f.trailingLogsBytes
 	cfg.Retention, cfg.RetentionDead, cfg.PurgeInterval = f.retention, f.retentionDead, f.purgeInterval
 	cfg.HistoryRuns = f.historyRuns
+	cfg.OnDeadURL = f.onDeadURL
 	cfg.ClusterToken = f.clusterToken
 	if cfg.ClusterToken == "" {
 		cfg.ClusterToken = os.Getenv("AX_CLUSTER_TOKEN")

@@ -322,6 +322,14 @@ type Config struct {
 	// setting travels in its Fire commands, so every replica keeps the
 	// same runs. Defaults to HistoryRunsDefault; at most HistoryRunsMax.
 	HistoryRuns int
+	// OnDeadURL is the dead-run webhook's base URL (--on-dead-url):
+	// unix:///abs/path.sock or http://LOOPBACK:PORT[/prefix], like an
+	// executor's (callback.ParseAlertURL). While this node leads it POSTs
+	// one alert per run that ends DEAD or FAILED to OnDeadURL +
+	// /ax/v1/alert (sidecar/alert; docs/DESIGN.md section 12). The
+	// leader's setting decides whether alerts are recorded at all: give
+	// every node the same. "" (the default): no alerts, at no cost.
+	OnDeadURL string
 	// RaftAdvertise and PeerAdvertise are the addresses other nodes dial
 	// to reach this node's Raft transport and peer API, HOST:PORT: what
 	// goes into the Raft configuration and the node record. Default to
@@ -504,6 +512,11 @@ func (c Config) Validate() error {
 	}
 	if err := raftstore.ValidatePeerRoutes(c.NodeID, c.PeerRoutes); err != nil {
 		return err
+	}
+	if c.OnDeadURL != "" {
+		if err := callback.ParseAlertURL(c.OnDeadURL); err != nil {
+			return fmt.Errorf("OnDeadURL (--on-dead-url): %w", err)
+		}
 	}
 	for _, e := range c.Executors {
 		if _, _, err := callback.ParseExecutorURL(e.URL); err != nil {
