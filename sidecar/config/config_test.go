@@ -118,6 +118,7 @@ func TestConfigValidate_NamesFieldAndFlag(t *testing.T) {
 		{"min above max", func(c *Config) { c.DeliveryMinConcurrency = c.DeliveryConcurrency + 1 }, "DeliveryMinConcurrency", "--delivery-min-concurrency"},
 		{"executor url", func(c *Config) { c.Executors = []Executor{{Handler: "h", URL: "ftp://x"}} }, "Executors", "--executor"},
 		{"routing", func(c *Config) { c.Routing = "foo" }, "routing", "routing"},
+		{"otel endpoint without scheme", func(c *Config) { c.OtelEndpoint = "127.0.0.1:4318" }, "OtelEndpoint", "--otel-endpoint"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
