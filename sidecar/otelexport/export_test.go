@@ -244,3 +244,49 @@ func TestCheckEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// A collector that refuses is counted (ax_otel_spans_failed_total), and
+// the node's event loop sees no allocation per event, run or not.
+func TestFailuresCountedAndOnEventAllocatesNothing(t *testing.T) {
+	e, err := otelexport.New(otelexport.Config{Endpoint: "http://127.0.0.1:1/v1/traces", Node: "n2", Leader: func() bool { return true },
+		Store: store{"t1/3": twoAttempts()}, Log: zerolog.Nop(), QueueSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none := raftfsm.Event{Type: raftfsm.CmdFire, Task: task("t1", tp)}
+	ended := raftfsm.Event{Type: raftfsm.CmdComplete, Task: task("t1", tp), RunEnded: 3, EndedBy: "n2"}
+	if n := testing.AllocsPerRun(100, func() { e.OnEvent(&none); e.OnEvent(&ended) }); n != 0 {
+		t.Errorf("OnEvent: %v allocations per call", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	e.Run(ctx)
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer scancel()
+	_ = e.Shutdown(sctx)
+	if got := counter(t, e, "ax_otel_runs_exported_total"); got != 101 {
+		t.Errorf("exported %v runs, want 101", got)
+	}
+	if got := counter(t, e, "ax_otel_spans_failed_total"); got == 0 {
+		t.Errorf("no failed spans counted with a refusing collector")
+	}
+}
+
+// BenchmarkSpans: the cost of turning one two-attempt run into its six
+// spans (the batch span processor drops what it cannot hold).
+func BenchmarkSpans(b *testing.B) {
+	e, err := otelexport.New(otelexport.Config{Endpoint: "http://127.0.0.1:1", Node: "n2", Leader: func() bool { return true },
+		Store: store{}, Log: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := twoAttempts()
+	b.ReportAllocs()
+	for b.Loop() {
+		e.Spans("t1", "mail", tp, "", r)
+	}
+	b.StopTimer()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = e.Shutdown(ctx)
+}
