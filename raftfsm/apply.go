@@ -155,7 +155,7 @@ func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {
 	ev := Event{Type: CmdSubmit, Task: t}
 	if prev != nil && !prev.State.Terminal() {
 		// The replaced spec's run ends here: its record says so.
-		if err := historyCancel(w, prev, nil, &Cancel{ID: s.ID, AtMs: s.AtMs}); err != nil {
+		if _, err := historyCancel(w, prev, nil, &Cancel{ID: s.ID, AtMs: s.AtMs}); err != nil {
 			return Result{}, nil, err
 		}
 	}
@@ -170,15 +170,21 @@ func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {
 }
 
 func applyCancel(w *writer, c *Cancel) (Result, []Event, error) {
-	return applyStep(w, c.ID, CmdCancel, func(prev *Task) (*Task, Result, error) {
+	ended := 0
+	res, evs, err := applyStep(w, c.ID, CmdCancel, func(prev *Task) (*Task, Result, error) {
 		t, res := cancelTask(prev, c)
 		if t != nil {
-			if err := historyCancel(w, prev, t, c); err != nil {
+			var err error
+			if ended, err = historyCancel(w, prev, t, c); err != nil {
 				return nil, Result{}, err
 			}
 		}
 		return t, res, nil
 	})
+	for i := range evs {
+		evs[i].RunEnded = ended
+	}
+	return res, evs, err
 }
 
 func applyFire(w *writer, f *Fire) (Result, []Event, error) {
@@ -194,10 +200,11 @@ func applyFire(w *writer, f *Fire) (Result, []Event, error) {
 }
 
 func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
+	ended := 0
 	res, evs, err := applyStep(w, c.ID, CmdComplete, func(prev *Task) (*Task, Result, error) {
 		t, res, err := completeTask(prev, c)
 		if t != nil && err == nil {
-			err = historyComplete(w, prev, t, c)
+			ended, err = historyComplete(w, prev, t, c)
 		}
 		if t != nil && err == nil && c.Alert {
 			if state, ok := runEndsFailed(prev, c); ok {
@@ -212,8 +219,19 @@ func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
 			// The step applied (an event), so prev had the same spec.
 			_, evs[i].Alert = runEndsFailed(evs[i].Task, c)
 		}
+		evs[i].RunEnded = ended
+		if ended != 0 && c.reported() {
+			evs[i].EndedBy = evs[i].PrevNode
+		}
 	}
 	return res, evs, err
+}
+
+// reported reports whether c carries the delivering node's report of the
+// call (proposed by that node), not a decision of the leader (a timeout,
+// a lost node) or an app's reported result.
+func (c *Complete) reported() bool {
+	return c.Executor != "" || c.AppliedMs != 0 || c.StartedMs != 0
 }
 
 // applyNode stores a node's record as the node states it at start. The

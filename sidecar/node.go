@@ -22,6 +22,7 @@ import (
 	"github.com/axsched/ax/sidecar/cluster"
 	"github.com/axsched/ax/sidecar/forward"
 	"github.com/axsched/ax/sidecar/nodemetrics"
+	"github.com/axsched/ax/sidecar/otelexport"
 	"github.com/axsched/ax/sidecar/peertls"
 	"github.com/axsched/ax/sidecar/raftstore"
 	"github.com/axsched/ax/sidecar/scheduler"
@@ -72,6 +73,9 @@ type Node struct {
 	// alerts sends dead-run alerts to Config.OnDeadURL while this node
 	// leads (wire_alert.go).
 	alerts *alert.Sender
+	// otel exports ended runs as traces; nil without --otel-endpoint
+	// (wire_otel.go).
+	otel *otelexport.Exporter
 	// pauses holds the paused handlers (scheduler/pause.go).
 	pauses scheduler.Pauses
 	// healthAddr is the health port's address, "" without one (cluster/health.go).
@@ -184,6 +188,14 @@ func (n *Node) open() error {
 		ln.Close()
 		return err
 	}
+	if n.otel, err = newOtel(n); err != nil {
+		ln.Close()
+		return err
+	}
+	if n.otel != nil {
+		n.metrics.Register(n.otel.Collectors()...)
+		n.goRun(func() { n.otel.Run(n.ctx) })
+	}
 
 	n.goRun(func() { n.proposer.Run(n.ctx) })
 	n.goRun(func() { n.sec.Run(n.ctx) })
@@ -293,6 +305,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			err = n.store.ShutdownRaft(ctx) // bounded by ctx (raftstore/store.go)
 		}
 		n.wg.Wait()
+		n.stopOtel()
 		n.closeStores()
 		os.Remove(n.cfg.Socket)
 	})
@@ -359,6 +372,9 @@ func (n *Node) dispatchEvents(ctx context.Context) {
 			n.delivery.OnEvent(&evs[i])
 			n.retention.OnEvent(&evs[i])
 			n.alerts.OnEvent(&evs[i])
+			if n.otel != nil {
+				n.otel.OnEvent(&evs[i])
+			}
 		}
 	}
 }

@@ -23,7 +23,7 @@ func newAlerts(n *Node) *alert.Sender {
 		Proposer: alertProposer{n},
 		Poster:   callback.NewCaller(callback.CallerOptions{MaxIdleConnsPerExecutor: 2}),
 		TaskView: func(t *raftfsm.Task) axapi.Task { return api.TaskView(t) },
-		RunView:  func(r *raftfsm.RunRecord) axapi.Run { return api.RunView(r) },
+		RunView:  func(t *raftfsm.Task, r *raftfsm.RunRecord) axapi.Run { return api.RunView(t, r) },
 		Clock:    n.clock,
 		Log:      n.log.With().Str("part", "alert").Logger(),
 	})

@@ -79,7 +79,7 @@ type Deps struct {
 	// TaskView and RunView give the API's views of a stored task and run
 	// record (package api's).
 	TaskView func(*raftfsm.Task) axapi.Task
-	RunView  func(*raftfsm.RunRecord) axapi.Run
+	RunView  func(*raftfsm.Task, *raftfsm.RunRecord) axapi.Run
 	Clock    engine.Clock
 	Log      zerolog.Logger
 }
@@ -295,14 +295,15 @@ func (s *Sender) body(a *raftfsm.Alert) axapi.Alert {
 		ID: a.ID(), TaskID: a.TaskID, Handler: a.Handler, Run: a.Run, State: a.State.String(),
 		FinishedAt: time.UnixMilli(a.FinishedMs).UTC(), Error: a.Error,
 	}
-	if t, err := s.d.Store.Task(a.TaskID); err == nil && t != nil {
+	t, err := s.d.Store.Task(a.TaskID)
+	if err == nil && t != nil {
 		v := s.d.TaskView(t)
 		b.Task = &v
 	} else if err != nil && !errors.Is(err, raftfsm.ErrNotFound) {
 		s.d.Log.Warn().Err(err).Str("task_id", a.TaskID).Msg("reading an alert's task failed; sending without it")
 	}
 	if r, err := s.d.Store.Run(a.TaskID, a.Run); err == nil && r != nil && r.Epoch == a.Epoch {
-		v := s.d.RunView(r)
+		v := s.d.RunView(t, r) // t nil once purged: the view has no trace id then
 		b.RunRecord = &v
 	}
 	return b

@@ -40,7 +40,7 @@ func (goneStore) Alerts(uint64, int) ([]raftfsm.Alert, error) { return nil, nil 
 func TestBodyOfPurgedTask(t *testing.T) {
 	s := New(Config{URL: "unix:///x.sock"}, Deps{Store: goneStore{}, Log: zerolog.Nop(),
 		TaskView: func(*raftfsm.Task) axapi.Task { t.Fatal("TaskView called"); return axapi.Task{} },
-		RunView:  func(*raftfsm.RunRecord) axapi.Run { t.Fatal("RunView called"); return axapi.Run{} }})
+		RunView:  func(*raftfsm.Task, *raftfsm.RunRecord) axapi.Run { t.Fatal("RunView called"); return axapi.Run{} }})
 	a := raftfsm.Alert{Seq: 3, TaskID: "t", Run: 2, Handler: "h", State: raftfsm.StateFailed, FinishedMs: 1_700_000_000_000, Error: "http 400"}
 	b := s.body(&a)
 	if b.ID != "t/2" || b.TaskID != "t" || b.Handler != "h" || b.Run != 2 || b.State != "FAILED" || b.Error != "http 400" ||

@@ -120,6 +120,7 @@ func TestConfigValidate_NamesFieldAndFlag(t *testing.T) {
 		{"on-dead-url https", func(c *Config) { c.OnDeadURL = "https://hooks.example.com/ax" }, "OnDeadURL", "--on-dead-url"},
 		{"on-dead-url relative socket", func(c *Config) { c.OnDeadURL = "unix://hook.sock" }, "OnDeadURL", "--on-dead-url"},
 		{"routing", func(c *Config) { c.Routing = "foo" }, "routing", "routing"},
+		{"otel endpoint without scheme", func(c *Config) { c.OtelEndpoint = "127.0.0.1:4318" }, "OtelEndpoint", "--otel-endpoint"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
