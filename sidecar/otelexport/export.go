@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -144,10 +143,7 @@ func New(cfg Config) (*Exporter, error) {
 		if err != nil {
 			return nil, fmt.Errorf("otel endpoint %w", err)
 		}
-		exp, err = otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(endpoint), otlptracehttp.WithTimeout(ExportTimeout))
-		if err != nil {
-			return nil, fmt.Errorf("otel exporter: %w", err)
-		}
+		exp = newOTLPHTTP(endpoint)
 	}
 	res := resource.NewSchemaless(attribute.String("service.name", cfg.ServiceName), attribute.String("service.instance.id", cfg.Node))
 	e.tp = sdktrace.NewTracerProvider(

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,6 +272,40 @@ func TestFailuresCountedAndOnEventAllocatesNothing(t *testing.T) {
 	}
 	if got := counter(t, e, "ax_otel_spans_failed_total"); got == 0 {
 		t.Errorf("no failed spans counted with a refusing collector")
+	}
+}
+
+// A collector that answers other than 2xx (here 503, as one under load
+// does) fails the batch: its spans are counted as failed, not as sent.
+func TestCollectorErrorStatusCounted(t *testing.T) {
+	var posts atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		if r.Header.Get("Content-Type") != "application/x-protobuf" {
+			t.Errorf("Content-Type %q", r.Header.Get("Content-Type"))
+		}
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	e, err := otelexport.New(otelexport.Config{Endpoint: srv.URL, Node: "n2", Leader: func() bool { return true },
+		Store: store{"t1/3": twoAttempts()}, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	e.OnEvent(&raftfsm.Event{Type: raftfsm.CmdComplete, Task: task("t1", tp), RunEnded: 3, EndedBy: "n2"})
+	cancel()
+	<-done
+	if err := e.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if posts.Load() == 0 {
+		t.Fatal("nothing posted")
+	}
+	if got := counter(t, e, "ax_otel_spans_failed_total"); got != 6 {
+		t.Errorf("failed spans %v, want the run's 6", got)
 	}
 }
 
