@@ -45,6 +45,10 @@ type FlowSpec struct {
 	Delay  time.Duration
 	RunAt  time.Time
 	Every  time.Duration
+	// Cron (in Timezone, an IANA name; "" = UTC) makes the flow recurring
+	// on a cron schedule, as a task's (at most one of Every and Cron).
+	Cron     string
+	Timezone string
 }
 
 // StageSpec is one validated stage: Task holds its task fields (its ID
@@ -58,12 +62,13 @@ type StageSpec struct {
 }
 
 type flowRequest struct {
-	ID     wireString        `json:"id"`
-	Stages []json.RawMessage `json:"stages"`
-	Delay  *string           `json:"delay"`
-	RunAt  *string           `json:"run_at"`
-	Every  *string           `json:"every"`
-	Cron   *string           `json:"cron"`
+	ID       wireString        `json:"id"`
+	Stages   []json.RawMessage `json:"stages"`
+	Delay    *string           `json:"delay"`
+	RunAt    *string           `json:"run_at"`
+	Every    *string           `json:"every"`
+	Cron     *string           `json:"cron"`
+	Timezone *string           `json:"timezone"`
 }
 
 type stageRequest struct {
@@ -114,21 +119,19 @@ func DecodeFlow(body []byte) (FlowSpec, error) {
 	case n > FlowStagesMax:
 		return FlowSpec{}, Errorf(ErrInvalid, "stages: %d stages, at most %d", n, FlowStagesMax)
 	}
-	if req.Cron != nil {
-		return FlowSpec{}, Errorf(ErrInvalid, "cron: not supported for flows; use every")
-	}
 	if req.Delay != nil && req.RunAt != nil {
 		return FlowSpec{}, Errorf(ErrInvalid, "delay and run_at: give at most one")
 	}
 	// The flow's timing fields go through the task rules.
 	var timing submitRequest
 	timing.Delay, timing.RunAt, timing.Every = req.Delay, req.RunAt, req.Every
+	timing.Cron, timing.Timezone = req.Cron, req.Timezone
 	timing.Handler.s = "flow"
 	ts, err := timing.spec()
 	if err != nil {
 		return FlowSpec{}, err
 	}
-	fs.Delay, fs.RunAt, fs.Every = ts.Delay, ts.RunAt, ts.Every
+	fs.Delay, fs.RunAt, fs.Every, fs.Cron, fs.Timezone = ts.Delay, ts.RunAt, ts.Every, ts.Cron, ts.Timezone
 	for i, raw := range req.Stages {
 		st, err := decodeStage(i, raw)
 		if err != nil {

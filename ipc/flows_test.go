@@ -21,6 +21,18 @@ func TestDecodeFlow(t *testing.T) {
 	}
 }
 
+// A cron flow keeps its expression and time zone (the task rules: the
+// expression trimmed).
+func TestDecodeFlowCron(t *testing.T) {
+	fs, err := DecodeFlow([]byte(`{"id":"f","cron":" 30 2 * * * ","timezone":"Europe/Berlin","stages":[{"name":"A","handler":"h"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs.Cron != "30 2 * * *" || fs.Timezone != "Europe/Berlin" || fs.Every != 0 {
+		t.Fatalf("decoded: %+v", fs)
+	}
+}
+
 // Every bad input is a 400 with code bad_request (or invalid_json) and a
 // message naming the problem.
 func TestDecodeFlowInvalid(t *testing.T) {
@@ -49,7 +61,11 @@ func TestDecodeFlowInvalid(t *testing.T) {
 		{"bad on_failure", `{"id":"f","stages":[{"name":"A","handler":"h","on_failure":"ignore"}]}`, "on_failure"},
 		{"unknown stage field", `{"id":"f","stages":[{"name":"A","handler":"h","shards":{}}]}`, "stages[0]: unknown field"},
 		{"unknown field", `{"id":"f","x":1,"stages":[{"name":"A","handler":"h"}]}`, "unknown field"},
-		{"cron", `{"id":"f","cron":"* * * * *","stages":[{"name":"A","handler":"h"}]}`, "cron: not supported"},
+		{"bad cron", `{"id":"f","cron":"not a cron","stages":[{"name":"A","handler":"h"}]}`, "cron: "},
+		{"bad timezone", `{"id":"f","cron":"0 * * * *","timezone":"Mars/Olympus","stages":[{"name":"A","handler":"h"}]}`, "timezone: "},
+		{"timezone without cron", `{"id":"f","timezone":"UTC","stages":[{"name":"A","handler":"h"}]}`, "timezone: only with cron"},
+		{"cron and every", `{"id":"f","cron":"0 * * * *","every":"1h","stages":[{"name":"A","handler":"h"}]}`, "cron and every: give at most one"},
+		{"stage cron", `{"id":"f","stages":[{"name":"A","handler":"h","cron":"0 * * * *"}]}`, `stage "A": cron: not allowed`},
 		{"delay and run_at", `{"id":"f","delay":"1s","run_at":"2030-01-01T00:00:00Z","stages":[{"name":"A","handler":"h"}]}`, "give at most one"},
 		{"bad every", `{"id":"f","every":"1ms","stages":[{"name":"A","handler":"h"}]}`, "every"},
 		// Its stages' task ids would pass the 512-byte id limit.

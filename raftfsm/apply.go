@@ -21,7 +21,7 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 		res, evs, err := applyCancel(w, c.Cancel)
 		if err == nil && len(evs) == 1 && isFlowStage(evs[0].Task) {
 			var more []Event
-			more, err = flowStageEnded(w, index, evs[0].Task, c.Cancel.AtMs)
+			more, err = flowStageEnded(w, index, evs[0].Task, c.Cancel.AtMs, c.Cancel.FlowNextSlotMs)
 			evs = append(evs, more...)
 		}
 		return res, evs, err
@@ -37,7 +37,7 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 		res, evs, err := applyComplete(w, c.Complete)
 		if err == nil && len(evs) == 1 && isFlowStage(evs[0].Task) {
 			var more []Event
-			more, err = flowStageEnded(w, index, evs[0].Task, c.Complete.AtMs)
+			more, err = flowStageEnded(w, index, evs[0].Task, c.Complete.AtMs, c.Complete.FlowNextSlotMs)
 			evs = append(evs, more...)
 		}
 		return res, evs, err

@@ -2,8 +2,10 @@ package raftfsm
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func flowCmd(id string, fs FlowSpec, dueMs, atMs int64) Command {
@@ -325,5 +327,117 @@ func TestFlowOrder(t *testing.T) {
 	order, err := FlowOrder(diamond().Stages)
 	if err != nil || len(order) != 4 || order[0] != 0 || order[3] != 3 {
 		t.Fatalf("diamond order %v, %v", order, err)
+	}
+}
+
+// finishNext is finish with the leader's FlowNextSlotMs on the Complete.
+func (e *flowEnv) finishNext(id string, o Outcome, atMs, nextSlotMs int64) {
+	e.t.Helper()
+	t := e.task(id)
+	if r := e.next(fireCmd(id, t.Epoch, t.Attempts+1, "n1", atMs, atMs+30000)); r[0].Code != CodeOK {
+		e.t.Fatalf("fire %s: %q", id, r[0].Code)
+	}
+	c := completeCmd(id, t.Epoch, t.Attempts+1, o, "", atMs+100, atMs)
+	c.Complete.FlowNextSlotMs = nextSlotMs
+	if r := e.next(c); r[0].Code != CodeOK {
+		e.t.Fatalf("complete %s: %q", id, r[0].Code)
+	}
+}
+
+// A cron flow starts its next run at the slot the leader put in the
+// Complete that ends the run (the FSM parses no cron), only once the run
+// has ended; a slot the leader sent that is not after the run's end, or
+// none (the schedule has no further slot), ends the flow.
+func TestFlowCron(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	fs := FlowSpec{Stages: []FlowStage{stage("A"), stage("B", "A")}, Cron: "*/10 * * * * *", Timezone: "Europe/Berlin"}
+	e.next(flowCmd("f", fs, 10000, 9000))
+	if fl := e.flow("f"); !fl.Recurring() || fl.Spec.Cron != fs.Cron || fl.Spec.Timezone != fs.Timezone {
+		t.Fatalf("stored: %+v", fl)
+	}
+	run := func(n int, name string) string { return FlowStageID("f", n, name) }
+	// A's Complete carries a slot too (the leader cannot know which
+	// Complete ends the run): it is not used while B is to come.
+	e.finishNext(run(1, "A"), OutcomeSuccess, 10000, 20000)
+	if fl := e.flow("f"); fl.Run != 1 || e.exists(run(2, "A")) {
+		t.Fatalf("run 2 started before run 1 ended: %+v", fl)
+	}
+	e.finishNext(run(1, "B"), OutcomeSuccess, 25000, 30000) // the 20000 slot passed during run 1
+	fl := e.flow("f")
+	if fl.Run != 2 || fl.SlotMs != 30000 || fl.State != StateWaiting || fl.Succeeded != 1 {
+		t.Fatalf("after run 1: %+v", fl)
+	}
+	if a := e.task(run(2, "A")); a.DueMs != 30000 || a.State != StateWaiting {
+		t.Fatalf("run 2's A: due %d, %s", a.DueMs, a.State)
+	}
+	// Run 2's A is cancelled: the Cancel carries the slot, the run ends
+	// FAILED, run 3 is due at that slot.
+	c := cancelCmd(run(2, "A"), 30500)
+	c.Cancel.FlowNextSlotMs = 40000
+	e.next(c)
+	fl = e.flow("f")
+	if fl.Run != 3 || fl.SlotMs != 40000 || fl.Failed != 1 || fl.LastRun != StateFailed || !e.exists(run(3, "A")) {
+		t.Fatalf("after run 2: %+v", fl)
+	}
+	// A slot not after the run's end: the schedule is over, the flow ends.
+	e.finishNext(run(3, "A"), OutcomeSuccess, 40000, 0)
+	e.finishNext(run(3, "B"), OutcomeSuccess, 41000, 41000)
+	fl = e.flow("f")
+	if fl.Run != 3 || fl.State != StateSuccess || fl.FinishedMs != 41000 || fl.Succeeded != 2 || e.exists(run(4, "A")) {
+		t.Fatalf("after run 3: %+v", fl)
+	}
+}
+
+// The leader's side of a cron flow: the first run is due at the
+// schedule's first slot after now (unless run_at or delay say otherwise),
+// and each Complete or Cancel of a stage task carries the first slot after
+// both now and the run's slot.
+func TestPrepareFlowCron(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	nowMs := now.UnixMilli()
+	in := LeaderInputs{Schedule: func(s *Spec) (Schedule, error) {
+		if s.Cron != "@every-minute" || s.Timezone != "Asia/Tokyo" {
+			return nil, errors.New("unexpected spec")
+		}
+		return stubSchedule{period: time.Minute}, nil
+	}}
+	fs := FlowSpec{Cron: "@every-minute", Timezone: "Asia/Tokyo"}
+	sub := Command{Type: CmdFlow, Flow: &FlowSubmit{ID: "f", Spec: fs}}
+	Prepare(&sub, now, in)
+	if sub.Flow.DueMs != nowMs+60000 {
+		t.Fatalf("first run due %d, want %d", sub.Flow.DueMs, nowMs+60000)
+	}
+	withDelay := Command{Type: CmdFlow, Flow: &FlowSubmit{ID: "f", Spec: FlowSpec{Cron: fs.Cron, Timezone: fs.Timezone, DelayNs: int64(time.Second)}}}
+	Prepare(&withDelay, now, in)
+	if withDelay.Flow.DueMs != nowMs+1000 {
+		t.Fatalf("with a delay: due %d", withDelay.Flow.DueMs)
+	}
+	for _, tc := range []struct {
+		name       string
+		slotMs     int64
+		state      State
+		cron       bool
+		wantSlotMs int64
+	}{
+		{"run's slot passed: after now", nowMs - 5000, StateWaiting, true, nowMs + 60000},
+		{"before the run's slot (a cancel): after the slot", nowMs + 5000, StateWaiting, true, nowMs + 65000},
+		{"an every flow: none", nowMs - 5000, StateWaiting, false, 0},
+		{"a finished flow: none", nowMs - 5000, StateCancelled, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fl := &Flow{ID: "f", SlotMs: tc.slotMs, State: tc.state, Spec: FlowSpec{EveryNs: int64(time.Minute)}}
+			if tc.cron {
+				fl.Spec = fs
+			}
+			in := in
+			in.Flow = fl
+			comp := Command{Type: CmdComplete, Complete: &Complete{ID: FlowStageID("f", 1, "A"), Attempt: 1, Outcome: OutcomeSuccess}}
+			cancel := Command{Type: CmdCancel, Cancel: &Cancel{ID: FlowStageID("f", 1, "A")}}
+			Prepare(&comp, now, in)
+			Prepare(&cancel, now, in)
+			if comp.Complete.FlowNextSlotMs != tc.wantSlotMs || cancel.Cancel.FlowNextSlotMs != tc.wantSlotMs {
+				t.Fatalf("complete %d, cancel %d, want %d", comp.Complete.FlowNextSlotMs, cancel.Cancel.FlowNextSlotMs, tc.wantSlotMs)
+			}
+		})
 	}
 }

@@ -24,6 +24,12 @@ type FlowRequest struct {
 	// Every makes the flow recurring: one flow run per slot, never two
 	// at once (slots that pass while a run is unfinished are skipped).
 	Every time.Duration
+	// Cron makes the flow recurring on a cron schedule (the task syntax),
+	// evaluated in Timezone (an IANA name; empty: UTC), with the same
+	// rule as Every: the next run at the first slot after the previous
+	// one ended. At most one of Every and Cron.
+	Cron     string
+	Timezone string
 }
 
 // StageRequest is one stage of a FlowRequest. Zero fields take the task
@@ -61,11 +67,13 @@ type stageWire struct {
 }
 
 type flowWire struct {
-	ID     string      `json:"id"`
-	Stages []stageWire `json:"stages"`
-	Delay  string      `json:"delay,omitempty"`
-	RunAt  string      `json:"run_at,omitempty"`
-	Every  string      `json:"every,omitempty"`
+	ID       string      `json:"id"`
+	Stages   []stageWire `json:"stages"`
+	Delay    string      `json:"delay,omitempty"`
+	RunAt    string      `json:"run_at,omitempty"`
+	Every    string      `json:"every,omitempty"`
+	Cron     string      `json:"cron,omitempty"`
+	Timezone string      `json:"timezone,omitempty"`
 }
 
 // SubmitFlow stores a flow and returns it. A request the sidecar refuses
@@ -101,6 +109,7 @@ func (c *Client) SubmitFlow(ctx context.Context, req FlowRequest) (*Flow, error)
 	if req.Every > 0 {
 		w.Every = req.Every.String()
 	}
+	w.Cron, w.Timezone = req.Cron, req.Timezone
 	for _, s := range req.Stages {
 		sw := stageWire{Name: s.Name, Handler: s.Handler, Payload: s.Payload, DependsOn: s.DependsOn, Priority: s.Priority,
 			MaxAttempts: s.MaxAttempts, RouteKey: s.RouteKey, Labels: s.Labels}

@@ -22,6 +22,8 @@ type flowView struct {
 	Run           int    `json:"run"`
 	RunDueAt      string `json:"run_due_at"`
 	Every         string `json:"every"`
+	Cron          string `json:"cron"`
+	Timezone      string `json:"timezone"`
 	SucceededRuns int    `json:"succeeded_runs"`
 	FailedRuns    int    `json:"failed_runs"`
 	Stages        []struct {
@@ -147,10 +149,24 @@ func flowDo(cmd *cobra.Command, f *apiFlags, method, id string) error {
 	return printFlow(cmd.OutOrStdout(), &v)
 }
 
+// schedule describes a recurring flow's schedule ("every 1h", "cron \"0 3
+// * * *\" Europe/Berlin"), "" for a one-off flow.
+func (v *flowView) schedule() string {
+	switch {
+	case v.Every != "":
+		return "every " + v.Every
+	case v.Cron != "" && v.Timezone != "":
+		return fmt.Sprintf("cron %q %s", v.Cron, v.Timezone)
+	case v.Cron != "":
+		return fmt.Sprintf("cron %q", v.Cron)
+	}
+	return ""
+}
+
 func printFlow(w io.Writer, v *flowView) error {
 	every := ""
-	if v.Every != "" {
-		every = ", every " + v.Every
+	if sc := v.schedule(); sc != "" {
+		every = ", " + sc
 	}
 	fmt.Fprintf(w, "flow %s: %s, run %d due %s%s (%d succeeded, %d failed)\n", v.ID, v.State, v.Run, v.RunDueAt, every, v.SucceededRuns, v.FailedRuns)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -202,9 +218,9 @@ func flowListCmd() *cobra.Command {
 				return fmt.Errorf("decode flows: %w", err)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tRUN\tSTAGES\tEVERY")
+			fmt.Fprintln(tw, "ID\tSTATE\tRUN\tSTAGES\tSCHEDULE")
 			for _, v := range page.Flows {
-				every := v.Every
+				every := v.schedule()
 				if every == "" {
 					every = "-"
 				}

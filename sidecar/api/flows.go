@@ -29,7 +29,7 @@ func (b *Backend) flows() (flowStore, error) {
 
 // SubmitFlow implements ipc.FlowBackend.
 func (b *Backend) SubmitFlow(ctx context.Context, spec ipc.FlowSpec) (ipc.Flow, bool, error) {
-	fs := raftfsm.FlowSpec{DelayNs: int64(spec.Delay), EveryNs: int64(spec.Every)}
+	fs := raftfsm.FlowSpec{DelayNs: int64(spec.Delay), EveryNs: int64(spec.Every), Cron: spec.Cron, Timezone: spec.Timezone}
 	if !spec.RunAt.IsZero() {
 		fs.RunAtMs = raftfsm.CeilMs(spec.RunAt)
 	}
@@ -117,6 +117,7 @@ func (b *Backend) flowView(fl *raftfsm.Flow) ipc.Flow {
 	if fl.Spec.EveryNs > 0 {
 		v.Every = time.Duration(fl.Spec.EveryNs).String()
 	}
+	v.Cron, v.Timezone = fl.Spec.Cron, fl.Spec.Timezone
 	if fl.LastRun != 0 {
 		v.LastRunState = fl.LastRun.String()
 	}

@@ -281,3 +281,62 @@ func TestFlowRecurring(t *testing.T) {
 		}
 	}
 }
+
+// A cron flow (every even second, in a time zone) behaves as an every
+// flow: its first run is at the schedule's first slot after the submit,
+// and each next run at the first slot after the previous run ended (the
+// leader computes it, the FSM applies it): the slot that comes while run
+// 1 is still going is skipped, runs never overlap. Three runs, then a
+// cancel.
+func TestFlowCron(t *testing.T) {
+	c := sidecartest.New(t, sidecartest.Options{})
+	j := newJournal()
+	id := func(run int, s string) string { return raftfsm.FlowStageID("cr", run, s) }
+	hold := make(chan struct{})
+	j.hold[id(1, "B")] = hold
+	c.Respond(j.respond)
+	first := c.Now().Truncate(2 * time.Second).Add(2 * time.Second).UTC()
+	slot := func(k int) time.Time { return first.Add(time.Duration(k) * 2 * time.Second) }
+	fl := submitFlowJSON(t, c, `{"id":"cr","cron":"*/2 * * * * *","timezone":"Europe/Berlin","stages":[{"name":"A","handler":"h"},{"name":"B","handler":"h","depends_on":["A"]}]}`)
+	if !fl.RunDueAt.Equal(slot(0)) || fl.Cron != "*/2 * * * * *" || fl.Timezone != "Europe/Berlin" {
+		t.Fatalf("submitted: %+v, want run 1 due at %v", fl, slot(0))
+	}
+	c.AdvanceTo(slot(0))
+	c.WaitCalls(id(1, "B"), 1)
+	c.AdvanceTo(slot(1).Add(500 * time.Millisecond)) // run 1 overruns slot 1
+	if fl := getFlow(t, c, "cr"); fl.Run != 1 || fl.State != "RUNNING" {
+		t.Fatalf("flow while run 1 overruns: %+v", fl)
+	}
+	close(hold)
+	c.Eventually("run 2 armed", func() bool { fl = getFlow(t, c, "cr"); return fl.Run == 2 })
+	if !fl.RunDueAt.Equal(slot(2)) || fl.SucceededRuns != 1 {
+		t.Fatalf("run 2: %+v, want due at %v (slot 1 skipped)", fl, slot(2))
+	}
+	for run := 2; run <= 3; run++ {
+		c.AdvanceTo(slot(run))
+		b := c.WaitCalls(id(run, "B"), 1)
+		a := c.WaitCalls(id(run, "A"), 1)
+		if a[0].At.Before(slot(run)) || b[0].At.Before(a[0].At) {
+			t.Fatalf("run %d: A at %v, B at %v, slot %v", run, a[0].At, b[0].At, slot(run))
+		}
+		if !j.endedBefore(id(run, "A"), id(run-1, "B")) {
+			t.Fatalf("run %d started before run %d ended", run, run-1)
+		}
+		c.Eventually(fmt.Sprintf("run %d armed", run+1), func() bool { fl = getFlow(t, c, "cr"); return fl.Run == run+1 })
+		if !fl.RunDueAt.Equal(slot(run + 1)) {
+			t.Fatalf("run %d due at %v, want %v", run+1, fl.RunDueAt, slot(run+1))
+		}
+	}
+	if fl.SucceededRuns != 3 || fl.State != "WAITING" {
+		t.Fatalf("after three runs: %+v", fl)
+	}
+	if resp := c.HTTP(0, "DELETE", "/v1/flows/cr", nil); resp.Status != 200 {
+		t.Fatalf("cancel: %d %s", resp.Status, resp.Body)
+	}
+	waitFlow(t, c, "cr", "CANCELLED")
+	for run := 1; run <= 3; run++ {
+		if j.count(id(run, "A")) != 1 || j.count(id(run, "B")) != 1 {
+			t.Fatalf("run %d: A called %d, B %d times", run, j.count(id(run, "A")), j.count(id(run, "B")))
+		}
+	}
+}

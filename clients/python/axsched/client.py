@@ -594,7 +594,8 @@ class Client:
     def submit_flow(self, flow: Mapping[str, Any]) -> Dict[str, Any]:
         """Submit a flow (``POST /v1/flows``): ``flow`` is the request body,
         ``{"id": ..., "stages": [{"name", "handler", "depends_on", "payload",
-        "on_failure", and the task fields}], "delay"/"run_at"/"every"}``.
+        "on_failure", and the task fields}], "delay"/"run_at", "every" or
+        "cron" (with "timezone")}``.
         Returns the flow as the API sends it (``state``, ``run``,
         ``stages`` with each stage's ``state`` and ``task_id``). The same id
         and spec again returns the stored flow; another spec raises
