@@ -36,6 +36,11 @@ type FlowBackend interface {
 	// CancelFlow cancels flow id: its pending, waiting and running stages
 	// are CANCELLED. A finished flow is returned as it is.
 	CancelFlow(ctx context.Context, id string) (Flow, error)
+	// PurgeFlow deletes finished flow id (SUCCESS, FAILED, CANCELLED)
+	// now, as the retention would: 1 when deleted; ErrNotFound, or
+	// ErrConflict for a flow that has not ended (cancel it first). Its
+	// stage tasks are left to the task retention.
+	PurgeFlow(ctx context.Context, id string) (int, error)
 }
 
 // FlowSpec is a validated POST /v1/flows.
@@ -314,8 +319,32 @@ func (s *Server) getFlow(rctx context.Context, ctx *fasthttp.RequestCtx, rawID s
 	return s.flowByID(rctx, ctx, rawID, FlowBackend.Flow)
 }
 
+// cancelFlow answers DELETE /v1/flows/{id}; with ?purge=true it deletes
+// a finished flow instead: 200 {"purged": 1}.
 func (s *Server) cancelFlow(rctx context.Context, ctx *fasthttp.RequestCtx, rawID string) error {
-	return s.flowByID(rctx, ctx, rawID, FlowBackend.CancelFlow)
+	purge, err := purgeParam(ctx)
+	if err != nil {
+		return err
+	}
+	if !purge {
+		return s.flowByID(rctx, ctx, rawID, FlowBackend.CancelFlow)
+	}
+	fb, err := s.flowBackend()
+	if err != nil {
+		return err
+	}
+	id, err := pathID(rawID)
+	if err != nil {
+		return err
+	}
+	n, err := fb.PurgeFlow(rctx, id)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, struct {
+		Purged int `json:"purged"`
+	}{n})
+	return nil
 }
 
 // flowByID answers a route of one flow: op on the flow the path names.

@@ -180,6 +180,8 @@ type Result struct {
 	// Purged, for a CmdPurge, says per task of Purge.Tasks (same order)
 	// whether it was deleted.
 	Purged []bool `msgpack:"pg,omitempty"`
+	// PurgedFlows is the same for Purge.Flows.
+	PurgedFlows []bool `msgpack:"pf,omitempty"`
 	// Warning is not the FSM's: the leader adds it to a submit's result
 	// when the handler's backlog is near its bound ("depth/limit").
 	Warning string `msgpack:"w,omitempty"`

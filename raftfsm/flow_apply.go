@@ -62,7 +62,7 @@ func applyFlow(w *writer, index uint64, s *FlowSubmit) (Result, []Event, error) 
 	if err != nil {
 		return Result{}, nil, err
 	}
-	if err := w.putRecord(flowKey(fl.ID), fl); err != nil {
+	if err := putFlow(w, fl); err != nil {
 		return Result{}, nil, err
 	}
 	return Result{Created: true, Flow: fl}, evs, nil
@@ -118,7 +118,7 @@ func flowStageEnded(w *writer, index uint64, t *Task, atMs, cronNextMs int64) ([
 	if err != nil {
 		return nil, err
 	}
-	return evs, w.putRecord(flowKey(fl.ID), &fl)
+	return evs, putFlow(w, &fl)
 }
 
 func stageIndex(fl *Flow, name string) int {
@@ -255,7 +255,7 @@ func cancelFlow(w *writer, fl *Flow, atMs int64) (Result, []Event, error) {
 		}
 	}
 	fl.State, fl.FinishedMs, fl.UpdatedMs = StateCancelled, atMs, atMs
-	if err := w.putRecord(flowKey(fl.ID), fl); err != nil {
+	if err := putFlow(w, fl); err != nil {
 		return Result{}, nil, err
 	}
 	return Result{Flow: fl}, evs, nil

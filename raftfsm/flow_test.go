@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dgraph-io/badger/v4"
 )
 
 func flowCmd(id string, fs FlowSpec, dueMs, atMs int64) Command {
@@ -439,5 +441,104 @@ func TestPrepareFlowCron(t *testing.T) {
 				t.Fatalf("complete %d, cancel %d, want %d", comp.Complete.FlowNextSlotMs, cancel.Cancel.FlowNextSlotMs, tc.wantSlotMs)
 			}
 		})
+	}
+}
+
+// rawKeys counts the stored keys under prefix.
+func (e *flowEnv) rawKeys(prefix string) int {
+	e.t.Helper()
+	n := 0
+	err := e.f.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = []byte(prefix)
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// A finished flow is found by ExpiredFlows once its class's retention has
+// passed (SUCCESS: retention, FAILED: retentionDead) and a Purge of it
+// deletes its record, its stages' specs and its index entry; a purge read
+// from a stale view (another finish time), a flow still running and a
+// recurring flow between runs are kept.
+func TestFlowPurge(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	two := FlowSpec{Stages: []FlowStage{stage("A"), stage("B", "A")}}
+	e.next(flowCmd("ok", two, 1000, 1000))
+	e.finish(FlowStageID("ok", 1, "A"), OutcomeSuccess, "", 1000)
+	e.finish(FlowStageID("ok", 1, "B"), OutcomeSuccess, "", 2000)
+	e.next(flowCmd("bad", two, 1000, 1000))
+	e.finish(FlowStageID("bad", 1, "A"), OutcomePermanent, "", 3000)
+	e.next(flowCmd("running", two, 1000, 1000))
+	rec := two
+	rec.EveryNs = 2e9
+	e.next(flowCmd("rec", rec, 1000, 1000))
+	e.finish(FlowStageID("rec", 1, "A"), OutcomeSuccess, "", 1000)
+	e.finish(FlowStageID("rec", 1, "B"), OutcomeSuccess, "", 1500)
+	if fl := e.flow("ok"); fl.State != StateSuccess || fl.FinishedMs != 2000 {
+		t.Fatalf("ok: %+v", fl)
+	}
+	ids := func(ts []PurgeTask) string {
+		var s []string
+		for _, x := range ts {
+			s = append(s, x.ID)
+		}
+		return strings.Join(s, ",")
+	}
+	for _, tc := range []struct {
+		nowMs          int64
+		keep, keepDead time.Duration
+		want           string
+	}{
+		{2000, time.Second, time.Second, ""},
+		{3100, time.Second, time.Hour, "ok"},
+		{4200, time.Hour, time.Second, "bad"},
+		{9000, time.Second, time.Second, "bad,ok"},
+		{9000, 0, 0, ""}, // kept forever
+	} {
+		got, err := e.f.ExpiredFlows(tc.nowMs, tc.keep, tc.keepDead, 10)
+		if err != nil || ids(got) != tc.want {
+			t.Fatalf("ExpiredFlows(%d, %v, %v) = %q, %v; want %q", tc.nowMs, tc.keep, tc.keepDead, ids(got), err, tc.want)
+		}
+	}
+	okFl, badFl := e.flow("ok"), e.flow("bad")
+	stale := okFl.FlowTarget()
+	stale.FinishedMs++
+	run, recFl := e.flow("running"), e.flow("rec")
+	r := e.next(Command{Type: CmdPurge, Purge: &Purge{Flows: []PurgeTask{stale, run.FlowTarget(), recFl.FlowTarget()}}})
+	if r[0].PurgedFlowCount() != 0 {
+		t.Fatalf("purged %v", r[0].PurgedFlows)
+	}
+	r = e.next(Command{Type: CmdPurge, Purge: &Purge{Flows: []PurgeTask{okFl.FlowTarget(), badFl.FlowTarget()}}})
+	if r[0].PurgedFlowCount() != 2 {
+		t.Fatalf("purged %v", r[0].PurgedFlows)
+	}
+	for _, id := range []string{"ok", "bad"} {
+		if _, err := e.f.Flow(id); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("flow %s after its purge: %v", id, err)
+		}
+	}
+	// Left: the specs of the two flows not purged, no index entry.
+	if n := e.rawKeys("ws/"); n != 4 {
+		t.Fatalf("%d stage specs left, want 4", n)
+	}
+	if n := e.rawKeys("wf/"); n != 0 {
+		t.Fatalf("%d finished-flow entries left", n)
+	}
+	if got, _ := e.f.ExpiredFlows(1e9, time.Second, time.Second, 10); len(got) != 0 {
+		t.Fatalf("expired after the purge: %v", got)
+	}
+	// A cancelled flow (recurring, between runs) is finished: listed.
+	e.next(Command{Type: CmdFlow, Flow: &FlowSubmit{ID: "rec", Cancel: true, AtMs: 5000}})
+	if got, _ := e.f.ExpiredFlows(7000, time.Second, time.Second, 10); ids(got) != "rec" {
+		t.Fatalf("after cancelling rec: %v", got)
 	}
 }

@@ -144,6 +144,18 @@ func (c *Client) CancelFlow(ctx context.Context, id string) (*Flow, error) {
 	return c.flowCall(ctx, http.MethodDelete, id)
 }
 
+// PurgeFlow deletes a finished flow (SUCCESS, FAILED, CANCELLED) now
+// instead of waiting for its retention; its stage tasks are left to the
+// task retention. A flow that has not ended gives an error matching
+// ErrConflict (cancel it first); an unknown id, ErrNotFound.
+func (c *Client) PurgeFlow(ctx context.Context, id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty flow id", ErrInvalid)
+	}
+	var out PurgeResult
+	return c.do(ctx, http.MethodDelete, "/v1/flows/"+url.PathEscape(id)+"?purge=true", nil, &out)
+}
+
 func (c *Client) flowCall(ctx context.Context, method, id string) (*Flow, error) {
 	if id == "" {
 		return nil, fmt.Errorf("%w: empty flow id", ErrInvalid)

@@ -68,6 +68,9 @@ func TestFlows(t *testing.T) {
 	if page, err := c.Flows(ctx, 5, "a"); err != nil || len(page.Flows) != 1 || page.NextCursor != "etl" {
 		t.Fatalf("Flows = %+v, %v", page, err)
 	}
+	if err := c.PurgeFlow(ctx, "etl"); err != nil {
+		t.Fatalf("PurgeFlow: %v", err)
+	}
 	body = nil
 	if _, err := c.SubmitFlow(ctx, ax.FlowRequest{ID: "etl", Cron: "0 3 * * *", Timezone: "Europe/Berlin", Stages: []ax.StageRequest{{Name: "A", Handler: "pull"}}}); err != nil ||
 		body["cron"] != "0 3 * * *" || body["timezone"] != "Europe/Berlin" || body["every"] != nil {
@@ -76,7 +79,7 @@ func TestFlows(t *testing.T) {
 	if _, err := c.SubmitFlow(ctx, ax.FlowRequest{}); !errors.Is(err, ax.ErrInvalid) {
 		t.Fatalf("SubmitFlow without id: %v", err)
 	}
-	want := "POST /v1/flows? GET /v1/flows/etl? GET /v1/flows/nope? DELETE /v1/flows/etl? GET /v1/flows?cursor=a&limit=5 POST /v1/flows?"
+	want := "POST /v1/flows? GET /v1/flows/etl? GET /v1/flows/nope? DELETE /v1/flows/etl? GET /v1/flows?cursor=a&limit=5 DELETE /v1/flows/etl?purge=true POST /v1/flows?"
 	if strings.Join(got, " ") != want {
 		t.Fatalf("requests %v", got)
 	}

@@ -38,8 +38,8 @@ type flowView struct {
 
 func flowPath(id string) string { return "/v1/flows/" + url.PathEscape(id) }
 
-// flowCmd is `ax flow submit|get|list|cancel`: flows (POST/GET /v1/flows,
-// GET/DELETE /v1/flows/{id}).
+// flowCmd is `ax flow submit|get|list|cancel|purge`: flows (POST/GET
+// /v1/flows, GET/DELETE /v1/flows/{id}).
 func flowCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "flow",
@@ -48,7 +48,7 @@ func flowCmd() *cobra.Command {
 depends on succeeded (README, "Flows"). The flow file is the JSON body of
 POST /v1/flows: {"id": ..., "stages": [{"name", "handler", "depends_on", ...}]}.`,
 	}
-	cmd.AddCommand(flowSubmitCmd(), flowGetCmd(), flowListCmd(), flowCancelCmd())
+	cmd.AddCommand(flowSubmitCmd(), flowGetCmd(), flowListCmd(), flowCancelCmd(), flowPurgeCmd())
 	return cmd
 }
 
@@ -108,6 +108,37 @@ func flowGetCmd() *cobra.Command {
 
 func flowCancelCmd() *cobra.Command {
 	return flowIDCmd("cancel ID", "Cancel a flow: its pending, waiting and running stages", "  ax flow cancel etl-daily", http.MethodDelete)
+}
+
+// flowPurgeCmd is `ax flow purge ID`: DELETE /v1/flows/{id}?purge=true.
+func flowPurgeCmd() *cobra.Command {
+	var f apiFlags
+	cmd := &cobra.Command{
+		Use:     "purge ID",
+		Short:   "Delete a finished flow now (its stage tasks are left to the task retention)",
+		Example: "  ax flow purge etl-daily",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkID(cmd, args[0]); err != nil {
+				return err
+			}
+			ctx, cancel := cmdContext(cmd)
+			defer cancel()
+			c := f.caller()
+			defer c.Close()
+			out, _, err := c.Do(ctx, http.MethodDelete, flowPath(args[0])+"?purge=true", nil)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(cmd.OutOrStdout(), json.RawMessage(bytes.TrimSpace(out)))
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "flow %s purged\n", args[0])
+			return err
+		},
+	}
+	f.register(cmd)
+	return cmd
 }
 
 // flowIDCmd is a command that sends method to the flow its one argument

@@ -68,6 +68,36 @@ func (b *Backend) CancelFlow(ctx context.Context, id string) (ipc.Flow, error) {
 	}
 }
 
+// PurgeFlow implements ipc.FlowBackend: it reads the flow (a local read)
+// and proposes its purge, which the FSM applies only if the flow is still
+// finished as read.
+func (b *Backend) PurgeFlow(ctx context.Context, id string) (int, error) {
+	fs, err := b.flows()
+	if err != nil {
+		return 0, err
+	}
+	fl, err := fs.Flow(id)
+	if errors.Is(err, raftfsm.ErrNotFound) {
+		return 0, ipc.Errorf(ipc.ErrNotFound, "flow %q not found", id)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if !fl.State.Terminal() {
+		return 0, ipc.Errorf(ipc.ErrConflict, "purge: flow %q is %s; only finished flows (SUCCESS, FAILED, CANCELLED) can be purged (cancel it first)", id, fl.State)
+	}
+	res, err := b.d.Proposer.ProposeAPI(ctx, []raftfsm.Command{{Type: raftfsm.CmdPurge, Purge: &raftfsm.Purge{Flows: []raftfsm.PurgeTask{fl.FlowTarget()}}}})
+	if err != nil {
+		return 0, err
+	}
+	if res[0].PurgedFlowCount() != 1 {
+		// A finished flow never changes, so only a purge that came first
+		// (retention, another call) gets here.
+		return 0, ipc.Errorf(ipc.ErrNotFound, "flow %q not found (purged meanwhile)", id)
+	}
+	return 1, nil
+}
+
 // Flow implements ipc.FlowBackend: a local read.
 func (b *Backend) Flow(_ context.Context, id string) (ipc.Flow, error) {
 	fs, err := b.flows()

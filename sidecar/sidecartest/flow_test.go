@@ -340,3 +340,32 @@ func TestFlowCron(t *testing.T) {
 		}
 	}
 }
+
+// DELETE /v1/flows/{id}?purge=true deletes a finished flow (200
+// {"purged":1}, then 404); a flow still going on is 409 (cancel it first).
+func TestFlowPurgeAPI(t *testing.T) {
+	c := sidecartest.New(t, sidecartest.Options{})
+	j := newJournal()
+	id := raftfsm.FlowStageID("pf", 1, "A")
+	j.hold[id] = make(chan struct{})
+	c.Respond(j.respond)
+	submitFlowJSON(t, c, `{"id":"pf","stages":[{"name":"A","handler":"h"}]}`)
+	c.WaitCalls(id, 1)
+	if resp := c.HTTP(0, "DELETE", "/v1/flows/pf?purge=true", nil); resp.Status != 409 || !strings.Contains(string(resp.Body), `"code":"conflict"`) {
+		t.Fatalf("purge of a running flow: %d %s", resp.Status, resp.Body)
+	}
+	if resp := c.HTTP(0, "DELETE", "/v1/flows/pf?purge=maybe", nil); resp.Status != 400 {
+		t.Fatalf("purge=maybe: %d %s", resp.Status, resp.Body)
+	}
+	close(j.hold[id])
+	waitFlow(t, c, "pf", "SUCCESS")
+	if resp := c.HTTP(0, "DELETE", "/v1/flows/pf?purge=true", nil); resp.Status != 200 || strings.TrimSpace(string(resp.Body)) != `{"purged":1}` {
+		t.Fatalf("purge: %d %s", resp.Status, resp.Body)
+	}
+	if resp := c.HTTP(0, "GET", "/v1/flows/pf", nil); resp.Status != 404 {
+		t.Fatalf("get after the purge: %d %s", resp.Status, resp.Body)
+	}
+	if resp := c.HTTP(0, "DELETE", "/v1/flows/pf?purge=true", nil); resp.Status != 404 {
+		t.Fatalf("second purge: %d %s", resp.Status, resp.Body)
+	}
+}

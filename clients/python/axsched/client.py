@@ -622,6 +622,15 @@ class Client:
         return self._flow_doc("DELETE", _flow_path(id))
 
     @_public
+    def purge_flow(self, id: str) -> None:
+        """Delete a finished flow (SUCCESS, FAILED, CANCELLED) now
+        (``DELETE /v1/flows/{id}?purge=true``), instead of waiting for its
+        retention; its stage tasks are left to the task retention. Raises
+        :class:`Conflict` for a flow that has not ended (cancel it first)
+        and :class:`NotFound` for an unknown id."""
+        self._json("DELETE", _flow_path(id) + "?purge=true", replayable=True)
+
+    @_public
     def flows(self, limit: Optional[int] = None, cursor: Optional[str] = None) -> Dict[str, Any]:
         """One page of flows in id order (``GET /v1/flows``):
         ``{"flows": [...], "next_cursor": ...}``. ``limit``: 1 to 1000,
