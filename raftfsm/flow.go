@@ -294,26 +294,49 @@ func (f *FSM) Flows(after string, limit int) (flows []Flow, more bool, err error
 	return flows, more, err
 }
 
+// FlowDue returns when the first run of a flow of spec s submitted at now
+// is due, not rounded: run_at, or now plus the delay; ok is false for a
+// cron flow with neither, whose first run is its schedule's first slot
+// after now.
+func FlowDue(s *FlowSpec, now time.Time) (due time.Time, ok bool) {
+	switch {
+	case s.RunAtMs != 0:
+		return time.UnixMilli(s.RunAtMs), true
+	case s.Cron != "" && s.DelayNs == 0:
+		return time.Time{}, false
+	}
+	return now.Add(time.Duration(s.DelayNs)), true
+}
+
+// RootHandlers returns the handler of each stage of s without
+// dependencies (the stages whose tasks a submit creates), once per stage.
+func (s *FlowSpec) RootHandlers() []string {
+	var hs []string
+	for i := range s.Stages {
+		if len(s.Stages[i].DependsOn) == 0 {
+			hs = append(hs, s.Stages[i].Spec.Handler)
+		}
+	}
+	return hs
+}
+
 // prepareFlow fills the leader's fields of a flow submit or cancel at now:
 // the first run is due at run_at, or after the delay, or (a cron flow with
 // neither) at its schedule's first slot after now, as for a task.
 func prepareFlow(s *FlowSubmit, now time.Time, in LeaderInputs) (p Prepared) {
 	s.AtMs = now.UnixMilli()
-	switch {
-	case s.Spec.RunAtMs != 0:
-		s.DueMs = s.Spec.RunAtMs
-	case s.Spec.Cron != "" && s.Spec.DelayNs == 0 && !s.Cancel:
-		s.DueMs = s.AtMs
-		sched, err := in.Schedule(s.Spec.cronSpec())
-		if err != nil {
-			p.ScheduleErr = err
-			return p
-		}
-		if slot := sched.Next(now); !slot.IsZero() {
-			s.DueMs = CeilMs(slot)
-		}
-	default:
-		s.DueMs = CeilMs(now.Add(time.Duration(s.Spec.DelayNs)))
+	if due, ok := FlowDue(&s.Spec, now); ok {
+		s.DueMs = CeilMs(due)
+		return p
+	}
+	s.DueMs = s.AtMs
+	sched, err := in.Schedule(s.Spec.cronSpec())
+	if err != nil {
+		p.ScheduleErr = err
+		return p
+	}
+	if slot := sched.Next(now); !slot.IsZero() {
+		s.DueMs = CeilMs(slot)
 	}
 	return p
 }

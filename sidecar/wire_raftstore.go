@@ -43,7 +43,7 @@ func (n *Node) storeConfig() raftstore.Config {
 func newGroupCommit(n *Node) *raftstore.Proposer {
 	cfg := raftstore.ProposerConfig{
 		Raft: n.raft, Guard: n.storage, Prepare: n.prep.Prepare, Weight: cmdWeight,
-		Backlog: leaderBacklog{n}, Task: n.prep.Task,
+		Backlog: leaderBacklog{n}, Task: n.prep.Task, Flow: n.prep.Flow,
 		MaxBatchCommands: n.cfg.MaxBatchCommands, BacklogLimit: n.cfg.BacklogLimit, Clock: n.clock,
 	}
 	if n.metrics != nil {

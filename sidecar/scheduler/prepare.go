@@ -54,6 +54,15 @@ func NewPreparer(cfg PrepareConfig) *Preparer { return &Preparer{cfg: cfg} }
 // absent.
 func (p *Preparer) Task(id string) *raftfsm.Task { return p.cfg.Task(id) }
 
+// Flow reads flow id from the local store (PrepareConfig.Flow): nil when
+// absent or when the config has no flow reads.
+func (p *Preparer) Flow(id string) *raftfsm.Flow {
+	if p.cfg.Flow == nil {
+		return nil
+	}
+	return p.cfg.Flow(id)
+}
+
 // Prepare fills in the fields the leader decides (raftfsm.Prepare: times,
 // due times of new tasks, retries and next runs) at now and logs what it
 // noticed. It gathers the inputs raftfsm.Prepare needs: the stored task of

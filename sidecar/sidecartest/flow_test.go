@@ -10,6 +10,7 @@ import (
 
 	"github.com/axsched/ax/ipc"
 	"github.com/axsched/ax/raftfsm"
+	"github.com/axsched/ax/sidecar"
 	"github.com/axsched/ax/sidecar/sidecartest"
 )
 
@@ -368,4 +369,28 @@ func TestFlowPurgeAPI(t *testing.T) {
 	if resp := c.HTTP(0, "DELETE", "/v1/flows/pf?purge=true", nil); resp.Status != 404 {
 		t.Fatalf("second purge: %d %s", resp.Status, resp.Body)
 	}
+}
+
+// A flow submit counts its root stages against their handlers' backlog
+// bound: past it, 429 queue_full with Retry-After, and nothing is stored.
+func TestFlowBacklogBound(t *testing.T) {
+	c := sidecartest.New(t, sidecartest.Options{NoExecutor: true, Config: func(_ int, cfg *sidecar.Config) {
+		cfg.BacklogLimit = 3
+	}})
+	c.Submit(0, sidecartest.Spec("t1", "bp"))
+	c.Submit(0, sidecartest.Spec("t2", "bp"))
+	c.Eventually("the backlog of bp at 2", func() bool {
+		h := handlersOf(t, c, 0)["bp"]
+		return h.Backlog != nil && *h.Backlog == 2
+	})
+	two := `{"id":"big","stages":[{"name":"A","handler":"bp"},{"name":"B","handler":"bp"},{"name":"C","handler":"bp","depends_on":["A","B"]}]}`
+	resp := c.HTTP(0, "POST", "/v1/flows", []byte(two))
+	if resp.Status != 429 || !strings.Contains(string(resp.Body), `"code":"queue_full"`) || resp.RetryAfter() <= 0 {
+		t.Fatalf("flow with two roots over the bound: %d %s %v", resp.Status, resp.Body, resp.Header)
+	}
+	if resp := c.HTTP(0, "GET", "/v1/flows/big", nil); resp.Status != 404 {
+		t.Fatalf("refused flow: %d %s", resp.Status, resp.Body)
+	}
+	// One root fits; its dependent stage is not counted.
+	submitFlowJSON(t, c, `{"id":"small","stages":[{"name":"A","handler":"bp"},{"name":"B","handler":"bp","depends_on":["A"]}]}`)
 }
