@@ -54,6 +54,11 @@ type FlowSpec struct {
 	// on a cron schedule, as a task's (at most one of Every and Cron).
 	Cron     string
 	Timezone string
+	// TraceParent and TraceState are the W3C trace context of the submit
+	// (the fields, else the request's headers; see TaskSpec): every stage
+	// task of the flow carries it.
+	TraceParent string
+	TraceState  string
 }
 
 // StageSpec is one validated stage: Task holds its task fields (its ID
@@ -74,6 +79,9 @@ type flowRequest struct {
 	Every    *string           `json:"every"`
 	Cron     *string           `json:"cron"`
 	Timezone *string           `json:"timezone"`
+	// The trace context, validated as a task submit's (trace.go).
+	TraceParent string `json:"traceparent"`
+	TraceState  string `json:"tracestate"`
 }
 
 type stageRequest struct {
@@ -131,12 +139,14 @@ func DecodeFlow(body []byte) (FlowSpec, error) {
 	var timing submitRequest
 	timing.Delay, timing.RunAt, timing.Every = req.Delay, req.RunAt, req.Every
 	timing.Cron, timing.Timezone = req.Cron, req.Timezone
+	timing.TraceParent, timing.TraceState = req.TraceParent, req.TraceState
 	timing.Handler.s = "flow"
 	ts, err := timing.spec()
 	if err != nil {
 		return FlowSpec{}, err
 	}
 	fs.Delay, fs.RunAt, fs.Every, fs.Cron, fs.Timezone = ts.Delay, ts.RunAt, ts.Every, ts.Cron, ts.Timezone
+	fs.TraceParent, fs.TraceState = ts.TraceParent, ts.TraceState
 	for i, raw := range req.Stages {
 		st, err := decodeStage(i, raw)
 		if err != nil {
@@ -292,11 +302,19 @@ func (s *Server) flowBackend() (FlowBackend, error) {
 }
 
 // submitFlow answers POST /v1/flows: 201 with the flow when created, 200
-// when the same spec was stored before.
+// when the same spec was stored before. The trace context of the
+// request's headers applies when the body has none.
 func (s *Server) submitFlow(rctx context.Context, ctx *fasthttp.RequestCtx, _ string) error {
 	spec, err := DecodeFlow(ctx.PostBody())
 	if err != nil {
 		return err
+	}
+	tc, err := requestTrace(ctx)
+	if err != nil {
+		return err
+	}
+	if spec.TraceParent == "" {
+		spec.TraceParent, spec.TraceState = tc.Parent, tc.State
 	}
 	fb, err := s.flowBackend()
 	if err != nil {

@@ -1,8 +1,10 @@
 package ipc
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -120,5 +122,94 @@ func TestFlowRoutes(t *testing.T) {
 	}
 	if r := ts.do("PUT", "/v1/flows/f", ""); r.status != 405 {
 		t.Fatalf("PUT: %d", r.status)
+	}
+}
+
+// flowsBackend is the fake backend with flows: it records the last
+// submitted flow spec and the Flows call.
+type flowsBackend struct {
+	*fakeBackend
+	lastFlow   FlowSpec
+	submits    int
+	lastAfter  string
+	lastLimit  int
+	listCalled int
+}
+
+func (b *flowsBackend) SubmitFlow(_ context.Context, spec FlowSpec) (Flow, bool, error) {
+	b.lastFlow = spec
+	b.submits++
+	return Flow{ID: spec.ID, State: "WAITING"}, true, nil
+}
+func (b *flowsBackend) Flow(_ context.Context, id string) (Flow, error) {
+	return Flow{}, Errorf(ErrNotFound, "flow %q not found", id)
+}
+func (b *flowsBackend) Flows(_ context.Context, after string, limit int) (FlowPage, error) {
+	b.lastAfter, b.lastLimit = after, limit
+	b.listCalled++
+	return FlowPage{}, nil
+}
+func (b *flowsBackend) CancelFlow(_ context.Context, id string) (Flow, error) {
+	return Flow{ID: id, State: "CANCELLED"}, nil
+}
+func (b *flowsBackend) PurgeFlow(context.Context, string) (int, error) { return 1, nil }
+
+func startFlowServer(t *testing.T) (*testServer, *flowsBackend) {
+	t.Helper()
+	fb := &flowsBackend{fakeBackend: newFakeBackend()}
+	return serveBackend(t, fb, fb.fakeBackend, ServerOptions{}), fb
+}
+
+// A flow submit takes its trace context from its fields or, without
+// them, from the request's headers, validated as a task submit's; every
+// stage task gets it (sidecar/api). Invalid: 400 with the trace codes,
+// nothing submitted.
+func TestSubmitFlowTraceContext(t *testing.T) {
+	ts, fb := startFlowServer(t)
+	hdr := func(kv ...string) http.Header {
+		h := http.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			h[kv[i]] = append(h[kv[i]], kv[i+1])
+		}
+		return h
+	}
+	const stages = `"stages":[{"name":"A","handler":"h"}]`
+	for _, tc := range []struct {
+		name              string
+		body              string
+		hdr               http.Header
+		wantTP, wantState string
+	}{
+		{"none", `{"id":"f",` + stages + `}`, nil, "", ""},
+		{"fields", `{"id":"f","traceparent":"` + tpA + `","tracestate":"rojo=1",` + stages + `}`, nil, tpA, "rojo=1"},
+		{"headers", `{"id":"f",` + stages + `}`, hdr("traceparent", tpA, "tracestate", "rojo=1"), tpA, "rojo=1"},
+		{"fields win", `{"id":"f","traceparent":"` + tpB + `",` + stages + `}`, hdr("traceparent", tpA, "tracestate", "rojo=1"), tpB, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := ts.on(t).doTrace("POST", "/v1/flows", tc.body, tc.hdr)
+			if r.status != http.StatusCreated {
+				t.Fatalf("status %d: %s", r.status, r.body)
+			}
+			if got := fb.lastFlow; got.TraceParent != tc.wantTP || got.TraceState != tc.wantState {
+				t.Errorf("traceparent %q tracestate %q, want %q %q", got.TraceParent, got.TraceState, tc.wantTP, tc.wantState)
+			}
+		})
+	}
+	n := fb.submits
+	for _, tc := range []struct {
+		name, body string
+		hdr        http.Header
+		code       string
+	}{
+		{"bad field", `{"id":"f","traceparent":"x",` + stages + `}`, nil, axapi.CodeInvalidTraceparent},
+		{"tracestate field alone", `{"id":"f","tracestate":"rojo=1",` + stages + `}`, nil, axapi.CodeInvalidTracestate},
+		{"bad header", `{"id":"f",` + stages + `}`, hdr("traceparent", "garbage"), axapi.CodeInvalidTraceparent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts.on(t).doTrace("POST", "/v1/flows", tc.body, tc.hdr).wantError(t, http.StatusBadRequest, tc.code, "")
+		})
+	}
+	if fb.submits != n {
+		t.Fatalf("an invalid trace context reached the backend")
 	}
 }

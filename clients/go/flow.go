@@ -30,6 +30,10 @@ type FlowRequest struct {
 	// one ended. At most one of Every and Cron.
 	Cron     string
 	Timezone string
+	// TraceParent and TraceState are the W3C trace context every stage
+	// task of the flow carries; empty TraceParent: SubmitFlow takes that
+	// of its ctx (TraceContextFromContext), if any. Not part of the spec.
+	TraceParent, TraceState string
 }
 
 // StageRequest is one stage of a FlowRequest. Zero fields take the task
@@ -67,13 +71,15 @@ type stageWire struct {
 }
 
 type flowWire struct {
-	ID       string      `json:"id"`
-	Stages   []stageWire `json:"stages"`
-	Delay    string      `json:"delay,omitempty"`
-	RunAt    string      `json:"run_at,omitempty"`
-	Every    string      `json:"every,omitempty"`
-	Cron     string      `json:"cron,omitempty"`
-	Timezone string      `json:"timezone,omitempty"`
+	ID          string      `json:"id"`
+	Stages      []stageWire `json:"stages"`
+	Delay       string      `json:"delay,omitempty"`
+	RunAt       string      `json:"run_at,omitempty"`
+	Every       string      `json:"every,omitempty"`
+	Cron        string      `json:"cron,omitempty"`
+	Timezone    string      `json:"timezone,omitempty"`
+	TraceParent string      `json:"traceparent,omitempty"`
+	TraceState  string      `json:"tracestate,omitempty"`
 }
 
 // SubmitFlow stores a flow and returns it. A request the sidecar refuses
@@ -110,6 +116,10 @@ func (c *Client) SubmitFlow(ctx context.Context, req FlowRequest) (*Flow, error)
 		w.Every = req.Every.String()
 	}
 	w.Cron, w.Timezone = req.Cron, req.Timezone
+	w.TraceParent, w.TraceState = req.TraceParent, req.TraceState
+	if w.TraceParent == "" {
+		w.TraceParent, w.TraceState = TraceContextFromContext(ctx)
+	}
 	for _, s := range req.Stages {
 		sw := stageWire{Name: s.Name, Handler: s.Handler, Payload: s.Payload, DependsOn: s.DependsOn, Priority: s.Priority,
 			MaxAttempts: s.MaxAttempts, RouteKey: s.RouteKey, Labels: s.Labels}

@@ -72,8 +72,10 @@ func TestFlows(t *testing.T) {
 		t.Fatalf("PurgeFlow: %v", err)
 	}
 	body = nil
-	if _, err := c.SubmitFlow(ctx, ax.FlowRequest{ID: "etl", Cron: "0 3 * * *", Timezone: "Europe/Berlin", Stages: []ax.StageRequest{{Name: "A", Handler: "pull"}}}); err != nil ||
-		body["cron"] != "0 3 * * *" || body["timezone"] != "Europe/Berlin" || body["every"] != nil {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	if _, err := c.SubmitFlow(ax.WithTraceContext(ctx, tp, "rojo=1"), ax.FlowRequest{ID: "etl", Cron: "0 3 * * *", Timezone: "Europe/Berlin", Stages: []ax.StageRequest{{Name: "A", Handler: "pull"}}}); err != nil ||
+		body["cron"] != "0 3 * * *" || body["timezone"] != "Europe/Berlin" || body["every"] != nil ||
+		body["traceparent"] != tp || body["tracestate"] != "rojo=1" {
 		t.Fatalf("cron flow: body %v, %v", body, err)
 	}
 	if _, err := c.SubmitFlow(ctx, ax.FlowRequest{}); !errors.Is(err, ax.ErrInvalid) {

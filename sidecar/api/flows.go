@@ -35,6 +35,10 @@ func (b *Backend) SubmitFlow(ctx context.Context, spec ipc.FlowSpec) (ipc.Flow, 
 	}
 	for _, st := range spec.Stages {
 		s := submitCommand(st.Task).Submit.Spec
+		// Every stage task carries the flow's trace context (Spec.Equal
+		// ignores it, as for tasks: a resubmit from another trace is
+		// the same flow).
+		s.TraceParent, s.TraceState = spec.TraceParent, spec.TraceState
 		fs.Stages = append(fs.Stages, raftfsm.FlowStage{Name: st.Name, Spec: s, DependsOn: st.DependsOn, Continue: st.Continue})
 	}
 	res, err := b.d.Proposer.ProposeAPI(ctx, []raftfsm.Command{{Type: raftfsm.CmdFlow, Flow: &raftfsm.FlowSubmit{ID: spec.ID, Spec: fs}}})

@@ -394,3 +394,30 @@ func TestFlowBacklogBound(t *testing.T) {
 	// One root fits; its dependent stage is not counted.
 	submitFlowJSON(t, c, `{"id":"small","stages":[{"name":"A","handler":"bp"},{"name":"B","handler":"bp","depends_on":["A"]}]}`)
 }
+
+// A flow submitted with a trace context passes it to every stage task:
+// each callback carries its trace id, flags and tracestate, the task views
+// show it; a resubmit from another trace is the same flow (200).
+func TestFlowTraceContext(t *testing.T) {
+	c := sidecartest.New(t, sidecartest.Options{})
+	c.Respond(func(sidecartest.Call) sidecartest.Reply { return sidecartest.Reply{} })
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	body := `{"id":"tr","traceparent":"` + tp + `","tracestate":"rojo=1","stages":[{"name":"A","handler":"h"},{"name":"B","handler":"h","depends_on":["A"]}]}`
+	submitFlowJSON(t, c, body)
+	waitFlow(t, c, "tr", "SUCCESS")
+	for _, s := range []string{"A", "B"} {
+		id := raftfsm.FlowStageID("tr", 1, s)
+		calls := c.WaitCalls(id, 1)
+		if got := calls[0].TraceParent; len(got) != len(tp) || got[:36] != tp[:36] || got[52:] != tp[52:] || calls[0].TraceState != "rojo=1" {
+			t.Errorf("stage %s: traceparent %q tracestate %q, want the trace id and flags of %q", s, got, calls[0].TraceState, tp)
+		}
+		tk, err := c.Task(0, id)
+		if err != nil || tk.TraceParent != tp || tk.TraceState != "rojo=1" {
+			t.Errorf("stage %s task view: %+v, %v", s, tk, err)
+		}
+	}
+	other := strings.Replace(body, "4bf92f35", "5bf92f35", 1)
+	if resp := c.HTTP(0, "POST", "/v1/flows", []byte(other)); resp.Status != 200 {
+		t.Fatalf("resubmit from another trace: %d %s", resp.Status, resp.Body)
+	}
+}

@@ -595,7 +595,8 @@ class Client:
         """Submit a flow (``POST /v1/flows``): ``flow`` is the request body,
         ``{"id": ..., "stages": [{"name", "handler", "depends_on", "payload",
         "on_failure", and the task fields}], "delay"/"run_at", "every" or
-        "cron" (with "timezone")}``.
+        "cron" (with "timezone"), "traceparent"/"tracestate"}`` (the trace
+        context every stage task carries).
         Returns the flow as the API sends it (``state``, ``run``,
         ``stages`` with each stage's ``state`` and ``task_id``). The same id
         and spec again returns the stored flow; another spec raises
