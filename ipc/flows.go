@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"net/url"
 	"strconv"
 	"strings"
@@ -389,16 +390,11 @@ func (s *Server) listFlows(rctx context.Context, ctx *fasthttp.RequestCtx, _ str
 	if err != nil {
 		return err
 	}
-	limit := ListLimitDefault
-	args := ctx.QueryArgs()
-	if v := args.Peek("limit"); len(v) > 0 {
-		n, err := strconv.Atoi(string(v))
-		if err != nil || n < 1 || n > ListLimitMax {
-			return Errorf(ErrInvalid, "limit: must be between 1 and %d, got %q", ListLimitMax, v)
-		}
-		limit = n
+	after, limit, err := parseFlowsQuery(ctx.QueryArgs().All())
+	if err != nil {
+		return err
 	}
-	page, err := fb.Flows(rctx, string(args.Peek("cursor")), limit)
+	page, err := fb.Flows(rctx, after, limit)
 	if err != nil {
 		return err
 	}
@@ -407,4 +403,45 @@ func (s *Server) listFlows(rctx context.Context, ctx *fasthttp.RequestCtx, _ str
 	}
 	s.writeJSON(ctx, fasthttp.StatusOK, page)
 	return nil
+}
+
+// parseFlowsQuery checks the query of GET /v1/flows, as GET /v1/tasks's:
+// limit (1..ListLimitMax, default ListLimitDefault) and cursor (the
+// next_cursor of the previous page: a flow id, so at most FlowIDMaxBytes
+// of UTF-8 without control characters), each at most once; an empty value
+// counts as absent; any other parameter is refused (ErrInvalid).
+func parseFlowsQuery(args iter.Seq2[[]byte, []byte]) (after string, limit int, err error) {
+	limit = ListLimitDefault
+	seen := map[string]bool{}
+	for k, v := range args {
+		key, val := string(k), string(v)
+		switch key {
+		case "limit", "cursor":
+		default:
+			return "", 0, Errorf(ErrInvalid, "unknown query parameter %q; known: limit, cursor", key)
+		}
+		if seen[key] {
+			return "", 0, Errorf(ErrInvalid, "%s: give it at most once", key)
+		}
+		seen[key] = true
+		if val == "" {
+			continue
+		}
+		switch key {
+		case "limit":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 1 || n > ListLimitMax {
+				return "", 0, Errorf(ErrInvalid, "limit: must be an integer from 1 to %d, got %q", ListLimitMax, val)
+			}
+			limit = n
+		case "cursor":
+			if err := checkName("cursor", val, FlowIDMaxBytes); err != nil {
+				var e *Error
+				errors.As(err, &e)
+				return "", 0, Errorf(ErrInvalid, "%s (not a cursor of this API: use next_cursor of the previous page)", e.Message)
+			}
+			after = val
+		}
+	}
+	return after, limit, nil
 }

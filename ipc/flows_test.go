@@ -213,3 +213,35 @@ func TestSubmitFlowTraceContext(t *testing.T) {
 		t.Fatalf("an invalid trace context reached the backend")
 	}
 }
+
+// GET /v1/flows checks its query as GET /v1/tasks does: limit and
+// cursor, each at most once; anything else is 400 bad_request and the
+// backend is not asked.
+func TestListFlowsQuery(t *testing.T) {
+	ts, fb := startFlowServer(t)
+	r := ts.do("GET", "/v1/flows?limit=7&cursor=etl%2F1", "")
+	if r.status != 200 || fb.lastAfter != "etl/1" || fb.lastLimit != 7 || !strings.Contains(string(r.body), `"flows":[]`) {
+		t.Fatalf("good query: %d %s, backend got %q %d", r.status, r.body, fb.lastAfter, fb.lastLimit)
+	}
+	if r := ts.do("GET", "/v1/flows?limit=&cursor=", ""); r.status != 200 || fb.lastAfter != "" || fb.lastLimit != ListLimitDefault {
+		t.Fatalf("empty values: %d %s, backend got %q %d", r.status, r.body, fb.lastAfter, fb.lastLimit)
+	}
+	calls := fb.listCalled
+	for _, tc := range []struct{ name, query, msg string }{
+		{"unknown parameter", "state=RUNNING", `unknown query parameter "state"`},
+		{"typo", "limt=5", `unknown query parameter "limt"`},
+		{"limit twice", "limit=1&limit=2", "limit: give it at most once"},
+		{"bad limit", "limit=x", "limit: must be an integer"},
+		{"limit too big", "limit=1000000", "limit: must be an integer"},
+		{"cursor too long", "cursor=" + strings.Repeat("x", FlowIDMaxBytes+1), "not a cursor of this API"},
+		{"control character in cursor", "cursor=a%01b", "not a cursor of this API"},
+		{"cursor not UTF-8", "cursor=%ff", "not a cursor of this API"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts.on(t).do("GET", "/v1/flows?"+tc.query, "").wantError(t, http.StatusBadRequest, axapi.CodeBadRequest, tc.msg)
+		})
+	}
+	if fb.listCalled != calls {
+		t.Fatalf("the backend was asked for a refused query")
+	}
+}
