@@ -298,6 +298,11 @@ func applyExecutor(w *writer, c *ExecutorChange) (Result, []Event, error) {
 func applyRetry(w *writer, r *Retry) (Result, []Event, error) {
 	return applyStep(w, r.ID, CmdRetry, func(prev *Task) (*Task, Result, error) {
 		t, res := retryTask(prev, r)
+		if t != nil && isFlowStage(prev) {
+			if refuse, err := flowStageTaskRetry(w, prev); err != nil || refuse {
+				return nil, Result{Code: CodeFlowStage, Task: prev}, err
+			}
+		}
 		return t, res, nil
 	})
 }

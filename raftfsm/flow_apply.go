@@ -121,6 +121,21 @@ func flowStageEnded(w *writer, index uint64, t *Task, atMs, cronNextMs int64) ([
 	return evs, putFlow(w, &fl)
 }
 
+// flowStageTaskRetry reports whether a retry of stage task t (terminal) is
+// refused: whenever its flow is stored. The flow recorded the stage's end
+// when the task ended (or the task is of an earlier run, or the flow has
+// ended), so a retried run would change nothing in it: the flow view would
+// go on showing the old end, and its dependents would not run again. A
+// stage task whose flow was purged is a plain task and may be retried.
+func flowStageTaskRetry(w *writer, t *Task) (bool, error) {
+	id, _, _, ok := ParseFlowStageID(t.ID)
+	if !ok {
+		return false, nil
+	}
+	var fl Flow
+	return w.get(flowKey(id), &fl)
+}
+
 func stageIndex(fl *Flow, name string) int {
 	for i := range fl.Graph {
 		if fl.Graph[i].Name == name {

@@ -69,6 +69,24 @@ func delFlow(w *writer, fl *Flow) error {
 	return w.del(flowKey(fl.ID))
 }
 
+// stageOfRunningFlow reports whether taskID is a stage task of the
+// current run of a flow that has not ended: such a task is not purged
+// (by the retention or the API), since the stages that depend on it read
+// its result from it when they are created. A stage task of an earlier
+// run, of a finished flow or of a purged one is purged as any task.
+func stageOfRunningFlow(w *writer, taskID string) (bool, error) {
+	id, run, _, ok := ParseFlowStageID(taskID)
+	if !ok {
+		return false, nil
+	}
+	var fl Flow
+	found, err := w.get(flowKey(id), &fl)
+	if err != nil || !found {
+		return false, err
+	}
+	return !fl.State.Terminal() && fl.Run == run, nil
+}
+
 // purgeFlows applies the Flows of a Purge into res.PurgedFlows.
 func purgeFlows(w *writer, p *Purge, res *Result) error {
 	if len(p.Flows) == 0 {

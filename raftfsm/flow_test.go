@@ -248,7 +248,7 @@ func TestFlowExactlyOnce(t *testing.T) {
 	if b2 := e.task(sid("B")); b2.Epoch != b.Epoch || b2.UpdatedMs != b.UpdatedMs {
 		t.Fatalf("B touched: %+v, was %+v", b2, b)
 	}
-	// C dies; a retry of C that succeeds does not revive the flow's D.
+	// C dies; a retry of C is refused (it would not revive the flow's D).
 	c := e.task(sid("C"))
 	e.finish(sid("B"), OutcomeSuccess, "", 3000)
 	e.next(fireCmd(sid("C"), c.Epoch, 1, "n1", 3000, 9000))
@@ -256,10 +256,11 @@ func TestFlowExactlyOnce(t *testing.T) {
 	if fl := e.flow("f"); fl.State != StateFailed {
 		t.Fatalf("flow %s", fl.State)
 	}
-	e.next(Command{Type: CmdRetry, Retry: &Retry{ID: sid("C"), AtMs: 4000}})
-	e.finish(sid("C"), OutcomeSuccess, "", 5000)
-	if e.exists(sid("D")) {
-		t.Fatal("D created by a retried stage after the flow ended")
+	if r := e.next(Command{Type: CmdRetry, Retry: &Retry{ID: sid("C"), AtMs: 4000}}); r[0].Code != CodeFlowStage {
+		t.Fatalf("retry of C: %q", r[0].Code)
+	}
+	if e.exists(sid("D")) || e.task(sid("C")).State != StateFailed {
+		t.Fatal("D created, or C retried, after the flow ended")
 	}
 }
 
@@ -540,5 +541,55 @@ func TestFlowPurge(t *testing.T) {
 	e.next(Command{Type: CmdFlow, Flow: &FlowSubmit{ID: "rec", Cancel: true, AtMs: 5000}})
 	if got, _ := e.f.ExpiredFlows(7000, time.Second, time.Second, 10); ids(got) != "rec" {
 		t.Fatalf("after cancelling rec: %v", got)
+	}
+}
+
+// A retry of a stage task whose flow is stored is refused (CodeFlowStage):
+// the flow recorded the stage's end and a retried run would not move it.
+// Once the flow is purged, the task is a plain task and may be retried.
+func TestFlowStageRetryRefused(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	e.next(flowCmd("f", FlowSpec{Stages: []FlowStage{stage("A"), stage("B", "A")}}, 1000, 1000))
+	e.finish(sid("A"), OutcomePermanent, "", 1000)
+	fl := e.flow("f")
+	if fl.State != StateFailed {
+		t.Fatalf("flow: %+v", fl)
+	}
+	retry := Command{Type: CmdRetry, Retry: &Retry{ID: sid("A"), AtMs: 2000}}
+	if r := e.next(retry); r[0].Code != CodeFlowStage || e.task(sid("A")).State != StateFailed {
+		t.Fatalf("retry of a stage of a finished flow: %q, task %s", r[0].Code, e.task(sid("A")).State)
+	}
+	if r := e.next(Command{Type: CmdPurge, Purge: &Purge{Flows: []PurgeTask{fl.FlowTarget()}}}); r[0].PurgedFlowCount() != 1 {
+		t.Fatal("flow not purged")
+	}
+	if r := e.next(retry); r[0].Code != CodeOK || e.task(sid("A")).State != StateWaiting {
+		t.Fatalf("retry once the flow is purged: %q", r[0].Code)
+	}
+}
+
+// A finished stage task of the current run of a flow still going on is
+// not purged (its dependents read its result when they are created);
+// once the flow ended it is.
+func TestFlowStagePurgeWaitsForTheFlow(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	e.next(flowCmd("f", diamond(), 1000, 1000))
+	e.finish(sid("A"), OutcomeSuccess, `{"a":1}`, 1000)
+	e.finish(sid("B"), OutcomeSuccess, `{"b":2}`, 1100)
+	purge := func() bool {
+		b := e.task(sid("B"))
+		r := e.next(Command{Type: CmdPurge, Purge: &Purge{Tasks: []PurgeTask{{ID: b.ID, Epoch: b.Epoch, FinishedMs: b.FinishedMs}}}})
+		return r[0].PurgedCount() == 1
+	}
+	if purge() {
+		t.Fatal("B purged while C runs and D waits for its result")
+	}
+	e.finish(sid("C"), OutcomeSuccess, `{"c":3}`, 1200)
+	var env FlowEnvelope
+	if err := json.Unmarshal(e.task(sid("D")).Spec.Payload, &env); err != nil || string(env.Upstream["B"].Result) != `{"b":2}` {
+		t.Fatalf("D's envelope %s: %v", e.task(sid("D")).Spec.Payload, err)
+	}
+	e.finish(sid("D"), OutcomeSuccess, "", 1300)
+	if e.flow("f").State != StateSuccess || !purge() {
+		t.Fatal("B not purged once the flow ended")
 	}
 }

@@ -181,6 +181,12 @@ func applyPurge(w *writer, p *Purge) (Result, []Event, error) {
 		if prev == nil || !prev.State.Terminal() || prev.Epoch != pt.Epoch || prev.FinishedMs != pt.FinishedMs {
 			continue
 		}
+		if keep, err := stageOfRunningFlow(w, prev.ID); err != nil || keep {
+			if err != nil {
+				return Result{}, nil, err
+			}
+			continue
+		}
 		if err := delTask(w, prev); err != nil {
 			return Result{}, nil, err
 		}

@@ -421,3 +421,30 @@ func TestFlowTraceContext(t *testing.T) {
 		t.Fatalf("resubmit from another trace: %d %s", resp.Status, resp.Body)
 	}
 }
+
+// POST /v1/tasks/{stage}/retry is 409 conflict while the flow is stored (a
+// retried stage would not move it), and DELETE /v1/tasks/{stage}?purge=true
+// is 409 while its flow is still going on (its dependents read its result).
+func TestFlowStageRetryAndPurgeRefused(t *testing.T) {
+	c := sidecartest.New(t, sidecartest.Options{})
+	j := newJournal()
+	id := func(s string) string { return raftfsm.FlowStageID("rp", 1, s) }
+	j.answers[id("A")] = sidecartest.Reply{Status: 422}
+	j.hold[id("C")] = make(chan struct{})
+	c.Respond(j.respond)
+	submitFlowJSON(t, c, `{"id":"rp","stages":[{"name":"A","handler":"h"},{"name":"B","handler":"h"},{"name":"C","handler":"h","depends_on":["B"]}]}`)
+	c.WaitCalls(id("C"), 1)
+	c.WaitState(0, id("A"), "FAILED")
+	esc := func(s string) string { return strings.ReplaceAll(s, "/", "%2F") }
+	if resp := c.HTTP(0, "POST", "/v1/tasks/"+esc(id("A"))+"/retry", nil); resp.Status != 409 || !strings.Contains(string(resp.Body), "is a stage of flow") {
+		t.Fatalf("retry of a stage: %d %s", resp.Status, resp.Body)
+	}
+	if resp := c.HTTP(0, "DELETE", "/v1/tasks/"+esc(id("B"))+"?purge=true", nil); resp.Status != 409 || !strings.Contains(string(resp.Body), "has not ended") {
+		t.Fatalf("purge of a stage of a running flow: %d %s", resp.Status, resp.Body)
+	}
+	close(j.hold[id("C")])
+	waitFlow(t, c, "rp", "FAILED")
+	if resp := c.HTTP(0, "DELETE", "/v1/tasks/"+esc(id("B"))+"?purge=true", nil); resp.Status != 200 {
+		t.Fatalf("purge of a stage once the flow ended: %d %s", resp.Status, resp.Body)
+	}
+}
