@@ -46,6 +46,7 @@
 //	POST   /v1/flows                  submit a flow (stages with depends_on); 201, or 200 when it exists
 //	GET    /v1/flows/{id}             the flow and its stages' states
 //	DELETE /v1/flows/{id}             cancel the flow's pending, waiting and running stages; 200 + the flow
+//	                                  (?purge=true: delete a finished flow; 200 {"purged":1})
 //	GET    /v1/handlers               {"handlers":[...]}: backlog, parked runs, pause, circuit, executors
 //	POST   /v1/handlers/{name}/pause  pause every run of a handler; 200 {"name","paused":true}
 //	POST   /v1/handlers/{name}/resume resume them; 200 {"name","paused":false}

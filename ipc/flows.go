@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"net/url"
 	"strconv"
 	"strings"
@@ -36,6 +37,11 @@ type FlowBackend interface {
 	// CancelFlow cancels flow id: its pending, waiting and running stages
 	// are CANCELLED. A finished flow is returned as it is.
 	CancelFlow(ctx context.Context, id string) (Flow, error)
+	// PurgeFlow deletes finished flow id (SUCCESS, FAILED, CANCELLED)
+	// now, as the retention would: 1 when deleted; ErrNotFound, or
+	// ErrConflict for a flow that has not ended (cancel it first). Its
+	// stage tasks are left to the task retention.
+	PurgeFlow(ctx context.Context, id string) (int, error)
 }
 
 // FlowSpec is a validated POST /v1/flows.
@@ -45,6 +51,15 @@ type FlowSpec struct {
 	Delay  time.Duration
 	RunAt  time.Time
 	Every  time.Duration
+	// Cron (in Timezone, an IANA name; "" = UTC) makes the flow recurring
+	// on a cron schedule, as a task's (at most one of Every and Cron).
+	Cron     string
+	Timezone string
+	// TraceParent and TraceState are the W3C trace context of the submit
+	// (the fields, else the request's headers; see TaskSpec): every stage
+	// task of the flow carries it.
+	TraceParent string
+	TraceState  string
 }
 
 // StageSpec is one validated stage: Task holds its task fields (its ID
@@ -58,12 +73,16 @@ type StageSpec struct {
 }
 
 type flowRequest struct {
-	ID     wireString        `json:"id"`
-	Stages []json.RawMessage `json:"stages"`
-	Delay  *string           `json:"delay"`
-	RunAt  *string           `json:"run_at"`
-	Every  *string           `json:"every"`
-	Cron   *string           `json:"cron"`
+	ID       wireString        `json:"id"`
+	Stages   []json.RawMessage `json:"stages"`
+	Delay    *string           `json:"delay"`
+	RunAt    *string           `json:"run_at"`
+	Every    *string           `json:"every"`
+	Cron     *string           `json:"cron"`
+	Timezone *string           `json:"timezone"`
+	// The trace context, validated as a task submit's (trace.go).
+	TraceParent string `json:"traceparent"`
+	TraceState  string `json:"tracestate"`
 }
 
 type stageRequest struct {
@@ -114,21 +133,21 @@ func DecodeFlow(body []byte) (FlowSpec, error) {
 	case n > FlowStagesMax:
 		return FlowSpec{}, Errorf(ErrInvalid, "stages: %d stages, at most %d", n, FlowStagesMax)
 	}
-	if req.Cron != nil {
-		return FlowSpec{}, Errorf(ErrInvalid, "cron: not supported for flows; use every")
-	}
 	if req.Delay != nil && req.RunAt != nil {
 		return FlowSpec{}, Errorf(ErrInvalid, "delay and run_at: give at most one")
 	}
 	// The flow's timing fields go through the task rules.
 	var timing submitRequest
 	timing.Delay, timing.RunAt, timing.Every = req.Delay, req.RunAt, req.Every
+	timing.Cron, timing.Timezone = req.Cron, req.Timezone
+	timing.TraceParent, timing.TraceState = req.TraceParent, req.TraceState
 	timing.Handler.s = "flow"
 	ts, err := timing.spec()
 	if err != nil {
 		return FlowSpec{}, err
 	}
-	fs.Delay, fs.RunAt, fs.Every = ts.Delay, ts.RunAt, ts.Every
+	fs.Delay, fs.RunAt, fs.Every, fs.Cron, fs.Timezone = ts.Delay, ts.RunAt, ts.Every, ts.Cron, ts.Timezone
+	fs.TraceParent, fs.TraceState = ts.TraceParent, ts.TraceState
 	for i, raw := range req.Stages {
 		st, err := decodeStage(i, raw)
 		if err != nil {
@@ -284,11 +303,19 @@ func (s *Server) flowBackend() (FlowBackend, error) {
 }
 
 // submitFlow answers POST /v1/flows: 201 with the flow when created, 200
-// when the same spec was stored before.
+// when the same spec was stored before. The trace context of the
+// request's headers applies when the body has none.
 func (s *Server) submitFlow(rctx context.Context, ctx *fasthttp.RequestCtx, _ string) error {
 	spec, err := DecodeFlow(ctx.PostBody())
 	if err != nil {
 		return err
+	}
+	tc, err := requestTrace(ctx)
+	if err != nil {
+		return err
+	}
+	if spec.TraceParent == "" {
+		spec.TraceParent, spec.TraceState = tc.Parent, tc.State
 	}
 	fb, err := s.flowBackend()
 	if err != nil {
@@ -311,8 +338,32 @@ func (s *Server) getFlow(rctx context.Context, ctx *fasthttp.RequestCtx, rawID s
 	return s.flowByID(rctx, ctx, rawID, FlowBackend.Flow)
 }
 
+// cancelFlow answers DELETE /v1/flows/{id}; with ?purge=true it deletes
+// a finished flow instead: 200 {"purged": 1}.
 func (s *Server) cancelFlow(rctx context.Context, ctx *fasthttp.RequestCtx, rawID string) error {
-	return s.flowByID(rctx, ctx, rawID, FlowBackend.CancelFlow)
+	purge, err := purgeParam(ctx)
+	if err != nil {
+		return err
+	}
+	if !purge {
+		return s.flowByID(rctx, ctx, rawID, FlowBackend.CancelFlow)
+	}
+	fb, err := s.flowBackend()
+	if err != nil {
+		return err
+	}
+	id, err := pathID(rawID)
+	if err != nil {
+		return err
+	}
+	n, err := fb.PurgeFlow(rctx, id)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, struct {
+		Purged int `json:"purged"`
+	}{n})
+	return nil
 }
 
 // flowByID answers a route of one flow: op on the flow the path names.
@@ -339,16 +390,11 @@ func (s *Server) listFlows(rctx context.Context, ctx *fasthttp.RequestCtx, _ str
 	if err != nil {
 		return err
 	}
-	limit := ListLimitDefault
-	args := ctx.QueryArgs()
-	if v := args.Peek("limit"); len(v) > 0 {
-		n, err := strconv.Atoi(string(v))
-		if err != nil || n < 1 || n > ListLimitMax {
-			return Errorf(ErrInvalid, "limit: must be between 1 and %d, got %q", ListLimitMax, v)
-		}
-		limit = n
+	after, limit, err := parseFlowsQuery(ctx.QueryArgs().All())
+	if err != nil {
+		return err
 	}
-	page, err := fb.Flows(rctx, string(args.Peek("cursor")), limit)
+	page, err := fb.Flows(rctx, after, limit)
 	if err != nil {
 		return err
 	}
@@ -357,4 +403,45 @@ func (s *Server) listFlows(rctx context.Context, ctx *fasthttp.RequestCtx, _ str
 	}
 	s.writeJSON(ctx, fasthttp.StatusOK, page)
 	return nil
+}
+
+// parseFlowsQuery checks the query of GET /v1/flows, as GET /v1/tasks's:
+// limit (1..ListLimitMax, default ListLimitDefault) and cursor (the
+// next_cursor of the previous page: a flow id, so at most FlowIDMaxBytes
+// of UTF-8 without control characters), each at most once; an empty value
+// counts as absent; any other parameter is refused (ErrInvalid).
+func parseFlowsQuery(args iter.Seq2[[]byte, []byte]) (after string, limit int, err error) {
+	limit = ListLimitDefault
+	seen := map[string]bool{}
+	for k, v := range args {
+		key, val := string(k), string(v)
+		switch key {
+		case "limit", "cursor":
+		default:
+			return "", 0, Errorf(ErrInvalid, "unknown query parameter %q; known: limit, cursor", key)
+		}
+		if seen[key] {
+			return "", 0, Errorf(ErrInvalid, "%s: give it at most once", key)
+		}
+		seen[key] = true
+		if val == "" {
+			continue
+		}
+		switch key {
+		case "limit":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 1 || n > ListLimitMax {
+				return "", 0, Errorf(ErrInvalid, "limit: must be an integer from 1 to %d, got %q", ListLimitMax, val)
+			}
+			limit = n
+		case "cursor":
+			if err := checkName("cursor", val, FlowIDMaxBytes); err != nil {
+				var e *Error
+				errors.As(err, &e)
+				return "", 0, Errorf(ErrInvalid, "%s (not a cursor of this API: use next_cursor of the previous page)", e.Message)
+			}
+			after = val
+		}
+	}
+	return after, limit, nil
 }

@@ -1,8 +1,10 @@
 package ipc
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -17,6 +19,18 @@ func TestDecodeFlow(t *testing.T) {
 	}
 	if fs.ID != "f" || fs.Every.String() != "2s" || len(fs.Stages) != 2 || fs.Stages[0].Task.MaxAttempts != 2 ||
 		!fs.Stages[1].Continue || fs.Stages[1].Task.Priority != 1 || fs.Stages[1].Task.RouteKey != "k" || string(fs.Stages[0].Task.Payload) != `{"x":1}` {
+		t.Fatalf("decoded: %+v", fs)
+	}
+}
+
+// A cron flow keeps its expression and time zone (the task rules: the
+// expression trimmed).
+func TestDecodeFlowCron(t *testing.T) {
+	fs, err := DecodeFlow([]byte(`{"id":"f","cron":" 30 2 * * * ","timezone":"Europe/Berlin","stages":[{"name":"A","handler":"h"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs.Cron != "30 2 * * *" || fs.Timezone != "Europe/Berlin" || fs.Every != 0 {
 		t.Fatalf("decoded: %+v", fs)
 	}
 }
@@ -49,7 +63,11 @@ func TestDecodeFlowInvalid(t *testing.T) {
 		{"bad on_failure", `{"id":"f","stages":[{"name":"A","handler":"h","on_failure":"ignore"}]}`, "on_failure"},
 		{"unknown stage field", `{"id":"f","stages":[{"name":"A","handler":"h","shards":{}}]}`, "stages[0]: unknown field"},
 		{"unknown field", `{"id":"f","x":1,"stages":[{"name":"A","handler":"h"}]}`, "unknown field"},
-		{"cron", `{"id":"f","cron":"* * * * *","stages":[{"name":"A","handler":"h"}]}`, "cron: not supported"},
+		{"bad cron", `{"id":"f","cron":"not a cron","stages":[{"name":"A","handler":"h"}]}`, "cron: "},
+		{"bad timezone", `{"id":"f","cron":"0 * * * *","timezone":"Mars/Olympus","stages":[{"name":"A","handler":"h"}]}`, "timezone: "},
+		{"timezone without cron", `{"id":"f","timezone":"UTC","stages":[{"name":"A","handler":"h"}]}`, "timezone: only with cron"},
+		{"cron and every", `{"id":"f","cron":"0 * * * *","every":"1h","stages":[{"name":"A","handler":"h"}]}`, "cron and every: give at most one"},
+		{"stage cron", `{"id":"f","stages":[{"name":"A","handler":"h","cron":"0 * * * *"}]}`, `stage "A": cron: not allowed`},
 		{"delay and run_at", `{"id":"f","delay":"1s","run_at":"2030-01-01T00:00:00Z","stages":[{"name":"A","handler":"h"}]}`, "give at most one"},
 		{"bad every", `{"id":"f","every":"1ms","stages":[{"name":"A","handler":"h"}]}`, "every"},
 		// Its stages' task ids would pass the 512-byte id limit.
@@ -104,5 +122,126 @@ func TestFlowRoutes(t *testing.T) {
 	}
 	if r := ts.do("PUT", "/v1/flows/f", ""); r.status != 405 {
 		t.Fatalf("PUT: %d", r.status)
+	}
+}
+
+// flowsBackend is the fake backend with flows: it records the last
+// submitted flow spec and the Flows call.
+type flowsBackend struct {
+	*fakeBackend
+	lastFlow   FlowSpec
+	submits    int
+	lastAfter  string
+	lastLimit  int
+	listCalled int
+}
+
+func (b *flowsBackend) SubmitFlow(_ context.Context, spec FlowSpec) (Flow, bool, error) {
+	b.lastFlow = spec
+	b.submits++
+	return Flow{ID: spec.ID, State: "WAITING"}, true, nil
+}
+func (b *flowsBackend) Flow(_ context.Context, id string) (Flow, error) {
+	return Flow{}, Errorf(ErrNotFound, "flow %q not found", id)
+}
+func (b *flowsBackend) Flows(_ context.Context, after string, limit int) (FlowPage, error) {
+	b.lastAfter, b.lastLimit = after, limit
+	b.listCalled++
+	return FlowPage{}, nil
+}
+func (b *flowsBackend) CancelFlow(_ context.Context, id string) (Flow, error) {
+	return Flow{ID: id, State: "CANCELLED"}, nil
+}
+func (b *flowsBackend) PurgeFlow(context.Context, string) (int, error) { return 1, nil }
+
+func startFlowServer(t *testing.T) (*testServer, *flowsBackend) {
+	t.Helper()
+	fb := &flowsBackend{fakeBackend: newFakeBackend()}
+	return serveBackend(t, fb, fb.fakeBackend, ServerOptions{}), fb
+}
+
+// A flow submit takes its trace context from its fields or, without
+// them, from the request's headers, validated as a task submit's; every
+// stage task gets it (sidecar/api). Invalid: 400 with the trace codes,
+// nothing submitted.
+func TestSubmitFlowTraceContext(t *testing.T) {
+	ts, fb := startFlowServer(t)
+	hdr := func(kv ...string) http.Header {
+		h := http.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			h[kv[i]] = append(h[kv[i]], kv[i+1])
+		}
+		return h
+	}
+	const stages = `"stages":[{"name":"A","handler":"h"}]`
+	for _, tc := range []struct {
+		name              string
+		body              string
+		hdr               http.Header
+		wantTP, wantState string
+	}{
+		{"none", `{"id":"f",` + stages + `}`, nil, "", ""},
+		{"fields", `{"id":"f","traceparent":"` + tpA + `","tracestate":"rojo=1",` + stages + `}`, nil, tpA, "rojo=1"},
+		{"headers", `{"id":"f",` + stages + `}`, hdr("traceparent", tpA, "tracestate", "rojo=1"), tpA, "rojo=1"},
+		{"fields win", `{"id":"f","traceparent":"` + tpB + `",` + stages + `}`, hdr("traceparent", tpA, "tracestate", "rojo=1"), tpB, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := ts.on(t).doTrace("POST", "/v1/flows", tc.body, tc.hdr)
+			if r.status != http.StatusCreated {
+				t.Fatalf("status %d: %s", r.status, r.body)
+			}
+			if got := fb.lastFlow; got.TraceParent != tc.wantTP || got.TraceState != tc.wantState {
+				t.Errorf("traceparent %q tracestate %q, want %q %q", got.TraceParent, got.TraceState, tc.wantTP, tc.wantState)
+			}
+		})
+	}
+	n := fb.submits
+	for _, tc := range []struct {
+		name, body string
+		hdr        http.Header
+		code       string
+	}{
+		{"bad field", `{"id":"f","traceparent":"x",` + stages + `}`, nil, axapi.CodeInvalidTraceparent},
+		{"tracestate field alone", `{"id":"f","tracestate":"rojo=1",` + stages + `}`, nil, axapi.CodeInvalidTracestate},
+		{"bad header", `{"id":"f",` + stages + `}`, hdr("traceparent", "garbage"), axapi.CodeInvalidTraceparent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts.on(t).doTrace("POST", "/v1/flows", tc.body, tc.hdr).wantError(t, http.StatusBadRequest, tc.code, "")
+		})
+	}
+	if fb.submits != n {
+		t.Fatalf("an invalid trace context reached the backend")
+	}
+}
+
+// GET /v1/flows checks its query as GET /v1/tasks does: limit and
+// cursor, each at most once; anything else is 400 bad_request and the
+// backend is not asked.
+func TestListFlowsQuery(t *testing.T) {
+	ts, fb := startFlowServer(t)
+	r := ts.do("GET", "/v1/flows?limit=7&cursor=etl%2F1", "")
+	if r.status != 200 || fb.lastAfter != "etl/1" || fb.lastLimit != 7 || !strings.Contains(string(r.body), `"flows":[]`) {
+		t.Fatalf("good query: %d %s, backend got %q %d", r.status, r.body, fb.lastAfter, fb.lastLimit)
+	}
+	if r := ts.do("GET", "/v1/flows?limit=&cursor=", ""); r.status != 200 || fb.lastAfter != "" || fb.lastLimit != ListLimitDefault {
+		t.Fatalf("empty values: %d %s, backend got %q %d", r.status, r.body, fb.lastAfter, fb.lastLimit)
+	}
+	calls := fb.listCalled
+	for _, tc := range []struct{ name, query, msg string }{
+		{"unknown parameter", "state=RUNNING", `unknown query parameter "state"`},
+		{"typo", "limt=5", `unknown query parameter "limt"`},
+		{"limit twice", "limit=1&limit=2", "limit: give it at most once"},
+		{"bad limit", "limit=x", "limit: must be an integer"},
+		{"limit too big", "limit=1000000", "limit: must be an integer"},
+		{"cursor too long", "cursor=" + strings.Repeat("x", FlowIDMaxBytes+1), "not a cursor of this API"},
+		{"control character in cursor", "cursor=a%01b", "not a cursor of this API"},
+		{"cursor not UTF-8", "cursor=%ff", "not a cursor of this API"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts.on(t).do("GET", "/v1/flows?"+tc.query, "").wantError(t, http.StatusBadRequest, axapi.CodeBadRequest, tc.msg)
+		})
+	}
+	if fb.listCalled != calls {
+		t.Fatalf("the backend was asked for a refused query")
 	}
 }

@@ -21,7 +21,7 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 		res, evs, err := applyCancel(w, c.Cancel)
 		if err == nil && len(evs) == 1 && isFlowStage(evs[0].Task) {
 			var more []Event
-			more, err = flowStageEnded(w, index, evs[0].Task, c.Cancel.AtMs)
+			more, err = flowStageEnded(w, index, evs[0].Task, c.Cancel.AtMs, c.Cancel.FlowNextSlotMs)
 			evs = append(evs, more...)
 		}
 		return res, evs, err
@@ -37,7 +37,7 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 		res, evs, err := applyComplete(w, c.Complete)
 		if err == nil && len(evs) == 1 && isFlowStage(evs[0].Task) {
 			var more []Event
-			more, err = flowStageEnded(w, index, evs[0].Task, c.Complete.AtMs)
+			more, err = flowStageEnded(w, index, evs[0].Task, c.Complete.AtMs, c.Complete.FlowNextSlotMs)
 			evs = append(evs, more...)
 		}
 		return res, evs, err
@@ -298,6 +298,11 @@ func applyExecutor(w *writer, c *ExecutorChange) (Result, []Event, error) {
 func applyRetry(w *writer, r *Retry) (Result, []Event, error) {
 	return applyStep(w, r.ID, CmdRetry, func(prev *Task) (*Task, Result, error) {
 		t, res := retryTask(prev, r)
+		if t != nil && isFlowStage(prev) {
+			if refuse, err := flowStageTaskRetry(w, prev); err != nil || refuse {
+				return nil, Result{Code: CodeFlowStage, Task: prev}, err
+			}
+		}
 		return t, res, nil
 	})
 }

@@ -93,6 +93,10 @@ type Submit struct {
 type Cancel struct {
 	ID   string `msgpack:"id"`
 	AtMs int64  `msgpack:"at"`
+	// FlowNextSlotMs, for a stage task of a cron flow, is the slot of the
+	// flow's next run should this command end the current one, decided
+	// by the leader (flowNextSlot); 0 ends the flow with that run.
+	FlowNextSlotMs int64 `msgpack:"fn,omitempty"`
 }
 
 // Fire starts attempt number Attempt of a WAITING task on Node. It takes
@@ -140,6 +144,8 @@ type Complete struct {
 	// alert (alert.go). The FSM must not read a node's flag, so it
 	// travels here, like Fire.HistoryRuns.
 	Alert bool `msgpack:"al,omitempty"`
+	// FlowNextSlotMs is Cancel.FlowNextSlotMs for a Complete.
+	FlowNextSlotMs int64 `msgpack:"fn,omitempty"`
 
 	// What only the delivering node knows, for the run record
 	// (history.go); all zero in a Complete the leader makes (a timeout, a
@@ -174,6 +180,8 @@ type Result struct {
 	// Purged, for a CmdPurge, says per task of Purge.Tasks (same order)
 	// whether it was deleted.
 	Purged []bool `msgpack:"pg,omitempty"`
+	// PurgedFlows is the same for Purge.Flows.
+	PurgedFlows []bool `msgpack:"pf,omitempty"`
 	// Warning is not the FSM's: the leader adds it to a submit's result
 	// when the handler's backlog is near its bound ("depth/limit").
 	Warning string `msgpack:"w,omitempty"`

@@ -9,6 +9,10 @@ const (
 	CodeConflict = "conflict"  // a submit named an existing id with a different spec
 	CodeStale    = "stale"     // a fire, completion or lease named an attempt that is no longer current
 	CodeState    = "state"     // the task's state does not allow the command (retry of a task that is not DEAD or FAILED)
+	// CodeFlowStage: a retry named a stage task whose flow is stored: the
+	// flow recorded the stage's end and would not see a retried one
+	// (flow_apply.go, flowStageTaskRetry).
+	CodeFlowStage = "flow_stage"
 )
 
 var (

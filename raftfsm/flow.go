@@ -96,11 +96,19 @@ type FlowSpec struct {
 	// slot the first run's due time, then every EveryNs), never two at
 	// once: the slots that pass while a run is unfinished are skipped.
 	EveryNs int64 `msgpack:"ev,omitempty"`
+	// Cron (in Timezone, "" for UTC) makes the flow recurring on a cron
+	// schedule, with the same rule: the next run is at the first slot
+	// after both the last run's slot and its end. The FSM reads no clock
+	// and parses no cron: the leader computes that slot
+	// (Complete.FlowNextSlotMs, Cancel.FlowNextSlotMs).
+	Cron     string `msgpack:"cr,omitempty"`
+	Timezone string `msgpack:"tz,omitempty"`
 }
 
 // Equal reports whether a and b are the same flow spec.
 func (a *FlowSpec) Equal(b *FlowSpec) bool {
-	if a.DelayNs != b.DelayNs || a.RunAtMs != b.RunAtMs || a.EveryNs != b.EveryNs || len(a.Stages) != len(b.Stages) {
+	if a.DelayNs != b.DelayNs || a.RunAtMs != b.RunAtMs || a.EveryNs != b.EveryNs || a.Cron != b.Cron ||
+		a.Timezone != b.Timezone || len(a.Stages) != len(b.Stages) {
 		return false
 	}
 	for i := range a.Stages {
@@ -171,7 +179,11 @@ type Flow struct {
 }
 
 // Recurring reports whether the flow starts a run per slot.
-func (f *Flow) Recurring() bool { return f.Spec.EveryNs > 0 }
+func (f *Flow) Recurring() bool { return f.Spec.EveryNs > 0 || f.Spec.Cron != "" }
+
+// cronSpec is the task Spec whose schedule is flow spec s's cron (for
+// LeaderInputs.Schedule).
+func (s *FlowSpec) cronSpec() *Spec { return &Spec{Cron: s.Cron, Timezone: s.Timezone} }
 
 // FlowOrder checks the dependencies of stages and returns the stages'
 // indexes in dependency order. It fails on duplicate or empty names, an
@@ -282,13 +294,78 @@ func (f *FSM) Flows(after string, limit int) (flows []Flow, more bool, err error
 	return flows, more, err
 }
 
-// prepareFlow fills the leader's fields of a flow submit or cancel at now.
-func prepareFlow(s *FlowSubmit, now time.Time) {
-	s.AtMs = now.UnixMilli()
+// FlowDue returns when the first run of a flow of spec s submitted at now
+// is due, not rounded: run_at, or now plus the delay; ok is false for a
+// cron flow with neither, whose first run is its schedule's first slot
+// after now.
+func FlowDue(s *FlowSpec, now time.Time) (due time.Time, ok bool) {
 	switch {
-	case s.Spec.RunAtMs != 0:
-		s.DueMs = s.Spec.RunAtMs
-	default:
-		s.DueMs = CeilMs(now.Add(time.Duration(s.Spec.DelayNs)))
+	case s.RunAtMs != 0:
+		return time.UnixMilli(s.RunAtMs), true
+	case s.Cron != "" && s.DelayNs == 0:
+		return time.Time{}, false
 	}
+	return now.Add(time.Duration(s.DelayNs)), true
+}
+
+// RootHandlers returns the handler of each stage of s without
+// dependencies (the stages whose tasks a submit creates), once per stage.
+func (s *FlowSpec) RootHandlers() []string {
+	var hs []string
+	for i := range s.Stages {
+		if len(s.Stages[i].DependsOn) == 0 {
+			hs = append(hs, s.Stages[i].Spec.Handler)
+		}
+	}
+	return hs
+}
+
+// prepareFlow fills the leader's fields of a flow submit or cancel at now:
+// the first run is due at run_at, or after the delay, or (a cron flow with
+// neither) at its schedule's first slot after now, as for a task.
+func prepareFlow(s *FlowSubmit, now time.Time, in LeaderInputs) (p Prepared) {
+	s.AtMs = now.UnixMilli()
+	if due, ok := FlowDue(&s.Spec, now); ok {
+		s.DueMs = CeilMs(due)
+		return p
+	}
+	s.DueMs = s.AtMs
+	sched, err := in.Schedule(s.Spec.cronSpec())
+	if err != nil {
+		p.ScheduleErr = err
+		return p
+	}
+	if slot := sched.Next(now); !slot.IsZero() {
+		s.DueMs = CeilMs(slot)
+	}
+	return p
+}
+
+// flowNextSlot is the leader's side of a cron flow's next run, for a
+// Complete or Cancel of one of its stage tasks at now (fl is the flow as
+// the leader read it, nil for another task): the first slot of its
+// schedule after both the current run's slot and now, in case that
+// command ends the run. 0 for no cron flow, or when the schedule has no
+// further slot (the flow then ends with its run).
+func flowNextSlot(fl *Flow, now time.Time, in LeaderInputs) (slotMs int64, p Prepared) {
+	if fl == nil || fl.Spec.Cron == "" || fl.State.Terminal() || in.Schedule == nil {
+		return 0, p
+	}
+	sched, err := in.Schedule(fl.Spec.cronSpec())
+	if err != nil {
+		p.ScheduleErr = err
+		return 0, p
+	}
+	slot := sched.Next(maxTime(now, time.UnixMilli(fl.SlotMs)))
+	if slot.IsZero() {
+		return 0, p
+	}
+	return CeilMs(slot), p
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

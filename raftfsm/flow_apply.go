@@ -38,7 +38,8 @@ func applyFlow(w *writer, index uint64, s *FlowSubmit) (Result, []Event, error) 
 	}
 	fl := &Flow{
 		ID: s.ID, Epoch: index, State: StateWaiting, Run: 1, SlotMs: s.DueMs,
-		Spec:   FlowSpec{DelayNs: s.Spec.DelayNs, RunAtMs: s.Spec.RunAtMs, EveryNs: s.Spec.EveryNs},
+		Spec: FlowSpec{DelayNs: s.Spec.DelayNs, RunAtMs: s.Spec.RunAtMs, EveryNs: s.Spec.EveryNs,
+			Cron: s.Spec.Cron, Timezone: s.Spec.Timezone},
 		Stages: make([]State, len(s.Spec.Stages)), Order: order, CreatedMs: s.AtMs, UpdatedMs: s.AtMs,
 	}
 	byName := make(map[string]int, len(s.Spec.Stages))
@@ -57,11 +58,11 @@ func applyFlow(w *writer, index uint64, s *FlowSubmit) (Result, []Event, error) 
 			return Result{}, nil, err
 		}
 	}
-	evs, err := advanceFlow(w, index, fl, s.DueMs, s.AtMs)
+	evs, err := advanceFlow(w, index, fl, s.DueMs, s.AtMs, 0)
 	if err != nil {
 		return Result{}, nil, err
 	}
-	if err := w.putRecord(flowKey(fl.ID), fl); err != nil {
+	if err := putFlow(w, fl); err != nil {
 		return Result{}, nil, err
 	}
 	return Result{Created: true, Flow: fl}, evs, nil
@@ -95,8 +96,9 @@ func isFlowStage(t *Task) bool {
 // cancels are CANCELLED, and a run whose stages have all ended ends the
 // flow (or, for a recurring flow, starts its next run). A stage is
 // recorded once: a later end of the same task (a retried stage) or of a
-// task of an older run changes nothing.
-func flowStageEnded(w *writer, index uint64, t *Task, atMs int64) ([]Event, error) {
+// task of an older run changes nothing. cronNextMs is the command's
+// FlowNextSlotMs: a cron flow's next slot, should its run end.
+func flowStageEnded(w *writer, index uint64, t *Task, atMs, cronNextMs int64) ([]Event, error) {
 	id, run, name, ok := ParseFlowStageID(t.ID)
 	if !ok {
 		return nil, nil
@@ -112,11 +114,26 @@ func flowStageEnded(w *writer, index uint64, t *Task, atMs int64) ([]Event, erro
 	}
 	fl.Stages[i] = t.State
 	fl.UpdatedMs = atMs
-	evs, err := advanceFlow(w, index, &fl, atMs, atMs)
+	evs, err := advanceFlow(w, index, &fl, atMs, atMs, cronNextMs)
 	if err != nil {
 		return nil, err
 	}
-	return evs, w.putRecord(flowKey(fl.ID), &fl)
+	return evs, putFlow(w, &fl)
+}
+
+// flowStageTaskRetry reports whether a retry of stage task t (terminal) is
+// refused: whenever its flow is stored. The flow recorded the stage's end
+// when the task ended (or the task is of an earlier run, or the flow has
+// ended), so a retried run would change nothing in it: the flow view would
+// go on showing the old end, and its dependents would not run again. A
+// stage task whose flow was purged is a plain task and may be retried.
+func flowStageTaskRetry(w *writer, t *Task) (bool, error) {
+	id, _, _, ok := ParseFlowStageID(t.ID)
+	if !ok {
+		return false, nil
+	}
+	var fl Flow
+	return w.get(flowKey(id), &fl)
 }
 
 func stageIndex(fl *Flow, name string) int {
@@ -132,8 +149,8 @@ func stageIndex(fl *Flow, name string) int {
 // order: a stage whose dependencies all ended SUCCESS (or, with Continue,
 // ended at all) gets its task, due at dueMs; a stage with a dependency
 // that ended otherwise is CANCELLED unless it has Continue. When every
-// stage has ended, the run ends.
-func advanceFlow(w *writer, index uint64, fl *Flow, dueMs, atMs int64) ([]Event, error) {
+// stage has ended, the run ends (endFlowRun, with cronNextMs).
+func advanceFlow(w *writer, index uint64, fl *Flow, dueMs, atMs, cronNextMs int64) ([]Event, error) {
 	var evs []Event
 	for _, i := range fl.Order {
 		if fl.Stages[i] != 0 {
@@ -166,7 +183,7 @@ func advanceFlow(w *writer, index uint64, fl *Flow, dueMs, atMs int64) ([]Event,
 			return evs, nil
 		}
 	}
-	more, err := endFlowRun(w, index, fl, atMs)
+	more, err := endFlowRun(w, index, fl, atMs, cronNextMs)
 	return append(evs, more...), err
 }
 
@@ -174,8 +191,11 @@ func advanceFlow(w *writer, index uint64, fl *Flow, dueMs, atMs int64) ([]Event,
 // SUCCESS when all succeeded, FAILED otherwise. A recurring flow then
 // starts its next run at its next slot after atMs (slots passed during
 // the run are skipped: runs never overlap, and missed ones do not catch
-// up).
-func endFlowRun(w *writer, index uint64, fl *Flow, atMs int64) ([]Event, error) {
+// up). For a cron flow that slot is cronNextMs, the leader's (the FSM
+// parses no cron); one that is not after both the run's slot and atMs
+// (0: the schedule has no further slot, or the leader could not read the
+// flow) ends the flow with this run, as a recurring task's schedule ends.
+func endFlowRun(w *writer, index uint64, fl *Flow, atMs, cronNextMs int64) ([]Event, error) {
 	result := StateSuccess
 	for _, s := range fl.Stages {
 		if s != StateSuccess {
@@ -188,19 +208,27 @@ func endFlowRun(w *writer, index uint64, fl *Flow, atMs int64) ([]Event, error) 
 		fl.Failed++
 	}
 	fl.LastRun, fl.UpdatedMs = result, atMs
-	if !fl.Recurring() {
+	var next int64
+	switch {
+	case fl.Spec.Cron != "":
+		if cronNextMs > max(fl.SlotMs, atMs) {
+			next = cronNextMs
+		}
+	case fl.Spec.EveryNs > 0:
+		every := fl.Spec.EveryNs / 1e6
+		next = fl.SlotMs + every
+		if next <= atMs {
+			next += ((atMs-next)/every + 1) * every
+		}
+	}
+	if next == 0 {
 		fl.State, fl.FinishedMs = result, atMs
 		return nil, nil
-	}
-	every := fl.Spec.EveryNs / 1e6
-	next := fl.SlotMs + every
-	if next <= atMs {
-		next += ((atMs-next)/every + 1) * every
 	}
 	fl.Run++
 	fl.SlotMs = next
 	clear(fl.Stages)
-	return advanceFlow(w, index, fl, next, atMs)
+	return advanceFlow(w, index, fl, next, atMs, 0)
 }
 
 // cancelFlow cancels fl: its pending stages become CANCELLED, its waiting
@@ -242,7 +270,7 @@ func cancelFlow(w *writer, fl *Flow, atMs int64) (Result, []Event, error) {
 		}
 	}
 	fl.State, fl.FinishedMs, fl.UpdatedMs = StateCancelled, atMs, atMs
-	if err := w.putRecord(flowKey(fl.ID), fl); err != nil {
+	if err := putFlow(w, fl); err != nil {
 		return Result{}, nil, err
 	}
 	return Result{Flow: fl}, evs, nil

@@ -2,8 +2,12 @@ package raftfsm
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
 )
 
 func flowCmd(id string, fs FlowSpec, dueMs, atMs int64) Command {
@@ -244,7 +248,7 @@ func TestFlowExactlyOnce(t *testing.T) {
 	if b2 := e.task(sid("B")); b2.Epoch != b.Epoch || b2.UpdatedMs != b.UpdatedMs {
 		t.Fatalf("B touched: %+v, was %+v", b2, b)
 	}
-	// C dies; a retry of C that succeeds does not revive the flow's D.
+	// C dies; a retry of C is refused (it would not revive the flow's D).
 	c := e.task(sid("C"))
 	e.finish(sid("B"), OutcomeSuccess, "", 3000)
 	e.next(fireCmd(sid("C"), c.Epoch, 1, "n1", 3000, 9000))
@@ -252,10 +256,11 @@ func TestFlowExactlyOnce(t *testing.T) {
 	if fl := e.flow("f"); fl.State != StateFailed {
 		t.Fatalf("flow %s", fl.State)
 	}
-	e.next(Command{Type: CmdRetry, Retry: &Retry{ID: sid("C"), AtMs: 4000}})
-	e.finish(sid("C"), OutcomeSuccess, "", 5000)
-	if e.exists(sid("D")) {
-		t.Fatal("D created by a retried stage after the flow ended")
+	if r := e.next(Command{Type: CmdRetry, Retry: &Retry{ID: sid("C"), AtMs: 4000}}); r[0].Code != CodeFlowStage {
+		t.Fatalf("retry of C: %q", r[0].Code)
+	}
+	if e.exists(sid("D")) || e.task(sid("C")).State != StateFailed {
+		t.Fatal("D created, or C retried, after the flow ended")
 	}
 }
 
@@ -325,5 +330,266 @@ func TestFlowOrder(t *testing.T) {
 	order, err := FlowOrder(diamond().Stages)
 	if err != nil || len(order) != 4 || order[0] != 0 || order[3] != 3 {
 		t.Fatalf("diamond order %v, %v", order, err)
+	}
+}
+
+// finishNext is finish with the leader's FlowNextSlotMs on the Complete.
+func (e *flowEnv) finishNext(id string, o Outcome, atMs, nextSlotMs int64) {
+	e.t.Helper()
+	t := e.task(id)
+	if r := e.next(fireCmd(id, t.Epoch, t.Attempts+1, "n1", atMs, atMs+30000)); r[0].Code != CodeOK {
+		e.t.Fatalf("fire %s: %q", id, r[0].Code)
+	}
+	c := completeCmd(id, t.Epoch, t.Attempts+1, o, "", atMs+100, atMs)
+	c.Complete.FlowNextSlotMs = nextSlotMs
+	if r := e.next(c); r[0].Code != CodeOK {
+		e.t.Fatalf("complete %s: %q", id, r[0].Code)
+	}
+}
+
+// A cron flow starts its next run at the slot the leader put in the
+// Complete that ends the run (the FSM parses no cron), only once the run
+// has ended; a slot the leader sent that is not after the run's end, or
+// none (the schedule has no further slot), ends the flow.
+func TestFlowCron(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	fs := FlowSpec{Stages: []FlowStage{stage("A"), stage("B", "A")}, Cron: "*/10 * * * * *", Timezone: "Europe/Berlin"}
+	e.next(flowCmd("f", fs, 10000, 9000))
+	if fl := e.flow("f"); !fl.Recurring() || fl.Spec.Cron != fs.Cron || fl.Spec.Timezone != fs.Timezone {
+		t.Fatalf("stored: %+v", fl)
+	}
+	run := func(n int, name string) string { return FlowStageID("f", n, name) }
+	// A's Complete carries a slot too (the leader cannot know which
+	// Complete ends the run): it is not used while B is to come.
+	e.finishNext(run(1, "A"), OutcomeSuccess, 10000, 20000)
+	if fl := e.flow("f"); fl.Run != 1 || e.exists(run(2, "A")) {
+		t.Fatalf("run 2 started before run 1 ended: %+v", fl)
+	}
+	e.finishNext(run(1, "B"), OutcomeSuccess, 25000, 30000) // the 20000 slot passed during run 1
+	fl := e.flow("f")
+	if fl.Run != 2 || fl.SlotMs != 30000 || fl.State != StateWaiting || fl.Succeeded != 1 {
+		t.Fatalf("after run 1: %+v", fl)
+	}
+	if a := e.task(run(2, "A")); a.DueMs != 30000 || a.State != StateWaiting {
+		t.Fatalf("run 2's A: due %d, %s", a.DueMs, a.State)
+	}
+	// Run 2's A is cancelled: the Cancel carries the slot, the run ends
+	// FAILED, run 3 is due at that slot.
+	c := cancelCmd(run(2, "A"), 30500)
+	c.Cancel.FlowNextSlotMs = 40000
+	e.next(c)
+	fl = e.flow("f")
+	if fl.Run != 3 || fl.SlotMs != 40000 || fl.Failed != 1 || fl.LastRun != StateFailed || !e.exists(run(3, "A")) {
+		t.Fatalf("after run 2: %+v", fl)
+	}
+	// A slot not after the run's end: the schedule is over, the flow ends.
+	e.finishNext(run(3, "A"), OutcomeSuccess, 40000, 0)
+	e.finishNext(run(3, "B"), OutcomeSuccess, 41000, 41000)
+	fl = e.flow("f")
+	if fl.Run != 3 || fl.State != StateSuccess || fl.FinishedMs != 41000 || fl.Succeeded != 2 || e.exists(run(4, "A")) {
+		t.Fatalf("after run 3: %+v", fl)
+	}
+}
+
+// The leader's side of a cron flow: the first run is due at the
+// schedule's first slot after now (unless run_at or delay say otherwise),
+// and each Complete or Cancel of a stage task carries the first slot after
+// both now and the run's slot.
+func TestPrepareFlowCron(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	nowMs := now.UnixMilli()
+	in := LeaderInputs{Schedule: func(s *Spec) (Schedule, error) {
+		if s.Cron != "@every-minute" || s.Timezone != "Asia/Tokyo" {
+			return nil, errors.New("unexpected spec")
+		}
+		return stubSchedule{period: time.Minute}, nil
+	}}
+	fs := FlowSpec{Cron: "@every-minute", Timezone: "Asia/Tokyo"}
+	sub := Command{Type: CmdFlow, Flow: &FlowSubmit{ID: "f", Spec: fs}}
+	Prepare(&sub, now, in)
+	if sub.Flow.DueMs != nowMs+60000 {
+		t.Fatalf("first run due %d, want %d", sub.Flow.DueMs, nowMs+60000)
+	}
+	withDelay := Command{Type: CmdFlow, Flow: &FlowSubmit{ID: "f", Spec: FlowSpec{Cron: fs.Cron, Timezone: fs.Timezone, DelayNs: int64(time.Second)}}}
+	Prepare(&withDelay, now, in)
+	if withDelay.Flow.DueMs != nowMs+1000 {
+		t.Fatalf("with a delay: due %d", withDelay.Flow.DueMs)
+	}
+	for _, tc := range []struct {
+		name       string
+		slotMs     int64
+		state      State
+		cron       bool
+		wantSlotMs int64
+	}{
+		{"run's slot passed: after now", nowMs - 5000, StateWaiting, true, nowMs + 60000},
+		{"before the run's slot (a cancel): after the slot", nowMs + 5000, StateWaiting, true, nowMs + 65000},
+		{"an every flow: none", nowMs - 5000, StateWaiting, false, 0},
+		{"a finished flow: none", nowMs - 5000, StateCancelled, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fl := &Flow{ID: "f", SlotMs: tc.slotMs, State: tc.state, Spec: FlowSpec{EveryNs: int64(time.Minute)}}
+			if tc.cron {
+				fl.Spec = fs
+			}
+			in := in
+			in.Flow = fl
+			comp := Command{Type: CmdComplete, Complete: &Complete{ID: FlowStageID("f", 1, "A"), Attempt: 1, Outcome: OutcomeSuccess}}
+			cancel := Command{Type: CmdCancel, Cancel: &Cancel{ID: FlowStageID("f", 1, "A")}}
+			Prepare(&comp, now, in)
+			Prepare(&cancel, now, in)
+			if comp.Complete.FlowNextSlotMs != tc.wantSlotMs || cancel.Cancel.FlowNextSlotMs != tc.wantSlotMs {
+				t.Fatalf("complete %d, cancel %d, want %d", comp.Complete.FlowNextSlotMs, cancel.Cancel.FlowNextSlotMs, tc.wantSlotMs)
+			}
+		})
+	}
+}
+
+// rawKeys counts the stored keys under prefix.
+func (e *flowEnv) rawKeys(prefix string) int {
+	e.t.Helper()
+	n := 0
+	err := e.f.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = []byte(prefix)
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// A finished flow is found by ExpiredFlows once its class's retention has
+// passed (SUCCESS: retention, FAILED: retentionDead) and a Purge of it
+// deletes its record, its stages' specs and its index entry; a purge read
+// from a stale view (another finish time), a flow still running and a
+// recurring flow between runs are kept.
+func TestFlowPurge(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	two := FlowSpec{Stages: []FlowStage{stage("A"), stage("B", "A")}}
+	e.next(flowCmd("ok", two, 1000, 1000))
+	e.finish(FlowStageID("ok", 1, "A"), OutcomeSuccess, "", 1000)
+	e.finish(FlowStageID("ok", 1, "B"), OutcomeSuccess, "", 2000)
+	e.next(flowCmd("bad", two, 1000, 1000))
+	e.finish(FlowStageID("bad", 1, "A"), OutcomePermanent, "", 3000)
+	e.next(flowCmd("running", two, 1000, 1000))
+	rec := two
+	rec.EveryNs = 2e9
+	e.next(flowCmd("rec", rec, 1000, 1000))
+	e.finish(FlowStageID("rec", 1, "A"), OutcomeSuccess, "", 1000)
+	e.finish(FlowStageID("rec", 1, "B"), OutcomeSuccess, "", 1500)
+	if fl := e.flow("ok"); fl.State != StateSuccess || fl.FinishedMs != 2000 {
+		t.Fatalf("ok: %+v", fl)
+	}
+	ids := func(ts []PurgeTask) string {
+		var s []string
+		for _, x := range ts {
+			s = append(s, x.ID)
+		}
+		return strings.Join(s, ",")
+	}
+	for _, tc := range []struct {
+		nowMs          int64
+		keep, keepDead time.Duration
+		want           string
+	}{
+		{2000, time.Second, time.Second, ""},
+		{3100, time.Second, time.Hour, "ok"},
+		{4200, time.Hour, time.Second, "bad"},
+		{9000, time.Second, time.Second, "bad,ok"},
+		{9000, 0, 0, ""}, // kept forever
+	} {
+		got, err := e.f.ExpiredFlows(tc.nowMs, tc.keep, tc.keepDead, 10)
+		if err != nil || ids(got) != tc.want {
+			t.Fatalf("ExpiredFlows(%d, %v, %v) = %q, %v; want %q", tc.nowMs, tc.keep, tc.keepDead, ids(got), err, tc.want)
+		}
+	}
+	okFl, badFl := e.flow("ok"), e.flow("bad")
+	stale := okFl.FlowTarget()
+	stale.FinishedMs++
+	run, recFl := e.flow("running"), e.flow("rec")
+	r := e.next(Command{Type: CmdPurge, Purge: &Purge{Flows: []PurgeTask{stale, run.FlowTarget(), recFl.FlowTarget()}}})
+	if r[0].PurgedFlowCount() != 0 {
+		t.Fatalf("purged %v", r[0].PurgedFlows)
+	}
+	r = e.next(Command{Type: CmdPurge, Purge: &Purge{Flows: []PurgeTask{okFl.FlowTarget(), badFl.FlowTarget()}}})
+	if r[0].PurgedFlowCount() != 2 {
+		t.Fatalf("purged %v", r[0].PurgedFlows)
+	}
+	for _, id := range []string{"ok", "bad"} {
+		if _, err := e.f.Flow(id); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("flow %s after its purge: %v", id, err)
+		}
+	}
+	// Left: the specs of the two flows not purged, no index entry.
+	if n := e.rawKeys("ws/"); n != 4 {
+		t.Fatalf("%d stage specs left, want 4", n)
+	}
+	if n := e.rawKeys("wf/"); n != 0 {
+		t.Fatalf("%d finished-flow entries left", n)
+	}
+	if got, _ := e.f.ExpiredFlows(1e9, time.Second, time.Second, 10); len(got) != 0 {
+		t.Fatalf("expired after the purge: %v", got)
+	}
+	// A cancelled flow (recurring, between runs) is finished: listed.
+	e.next(Command{Type: CmdFlow, Flow: &FlowSubmit{ID: "rec", Cancel: true, AtMs: 5000}})
+	if got, _ := e.f.ExpiredFlows(7000, time.Second, time.Second, 10); ids(got) != "rec" {
+		t.Fatalf("after cancelling rec: %v", got)
+	}
+}
+
+// A retry of a stage task whose flow is stored is refused (CodeFlowStage):
+// the flow recorded the stage's end and a retried run would not move it.
+// Once the flow is purged, the task is a plain task and may be retried.
+func TestFlowStageRetryRefused(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	e.next(flowCmd("f", FlowSpec{Stages: []FlowStage{stage("A"), stage("B", "A")}}, 1000, 1000))
+	e.finish(sid("A"), OutcomePermanent, "", 1000)
+	fl := e.flow("f")
+	if fl.State != StateFailed {
+		t.Fatalf("flow: %+v", fl)
+	}
+	retry := Command{Type: CmdRetry, Retry: &Retry{ID: sid("A"), AtMs: 2000}}
+	if r := e.next(retry); r[0].Code != CodeFlowStage || e.task(sid("A")).State != StateFailed {
+		t.Fatalf("retry of a stage of a finished flow: %q, task %s", r[0].Code, e.task(sid("A")).State)
+	}
+	if r := e.next(Command{Type: CmdPurge, Purge: &Purge{Flows: []PurgeTask{fl.FlowTarget()}}}); r[0].PurgedFlowCount() != 1 {
+		t.Fatal("flow not purged")
+	}
+	if r := e.next(retry); r[0].Code != CodeOK || e.task(sid("A")).State != StateWaiting {
+		t.Fatalf("retry once the flow is purged: %q", r[0].Code)
+	}
+}
+
+// A finished stage task of the current run of a flow still going on is
+// not purged (its dependents read its result when they are created);
+// once the flow ended it is.
+func TestFlowStagePurgeWaitsForTheFlow(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	e.next(flowCmd("f", diamond(), 1000, 1000))
+	e.finish(sid("A"), OutcomeSuccess, `{"a":1}`, 1000)
+	e.finish(sid("B"), OutcomeSuccess, `{"b":2}`, 1100)
+	purge := func() bool {
+		b := e.task(sid("B"))
+		r := e.next(Command{Type: CmdPurge, Purge: &Purge{Tasks: []PurgeTask{{ID: b.ID, Epoch: b.Epoch, FinishedMs: b.FinishedMs}}}})
+		return r[0].PurgedCount() == 1
+	}
+	if purge() {
+		t.Fatal("B purged while C runs and D waits for its result")
+	}
+	e.finish(sid("C"), OutcomeSuccess, `{"c":3}`, 1200)
+	var env FlowEnvelope
+	if err := json.Unmarshal(e.task(sid("D")).Spec.Payload, &env); err != nil || string(env.Upstream["B"].Result) != `{"b":2}` {
+		t.Fatalf("D's envelope %s: %v", e.task(sid("D")).Spec.Payload, err)
+	}
+	e.finish(sid("D"), OutcomeSuccess, "", 1300)
+	if e.flow("f").State != StateSuccess || !purge() {
+		t.Fatal("B not purged once the flow ended")
 	}
 }

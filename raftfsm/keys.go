@@ -22,6 +22,9 @@ import "encoding/binary"
 //	ws/<id len BE 2><id><i BE 4>  stage i's spec of flow id (FlowStage; flow.go)
 //	al/<seq BE 8>             a pending dead-run alert (Alert; alert.go)
 //	m/alerts                  the alerts' bookkeeping (AlertMeta; alert.go)
+//	wf/s/<finished ms BE 8><id>  SUCCESS, CANCELLED flows; wf/d/...: FAILED
+//	                            (value: epoch BE 8, FinishedMs BE 8;
+//	                            flow_purge.go)
 var (
 	keyApplied = []byte("m/applied")
 	prefixTask = []byte("t/")

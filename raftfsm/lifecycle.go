@@ -122,6 +122,10 @@ type LeaderInputs struct {
 	// Alerts says the leader has a dead-run webhook: a Complete gets
 	// Alert set (alert.go).
 	Alerts bool
+	// Flow is the stored flow a Complete or Cancel of a stage task is
+	// about, as the leader read it (nil for other tasks, or when absent):
+	// a cron flow's next slot is computed from it (flowNextSlot).
+	Flow *Flow
 }
 
 // Prepared tells the leader what Prepare decided beyond the command's
@@ -139,8 +143,9 @@ type Prepared struct {
 
 // Prepare fills in the fields of c the leader decides, at now (see the
 // table above). It needs in only for a submit (Schedule), a complete
-// (Task, Schedule, Backoff, Jitter, ProbeMin, ProbeMax) and a lease
-// (LeaseGrace).
+// (Task, Schedule, Backoff, Jitter, ProbeMin, ProbeMax), a lease
+// (LeaseGrace), a flow submit (Schedule) and, for a stage task of a cron
+// flow, a complete or cancel (Flow, Schedule).
 func Prepare(c *Command, now time.Time, in LeaderInputs) Prepared {
 	nowMs := now.UnixMilli()
 	switch c.Type {
@@ -148,6 +153,9 @@ func Prepare(c *Command, now time.Time, in LeaderInputs) Prepared {
 		return prepareSubmit(c.Submit, now, in)
 	case CmdCancel:
 		c.Cancel.AtMs = nowMs
+		var p Prepared
+		c.Cancel.FlowNextSlotMs, p = flowNextSlot(in.Flow, now, in)
+		return p
 	case CmdFire:
 		if c.Fire.AtMs == 0 {
 			c.Fire.AtMs = nowMs
@@ -166,7 +174,7 @@ func Prepare(c *Command, now time.Time, in LeaderInputs) Prepared {
 	case CmdPause:
 		c.Pause.AtMs = nowMs
 	case CmdFlow:
-		prepareFlow(c.Flow, now)
+		return prepareFlow(c.Flow, now, in)
 	}
 	return Prepared{}
 }
@@ -205,6 +213,13 @@ func prepareComplete(x *Complete, now time.Time, in LeaderInputs) (p Prepared) {
 	x.AtMs = now.UnixMilli()
 	x.NextSlotMs, x.NextDueMs = 0, 0
 	x.Alert = in.Alerts
+	var fp Prepared
+	x.FlowNextSlotMs, fp = flowNextSlot(in.Flow, now, in)
+	defer func() {
+		if p.ScheduleErr == nil {
+			p.ScheduleErr = fp.ScheduleErr
+		}
+	}()
 	t := in.Task
 	switch {
 	case x.Outcome == OutcomeSuccess:

@@ -21,6 +21,10 @@ import (
 // whether it was.
 type Purge struct {
 	Tasks []PurgeTask `msgpack:"ts"`
+	// Flows names finished flows to delete, on the same rule (still
+	// terminal, same Epoch and FinishedMs; flow_purge.go);
+	// Result.PurgedFlows says per flow whether it was.
+	Flows []PurgeTask `msgpack:"fl,omitempty"`
 }
 
 // PurgeTask names one task of a Purge as the proposer saw it.
@@ -177,11 +181,20 @@ func applyPurge(w *writer, p *Purge) (Result, []Event, error) {
 		if prev == nil || !prev.State.Terminal() || prev.Epoch != pt.Epoch || prev.FinishedMs != pt.FinishedMs {
 			continue
 		}
+		if keep, err := stageOfRunningFlow(w, prev.ID); err != nil || keep {
+			if err != nil {
+				return Result{}, nil, err
+			}
+			continue
+		}
 		if err := delTask(w, prev); err != nil {
 			return Result{}, nil, err
 		}
 		res.Purged[i] = true
 		evs = append(evs, Event{Type: CmdPurge, Task: prev, Prev: prev.State, PrevNode: prev.Node})
+	}
+	if err := purgeFlows(w, p, &res); err != nil {
+		return Result{}, nil, err
 	}
 	return res, evs, nil
 }

@@ -43,7 +43,7 @@ func (n *Node) storeConfig() raftstore.Config {
 func newGroupCommit(n *Node) *raftstore.Proposer {
 	cfg := raftstore.ProposerConfig{
 		Raft: n.raft, Guard: n.storage, Prepare: n.prep.Prepare, Weight: cmdWeight,
-		Backlog: leaderBacklog{n}, Task: n.prep.Task,
+		Backlog: leaderBacklog{n}, Task: n.prep.Task, Flow: n.prep.Flow,
 		MaxBatchCommands: n.cfg.MaxBatchCommands, BacklogLimit: n.cfg.BacklogLimit, Clock: n.clock,
 	}
 	if n.metrics != nil {
@@ -96,13 +96,17 @@ func (n *Node) storageDown() {
 var _ raftstore.Backlog = leaderBacklog{}
 
 // cmdWeight is what cmds count against Config.MaxBatchCommands when the
-// proposer fills an entry: one per command, and a purge one per task it
-// names, so that purges keep entries as small as other commands do.
+// proposer fills an entry: one per command, and a purge one per task or
+// flow it names, so that purges keep entries as small as other commands
+// do.
 func cmdWeight(cmds []raftfsm.Command) int {
 	n := len(cmds)
 	for _, c := range cmds {
-		if c.Purge != nil && len(c.Purge.Tasks) > 1 {
-			n += len(c.Purge.Tasks) - 1
+		if c.Purge == nil {
+			continue
+		}
+		if k := len(c.Purge.Tasks) + len(c.Purge.Flows); k > 1 {
+			n += k - 1
 		}
 	}
 	return n

@@ -73,6 +73,13 @@ func newPreparer(n *Node) *scheduler.Preparer {
 			}
 			return t
 		},
+		Flow: func(id string) *raftfsm.Flow {
+			fl, err := n.fsm.Flow(id)
+			if err != nil {
+				return nil
+			}
+			return fl
+		},
 		Log: n.log,
 	})
 }

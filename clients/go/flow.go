@@ -24,6 +24,16 @@ type FlowRequest struct {
 	// Every makes the flow recurring: one flow run per slot, never two
 	// at once (slots that pass while a run is unfinished are skipped).
 	Every time.Duration
+	// Cron makes the flow recurring on a cron schedule (the task syntax),
+	// evaluated in Timezone (an IANA name; empty: UTC), with the same
+	// rule as Every: the next run at the first slot after the previous
+	// one ended. At most one of Every and Cron.
+	Cron     string
+	Timezone string
+	// TraceParent and TraceState are the W3C trace context every stage
+	// task of the flow carries; empty TraceParent: SubmitFlow takes that
+	// of its ctx (TraceContextFromContext), if any. Not part of the spec.
+	TraceParent, TraceState string
 }
 
 // StageRequest is one stage of a FlowRequest. Zero fields take the task
@@ -61,11 +71,15 @@ type stageWire struct {
 }
 
 type flowWire struct {
-	ID     string      `json:"id"`
-	Stages []stageWire `json:"stages"`
-	Delay  string      `json:"delay,omitempty"`
-	RunAt  string      `json:"run_at,omitempty"`
-	Every  string      `json:"every,omitempty"`
+	ID          string      `json:"id"`
+	Stages      []stageWire `json:"stages"`
+	Delay       string      `json:"delay,omitempty"`
+	RunAt       string      `json:"run_at,omitempty"`
+	Every       string      `json:"every,omitempty"`
+	Cron        string      `json:"cron,omitempty"`
+	Timezone    string      `json:"timezone,omitempty"`
+	TraceParent string      `json:"traceparent,omitempty"`
+	TraceState  string      `json:"tracestate,omitempty"`
 }
 
 // SubmitFlow stores a flow and returns it. A request the sidecar refuses
@@ -101,6 +115,11 @@ func (c *Client) SubmitFlow(ctx context.Context, req FlowRequest) (*Flow, error)
 	if req.Every > 0 {
 		w.Every = req.Every.String()
 	}
+	w.Cron, w.Timezone = req.Cron, req.Timezone
+	w.TraceParent, w.TraceState = req.TraceParent, req.TraceState
+	if w.TraceParent == "" {
+		w.TraceParent, w.TraceState = TraceContextFromContext(ctx)
+	}
 	for _, s := range req.Stages {
 		sw := stageWire{Name: s.Name, Handler: s.Handler, Payload: s.Payload, DependsOn: s.DependsOn, Priority: s.Priority,
 			MaxAttempts: s.MaxAttempts, RouteKey: s.RouteKey, Labels: s.Labels}
@@ -133,6 +152,18 @@ func (c *Client) Flow(ctx context.Context, id string) (*Flow, error) {
 // returns it. A finished flow is returned unchanged.
 func (c *Client) CancelFlow(ctx context.Context, id string) (*Flow, error) {
 	return c.flowCall(ctx, http.MethodDelete, id)
+}
+
+// PurgeFlow deletes a finished flow (SUCCESS, FAILED, CANCELLED) now
+// instead of waiting for its retention; its stage tasks are left to the
+// task retention. A flow that has not ended gives an error matching
+// ErrConflict (cancel it first); an unknown id, ErrNotFound.
+func (c *Client) PurgeFlow(ctx context.Context, id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty flow id", ErrInvalid)
+	}
+	var out PurgeResult
+	return c.do(ctx, http.MethodDelete, "/v1/flows/"+url.PathEscape(id)+"?purge=true", nil, &out)
 }
 
 func (c *Client) flowCall(ctx context.Context, method, id string) (*Flow, error) {

@@ -68,10 +68,20 @@ func TestFlows(t *testing.T) {
 	if page, err := c.Flows(ctx, 5, "a"); err != nil || len(page.Flows) != 1 || page.NextCursor != "etl" {
 		t.Fatalf("Flows = %+v, %v", page, err)
 	}
+	if err := c.PurgeFlow(ctx, "etl"); err != nil {
+		t.Fatalf("PurgeFlow: %v", err)
+	}
+	body = nil
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	if _, err := c.SubmitFlow(ax.WithTraceContext(ctx, tp, "rojo=1"), ax.FlowRequest{ID: "etl", Cron: "0 3 * * *", Timezone: "Europe/Berlin", Stages: []ax.StageRequest{{Name: "A", Handler: "pull"}}}); err != nil ||
+		body["cron"] != "0 3 * * *" || body["timezone"] != "Europe/Berlin" || body["every"] != nil ||
+		body["traceparent"] != tp || body["tracestate"] != "rojo=1" {
+		t.Fatalf("cron flow: body %v, %v", body, err)
+	}
 	if _, err := c.SubmitFlow(ctx, ax.FlowRequest{}); !errors.Is(err, ax.ErrInvalid) {
 		t.Fatalf("SubmitFlow without id: %v", err)
 	}
-	want := "POST /v1/flows? GET /v1/flows/etl? GET /v1/flows/nope? DELETE /v1/flows/etl? GET /v1/flows?cursor=a&limit=5"
+	want := "POST /v1/flows? GET /v1/flows/etl? GET /v1/flows/nope? DELETE /v1/flows/etl? GET /v1/flows?cursor=a&limit=5 DELETE /v1/flows/etl?purge=true POST /v1/flows?"
 	if strings.Join(got, " ") != want {
 		t.Fatalf("requests %v", got)
 	}

@@ -22,6 +22,8 @@ type flowView struct {
 	Run           int    `json:"run"`
 	RunDueAt      string `json:"run_due_at"`
 	Every         string `json:"every"`
+	Cron          string `json:"cron"`
+	Timezone      string `json:"timezone"`
 	SucceededRuns int    `json:"succeeded_runs"`
 	FailedRuns    int    `json:"failed_runs"`
 	Stages        []struct {
@@ -36,8 +38,8 @@ type flowView struct {
 
 func flowPath(id string) string { return "/v1/flows/" + url.PathEscape(id) }
 
-// flowCmd is `ax flow submit|get|list|cancel`: flows (POST/GET /v1/flows,
-// GET/DELETE /v1/flows/{id}).
+// flowCmd is `ax flow submit|get|list|cancel|purge`: flows (POST/GET
+// /v1/flows, GET/DELETE /v1/flows/{id}).
 func flowCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "flow",
@@ -46,7 +48,7 @@ func flowCmd() *cobra.Command {
 depends on succeeded (README, "Flows"). The flow file is the JSON body of
 POST /v1/flows: {"id": ..., "stages": [{"name", "handler", "depends_on", ...}]}.`,
 	}
-	cmd.AddCommand(flowSubmitCmd(), flowGetCmd(), flowListCmd(), flowCancelCmd())
+	cmd.AddCommand(flowSubmitCmd(), flowGetCmd(), flowListCmd(), flowCancelCmd(), flowPurgeCmd())
 	return cmd
 }
 
@@ -108,6 +110,37 @@ func flowCancelCmd() *cobra.Command {
 	return flowIDCmd("cancel ID", "Cancel a flow: its pending, waiting and running stages", "  ax flow cancel etl-daily", http.MethodDelete)
 }
 
+// flowPurgeCmd is `ax flow purge ID`: DELETE /v1/flows/{id}?purge=true.
+func flowPurgeCmd() *cobra.Command {
+	var f apiFlags
+	cmd := &cobra.Command{
+		Use:     "purge ID",
+		Short:   "Delete a finished flow now (its stage tasks are left to the task retention)",
+		Example: "  ax flow purge etl-daily",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkID(cmd, args[0]); err != nil {
+				return err
+			}
+			ctx, cancel := cmdContext(cmd)
+			defer cancel()
+			c := f.caller()
+			defer c.Close()
+			out, _, err := c.Do(ctx, http.MethodDelete, flowPath(args[0])+"?purge=true", nil)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(cmd.OutOrStdout(), json.RawMessage(bytes.TrimSpace(out)))
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "flow %s purged\n", args[0])
+			return err
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
 // flowIDCmd is a command that sends method to the flow its one argument
 // names and prints the flow it gets back.
 func flowIDCmd(use, short, example, method string) *cobra.Command {
@@ -147,10 +180,24 @@ func flowDo(cmd *cobra.Command, f *apiFlags, method, id string) error {
 	return printFlow(cmd.OutOrStdout(), &v)
 }
 
+// schedule describes a recurring flow's schedule ("every 1h", "cron \"0 3
+// * * *\" Europe/Berlin"), "" for a one-off flow.
+func (v *flowView) schedule() string {
+	switch {
+	case v.Every != "":
+		return "every " + v.Every
+	case v.Cron != "" && v.Timezone != "":
+		return fmt.Sprintf("cron %q %s", v.Cron, v.Timezone)
+	case v.Cron != "":
+		return fmt.Sprintf("cron %q", v.Cron)
+	}
+	return ""
+}
+
 func printFlow(w io.Writer, v *flowView) error {
 	every := ""
-	if v.Every != "" {
-		every = ", every " + v.Every
+	if sc := v.schedule(); sc != "" {
+		every = ", " + sc
 	}
 	fmt.Fprintf(w, "flow %s: %s, run %d due %s%s (%d succeeded, %d failed)\n", v.ID, v.State, v.Run, v.RunDueAt, every, v.SucceededRuns, v.FailedRuns)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -202,9 +249,9 @@ func flowListCmd() *cobra.Command {
 				return fmt.Errorf("decode flows: %w", err)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tRUN\tSTAGES\tEVERY")
+			fmt.Fprintln(tw, "ID\tSTATE\tRUN\tSTAGES\tSCHEDULE")
 			for _, v := range page.Flows {
-				every := v.Every
+				every := v.schedule()
 				if every == "" {
 					every = "-"
 				}

@@ -76,11 +76,14 @@ func TestFlowCommands(t *testing.T) {
 	if _, _, code = runAx(t, "flow", "cancel", "etl", "--socket", sock, "--json"); code != 0 {
 		t.Fatalf("cancel: %d", code)
 	}
+	if out, _, code = runAx(t, "flow", "purge", "etl", "--socket", sock); code != 0 || !strings.Contains(out, "flow etl purged") {
+		t.Fatalf("purge: %d %q", code, out)
+	}
 	if _, errOut, code = runAx(t, "flow", "submit", "--socket", sock); code == 0 || !strings.Contains(errOut, "-f FILE") {
 		t.Fatalf("submit without -f: %d %q", code, errOut)
 	}
 	got := strings.Join(reqs(), "\n")
-	for _, want := range []string{`POST /v1/flows {"id":"etl"`, "GET /v1/flows/etl ", "GET /v1/flows?limit=5 ", "DELETE /v1/flows/etl "} {
+	for _, want := range []string{`POST /v1/flows {"id":"etl"`, "GET /v1/flows/etl ", "GET /v1/flows?limit=5 ", "DELETE /v1/flows/etl ", "DELETE /v1/flows/etl?purge=true "} {
 		if !strings.Contains(got, want) {
 			t.Errorf("requests %s\nlack %q", got, want)
 		}

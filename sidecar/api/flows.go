@@ -29,12 +29,16 @@ func (b *Backend) flows() (flowStore, error) {
 
 // SubmitFlow implements ipc.FlowBackend.
 func (b *Backend) SubmitFlow(ctx context.Context, spec ipc.FlowSpec) (ipc.Flow, bool, error) {
-	fs := raftfsm.FlowSpec{DelayNs: int64(spec.Delay), EveryNs: int64(spec.Every)}
+	fs := raftfsm.FlowSpec{DelayNs: int64(spec.Delay), EveryNs: int64(spec.Every), Cron: spec.Cron, Timezone: spec.Timezone}
 	if !spec.RunAt.IsZero() {
 		fs.RunAtMs = raftfsm.CeilMs(spec.RunAt)
 	}
 	for _, st := range spec.Stages {
 		s := submitCommand(st.Task).Submit.Spec
+		// Every stage task carries the flow's trace context (Spec.Equal
+		// ignores it, as for tasks: a resubmit from another trace is
+		// the same flow).
+		s.TraceParent, s.TraceState = spec.TraceParent, spec.TraceState
 		fs.Stages = append(fs.Stages, raftfsm.FlowStage{Name: st.Name, Spec: s, DependsOn: st.DependsOn, Continue: st.Continue})
 	}
 	res, err := b.d.Proposer.ProposeAPI(ctx, []raftfsm.Command{{Type: raftfsm.CmdFlow, Flow: &raftfsm.FlowSubmit{ID: spec.ID, Spec: fs}}})
@@ -66,6 +70,36 @@ func (b *Backend) CancelFlow(ctx context.Context, id string) (ipc.Flow, error) {
 	default:
 		return ipc.Flow{}, fmt.Errorf("cancel flow %q: unexpected result %q", id, r.Code)
 	}
+}
+
+// PurgeFlow implements ipc.FlowBackend: it reads the flow (a local read)
+// and proposes its purge, which the FSM applies only if the flow is still
+// finished as read.
+func (b *Backend) PurgeFlow(ctx context.Context, id string) (int, error) {
+	fs, err := b.flows()
+	if err != nil {
+		return 0, err
+	}
+	fl, err := fs.Flow(id)
+	if errors.Is(err, raftfsm.ErrNotFound) {
+		return 0, ipc.Errorf(ipc.ErrNotFound, "flow %q not found", id)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if !fl.State.Terminal() {
+		return 0, ipc.Errorf(ipc.ErrConflict, "purge: flow %q is %s; only finished flows (SUCCESS, FAILED, CANCELLED) can be purged (cancel it first)", id, fl.State)
+	}
+	res, err := b.d.Proposer.ProposeAPI(ctx, []raftfsm.Command{{Type: raftfsm.CmdPurge, Purge: &raftfsm.Purge{Flows: []raftfsm.PurgeTask{fl.FlowTarget()}}}})
+	if err != nil {
+		return 0, err
+	}
+	if res[0].PurgedFlowCount() != 1 {
+		// A finished flow never changes, so only a purge that came first
+		// (retention, another call) gets here.
+		return 0, ipc.Errorf(ipc.ErrNotFound, "flow %q not found (purged meanwhile)", id)
+	}
+	return 1, nil
 }
 
 // Flow implements ipc.FlowBackend: a local read.
@@ -117,6 +151,7 @@ func (b *Backend) flowView(fl *raftfsm.Flow) ipc.Flow {
 	if fl.Spec.EveryNs > 0 {
 		v.Every = time.Duration(fl.Spec.EveryNs).String()
 	}
+	v.Cron, v.Timezone = fl.Spec.Cron, fl.Spec.Timezone
 	if fl.LastRun != 0 {
 		v.LastRunState = fl.LastRun.String()
 	}

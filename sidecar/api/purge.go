@@ -14,6 +14,9 @@ import (
 // PurgeTask implements ipc.Backend: it reads the task (from the leader
 // when this node does not have it or lags) and proposes its purge.
 func (b *Backend) PurgeTask(ctx context.Context, id string) (int, error) {
+	if flowID, running := b.stageOfRunningFlow(id); running {
+		return 0, ipc.Errorf(ipc.ErrConflict, "purge: task %q is a stage of flow %q, which has not ended: its result goes to the stages after it; purge it once the flow has ended", id, flowID)
+	}
 	t, err := b.d.Store.Task(id)
 	if err != nil && !errors.Is(err, raftfsm.ErrNotFound) {
 		return 0, err
@@ -42,6 +45,25 @@ func (b *Backend) PurgeTask(ctx context.Context, id string) (int, error) {
 		}
 	}
 	return 0, ipc.Errorf(ipc.ErrConflict, "purge: task %q kept changing; try again", id)
+}
+
+// stageOfRunningFlow reports whether task id is a stage task of the current
+// run of a flow that has not ended (a local read), and that flow's id: the
+// FSM does not purge those (raftfsm stageOfRunningFlow).
+func (b *Backend) stageOfRunningFlow(id string) (string, bool) {
+	flowID, run, _, ok := raftfsm.ParseFlowStageID(id)
+	if !ok {
+		return "", false
+	}
+	fs, err := b.flows()
+	if err != nil {
+		return "", false
+	}
+	fl, err := fs.Flow(flowID)
+	if err != nil {
+		return "", false
+	}
+	return flowID, !fl.State.Terminal() && fl.Run == run
 }
 
 // PurgeTasks implements ipc.Backend: it reads the matching finished tasks

@@ -73,6 +73,9 @@ type ProposerConfig struct {
 	// checks epoch and attempt).
 	Backlog Backlog
 	Task    func(id string) *raftfsm.Task
+	// Flow reads a flow from the local store, nil when absent (admission
+	// of a flow resubmit).
+	Flow func(id string) *raftfsm.Flow
 	// MaxBatchCommands bounds the commands of one entry
 	// (Config.MaxBatchCommands).
 	MaxBatchCommands int
@@ -190,8 +193,11 @@ const admitWindow = time.Second
 
 // admit applies backpressure (DESIGN.md section 9): a submit due within
 // admitWindow whose handler's backlog of due, undelivered runs is at
-// Config.BacklogLimit fails with *BacklogError, and nothing of cmds is
-// proposed. From 80 % of the bound the admitted submits get a warning.
+// BacklogLimit fails with *BacklogError, and so none of cmds is
+// proposed. A flow submit due within admitWindow counts as one submit per
+// root stage (a stage without dependencies: its task is created at once),
+// against each root's handler. From 80 % of the bound the admitted submits
+// get a warning.
 func (p *Proposer) admit(cmds []raftfsm.Command) (map[int]string, error) {
 	limit := p.cfg.BacklogLimit
 	if limit <= 0 {
@@ -201,40 +207,63 @@ func (p *Proposer) admit(cmds []raftfsm.Command) (map[int]string, error) {
 	var warnings map[int]string
 	var added map[string]int
 	for i := range cmds {
-		s := cmds[i].Submit
-		if cmds[i].Type != raftfsm.CmdSubmit || s == nil {
+		// handlers gets one run now per entry; exists says whether the
+		// command names a stored id without replacing it: it adds no
+		// run, the FSM answers it 200 (same spec: a client retrying
+		// after a lost reply) or 409. Only then is the store read.
+		var handlers []string
+		var exists func() bool
+		switch c := &cmds[i]; {
+		case c.Type == raftfsm.CmdSubmit && c.Submit != nil:
+			s := c.Submit
+			due, ok := raftfsm.SubmitDue(&s.Spec, now)
+			if !ok || due.Sub(now) > admitWindow {
+				continue // its first slot is later, or it is due later
+			}
+			handlers = []string{s.Spec.Handler}
+			exists = func() bool { return !s.Overwrite && p.cfg.Task != nil && p.cfg.Task(s.ID) != nil }
+		case c.Type == raftfsm.CmdFlow && c.Flow != nil && !c.Flow.Cancel:
+			f := c.Flow
+			due, ok := raftfsm.FlowDue(&f.Spec, now)
+			if !ok || due.Sub(now) > admitWindow {
+				continue
+			}
+			handlers = f.Spec.RootHandlers()
+			exists = func() bool { return p.cfg.Flow != nil && p.cfg.Flow(f.ID) != nil }
+		default:
 			continue
 		}
-		due, ok := raftfsm.SubmitDue(&s.Spec, now)
-		if !ok {
-			continue // its first slot is later
+		mine := map[string]int{}
+		worst := 0
+		for _, h := range handlers {
+			depth := added[h] + mine[h]
+			if p.cfg.Backlog != nil {
+				depth += p.cfg.Backlog.Depth(h)
+			}
+			if depth >= limit {
+				if exists() {
+					mine = nil
+					break
+				}
+				return nil, &BacklogError{Handler: h, Depth: depth, Limit: limit}
+			}
+			mine[h]++
+			worst = max(worst, depth+1)
 		}
-		if due.Sub(now) > admitWindow {
+		if mine == nil {
 			continue
 		}
-		h := s.Spec.Handler
 		if added == nil {
 			added = map[string]int{}
 		}
-		depth := added[h]
-		if p.cfg.Backlog != nil {
-			depth += p.cfg.Backlog.Depth(h)
+		for h, n := range mine {
+			added[h] += n
 		}
-		if depth >= limit {
-			// A submit of an existing id without overwrite adds no run: the
-			// FSM answers it 200 (same spec: a client retrying after a lost
-			// reply) or 409. Only then is the store read.
-			if !s.Overwrite && p.cfg.Task != nil && p.cfg.Task(s.ID) != nil {
-				continue
-			}
-			return nil, &BacklogError{Handler: h, Depth: depth, Limit: limit}
-		}
-		added[h]++
-		if (depth+1)*5 >= limit*4 {
+		if worst*5 >= limit*4 {
 			if warnings == nil {
 				warnings = map[int]string{}
 			}
-			warnings[i] = strconv.Itoa(depth+1) + "/" + strconv.Itoa(limit)
+			warnings[i] = strconv.Itoa(worst) + "/" + strconv.Itoa(limit)
 		}
 	}
 	return warnings, nil

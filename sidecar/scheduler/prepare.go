@@ -30,6 +30,10 @@ type PrepareConfig struct {
 	// Complete it prepares carries raftfsm.Complete.Alert, so a run that
 	// ends DEAD or FAILED leaves a pending alert.
 	Alerts bool
+	// Flow reads a flow from the local store (nil when absent), for the
+	// next slot of a cron flow, decided in the Complete or Cancel of each
+	// of its stage tasks (nil Flow: cron flows end after their first run).
+	Flow func(id string) *raftfsm.Flow
 	// Log receives what Prepare noticed (an invalid schedule, missed
 	// slots).
 	Log zerolog.Logger
@@ -50,6 +54,15 @@ func NewPreparer(cfg PrepareConfig) *Preparer { return &Preparer{cfg: cfg} }
 // absent.
 func (p *Preparer) Task(id string) *raftfsm.Task { return p.cfg.Task(id) }
 
+// Flow reads flow id from the local store (PrepareConfig.Flow): nil when
+// absent or when the config has no flow reads.
+func (p *Preparer) Flow(id string) *raftfsm.Flow {
+	if p.cfg.Flow == nil {
+		return nil
+	}
+	return p.cfg.Flow(id)
+}
+
 // Prepare fills in the fields the leader decides (raftfsm.Prepare: times,
 // due times of new tasks, retries and next runs) at now and logs what it
 // noticed. It gathers the inputs raftfsm.Prepare needs: the stored task of
@@ -61,15 +74,27 @@ func (p *Preparer) Prepare(c *raftfsm.Command, now time.Time) {
 		Schedule: p.schedules.schedule, LeaseGrace: p.cfg.LeaseGrace,
 		ProbeMin: p.cfg.ProbeMin, ProbeMax: p.cfg.ProbeMax, Alerts: p.cfg.Alerts,
 	}
-	if c.Type == raftfsm.CmdComplete {
-		in.Task = p.cfg.Task(c.Complete.ID)
+	var id string // the task the command is about, for the flow and the log
+	switch c.Type {
+	case raftfsm.CmdComplete:
+		id = c.Complete.ID
+		in.Task = p.cfg.Task(id)
 		in.Backoff, in.Jitter = taskBackoff(in.Task), rand.Float64()
+	case raftfsm.CmdCancel:
+		id = c.Cancel.ID
+	}
+	if flowID, _, _, ok := raftfsm.ParseFlowStageID(id); ok && p.cfg.Flow != nil {
+		in.Flow = p.cfg.Flow(flowID)
 	}
 	pr := raftfsm.Prepare(c, now, in)
 	log := &p.cfg.Log
 	switch {
 	case pr.ScheduleErr != nil && c.Type == raftfsm.CmdSubmit: // validated by the API: cannot happen
 		log.Error().Err(pr.ScheduleErr).Str("task_id", c.Submit.ID).Msg("invalid schedule")
+	case pr.ScheduleErr != nil && c.Type == raftfsm.CmdFlow:
+		log.Error().Err(pr.ScheduleErr).Str("flow_id", c.Flow.ID).Msg("invalid schedule")
+	case pr.ScheduleErr != nil && in.Flow != nil:
+		log.Error().Err(pr.ScheduleErr).Str("task_id", id).Msg("cron flow has an invalid schedule; it ends with this run")
 	case pr.ScheduleErr != nil:
 		log.Error().Err(pr.ScheduleErr).Str("task_id", c.Complete.ID).Msg("recurring task has an invalid schedule; ending it")
 	case pr.Skipped > 0:

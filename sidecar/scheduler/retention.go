@@ -179,6 +179,12 @@ func (r *Retention) tick(ctx context.Context) {
 		} else if n > 0 {
 			r.log.Info().Int("purged", n).Dur("took", r.clock.Now().Sub(start)).Msg("purged finished tasks past their retention")
 		}
+		n, err = r.flowCycle(ctx, start)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn().Err(err).Int("purged", n).Msg("flow purge cycle stopped")
+		} else if n > 0 {
+			r.log.Info().Int("purged", n).Msg("purged finished flows past their retention")
+		}
 	}
 	if now := r.clock.Now(); now.Sub(r.lastReclaim) >= reclaimInterval || r.deleted.Load()-r.deletedReclaim >= r.minDeletes {
 		r.reclaim()
@@ -208,6 +214,42 @@ func (r *Retention) cycle(ctx context.Context, now time.Time) (int, error) {
 		}
 	}
 	return total, nil
+}
+
+// flowCycle purges, in entries of at most batch flows and at most
+// purgeEntriesPerCycle entries, the finished flows whose retention ended at
+// now (the task flags: SUCCESS and CANCELLED flows after keep, FAILED ones
+// after keepDead; raftfsm.FSM.ExpiredFlows). It returns how many were
+// deleted.
+func (r *Retention) flowCycle(ctx context.Context, now time.Time) (int, error) {
+	total := 0
+	for range purgeEntriesPerCycle {
+		fls, err := r.fsm.ExpiredFlows(now.UnixMilli(), r.keep, r.keepDead, r.batch)
+		if err != nil || len(fls) == 0 {
+			return total, err
+		}
+		k, err := r.PurgeFlows(ctx, fls)
+		total += k
+		if err != nil || len(fls) < r.batch || k == 0 {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// PurgeFlows proposes one CmdPurge of the finished flows fls (as read:
+// raftfsm.Flow.FlowTarget) and returns how many it deleted.
+func (r *Retention) PurgeFlows(ctx context.Context, fls []raftfsm.PurgeTask) (int, error) {
+	pctx, cancel := context.WithTimeout(ctx, purgeProposeTimeout)
+	defer cancel()
+	res, err := r.propose(pctx, []raftfsm.Command{{Type: raftfsm.CmdPurge, Purge: &raftfsm.Purge{Flows: fls}}})
+	if err != nil {
+		return 0, err
+	}
+	if len(res) != 1 {
+		return 0, fmt.Errorf("purge flows: %d results for one command", len(res))
+	}
+	return res[0].PurgedFlowCount(), nil
 }
 
 // Purge reasons: the label of ax_tasks_purged_total.

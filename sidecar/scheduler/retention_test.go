@@ -427,3 +427,41 @@ func TestRetentionRunTicksOnTheClock(t *testing.T) {
 		t.Fatal("no purge 10 s after the interval passed on the clock")
 	}
 }
+
+// flowOfOne stores flow id of one stage, ended by outcome o (0: left
+// running).
+func (e *retEnv) flowOfOne(id string, o raftfsm.Outcome) {
+	e.t.Helper()
+	st := raftfsm.FlowStage{Name: "A", Spec: raftfsm.Spec{Handler: "h", Priority: 2, TimeoutNs: int64(time.Second), MaxAttempts: 1}}
+	e.apply(raftfsm.Command{Type: raftfsm.CmdFlow, Flow: &raftfsm.FlowSubmit{ID: id, Spec: raftfsm.FlowSpec{Stages: []raftfsm.FlowStage{st}},
+		DueMs: e.nowMs(), AtMs: e.nowMs()}})
+	tid := raftfsm.FlowStageID(id, 1, "A")
+	t, err := e.fsm.Task(tid)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.fire(tid, t.Epoch, 1)
+	if o != 0 {
+		e.complete(raftfsm.Complete{ID: tid, Epoch: t.Epoch, Attempt: 1, Outcome: o, Error: "x"})
+	}
+}
+
+// Finished flows go by the task flags (SUCCESS after Keep, FAILED after
+// KeepDead); a running flow stays.
+func TestRetentionPurgesFlows(t *testing.T) {
+	e := newRetEnv(t, time.Second, time.Hour)
+	e.flowOfOne("ok", raftfsm.OutcomeSuccess)
+	e.flowOfOne("failed", raftfsm.OutcomePermanent)
+	e.flowOfOne("running", 0)
+	exists := func(id string) bool { _, err := e.fsm.Flow(id); return err == nil }
+	e.clock.Advance(2 * time.Second)
+	e.r.tick(context.Background())
+	if exists("ok") || !exists("failed") || !exists("running") {
+		t.Fatalf("after 2 s: ok %v, failed %v, running %v; want only ok gone", exists("ok"), exists("failed"), exists("running"))
+	}
+	e.clock.Advance(time.Hour)
+	e.r.tick(context.Background())
+	if exists("failed") || !exists("running") {
+		t.Fatalf("after an hour: failed %v, running %v", exists("failed"), exists("running"))
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/axsched/ax/ipc"
 	"github.com/axsched/ax/raftfsm"
+	"github.com/axsched/ax/sidecar"
 	"github.com/axsched/ax/sidecar/sidecartest"
 )
 
@@ -279,5 +280,171 @@ func TestFlowRecurring(t *testing.T) {
 		if j.count(id(run, "A")) != 1 || j.count(id(run, "B")) != 1 {
 			t.Fatalf("run %d: A called %d, B %d times", run, j.count(id(run, "A")), j.count(id(run, "B")))
 		}
+	}
+}
+
+// A cron flow (every even second, in a time zone) behaves as an every
+// flow: its first run is at the schedule's first slot after the submit,
+// and each next run at the first slot after the previous run ended (the
+// leader computes it, the FSM applies it): the slot that comes while run
+// 1 is still going is skipped, runs never overlap. Three runs, then a
+// cancel.
+func TestFlowCron(t *testing.T) {
+	c := sidecartest.New(t, sidecartest.Options{})
+	j := newJournal()
+	id := func(run int, s string) string { return raftfsm.FlowStageID("cr", run, s) }
+	hold := make(chan struct{})
+	j.hold[id(1, "B")] = hold
+	c.Respond(j.respond)
+	first := c.Now().Truncate(2 * time.Second).Add(2 * time.Second).UTC()
+	slot := func(k int) time.Time { return first.Add(time.Duration(k) * 2 * time.Second) }
+	fl := submitFlowJSON(t, c, `{"id":"cr","cron":"*/2 * * * * *","timezone":"Europe/Berlin","stages":[{"name":"A","handler":"h"},{"name":"B","handler":"h","depends_on":["A"]}]}`)
+	if !fl.RunDueAt.Equal(slot(0)) || fl.Cron != "*/2 * * * * *" || fl.Timezone != "Europe/Berlin" {
+		t.Fatalf("submitted: %+v, want run 1 due at %v", fl, slot(0))
+	}
+	c.AdvanceTo(slot(0))
+	c.WaitCalls(id(1, "B"), 1)
+	c.AdvanceTo(slot(1).Add(500 * time.Millisecond)) // run 1 overruns slot 1
+	if fl := getFlow(t, c, "cr"); fl.Run != 1 || fl.State != "RUNNING" {
+		t.Fatalf("flow while run 1 overruns: %+v", fl)
+	}
+	close(hold)
+	c.Eventually("run 2 armed", func() bool { fl = getFlow(t, c, "cr"); return fl.Run == 2 })
+	if !fl.RunDueAt.Equal(slot(2)) || fl.SucceededRuns != 1 {
+		t.Fatalf("run 2: %+v, want due at %v (slot 1 skipped)", fl, slot(2))
+	}
+	for run := 2; run <= 3; run++ {
+		c.AdvanceTo(slot(run))
+		b := c.WaitCalls(id(run, "B"), 1)
+		a := c.WaitCalls(id(run, "A"), 1)
+		if a[0].At.Before(slot(run)) || b[0].At.Before(a[0].At) {
+			t.Fatalf("run %d: A at %v, B at %v, slot %v", run, a[0].At, b[0].At, slot(run))
+		}
+		if !j.endedBefore(id(run, "A"), id(run-1, "B")) {
+			t.Fatalf("run %d started before run %d ended", run, run-1)
+		}
+		c.Eventually(fmt.Sprintf("run %d armed", run+1), func() bool { fl = getFlow(t, c, "cr"); return fl.Run == run+1 })
+		if !fl.RunDueAt.Equal(slot(run + 1)) {
+			t.Fatalf("run %d due at %v, want %v", run+1, fl.RunDueAt, slot(run+1))
+		}
+	}
+	if fl.SucceededRuns != 3 || fl.State != "WAITING" {
+		t.Fatalf("after three runs: %+v", fl)
+	}
+	if resp := c.HTTP(0, "DELETE", "/v1/flows/cr", nil); resp.Status != 200 {
+		t.Fatalf("cancel: %d %s", resp.Status, resp.Body)
+	}
+	waitFlow(t, c, "cr", "CANCELLED")
+	for run := 1; run <= 3; run++ {
+		if j.count(id(run, "A")) != 1 || j.count(id(run, "B")) != 1 {
+			t.Fatalf("run %d: A called %d, B %d times", run, j.count(id(run, "A")), j.count(id(run, "B")))
+		}
+	}
+}
+
+// DELETE /v1/flows/{id}?purge=true deletes a finished flow (200
+// {"purged":1}, then 404); a flow still going on is 409 (cancel it first).
+func TestFlowPurgeAPI(t *testing.T) {
+	c := sidecartest.New(t, sidecartest.Options{})
+	j := newJournal()
+	id := raftfsm.FlowStageID("pf", 1, "A")
+	j.hold[id] = make(chan struct{})
+	c.Respond(j.respond)
+	submitFlowJSON(t, c, `{"id":"pf","stages":[{"name":"A","handler":"h"}]}`)
+	c.WaitCalls(id, 1)
+	if resp := c.HTTP(0, "DELETE", "/v1/flows/pf?purge=true", nil); resp.Status != 409 || !strings.Contains(string(resp.Body), `"code":"conflict"`) {
+		t.Fatalf("purge of a running flow: %d %s", resp.Status, resp.Body)
+	}
+	if resp := c.HTTP(0, "DELETE", "/v1/flows/pf?purge=maybe", nil); resp.Status != 400 {
+		t.Fatalf("purge=maybe: %d %s", resp.Status, resp.Body)
+	}
+	close(j.hold[id])
+	waitFlow(t, c, "pf", "SUCCESS")
+	if resp := c.HTTP(0, "DELETE", "/v1/flows/pf?purge=true", nil); resp.Status != 200 || strings.TrimSpace(string(resp.Body)) != `{"purged":1}` {
+		t.Fatalf("purge: %d %s", resp.Status, resp.Body)
+	}
+	if resp := c.HTTP(0, "GET", "/v1/flows/pf", nil); resp.Status != 404 {
+		t.Fatalf("get after the purge: %d %s", resp.Status, resp.Body)
+	}
+	if resp := c.HTTP(0, "DELETE", "/v1/flows/pf?purge=true", nil); resp.Status != 404 {
+		t.Fatalf("second purge: %d %s", resp.Status, resp.Body)
+	}
+}
+
+// A flow submit counts its root stages against their handlers' backlog
+// bound: past it, 429 queue_full with Retry-After, and nothing is stored.
+func TestFlowBacklogBound(t *testing.T) {
+	c := sidecartest.New(t, sidecartest.Options{NoExecutor: true, Config: func(_ int, cfg *sidecar.Config) {
+		cfg.BacklogLimit = 3
+	}})
+	c.Submit(0, sidecartest.Spec("t1", "bp"))
+	c.Submit(0, sidecartest.Spec("t2", "bp"))
+	c.Eventually("the backlog of bp at 2", func() bool {
+		h := handlersOf(t, c, 0)["bp"]
+		return h.Backlog != nil && *h.Backlog == 2
+	})
+	two := `{"id":"big","stages":[{"name":"A","handler":"bp"},{"name":"B","handler":"bp"},{"name":"C","handler":"bp","depends_on":["A","B"]}]}`
+	resp := c.HTTP(0, "POST", "/v1/flows", []byte(two))
+	if resp.Status != 429 || !strings.Contains(string(resp.Body), `"code":"queue_full"`) || resp.RetryAfter() <= 0 {
+		t.Fatalf("flow with two roots over the bound: %d %s %v", resp.Status, resp.Body, resp.Header)
+	}
+	if resp := c.HTTP(0, "GET", "/v1/flows/big", nil); resp.Status != 404 {
+		t.Fatalf("refused flow: %d %s", resp.Status, resp.Body)
+	}
+	// One root fits; its dependent stage is not counted.
+	submitFlowJSON(t, c, `{"id":"small","stages":[{"name":"A","handler":"bp"},{"name":"B","handler":"bp","depends_on":["A"]}]}`)
+}
+
+// A flow submitted with a trace context passes it to every stage task:
+// each callback carries its trace id, flags and tracestate, the task views
+// show it; a resubmit from another trace is the same flow (200).
+func TestFlowTraceContext(t *testing.T) {
+	c := sidecartest.New(t, sidecartest.Options{})
+	c.Respond(func(sidecartest.Call) sidecartest.Reply { return sidecartest.Reply{} })
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	body := `{"id":"tr","traceparent":"` + tp + `","tracestate":"rojo=1","stages":[{"name":"A","handler":"h"},{"name":"B","handler":"h","depends_on":["A"]}]}`
+	submitFlowJSON(t, c, body)
+	waitFlow(t, c, "tr", "SUCCESS")
+	for _, s := range []string{"A", "B"} {
+		id := raftfsm.FlowStageID("tr", 1, s)
+		calls := c.WaitCalls(id, 1)
+		if got := calls[0].TraceParent; len(got) != len(tp) || got[:36] != tp[:36] || got[52:] != tp[52:] || calls[0].TraceState != "rojo=1" {
+			t.Errorf("stage %s: traceparent %q tracestate %q, want the trace id and flags of %q", s, got, calls[0].TraceState, tp)
+		}
+		tk, err := c.Task(0, id)
+		if err != nil || tk.TraceParent != tp || tk.TraceState != "rojo=1" {
+			t.Errorf("stage %s task view: %+v, %v", s, tk, err)
+		}
+	}
+	other := strings.Replace(body, "4bf92f35", "5bf92f35", 1)
+	if resp := c.HTTP(0, "POST", "/v1/flows", []byte(other)); resp.Status != 200 {
+		t.Fatalf("resubmit from another trace: %d %s", resp.Status, resp.Body)
+	}
+}
+
+// POST /v1/tasks/{stage}/retry is 409 conflict while the flow is stored (a
+// retried stage would not move it), and DELETE /v1/tasks/{stage}?purge=true
+// is 409 while its flow is still going on (its dependents read its result).
+func TestFlowStageRetryAndPurgeRefused(t *testing.T) {
+	c := sidecartest.New(t, sidecartest.Options{})
+	j := newJournal()
+	id := func(s string) string { return raftfsm.FlowStageID("rp", 1, s) }
+	j.answers[id("A")] = sidecartest.Reply{Status: 422}
+	j.hold[id("C")] = make(chan struct{})
+	c.Respond(j.respond)
+	submitFlowJSON(t, c, `{"id":"rp","stages":[{"name":"A","handler":"h"},{"name":"B","handler":"h"},{"name":"C","handler":"h","depends_on":["B"]}]}`)
+	c.WaitCalls(id("C"), 1)
+	c.WaitState(0, id("A"), "FAILED")
+	esc := func(s string) string { return strings.ReplaceAll(s, "/", "%2F") }
+	if resp := c.HTTP(0, "POST", "/v1/tasks/"+esc(id("A"))+"/retry", nil); resp.Status != 409 || !strings.Contains(string(resp.Body), "is a stage of flow") {
+		t.Fatalf("retry of a stage: %d %s", resp.Status, resp.Body)
+	}
+	if resp := c.HTTP(0, "DELETE", "/v1/tasks/"+esc(id("B"))+"?purge=true", nil); resp.Status != 409 || !strings.Contains(string(resp.Body), "has not ended") {
+		t.Fatalf("purge of a stage of a running flow: %d %s", resp.Status, resp.Body)
+	}
+	close(j.hold[id("C")])
+	waitFlow(t, c, "rp", "FAILED")
+	if resp := c.HTTP(0, "DELETE", "/v1/tasks/"+esc(id("B"))+"?purge=true", nil); resp.Status != 200 {
+		t.Fatalf("purge of a stage once the flow ended: %d %s", resp.Status, resp.Body)
 	}
 }

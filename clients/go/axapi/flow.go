@@ -16,8 +16,12 @@ type Flow struct {
 	Run      int       `json:"run"`
 	RunDueAt time.Time `json:"run_due_at"`
 	// Every is a recurring flow's interval (a Go duration).
-	Every  string      `json:"every,omitempty"`
-	Stages []StageView `json:"stages"`
+	Every string `json:"every,omitempty"`
+	// Cron is a recurring flow's cron expression, evaluated in Timezone
+	// (an IANA name; empty: UTC).
+	Cron     string      `json:"cron,omitempty"`
+	Timezone string      `json:"timezone,omitempty"`
+	Stages   []StageView `json:"stages"`
 	// SucceededRuns and FailedRuns count the flow runs that ended so.
 	SucceededRuns int        `json:"succeeded_runs"`
 	FailedRuns    int        `json:"failed_runs"`

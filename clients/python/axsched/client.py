@@ -594,7 +594,9 @@ class Client:
     def submit_flow(self, flow: Mapping[str, Any]) -> Dict[str, Any]:
         """Submit a flow (``POST /v1/flows``): ``flow`` is the request body,
         ``{"id": ..., "stages": [{"name", "handler", "depends_on", "payload",
-        "on_failure", and the task fields}], "delay"/"run_at"/"every"}``.
+        "on_failure", and the task fields}], "delay"/"run_at", "every" or
+        "cron" (with "timezone"), "traceparent"/"tracestate"}`` (the trace
+        context every stage task carries).
         Returns the flow as the API sends it (``state``, ``run``,
         ``stages`` with each stage's ``state`` and ``task_id``). The same id
         and spec again returns the stored flow; another spec raises
@@ -619,6 +621,15 @@ class Client:
         """Cancel the flow ``id`` (``DELETE /v1/flows/{id}``): its pending,
         waiting and running stages become CANCELLED. Returns the flow."""
         return self._flow_doc("DELETE", _flow_path(id))
+
+    @_public
+    def purge_flow(self, id: str) -> None:
+        """Delete a finished flow (SUCCESS, FAILED, CANCELLED) now
+        (``DELETE /v1/flows/{id}?purge=true``), instead of waiting for its
+        retention; its stage tasks are left to the task retention. Raises
+        :class:`Conflict` for a flow that has not ended (cancel it first)
+        and :class:`NotFound` for an unknown id."""
+        self._json("DELETE", _flow_path(id) + "?purge=true", replayable=True)
 
     @_public
     def flows(self, limit: Optional[int] = None, cursor: Optional[str] = None) -> Dict[str, Any]:

@@ -46,6 +46,16 @@ class FlowsTest(unittest.TestCase):
             "POST /v1/flows", "GET /v1/flows/a%2Fb", "GET /v1/flows?limit=5&cursor=a", "DELETE /v1/flows/etl",
         ])
 
+    def test_purge_flow(self):
+        self.stub.enqueue(200, b'{"purged":1}', JSON, method="DELETE", path="/v1/flows/a%2Fb")
+        self.assertIsNone(self.client.purge_flow("a/b"))
+        self.assertEqual(self.stub.paths()[-1], "DELETE /v1/flows/a%2Fb?purge=true")
+        self.stub.enqueue_error(409, "conflict", 'purge: flow "r" is WAITING', method="DELETE")
+        with self.assertRaises(Conflict):
+            self.client.purge_flow("r")
+        with self.assertRaises(BadRequest):
+            self.client.purge_flow("")
+
     def test_errors(self):
         self.stub.enqueue_error(400, "bad_request", "stages: dependency cycle: A -> B -> A", path="/v1/flows")
         with self.assertRaises(BadRequest) as cm:
