@@ -21,7 +21,19 @@ const (
 	// HeaderTraceParent carries the W3C trace context of the task, when it
 	// has one.
 	HeaderTraceParent = "traceparent"
+	// HeaderShardIndex is the shard's index within its run, from 0, on
+	// every attempt of a sharded task's shard (absent for unsharded tasks).
+	HeaderShardIndex = "Ax-Shard-Index"
+	// HeaderShardTotal is the number of shards of the run, on every attempt
+	// of a sharded task's shard (absent for unsharded tasks).
+	HeaderShardTotal = "Ax-Shard-Total"
 )
+
+// ShardsPath is the path on an executor's base URL where the sidecar asks
+// how many shards a run of a task with "shards": {"ask": true} gets: a POST
+// with the callback's headers and the task's payload as body, answered 200
+// with {"count": n}, n >= 1.
+const ShardsPath = "/ax/v1/shards"
 
 // DeadlineFormat is the layout of the Ax-Deadline header: RFC 3339 in UTC
 // with milliseconds (a parser of time.RFC3339Nano reads it).
