@@ -47,7 +47,7 @@ func TestDecodeFlowInvalid(t *testing.T) {
 		{"stage timing", `{"id":"f","stages":[{"name":"A","handler":"h","delay":"1s"}]}`, `stage "A": delay: not allowed on a stage`},
 		{"stage schedule", `{"id":"f","stages":[{"name":"A","handler":"h","every":"1s"}]}`, `stage "A": every: not allowed`},
 		{"bad on_failure", `{"id":"f","stages":[{"name":"A","handler":"h","on_failure":"ignore"}]}`, "on_failure"},
-		{"unknown stage field", `{"id":"f","stages":[{"name":"A","handler":"h","shards":{}}]}`, "stages[0]: unknown field"},
+		{"unknown stage field", `{"id":"f","stages":[{"name":"A","handler":"h","bogus":{}}]}`, "stages[0]: unknown field"},
 		{"unknown field", `{"id":"f","x":1,"stages":[{"name":"A","handler":"h"}]}`, "unknown field"},
 		{"cron", `{"id":"f","cron":"* * * * *","stages":[{"name":"A","handler":"h"}]}`, "cron: not supported"},
 		{"delay and run_at", `{"id":"f","delay":"1s","run_at":"2030-01-01T00:00:00Z","stages":[{"name":"A","handler":"h"}]}`, "give at most one"},

@@ -72,6 +72,10 @@ const (
 	// ErrInvalid): a submit's trace context is not valid W3C Trace Context.
 	CodeInvalidTraceparent = axapi.CodeInvalidTraceparent
 	CodeInvalidTracestate  = axapi.CodeInvalidTracestate
+	// CodeInvalidShards (HTTP 400, matching ErrInvalid): a submit's
+	// Shards is invalid (both or neither of Count and Ask, a bound out of
+	// range).
+	CodeInvalidShards = axapi.CodeInvalidShards
 	CodeNotFound           = axapi.CodeNotFound
 	CodeConflict           = axapi.CodeConflict
 	CodePayloadTooLarge    = axapi.CodePayloadTooLarge
@@ -98,6 +102,7 @@ var codeSentinels = map[string]error{
 	CodeInvalidJSON:        ErrInvalid,
 	CodeInvalidTraceparent: ErrInvalid,
 	CodeInvalidTracestate:  ErrInvalid,
+	CodeInvalidShards:      ErrInvalid,
 	CodeNotFound:           ErrNotFound,
 	CodeHandlerNotFound:    ErrNotFound,
 	CodeTaskFinished:       ErrConflict,
