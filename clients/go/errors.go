@@ -75,13 +75,13 @@ const (
 	// CodeInvalidShards (HTTP 400, matching ErrInvalid): a submit's
 	// Shards is invalid (both or neither of Count and Ask, a bound out of
 	// range).
-	CodeInvalidShards = axapi.CodeInvalidShards
-	CodeNotFound           = axapi.CodeNotFound
-	CodeConflict           = axapi.CodeConflict
-	CodePayloadTooLarge    = axapi.CodePayloadTooLarge
-	CodeQueueFull          = axapi.CodeQueueFull
-	CodeNoLeader           = axapi.CodeNoLeader
-	CodeNotReady           = axapi.CodeNotReady
+	CodeInvalidShards   = axapi.CodeInvalidShards
+	CodeNotFound        = axapi.CodeNotFound
+	CodeConflict        = axapi.CodeConflict
+	CodePayloadTooLarge = axapi.CodePayloadTooLarge
+	CodeQueueFull       = axapi.CodeQueueFull
+	CodeNoLeader        = axapi.CodeNoLeader
+	CodeNotReady        = axapi.CodeNotReady
 	// CodeStorageUnavailable (HTTP 503, with Retry-After): the node's disk
 	// cannot take writes (full, not writable); it refuses writes until it
 	// recovers and still serves reads. Check APIError.Code for it.
