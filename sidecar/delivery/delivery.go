@@ -776,7 +776,10 @@ func (d *Delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 		if sh := t.Spec.Shards; sh != nil && !sh.Ask {
 			// Count mode: the run's first step needs no callback; its
 			// Complete starts the shards.
-			d.report(&raftfsm.Complete{ID: t.ID, Epoch: r.epoch, Attempt: r.attempt, Outcome: raftfsm.OutcomeSuccess, ShardCount: sh.Count}, t)
+			c := &raftfsm.Complete{ID: t.ID, Epoch: r.epoch, Attempt: r.attempt, Outcome: raftfsm.OutcomeSuccess, ShardCount: sh.Count}
+			r.callStart = d.clock.Now() // the run's start, for its record
+			r.facts(c, t, callback.Outcome{Kind: raftfsm.OutcomeSuccess})
+			d.report(c, t)
 			return
 		}
 		var ok bool
