@@ -276,3 +276,42 @@ func TestParseShardID(t *testing.T) {
 		t.Error("Bound")
 	}
 }
+
+// Bad input that reaches the FSM anyway changes nothing unexpected: a
+// ShardCount for a task without shards is a plain success; a count over
+// the bound is clamped; a Complete with ShardCount 0 on a sharded task is
+// a plain success too (an app's report).
+func TestShardsBadInput(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	e.startRun("plain", spec("h", ""), 7)
+	if p := e.task("plain"); p.State != StateSuccess || p.Shards != nil {
+		t.Fatalf("plain task with a ShardCount: %+v", p)
+	}
+	e.noTask(ShardID("plain", 1, 0))
+	e.startRun("big", shardSpec(Shards{Ask: true, Max: 3}), 1<<30)
+	if p := e.task("big"); p.Shards.Total != 3 {
+		t.Fatalf("clamped total %d", p.Shards.Total)
+	}
+	e.startRun("zero", shardSpec(Shards{Count: 2}), 0)
+	if p := e.task("zero"); p.State != StateSuccess || p.Shards != nil {
+		t.Fatalf("sharded task completed without a count: %+v", p)
+	}
+	e.checkIndexes()
+}
+
+// An overwrite of a task waiting for its shards cancels them; their ends
+// do not touch the new task.
+func TestShardsOverwriteCancelsShards(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	e.startRun("p", shardSpec(Shards{Count: 2}), 2)
+	e.next(overwriteCmd("p", spec("h2", ""), 5000, 3000))
+	for i := 0; i < 2; i++ {
+		if s := e.task(ShardID("p", 1, i)); s.State != StateCancelled {
+			t.Fatalf("shard %d: %s", i, s.State)
+		}
+	}
+	if p := e.task("p"); p.State != StateWaiting || p.Spec.Handler != "h2" || p.Shards != nil {
+		t.Fatalf("overwritten task %+v", p)
+	}
+	e.checkIndexes()
+}
