@@ -301,6 +301,7 @@ func TestOpenAPI_Schemas(t *testing.T) {
 		{"Flow", jsonFields(Flow{})},
 		{"StageView", jsonFields(StageView{})},
 		{"FlowPage", jsonFields(FlowPage{})},
+		{"Alert", jsonFields(axapi.Alert{})},
 	} {
 		sort.Strings(tc.fields)
 		if got := props(t, spec, tc.schema); !slices.Equal(got, tc.fields) {
@@ -398,6 +399,20 @@ func TestOpenAPI_Callback(t *testing.T) {
 		if !strings.Contains(text, callback.ExecutePath) {
 			t.Errorf("callback description does not name %s", callback.ExecutePath)
 		}
+	}
+	alert := at(t, spec, "webhooks", "alert", "post")
+	headers = nil
+	for _, p := range at(t, alert, "parameters").([]any) {
+		p := p.(map[string]any)
+		if p["in"] == "header" && p["required"] == true {
+			headers = append(headers, p["name"].(string))
+		}
+	}
+	if want := []string{axapi.HeaderAlertID, axapi.HeaderTaskID, axapi.HeaderHandler, axapi.HeaderRun}; !slices.Equal(headers, want) {
+		t.Errorf("alert headers = %v, want %v", headers, want)
+	}
+	if !strings.Contains(at(t, alert, "description").(string), callback.AlertPath) {
+		t.Errorf("alert description does not name %s", callback.AlertPath)
 	}
 }
 

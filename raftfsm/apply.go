@@ -20,7 +20,7 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 		}
 		res, evs, err := applyCancel(w, c.Cancel)
 		if err == nil && len(evs) == 1 {
-			evs, err = taskEnded(w, index, evs, c.Cancel.AtMs)
+			evs, err = taskEnded(w, index, evs, c.Cancel.AtMs, false)
 		}
 		return res, evs, err
 	case CmdFire:
@@ -34,7 +34,7 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 		}
 		res, evs, err := applyComplete(w, c.Complete)
 		if err == nil && len(evs) == 1 {
-			evs, err = taskEnded(w, index, evs, c.Complete.AtMs)
+			evs, err = taskEnded(w, index, evs, c.Complete.AtMs, c.Complete.Alert)
 		}
 		return res, evs, err
 	case CmdNode:
@@ -72,6 +72,11 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 			return Result{}, nil, fmt.Errorf("flow without body: %w", ErrBadEntry)
 		}
 		return applyFlow(w, index, c.Flow)
+	case CmdAlertDone:
+		if c.AlertDone == nil {
+			return Result{}, nil, fmt.Errorf("alert done without body: %w", ErrBadEntry)
+		}
+		return applyAlertDone(w, c.AlertDone)
 	default:
 		return Result{}, nil, fmt.Errorf("command type %d: %w", c.Type, ErrUnknownCommand)
 	}
@@ -82,7 +87,7 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 // cancelled, a shard's end is counted in its parent (whose run may end),
 // and a flow stage's end moves its flow (flow_apply.go). Each check is a
 // field or prefix compare for a plain task.
-func taskEnded(w *writer, index uint64, evs []Event, atMs int64) ([]Event, error) {
+func taskEnded(w *writer, index uint64, evs []Event, atMs int64, alert bool) ([]Event, error) {
 	t := evs[0].Task
 	switch {
 	case t.AwaitingShards() && evs[0].Type == CmdComplete:
@@ -95,7 +100,7 @@ func taskEnded(w *writer, index uint64, evs []Event, atMs int64) ([]Event, error
 			return evs, err
 		}
 	case isShard(t):
-		more, err := shardEnded(w, t, atMs)
+		more, err := shardEnded(w, t, atMs, alert)
 		if err != nil || len(more) == 0 {
 			return evs, err
 		}
@@ -179,7 +184,7 @@ func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {
 	var more []Event
 	if prev != nil && !prev.State.Terminal() {
 		// The replaced spec's run ends here: its record says so.
-		if err := historyCancel(w, prev, nil, &Cancel{ID: s.ID, AtMs: s.AtMs}); err != nil {
+		if _, err := historyCancel(w, prev, nil, &Cancel{ID: s.ID, AtMs: s.AtMs}); err != nil {
 			return Result{}, nil, err
 		}
 		if prev.AwaitingShards() { // and its shards with it
@@ -199,15 +204,21 @@ func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {
 }
 
 func applyCancel(w *writer, c *Cancel) (Result, []Event, error) {
-	return applyStep(w, c.ID, CmdCancel, func(prev *Task) (*Task, Result, error) {
+	ended := 0
+	res, evs, err := applyStep(w, c.ID, CmdCancel, func(prev *Task) (*Task, Result, error) {
 		t, res := cancelTask(prev, c)
 		if t != nil {
-			if err := historyCancel(w, prev, t, c); err != nil {
+			var err error
+			if ended, err = historyCancel(w, prev, t, c); err != nil {
 				return nil, Result{}, err
 			}
 		}
 		return t, res, nil
 	})
+	for i := range evs {
+		evs[i].RunEnded = ended
+	}
+	return res, evs, err
 }
 
 func applyFire(w *writer, f *Fire) (Result, []Event, error) {
@@ -223,17 +234,38 @@ func applyFire(w *writer, f *Fire) (Result, []Event, error) {
 }
 
 func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
+	ended := 0
 	res, evs, err := applyStep(w, c.ID, CmdComplete, func(prev *Task) (*Task, Result, error) {
 		t, res, err := completeTask(prev, c)
 		if t != nil && err == nil {
-			err = historyComplete(w, prev, t, c)
+			ended, err = historyComplete(w, prev, t, c)
+		}
+		if t != nil && err == nil && c.Alert {
+			if state, ok := runEndsFailed(prev, c); ok {
+				err = addAlert(w, prev, c, state)
+			}
 		}
 		return t, res, err
 	})
 	for i := range evs {
 		evs[i].Outcome = c.Outcome
+		if c.Alert {
+			// The step applied (an event), so prev had the same spec.
+			_, evs[i].Alert = runEndsFailed(evs[i].Task, c)
+		}
+		evs[i].RunEnded = ended
+		if ended != 0 && c.reported() {
+			evs[i].EndedBy = evs[i].PrevNode
+		}
 	}
 	return res, evs, err
+}
+
+// reported reports whether c carries the delivering node's report of the
+// call (proposed by that node), not a decision of the leader (a timeout,
+// a lost node) or an app's reported result.
+func (c *Complete) reported() bool {
+	return c.Executor != "" || c.AppliedMs != 0 || c.StartedMs != 0
 }
 
 // applyNode stores a node's record as the node states it at start. The

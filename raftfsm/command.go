@@ -13,17 +13,18 @@ type CommandType uint8
 
 // Command types. Values are stored in the Raft log: never renumber them.
 const (
-	CmdSubmit   CommandType = 1
-	CmdCancel   CommandType = 2
-	CmdFire     CommandType = 3
-	CmdComplete CommandType = 4
-	CmdNode     CommandType = 5
-	CmdExecutor CommandType = 6
-	CmdRetry    CommandType = 7
-	CmdLease    CommandType = 8
-	CmdPurge    CommandType = 9
-	CmdPause    CommandType = 10
-	CmdFlow     CommandType = 11 // flow.go
+	CmdSubmit    CommandType = 1
+	CmdCancel    CommandType = 2
+	CmdFire      CommandType = 3
+	CmdComplete  CommandType = 4
+	CmdNode      CommandType = 5
+	CmdExecutor  CommandType = 6
+	CmdRetry     CommandType = 7
+	CmdLease     CommandType = 8
+	CmdPurge     CommandType = 9
+	CmdPause     CommandType = 10
+	CmdFlow      CommandType = 11 // flow.go
+	CmdAlertDone CommandType = 12 // alert.go
 )
 
 // EntryVersion is the first byte of every Raft log entry this version writes.
@@ -31,18 +32,19 @@ const EntryVersion = 1
 
 // Command is one state change. Exactly the field matching Type is set.
 type Command struct {
-	Type     CommandType     `msgpack:"t"`
-	Submit   *Submit         `msgpack:"s,omitempty"`
-	Cancel   *Cancel         `msgpack:"c,omitempty"`
-	Fire     *Fire           `msgpack:"f,omitempty"`
-	Complete *Complete       `msgpack:"x,omitempty"`
-	Node     *Node           `msgpack:"n,omitempty"`
-	Executor *ExecutorChange `msgpack:"ex,omitempty"`
-	Retry    *Retry          `msgpack:"r,omitempty"`
-	Lease    *Lease          `msgpack:"l,omitempty"`
-	Purge    *Purge          `msgpack:"pg,omitempty"`
-	Pause    *Pause          `msgpack:"pause,omitempty"`
-	Flow     *FlowSubmit     `msgpack:"fl,omitempty"`
+	Type      CommandType     `msgpack:"t"`
+	Submit    *Submit         `msgpack:"s,omitempty"`
+	Cancel    *Cancel         `msgpack:"c,omitempty"`
+	Fire      *Fire           `msgpack:"f,omitempty"`
+	Complete  *Complete       `msgpack:"x,omitempty"`
+	Node      *Node           `msgpack:"n,omitempty"`
+	Executor  *ExecutorChange `msgpack:"ex,omitempty"`
+	Retry     *Retry          `msgpack:"r,omitempty"`
+	Lease     *Lease          `msgpack:"l,omitempty"`
+	Purge     *Purge          `msgpack:"pg,omitempty"`
+	Pause     *Pause          `msgpack:"pause,omitempty"`
+	Flow      *FlowSubmit     `msgpack:"fl,omitempty"`
+	AlertDone *AlertDone      `msgpack:"ad,omitempty"`
 }
 
 // ExecutorChange registers (or with Remove, removes) an executor of a node
@@ -133,6 +135,11 @@ type Complete struct {
 	NextSlotMs int64 `msgpack:"ns,omitempty"`
 	NextDueMs  int64 `msgpack:"nd,omitempty"`
 	AtMs       int64 `msgpack:"at"`
+	// Alert is set by a leader with a dead-run webhook (--on-dead-url):
+	// a Complete that ends the run DEAD or FAILED then writes a pending
+	// alert (alert.go). The FSM must not read a node's flag, so it
+	// travels here, like Fire.HistoryRuns.
+	Alert bool `msgpack:"al,omitempty"`
 
 	// What only the delivering node knows, for the run record
 	// (history.go); all zero in a Complete the leader makes (a timeout, a

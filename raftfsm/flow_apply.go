@@ -231,13 +231,14 @@ func cancelFlow(w *writer, fl *Flow, atMs int64) (Result, []Event, error) {
 				fl.Stages[i] = prev.State
 				continue
 			}
-			if err := historyCancel(w, prev, t, c); err != nil {
+			ended, err := historyCancel(w, prev, t, c)
+			if err != nil {
 				return Result{}, nil, err
 			}
 			if err := putTask(w, prev, t); err != nil {
 				return Result{}, nil, err
 			}
-			evs = append(evs, Event{Type: CmdCancel, Task: t, Prev: prev.State, PrevNode: prev.Node})
+			evs = append(evs, Event{Type: CmdCancel, Task: t, Prev: prev.State, PrevNode: prev.Node, RunEnded: ended})
 		}
 	}
 	fl.State, fl.FinishedMs, fl.UpdatedMs = StateCancelled, atMs, atMs

@@ -30,6 +30,18 @@ type Event struct {
 	Node *Node
 	// Outcome is the reported outcome, for CmdComplete events.
 	Outcome Outcome
+	// Alert is set on a CmdComplete event that wrote a pending alert
+	// (the run ended DEAD or FAILED with Complete.Alert; alert.go).
+	Alert bool
+	// RunEnded is the number of the run whose record this change closed
+	// (a CmdComplete that ended the run, a CmdCancel of a run that had
+	// fired), when the run has history; 0 otherwise. EndedBy is the node
+	// that ran the last attempt when its own Complete ended the run (it
+	// carried the call's report), "" when the leader decided the end (a
+	// cancel, a timeout, a lost node, an app's reported result). Used to
+	// export the run once (sidecar/otelexport).
+	RunEnded int
+	EndedBy  string
 	// Pause is the applied pause or resume, for CmdPause events (of a
 	// handler, or of the task in Task).
 	Pause *Pause

@@ -197,14 +197,15 @@ func (r *RunRecord) addAttempt(a AttemptRecord) {
 
 // historyComplete writes the record of prev's run (the task before the
 // Complete) with attempt c.Attempt ended and, when the run ended, the run;
-// t is the task after it (HistRun set).
-func historyComplete(w *writer, prev, t *Task, c *Complete) error {
+// t is the task after it (HistRun set). It returns the run's number when
+// this Complete ended it (0 otherwise, and when the run has no history).
+func historyComplete(w *writer, prev, t *Task, c *Complete) (int, error) {
 	if !runHistory(prev) {
-		return nil
+		return 0, nil
 	}
 	r, key, err := loadRun(w, prev)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	a := AttemptRecord{
 		Attempt: c.Attempt, Node: prev.Node, FiredMs: prev.FiredMs,
@@ -244,32 +245,34 @@ func historyComplete(w *writer, prev, t *Task, c *Complete) error {
 	if t.AwaitingShards() {
 		r.State, r.Shards = StateRunning, t.Shards.Total
 	}
+	ended := 0
 	if r.State.Terminal() {
 		r.FinishedMs = c.AtMs
+		ended = r.Run
 	}
 	t.HistRun = r.Run
-	return w.putRecord(key, &r)
+	return ended, w.putRecord(key, &r)
 }
 
 // historyCancel closes prev's run, CANCELLED at c.AtMs, when it had a Fire
 // with history on; t is the task after the cancel (nil: none is stored,
-// an overwrite).
-func historyCancel(w *writer, prev, t *Task, c *Cancel) error {
+// an overwrite). It returns the number of the run it closed (0: none).
+func historyCancel(w *writer, prev, t *Task, c *Cancel) (int, error) {
 	if prev.State.Terminal() || !runHistory(prev) {
-		return nil
+		return 0, nil
 	}
 	r, key, err := loadRun(w, prev)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if prev.State == StateRunning {
+	if prev.State == StateRunning && !prev.AwaitingShards() { // a run waiting for its shards has no attempt running
 		r.addAttempt(AttemptRecord{Attempt: prev.Attempts, Node: prev.Node, FiredMs: prev.FiredMs, Outcome: OutcomeCancelled, EndedMs: c.AtMs})
 	}
 	r.State, r.FinishedMs = StateCancelled, c.AtMs
 	if t != nil {
 		t.HistRun = r.Run
 	}
-	return w.putRecord(key, &r)
+	return r.Run, w.putRecord(key, &r)
 }
 
 // currentRun returns the view of t's current run while it goes on (the

@@ -252,3 +252,51 @@ func TestHistorySnapshotAndPurge(t *testing.T) {
 		t.Fatalf("after purge: a %d runs, %d keys", n, dst.historyKeys())
 	}
 }
+
+// TestHistoryRunEndedEvents: the event of the change that closes a run's
+// record names the run (RunEnded), and the node whose own Complete ended
+// it (EndedBy); a Complete that leaves a retry due, a leader's Complete
+// and a cancel name no node.
+func TestHistoryRunEndedEvents(t *testing.T) {
+	e := newEnv(t)
+	rec := &recorder{}
+	e.f.SetObserver(rec)
+	last := func() Event {
+		t.Helper()
+		c := rec.calls[len(rec.calls)-1]
+		if len(c.events) != 1 {
+			t.Fatalf("events %+v", c.events)
+		}
+		return c.events[0]
+	}
+	e.apply1(1, submitCmd("a", spec("h", "{}"), 1000, 900))
+	e.apply1(2, fireCmd("a", 1, 1, "n1", 1100, 40000))
+	e.apply1(3, deliveredCmd("a", 1, 1, OutcomeRetryable, 500, "boom", 1300))
+	if ev := last(); ev.RunEnded != 0 || ev.EndedBy != "" {
+		t.Fatalf("a retry due: %+v", ev)
+	}
+	e.apply1(4, fireCmd("a", 1, 2, "n2", 2300, 40000))
+	e.apply1(5, deliveredCmd("a", 1, 2, OutcomeSuccess, 200, "", 2500))
+	if ev := last(); ev.RunEnded != 1 || ev.EndedBy != "n2" {
+		t.Fatalf("run ended by n2's Complete: %+v", ev)
+	}
+
+	e.apply1(6, submitCmd("b", spec("h", "{}"), 1000, 900))
+	e.apply1(7, fireCmd("b", 6, 1, "n1", 1100, 40000))
+	e.apply1(8, completeCmd("b", 6, 1, OutcomePermanent, "lost", 0, 1300))
+	if ev := last(); ev.RunEnded != 1 || ev.EndedBy != "" {
+		t.Fatalf("run ended by the leader's Complete: %+v", ev)
+	}
+
+	e.apply1(9, submitCmd("c", spec("h", "{}"), 1000, 900))
+	e.apply1(10, fireCmd("c", 9, 1, "n1", 1100, 40000))
+	e.apply1(11, cancelCmd("c", 1200))
+	if ev := last(); ev.Type != CmdCancel || ev.RunEnded != 1 || ev.EndedBy != "" {
+		t.Fatalf("run cancelled: %+v", ev)
+	}
+	e.apply1(12, submitCmd("d", spec("h", "{}"), 1000, 900))
+	e.apply1(13, cancelCmd("d", 1200))
+	if ev := last(); ev.RunEnded != 0 {
+		t.Fatalf("a task cancelled before it fired: %+v", ev)
+	}
+}

@@ -20,6 +20,8 @@ import "encoding/binary"
 //	h/<id len BE 2><id><run BE 8>  a run record (RunRecord; history.go)
 //	w/<id>                    a flow record (Flow; flow.go)
 //	ws/<id len BE 2><id><i BE 4>  stage i's spec of flow id (FlowStage; flow.go)
+//	al/<seq BE 8>             a pending dead-run alert (Alert; alert.go)
+//	m/alerts                  the alerts' bookkeeping (AlertMeta; alert.go)
 var (
 	keyApplied = []byte("m/applied")
 	prefixTask = []byte("t/")

@@ -123,6 +123,9 @@ type LeaderInputs struct {
 	// ProbeMin and ProbeMax bound the wait before an attempt the executor
 	// was unavailable for is due again.
 	ProbeMin, ProbeMax time.Duration
+	// Alerts says the leader has a dead-run webhook: a Complete gets
+	// Alert set (alert.go).
+	Alerts bool
 }
 
 // Prepared tells the leader what Prepare decided beyond the command's
@@ -205,6 +208,7 @@ func prepareSubmit(s *Submit, now time.Time, in LeaderInputs) (p Prepared) {
 func prepareComplete(x *Complete, now time.Time, in LeaderInputs) (p Prepared) {
 	x.AtMs = now.UnixMilli()
 	x.NextSlotMs, x.NextDueMs = 0, 0
+	x.Alert = in.Alerts
 	t := in.Task
 	switch {
 	case x.Outcome == OutcomeSuccess:

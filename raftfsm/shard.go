@@ -139,7 +139,7 @@ func startShards(w *writer, index uint64, p *Task, atMs int64) ([]Event, error) 
 		ev := Event{Type: CmdSubmit, Task: t}
 		if prev != nil { // not made by shards (the API reserves the prefix)
 			if !prev.State.Terminal() {
-				if err := historyCancel(w, prev, nil, &Cancel{ID: id, AtMs: atMs}); err != nil {
+				if _, err := historyCancel(w, prev, nil, &Cancel{ID: id, AtMs: atMs}); err != nil {
 					return nil, err
 				}
 			}
@@ -158,8 +158,11 @@ func startShards(w *writer, index uint64, p *Task, atMs int64) ([]Event, error) 
 // or Cancel that ended it) in its parent's ShardRun and, when it was the
 // last, ends the parent's run. A shard is counted once; a shard of an
 // older run, or of a parent no longer waiting for shards, changes nothing.
-// The events are the parent's, when its run ended.
-func shardEnded(w *writer, s *Task, atMs int64) ([]Event, error) {
+// The events are the parent's, when its run ended. alert (the ending
+// Complete's Alert: the leader has a dead-run webhook) makes a DEAD run
+// leave a pending alert (alert.go), as a Complete that ends a run DEAD
+// does.
+func shardEnded(w *writer, s *Task, atMs int64, alert bool) ([]Event, error) {
 	parentID, run, i, ok := ParseShardID(s.ID)
 	if !ok {
 		return nil, nil
@@ -204,14 +207,24 @@ func shardEnded(w *writer, s *Task, atMs int64) ([]Event, error) {
 			p.FailedRuns++
 		}
 	}
-	toNextRun(&p, &Complete{NextSlotMs: sr.NextSlotMs, NextDueMs: sr.NextDueMs})
-	if err := historyShardsEnded(w, prev, &p, atMs); err != nil {
+	end := &Complete{ID: p.ID, Epoch: p.Epoch, Attempt: p.Attempts, Outcome: out, Error: p.LastError,
+		NextSlotMs: sr.NextSlotMs, NextDueMs: sr.NextDueMs, AtMs: atMs}
+	toNextRun(&p, end)
+	ended, err := historyShardsEnded(w, prev, &p, atMs)
+	if err != nil {
 		return nil, err
+	}
+	ev := Event{Type: CmdComplete, Task: &p, Prev: StateRunning, Outcome: out, RunEnded: ended}
+	if alert && sr.Failed > 0 {
+		if err := addAlert(w, prev, end, StateDead); err != nil {
+			return nil, err
+		}
+		ev.Alert = true
 	}
 	if err := putTask(w, prev, &p); err != nil {
 		return nil, err
 	}
-	return []Event{{Type: CmdComplete, Task: &p, Prev: StateRunning, Outcome: out}}, nil
+	return []Event{ev}, nil
 }
 
 // cancelShards cancels the shard tasks of p's current run that have not
@@ -229,26 +242,28 @@ func cancelShards(w *writer, p *Task, atMs int64) ([]Event, error) {
 		}
 		c := &Cancel{ID: id, AtMs: atMs}
 		t, _ := cancelTask(prev, c)
-		if err := historyCancel(w, prev, t, c); err != nil {
+		ended, err := historyCancel(w, prev, t, c)
+		if err != nil {
 			return nil, err
 		}
 		if err := putTask(w, prev, t); err != nil {
 			return nil, err
 		}
-		evs = append(evs, Event{Type: CmdCancel, Task: t, Prev: prev.State, PrevNode: prev.Node})
+		evs = append(evs, Event{Type: CmdCancel, Task: t, Prev: prev.State, PrevNode: prev.Node, RunEnded: ended})
 	}
 	return evs, nil
 }
 
 // historyShardsEnded closes the record of prev's run (waiting for its
-// shards) as t ended it, with the shards' counts.
-func historyShardsEnded(w *writer, prev, t *Task, atMs int64) error {
+// shards) as t ended it, with the shards' counts, and returns its run
+// number (0 without history).
+func historyShardsEnded(w *writer, prev, t *Task, atMs int64) (int, error) {
 	if !runHistory(prev) {
-		return nil
+		return 0, nil
 	}
 	r, key, err := loadRun(w, prev)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	r.State, r.FinishedMs = StateSuccess, atMs
 	if t.Shards.Failed > 0 {
@@ -256,5 +271,5 @@ func historyShardsEnded(w *writer, prev, t *Task, atMs int64) error {
 	}
 	r.Shards, r.ShardsSucceeded, r.ShardsFailed = t.Shards.Total, t.Shards.Succeeded, t.Shards.Failed
 	t.HistRun = r.Run
-	return w.putRecord(key, &r)
+	return r.Run, w.putRecord(key, &r)
 }

@@ -315,3 +315,55 @@ func TestShardsOverwriteCancelsShards(t *testing.T) {
 	}
 	e.checkIndexes()
 }
+
+// A sharded run that ends DEAD leaves a pending alert for the parent (as
+// well as its DEAD shard's own), and its record the RunEnded event; a
+// cancel of a parent waiting for its shards adds no phantom attempt.
+func TestShardsDeadAlertAndCancelRecord(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	sp := shardSpec(Shards{Count: 2})
+	sp.MaxAttempts = 1
+	e.startRun("p", sp, 2)
+	rec := &recorder{}
+	e.f.SetObserver(rec)
+	s0 := e.task(ShardID("p", 1, 0))
+	e.next(fireCmd(s0.ID, s0.Epoch, 1, "n1", 3000, 9000))
+	e.next(alerting(completeCmd(s0.ID, s0.Epoch, 1, OutcomeRetryable, "boom", 0, 3500)))
+	e.finish(ShardID("p", 1, 1), OutcomeSuccess, "", 4000) // without the Alert flag: no alert for the parent
+	if p := e.task("p"); p.State != StateDead {
+		t.Fatalf("parent %s", p.State)
+	}
+	as := e.alerts()
+	if len(as) != 1 || as[0].TaskID != s0.ID {
+		t.Fatalf("alerts after the dead shard (the last Complete had no Alert flag): %+v", as)
+	}
+	var parentEnd *Event
+	for _, c := range rec.calls {
+		for i := range c.events {
+			if ev := &c.events[i]; ev.Task != nil && ev.Task.ID == "p" {
+				parentEnd = ev
+			}
+		}
+	}
+	if parentEnd == nil || parentEnd.RunEnded != 1 || parentEnd.Task.State != StateDead {
+		t.Fatalf("parent's end event %+v", parentEnd)
+	}
+
+	// The same with the last shard's Complete carrying the Alert flag.
+	e.startRun("q", sp, 2)
+	e.finish(ShardID("q", 1, 0), OutcomeSuccess, "", 5000)
+	s1 := e.task(ShardID("q", 1, 1))
+	e.next(fireCmd(s1.ID, s1.Epoch, 1, "n1", 5000, 9000))
+	e.next(alerting(completeCmd(s1.ID, s1.Epoch, 1, OutcomePermanent, "bad", 0, 5500)))
+	as = e.alerts()
+	if len(as) != 3 || as[1].TaskID != s1.ID || as[2].TaskID != "q" || as[2].State != StateDead || as[2].Error != "shard 1: bad" {
+		t.Fatalf("alerts %+v", as)
+	}
+
+	e.startRun("c", shardSpec(Shards{Count: 2}), 2)
+	e.next(cancelCmd("c", 6000))
+	r, err := e.f.Run("c", 1)
+	if err != nil || r.State != StateCancelled || len(r.Attempts) != 1 || r.Attempts[0].Outcome != OutcomeSuccess {
+		t.Fatalf("cancelled parent's run %+v %v", r, err)
+	}
+}

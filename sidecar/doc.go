@@ -14,16 +14,18 @@
 //	cluster     join, bootstrap, registration, load reports, autopilot, removal
 //	scheduler   the leader's decisions: prepare, arm, fire, park, route, pause, purge
 //	delivery    this node's attempts: slots, executors, leases, the callback client
+//	alert       the leader's dead-run webhook sender (--on-dead-url)
 //	load        the shape of a node's load report (data only)
 //	config      the node's Config, its defaults and Validate
 //	nodemetrics the node's Prometheus registry and collectors
+//	otelexport  ended runs as OpenTelemetry traces to an OTLP/HTTP collector (off by default)
 //
 // The parts import engine, raftfsm, ipc's types, raft and badger, never
 // sidecar and never each other (load excepted, being data only). What a
 // part needs of another it declares as a small interface in its own
 // package; the adapters that satisfy those interfaces with the other parts
 // are here, one file per part (wire_api.go, wire_cluster.go,
-// wire_delivery.go, wire_forward.go, wire_nodemetrics.go,
+// wire_delivery.go, wire_alert.go, wire_forward.go, wire_nodemetrics.go, wire_otel.go,
 // wire_raftstore.go, wire_scheduler.go). config imports the parts (for
 // their field types, defaults and checks); no part imports config. The
 // clock (engine.Clock) is injected into every part.

@@ -17,10 +17,12 @@ import (
 	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/ipc"
 	"github.com/axsched/ax/raftfsm"
+	"github.com/axsched/ax/sidecar/alert"
 	"github.com/axsched/ax/sidecar/api"
 	"github.com/axsched/ax/sidecar/cluster"
 	"github.com/axsched/ax/sidecar/forward"
 	"github.com/axsched/ax/sidecar/nodemetrics"
+	"github.com/axsched/ax/sidecar/otelexport"
 	"github.com/axsched/ax/sidecar/peertls"
 	"github.com/axsched/ax/sidecar/raftstore"
 	"github.com/axsched/ax/sidecar/scheduler"
@@ -68,6 +70,12 @@ type Node struct {
 	cluster *cluster.Membership
 	// retention purges finished tasks (leader) and reclaims disk space.
 	retention *scheduler.Retention
+	// alerts sends dead-run alerts to Config.OnDeadURL while this node
+	// leads (wire_alert.go).
+	alerts *alert.Sender
+	// otel exports ended runs as traces; nil without --otel-endpoint
+	// (wire_otel.go).
+	otel *otelexport.Exporter
 	// pauses holds the paused handlers (scheduler/pause.go).
 	pauses scheduler.Pauses
 	// healthAddr is the health port's address, "" without one (cluster/health.go).
@@ -160,10 +168,12 @@ func (n *Node) open() error {
 	// (raftstore/snapgate.go).
 	compactor := st.GateCompaction(func() error { return n.db.Flatten(1) })
 	n.retention = newRetention(n, compactor) // wire_scheduler.go
+	n.alerts = newAlerts(n)                  // wire_alert.go
 
 	n.metrics.Watch(metricsSources(n)) // wire_nodemetrics.go
 	n.metrics.Register(st.Collectors()...)
 	n.metrics.Register(n.retention.Collectors()...)
+	n.metrics.Register(n.alerts.Collectors()...)
 	n.backend = newBackend(n) // wire_api.go
 	n.peer = newPeerServer(n)
 	if err := n.peer.listen(n.cfg.PeerAddr); err != nil {
@@ -177,6 +187,14 @@ func (n *Node) open() error {
 	if err := n.serveHealth(n.ctx); err != nil {
 		ln.Close()
 		return err
+	}
+	if n.otel, err = newOtel(n); err != nil {
+		ln.Close()
+		return err
+	}
+	if n.otel != nil {
+		n.metrics.Register(n.otel.Collectors()...)
+		n.goRun(func() { n.otel.Run(n.ctx) })
 	}
 
 	n.goRun(func() { n.proposer.Run(n.ctx) })
@@ -287,6 +305,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			err = n.store.ShutdownRaft(ctx) // bounded by ctx (raftstore/store.go)
 		}
 		n.wg.Wait()
+		n.stopOtel()
 		n.closeStores()
 		os.Remove(n.cfg.Socket)
 	})
@@ -314,15 +333,18 @@ func (n *Node) watchLeadership(ctx context.Context, ch <-chan bool) {
 		select {
 		case <-ctx.Done():
 			n.leader.Stop()
+			n.alerts.Stop()
 			return
 		case isLeader := <-ch:
 			n.metrics.LeaderChanges.Inc()
 			if isLeader {
 				n.log.Info().Uint64("term", n.term()).Msg("won leadership")
 				n.leader.Start(ctx)
+				n.alerts.Start(ctx)
 			} else {
 				n.log.Info().Msg("lost leadership")
 				n.leader.Stop()
+				n.alerts.Stop()
 			}
 		}
 	}
@@ -349,6 +371,10 @@ func (n *Node) dispatchEvents(ctx context.Context) {
 			n.leader.OnEvent(&evs[i])
 			n.delivery.OnEvent(&evs[i])
 			n.retention.OnEvent(&evs[i])
+			n.alerts.OnEvent(&evs[i])
+			if n.otel != nil {
+				n.otel.OnEvent(&evs[i])
+			}
 		}
 	}
 }
@@ -356,9 +382,10 @@ func (n *Node) dispatchEvents(ctx context.Context) {
 var commandNames = map[raftfsm.CommandType]string{
 	raftfsm.CmdSubmit: "submit", raftfsm.CmdCancel: "cancel", raftfsm.CmdFire: "fire", raftfsm.CmdComplete: "complete",
 	raftfsm.CmdNode: "node", raftfsm.CmdExecutor: "executor", raftfsm.CmdRetry: "retry", raftfsm.CmdLease: "heartbeat",
-	raftfsm.CmdPurge: "purge",
-	raftfsm.CmdPause: "pause",
-	raftfsm.CmdFlow:  "flow",
+	raftfsm.CmdPurge:     "purge",
+	raftfsm.CmdPause:     "pause",
+	raftfsm.CmdFlow:      "flow",
+	raftfsm.CmdAlertDone: "alert_done",
 }
 
 // logEvent writes one debug line per applied change: every line about a

@@ -65,6 +65,7 @@ func newScheduler(n *Node) *scheduler.Scheduler {
 func newPreparer(n *Node) *scheduler.Preparer {
 	return scheduler.NewPreparer(scheduler.PrepareConfig{
 		LeaseGrace: n.cfg.LeaseGrace, ProbeMin: delivery.ProbeBackoffMin, ProbeMax: delivery.ProbeBackoffMax,
+		Alerts: n.cfg.OnDeadURL != "", // sidecar/alert
 		Task: func(id string) *raftfsm.Task {
 			t, err := n.fsm.Task(id)
 			if err != nil {

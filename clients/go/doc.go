@@ -188,6 +188,26 @@ Shutdown is graceful: it stops accepting callbacks (new ones are answered
 "busy", so the sidecar tries again later without counting a failure), waits
 for running handlers, and cancels them if its context ends first.
 
+# Sharded tasks
+
+A task submitted with "shards" runs each run as several callbacks, one per
+shard, each with its own attempts: Delivery.ShardIndex (from 0) of
+Delivery.ShardTotal (0 for a task without shards). With "shards":
+{"ask": true} the sidecar first asks the executor how many shards a run
+gets (POST ShardsPath, answered {"count": n}); register the handler with
+WithShardCount to answer:
+
+	ex.HandleFunc("reindex", func(ctx context.Context, d *ax.Delivery) error {
+		return reindexPart(ctx, d.Payload, d.ShardIndex, d.ShardTotal)
+	}, ax.WithShardCount(func(ctx context.Context, d *ax.Delivery) (int, error) {
+		return countParts(ctx, d.Payload) // >= 1
+	}))
+
+Without WithShardCount the ask is answered 501; an error, a panic or a
+count below 1, 500: the sidecar retries the ask like an attempt. A callback
+with malformed shard headers is answered 400. An Executor mounted on
+another server needs ShardsPath routed to it as well as ExecutePath.
+
 # Errors
 
 Errors returned by a Client match sentinel errors with errors.Is:

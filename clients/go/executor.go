@@ -34,7 +34,14 @@ const (
 	HeaderDeadline    = axapi.HeaderDeadline
 	HeaderTraceParent = axapi.HeaderTraceParent
 	HeaderTraceState  = axapi.HeaderTraceState
+	HeaderShardIndex  = axapi.HeaderShardIndex
+	HeaderShardTotal  = axapi.HeaderShardTotal
 )
+
+// ShardsPath is the path, on the executor's base URL, where the sidecar asks
+// how many shards a run of a task with "shards": {"ask": true} gets
+// (axapi.ShardsPath); see WithShardCount.
+const ShardsPath = axapi.ShardsPath
 
 // FallbackHandler is the handler name that receives deliveries for handlers
 // registered under no other name.
@@ -43,8 +50,9 @@ const FallbackHandler = "*"
 // Delivery is one attempt of a task, delivered to an executor.
 //
 // Delivery is at least once: a node or network failure mid-attempt can cause
-// the same run to be delivered again. TaskID with Run and Attempt identifies
-// an attempt, so handlers can de-duplicate.
+// the same run to be delivered again. TaskID with Run and Attempt (and
+// ShardIndex, for a sharded task) identifies an attempt, so handlers can
+// de-duplicate.
 type Delivery struct {
 	// TaskID is the id of the task.
 	TaskID string
@@ -70,6 +78,15 @@ type Delivery struct {
 	// (SpanContext), unless a tracing middleware put a span there first.
 	TraceParent string
 	TraceState  string
+	// ShardIndex and ShardTotal are the shard of a sharded task's run (a
+	// task submitted with "shards"): this callback is shard ShardIndex,
+	// from 0 to ShardTotal-1, of ShardTotal shards of the run, each with
+	// its own attempts (the Ax-Shard-Index and Ax-Shard-Total headers).
+	// Both are 0 for a task without shards; ShardTotal > 0 tells a shard.
+	// A callback with only one of the headers, or a value that is not an
+	// integer in range, is answered 400 (a permanent failure).
+	ShardIndex int
+	ShardTotal int
 }
 
 // Handler runs the tasks of one handler name.
@@ -191,6 +208,10 @@ type Executor struct {
 	client      *Client
 	srv         *http.Server
 
+	// shardCounters holds the WithShardCount of the handlers given one,
+	// by the same names as handlers (guarded by mu).
+	shardCounters map[string]ShardCountFunc
+
 	// Shutdown: draining is closed once every callback in flight has
 	// returned after Shutdown began; abort cancels the contexts of the
 	// handlers still running when Shutdown runs out of time.
@@ -215,6 +236,7 @@ func NewExecutor(opts ...ExecutorOption) *Executor {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(ExecutePath, e)
+	mux.Handle(ShardsPath, e)
 	e.srv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -238,14 +260,22 @@ func (e *Executor) Use(mw ...Middleware) {
 }
 
 // Handle registers h for the handler name. The name FallbackHandler ("*")
-// receives deliveries of every handler not registered by name. Handle panics
-// if name is empty, h is nil, or name is already registered.
-func (e *Executor) Handle(name string, h Handler) {
+// receives deliveries of every handler not registered by name. opts add to
+// the handler: WithShardCount. Handle panics if name is empty, h is nil, an
+// option is nil, or name is already registered.
+func (e *Executor) Handle(name string, h Handler, opts ...HandlerOption) {
 	if name == "" {
 		panic("ax: Executor.Handle: empty handler name")
 	}
 	if h == nil {
 		panic("ax: Executor.Handle: nil handler for " + strconv.Quote(name))
+	}
+	var o handlerOptions
+	for _, opt := range opts {
+		if opt == nil {
+			panic("ax: Executor.Handle: nil option for " + strconv.Quote(name))
+		}
+		opt(&o)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -253,14 +283,20 @@ func (e *Executor) Handle(name string, h Handler) {
 		panic("ax: Executor.Handle: handler " + strconv.Quote(name) + " registered twice")
 	}
 	e.handlers[name] = h
+	if o.shardCount != nil {
+		if e.shardCounters == nil {
+			e.shardCounters = make(map[string]ShardCountFunc)
+		}
+		e.shardCounters[name] = o.shardCount
+	}
 }
 
 // HandleFunc registers fn for the handler name, like Handle.
-func (e *Executor) HandleFunc(name string, fn func(ctx context.Context, d *Delivery) error) {
+func (e *Executor) HandleFunc(name string, fn func(ctx context.Context, d *Delivery) error, opts ...HandlerOption) {
 	if fn == nil {
 		panic("ax: Executor.HandleFunc: nil function for " + strconv.Quote(name))
 	}
-	e.Handle(name, HandlerFunc(fn))
+	e.Handle(name, HandlerFunc(fn), opts...)
 }
 
 // HandleResult registers fn for the handler name, like HandleFunc, for a
@@ -268,7 +304,7 @@ func (e *Executor) HandleFunc(name string, fn func(ctx context.Context, d *Deliv
 // JSON; nil sends none) is the body of the executor's answer and the
 // sidecar stores it as the run's result (see SetResult). Errors map as
 // for any Handler.
-func (e *Executor) HandleResult(name string, fn func(ctx context.Context, d *Delivery) (any, error)) {
+func (e *Executor) HandleResult(name string, fn func(ctx context.Context, d *Delivery) (any, error), opts ...HandlerOption) {
 	if fn == nil {
 		panic("ax: Executor.HandleResult: nil function for " + strconv.Quote(name))
 	}
@@ -278,7 +314,7 @@ func (e *Executor) HandleResult(name string, fn func(ctx context.Context, d *Del
 			return err
 		}
 		return SetResult(ctx, v)
-	}))
+	}), opts...)
 }
 
 // handler returns the Handler for name wrapped in the middleware, or nil.
@@ -318,9 +354,16 @@ func (e *Executor) handler(name string) Handler {
 //     attempt, retried with backoff);
 //   - 405 for a method other than POST.
 //
-// ServeHTTP does not look at the request path, so it can be mounted under
-// any prefix; the sidecar calls ExecutePath.
+// A request whose path ends in ShardsPath is the sidecar asking how many
+// shards a run gets, answered from the handler's WithShardCount (see
+// there). ServeHTTP looks at the path for nothing else, so it can be
+// mounted under any prefix; the sidecar calls ExecutePath and, for a task
+// with "shards": {"ask": true}, ShardsPath: mount it at both.
 func (e *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasSuffix(r.URL.Path, ShardsPath) {
+		e.serveShards(w, r)
+		return
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeText(w, http.StatusMethodNotAllowed, "method not allowed: use POST")
@@ -421,6 +464,9 @@ func parseDelivery(r *http.Request) (*Delivery, error) {
 			return nil, fmt.Errorf("bad %s header %q: want RFC 3339", HeaderDeadline, v)
 		}
 	}
+	if d.ShardIndex, d.ShardTotal, err = parseShard(r); err != nil {
+		return nil, err
+	}
 	if d.Payload, err = io.ReadAll(r.Body); err != nil {
 		return nil, fmt.Errorf("read payload: %w", err)
 	}
@@ -447,7 +493,7 @@ func writeText(w http.ResponseWriter, status int, msg string) {
 }
 
 // ListenAndServeUnix listens on the Unix socket at path and serves callbacks
-// at ExecutePath until Shutdown. A stale socket file left by a previous
+// at ExecutePath (and shard-count asks at ShardsPath) until Shutdown. A stale socket file left by a previous
 // process is removed first; a socket another process still listens on, or a
 // file that is not a socket, is an error. The socket file is removed when
 // the server stops.
@@ -466,7 +512,8 @@ func (e *Executor) ListenAndServeUnix(path string) error {
 	return e.Serve(l)
 }
 
-// Serve serves callbacks at ExecutePath on l until Shutdown; use it for a
+// Serve serves callbacks at ExecutePath (and shard-count asks at
+// ShardsPath) on l until Shutdown; use it for a
 // loopback TCP executor (http://127.0.0.1:PORT) or a listener made
 // elsewhere. Serve closes l when it returns. It always returns a non-nil
 // error: after Shutdown it is http.ErrServerClosed.

@@ -304,6 +304,7 @@ func TestMoreUsageErrors(t *testing.T) {
 		"sidecar --log-format xml":                       `ax: --log-format "xml": want json or console`,
 		"sidecar --executor bogus":                       `ax: executor "bogus": want HANDLER=URL`,
 		"sidecar --handler-limit h=0":                    `ax: --handler-limit "h=0": want HANDLER=N with N >= 1`,
+		"sidecar --on-dead-url https://x.example/hook":   `ax: OnDeadURL (--on-dead-url): alert url "https://x.example/hook": scheme "https" is not supported: want unix or http`,
 		"dev --routing foo":                              `ax: routing "foo": want least_loaded, round_robin or hash`,
 		"dev --log-level loud":                           `ax: --log-level "loud": want debug, info, warn or error`,
 		"dev --executor bogus":                           `ax: executor "bogus": want HANDLER=URL`,

@@ -38,6 +38,8 @@ var flagEnv = []struct{ flag, env string }{
 	{"health-addr", "AX_HEALTH_ADDR"},
 	{"socket-mode", "AX_SOCKET_MODE"},
 	{"socket-group", "AX_SOCKET_GROUP"},
+	{"otel-endpoint", "AX_OTEL_ENDPOINT"},
+	{"otel-service-name", "AX_OTEL_SERVICE_NAME"},
 }
 
 func (d *deployFlags) register(fl *pflag.FlagSet) {

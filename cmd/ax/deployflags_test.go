@@ -147,3 +147,20 @@ func TestHealthCommand(t *testing.T) {
 		t.Errorf("health extra: exit %d, want 2", code)
 	}
 }
+
+// --otel-endpoint and --otel-service-name: off and "ax" by default, from
+// their flags or variables, the flag winning.
+func TestOtelFlags(t *testing.T) {
+	cfg, err := parseNodeFlags(t)
+	if err != nil || cfg.OtelEndpoint != "" || cfg.OtelServiceName != "ax" {
+		t.Fatalf("defaults: %q %q %v", cfg.OtelEndpoint, cfg.OtelServiceName, err)
+	}
+	t.Setenv("AX_OTEL_ENDPOINT", "http://127.0.0.1:4318")
+	t.Setenv("AX_OTEL_SERVICE_NAME", "ax-prod")
+	if cfg, err = parseNodeFlags(t); err != nil || cfg.OtelEndpoint != "http://127.0.0.1:4318" || cfg.OtelServiceName != "ax-prod" {
+		t.Errorf("from the environment: %q %q %v", cfg.OtelEndpoint, cfg.OtelServiceName, err)
+	}
+	if cfg, err = parseNodeFlags(t, "--otel-endpoint", "https://otel:4318/v1/traces"); err != nil || cfg.OtelEndpoint != "https://otel:4318/v1/traces" {
+		t.Errorf("flag over environment: %q %v", cfg.OtelEndpoint, err)
+	}
+}

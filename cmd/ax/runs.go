@@ -144,6 +144,9 @@ func printRun(w io.Writer, r *axapi.Run, now time.Time) error {
 	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	row("Run", strconv.Itoa(r.Run))
 	row("State", r.State)
+	if r.TraceID != "" {
+		row("Trace", r.TraceID)
+	}
 	row("Due", fmtTime(&r.DueAt, now))
 	row("Fired", fmtUTC(r.FiredAt))
 	row("Started", fmtOpt(r.StartedAt))

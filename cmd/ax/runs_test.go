@@ -48,7 +48,7 @@ func TestRunsTableAndOneRun(t *testing.T) {
 	due := time.Date(2026, 12, 4, 3, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) *time.Time { v := due.Add(d); return &v }
 	f.runs = map[string][]axapi.Run{"rep|1": {
-		{Run: 2, State: "SUCCESS", DueAt: due.Add(time.Hour), FiredAt: due.Add(time.Hour), StartedAt: at(time.Hour + 40*time.Millisecond), FinishedAt: at(time.Hour + time.Second),
+		{Run: 2, State: "SUCCESS", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", DueAt: due.Add(time.Hour), FiredAt: due.Add(time.Hour), StartedAt: at(time.Hour + 40*time.Millisecond), FinishedAt: at(time.Hour + time.Second),
 			Lateness: &axapi.Lateness{TotalMs: 40, ParkedMs: 30, ParkedReason: "handler_limit", CommitMs: 5, QueueMs: 4.5, ConnectMs: 0.5},
 			Attempts: []axapi.RunAttempt{
 				{Attempt: 1, Node: "n1", Executor: "app", FiredAt: due.Add(time.Hour), Outcome: "retryable", HTTPStatus: 500, Error: "http 500: boom", DurationMs: 12},
@@ -82,7 +82,7 @@ func TestRunsTableAndOneRun(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
-	if field(out, "State") != "SUCCESS" || field(out, "Result") != `{"rows":3}` || !strings.Contains(out, "http 500: boom") || !strings.Contains(out, "retryable") {
+	if field(out, "State") != "SUCCESS" || field(out, "Trace") != "4bf92f3577b34da6a3ce929d0e0e4736" || field(out, "Result") != `{"rows":3}` || !strings.Contains(out, "http 500: boom") || !strings.Contains(out, "retryable") {
 		t.Errorf("one run:\n%s", out)
 	}
 

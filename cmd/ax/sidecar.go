@@ -48,6 +48,8 @@ type nodeFlags struct {
 	storageProbeInterval                        time.Duration
 	retention, retentionDead, purgeInterval     time.Duration
 	historyRuns                                 int
+	onDeadURL                                   string
+	otelEndpoint, otelServiceName               string
 	peerRoutes                                  []string
 	deploy                                      deployFlags // deployflags.go
 	tls                                         tlsFlags    // tls.go
@@ -97,6 +99,9 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.storageProbeInterval, "storage-probe-interval", config.StorageProbeIntervalDefault, "how often the node checks its data dir's free space; it also writes, fsyncs and removes a probe file every 30s, and every interval while storage is unavailable")
 	fl.DurationVar(&f.retention, "retention", config.RetentionDefault, "how long SUCCESS and CANCELLED tasks are kept after they finished, then purged (a task's own retention overrides it); -1ns keeps them forever")
 	fl.IntVar(&f.historyRuns, "history-runs", config.HistoryRunsDefault, "run records kept per task, the newest (ax runs ID); -1 keeps none")
+	fl.StringVar(&f.onDeadURL, "on-dead-url", "", "webhook base URL (unix:///abs/path.sock or http://127.0.0.1:PORT) the leader POSTs one JSON alert to, at /ax/v1/alert, per run that ends DEAD or FAILED; give every node the same; empty: no alerts")
+	fl.StringVar(&f.otelEndpoint, "otel-endpoint", "", "OTLP/HTTP URL of an OpenTelemetry collector (http://127.0.0.1:4318; /v1/traces is added to a URL without a path): every run that ends is sent as a trace, a span per run with children for its commit, queue and attempts; empty (the default) sends nothing")
+	fl.StringVar(&f.otelServiceName, "otel-service-name", config.OtelServiceNameDefault, "service.name of the spans --otel-endpoint sends")
 	fl.DurationVar(&f.retentionDead, "retention-dead", config.RetentionDeadDefault, "how long DEAD and FAILED tasks are kept after they finished (a task's own retention overrides it); -1ns keeps them forever")
 	fl.DurationVar(&f.purgeInterval, "purge-interval", config.PurgeIntervalDefault, "how often the leader purges the finished tasks whose retention ended")
 	f.deploy.register(fl)
@@ -128,6 +133,8 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 	cfg.TrailingLogsBytes = f.trailingLogsBytes
 	cfg.Retention, cfg.RetentionDead, cfg.PurgeInterval = f.retention, f.retentionDead, f.purgeInterval
 	cfg.HistoryRuns = f.historyRuns
+	cfg.OnDeadURL = f.onDeadURL
+	cfg.OtelEndpoint, cfg.OtelServiceName = f.otelEndpoint, f.otelServiceName
 	cfg.ClusterToken = f.clusterToken
 	if cfg.ClusterToken == "" {
 		cfg.ClusterToken = os.Getenv("AX_CLUSTER_TOKEN")

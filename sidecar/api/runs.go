@@ -3,9 +3,11 @@ package api
 import (
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"time"
 
+	"github.com/axsched/ax/clients/go/axapi"
 	"github.com/axsched/ax/ipc"
 	"github.com/axsched/ax/raftfsm"
 )
@@ -14,7 +16,8 @@ import (
 // this node's state (any node; a follower may lag the leader by the
 // entries it has not applied yet).
 func (b *Backend) Runs(_ context.Context, id string, q ipc.RunsQuery) (ipc.RunsPage, error) {
-	if _, err := b.d.Store.Task(id); err != nil {
+	t, err := b.d.Store.Task(id)
+	if err != nil {
 		if errors.Is(err, raftfsm.ErrNotFound) {
 			return ipc.RunsPage{}, ipc.Errorf(ipc.ErrNotFound, "task %q not found", id)
 		}
@@ -26,7 +29,7 @@ func (b *Backend) Runs(_ context.Context, id string, q ipc.RunsQuery) (ipc.RunsP
 	}
 	page := ipc.RunsPage{Runs: make([]ipc.Run, 0, len(recs))}
 	for i := range recs {
-		page.Runs = append(page.Runs, withShardIDs(RunView(&recs[i]), id))
+		page.Runs = append(page.Runs, withShardIDs(RunView(t, &recs[i]), id))
 	}
 	if more && len(recs) > 0 {
 		page.NextCursor = ipc.RunsCursor(recs[len(recs)-1].Run)
@@ -43,7 +46,14 @@ func (b *Backend) Run(_ context.Context, id string, run int) (ipc.Run, error) {
 	if err != nil {
 		return ipc.Run{}, err
 	}
-	return withShardIDs(RunView(r), id), nil
+	t, err := b.d.Store.Task(id)
+	if errors.Is(err, raftfsm.ErrNotFound) {
+		return ipc.Run{}, ipc.Errorf(ipc.ErrNotFound, "run %d of task %q not found", run, id) // purged meanwhile
+	}
+	if err != nil {
+		return ipc.Run{}, err
+	}
+	return withShardIDs(RunView(t, r), id), nil
 }
 
 // shardIDsMax bounds the shard ids a run view lists (Run.ShardIDs); a run
@@ -67,18 +77,23 @@ func (b *Backend) addLastRun(v *ipc.Task) {
 	if err != nil || len(recs) == 0 {
 		return
 	}
-	r := RunView(&recs[0])
+	r := RunView(nil, &recs[0])
 	v.LastRun, v.Result, v.ResultBase64, v.ResultTruncated = r.Run, r.Result, r.ResultBase64, r.ResultTruncated
 }
 
-// RunView is the API view of a run record.
-func RunView(r *raftfsm.RunRecord) ipc.Run {
+// RunView is the API view of a run record of task t; with t nil, it has
+// no trace ids.
+func RunView(t *raftfsm.Task, r *raftfsm.RunRecord) ipc.Run {
 	v := ipc.Run{
 		Run: r.Run, State: r.State.String(), DueAt: utcMs(r.DueMs), FiredAt: utcMs(r.FiredMs),
 		StartedAt: optMs(r.StartedMs), FinishedAt: optMs(r.FinishedMs),
 		Attempts: make([]ipc.RunAttempt, 0, len(r.Attempts)), AttemptsDropped: r.DroppedAttempts,
 		ResultTruncated: r.ResultTruncated,
 		Shards:          r.Shards, ShardsSucceeded: r.ShardsSucceeded, ShardsFailed: r.ShardsFailed,
+	}
+	if t != nil {
+		traceID, _ := axapi.TraceOf(t.Spec.TraceParent, t.ID)
+		v.TraceID = hex.EncodeToString(traceID[:])
 	}
 	if r.Late {
 		v.Lateness = &ipc.Lateness{
@@ -94,6 +109,10 @@ func RunView(r *raftfsm.RunRecord) ipc.Run {
 		}
 		if a.Outcome != 0 {
 			av.Outcome = a.Outcome.String()
+		}
+		if t != nil {
+			span := axapi.AttemptParentID(t.ID, r.Run, a.Attempt)
+			av.SpanID = hex.EncodeToString(span[:])
 		}
 		v.Attempts = append(v.Attempts, av)
 	}

@@ -34,6 +34,10 @@ func msTime(ms int64) *time.Time {
 	return &t
 }
 
+// TaskView converts a stored task to the API's view (GET /v1/tasks/{id}
+// without the newest run's result).
+func TaskView(t *raftfsm.Task) ipc.Task { return taskView(t) }
+
 // taskView converts a stored task to the API's view.
 func taskView(t *raftfsm.Task) ipc.Task {
 	v := ipc.Task{

@@ -14,6 +14,7 @@ import (
 	"github.com/axsched/ax/sidecar/cluster"
 	"github.com/axsched/ax/sidecar/delivery"
 	"github.com/axsched/ax/sidecar/delivery/callback"
+	"github.com/axsched/ax/sidecar/otelexport"
 	"github.com/axsched/ax/sidecar/raftstore"
 	"github.com/axsched/ax/sidecar/scheduler"
 )
@@ -154,6 +155,9 @@ func ParseExecutor(s string) (Executor, error) {
 	}
 	return Executor{Handler: h, URL: u}, nil
 }
+
+// OtelServiceNameDefault is the default of OtelServiceName.
+const OtelServiceNameDefault = otelexport.ServiceNameDefault
 
 // Config is the configuration of one node.
 type Config struct {
@@ -322,6 +326,27 @@ type Config struct {
 	// setting travels in its Fire commands, so every replica keeps the
 	// same runs. Defaults to HistoryRunsDefault; at most HistoryRunsMax.
 	HistoryRuns int
+	// OnDeadURL is the dead-run webhook's base URL (--on-dead-url):
+	// unix:///abs/path.sock or http://LOOPBACK:PORT[/prefix], like an
+	// executor's (callback.ParseAlertURL). While this node leads it POSTs
+	// one alert per run that ends DEAD or FAILED to OnDeadURL +
+	// /ax/v1/alert (sidecar/alert; docs/DESIGN.md section 12). The
+	// leader's setting decides whether alerts are recorded at all: give
+	// every node the same. "" (the default): no alerts, at no cost.
+	OnDeadURL string
+	// OtelEndpoint is the OTLP/HTTP URL of an OpenTelemetry collector
+	// (http://127.0.0.1:4318; a URL without a path gets /v1/traces): each
+	// run that ends is sent there as a trace (sidecar/otelexport,
+	// docs/DESIGN.md section 12). Empty, the default: nothing is exported
+	// and nothing is allocated for it.
+	OtelEndpoint string
+	// OtelServiceName is the service.name of the exported spans.
+	// Defaults to OtelServiceNameDefault.
+	OtelServiceName string
+	// OtelBatchTimeout, for tests, is how long a span waits in the batch
+	// span processor before it is sent. Defaults to
+	// otelexport.BatchTimeoutDefault.
+	OtelBatchTimeout time.Duration
 	// RaftAdvertise and PeerAdvertise are the addresses other nodes dial
 	// to reach this node's Raft transport and peer API, HOST:PORT: what
 	// goes into the Raft configuration and the node record. Default to
@@ -431,6 +456,10 @@ func (c Config) WithDefaults() Config {
 	if c.HistoryRuns == 0 {
 		c.HistoryRuns = HistoryRunsDefault
 	}
+	if c.OtelServiceName == "" {
+		c.OtelServiceName = OtelServiceNameDefault
+	}
+	dur(&c.OtelBatchTimeout, otelexport.BatchTimeoutDefault)
 	c = c.withDeployDefaults()
 	return c
 }
@@ -458,6 +487,11 @@ func (c Config) Validate() error {
 	}
 	if c.HistoryRuns > HistoryRunsMax {
 		return fmt.Errorf("HistoryRuns (--history-runs) %d: at most %d", c.HistoryRuns, HistoryRunsMax)
+	}
+	if c.OtelEndpoint != "" {
+		if _, err := otelexport.CheckEndpoint(c.OtelEndpoint); err != nil {
+			return fmt.Errorf("OtelEndpoint (--otel-endpoint) %w", err)
+		}
 	}
 	if c.BootstrapExpect < 1 {
 		return fmt.Errorf("BootstrapExpect (--bootstrap-expect) %d: must be at least 1", c.BootstrapExpect)
@@ -504,6 +538,11 @@ func (c Config) Validate() error {
 	}
 	if err := raftstore.ValidatePeerRoutes(c.NodeID, c.PeerRoutes); err != nil {
 		return err
+	}
+	if c.OnDeadURL != "" {
+		if err := callback.ParseAlertURL(c.OnDeadURL); err != nil {
+			return fmt.Errorf("OnDeadURL (--on-dead-url): %w", err)
+		}
 	}
 	for _, e := range c.Executors {
 		if _, _, err := callback.ParseExecutorURL(e.URL); err != nil {

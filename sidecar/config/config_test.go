@@ -117,7 +117,10 @@ func TestConfigValidate_NamesFieldAndFlag(t *testing.T) {
 		{"delivery concurrency 0", func(c *Config) { c.DeliveryConcurrency = 0 }, "DeliveryConcurrency", "--delivery-concurrency"},
 		{"min above max", func(c *Config) { c.DeliveryMinConcurrency = c.DeliveryConcurrency + 1 }, "DeliveryMinConcurrency", "--delivery-min-concurrency"},
 		{"executor url", func(c *Config) { c.Executors = []Executor{{Handler: "h", URL: "ftp://x"}} }, "Executors", "--executor"},
+		{"on-dead-url https", func(c *Config) { c.OnDeadURL = "https://hooks.example.com/ax" }, "OnDeadURL", "--on-dead-url"},
+		{"on-dead-url relative socket", func(c *Config) { c.OnDeadURL = "unix://hook.sock" }, "OnDeadURL", "--on-dead-url"},
 		{"routing", func(c *Config) { c.Routing = "foo" }, "routing", "routing"},
+		{"otel endpoint without scheme", func(c *Config) { c.OtelEndpoint = "127.0.0.1:4318" }, "OtelEndpoint", "--otel-endpoint"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -26,6 +26,10 @@ type PrepareConfig struct {
 	// decisions that depend on it: a retry's backoff, a recurring task's
 	// next slot. A stale read is harmless: the FSM checks epoch and attempt.
 	Task func(id string) *raftfsm.Task
+	// Alerts says this node has a dead-run webhook (--on-dead-url): every
+	// Complete it prepares carries raftfsm.Complete.Alert, so a run that
+	// ends DEAD or FAILED leaves a pending alert.
+	Alerts bool
 	// Log receives what Prepare noticed (an invalid schedule, missed
 	// slots).
 	Log zerolog.Logger
@@ -55,7 +59,7 @@ func (p *Preparer) Task(id string) *raftfsm.Task { return p.cfg.Task(id) }
 func (p *Preparer) Prepare(c *raftfsm.Command, now time.Time) {
 	in := raftfsm.LeaderInputs{
 		Schedule: p.schedules.schedule, LeaseGrace: p.cfg.LeaseGrace,
-		ProbeMin: p.cfg.ProbeMin, ProbeMax: p.cfg.ProbeMax,
+		ProbeMin: p.cfg.ProbeMin, ProbeMax: p.cfg.ProbeMax, Alerts: p.cfg.Alerts,
 	}
 	if c.Type == raftfsm.CmdComplete {
 		in.Task = p.cfg.Task(c.Complete.ID)

@@ -72,4 +72,22 @@ func TestTraceContextOnEveryAttempt(t *testing.T) {
 			t.Errorf("plain attempt %d: traceparent %q tracestate %q, want trace id %s", call.Attempt, call.TraceParent, call.TraceState, plain.TraceID)
 		}
 	}
+	// The run view names the trace, and each attempt the parent id its
+	// callback carried (its span id when spans are exported).
+	sent := map[int]string{}
+	for _, call := range c.CallsFor("traced") {
+		sent[call.Attempt] = call.TraceParent[36:52]
+	}
+	runs := runsOf(t, c, l, "traced")
+	if len(runs) != 1 || runs[0].TraceID != tp[3:35] || len(runs[0].Attempts) != 3 {
+		t.Fatalf("runs of traced: %+v", runs)
+	}
+	for _, a := range runs[0].Attempts {
+		if a.SpanID == "" || a.SpanID != sent[a.Attempt] {
+			t.Errorf("attempt %d: span_id %q, its callback's parent id %q", a.Attempt, a.SpanID, sent[a.Attempt])
+		}
+	}
+	if runs := runsOf(t, c, l, "plain"); len(runs) != 1 || runs[0].TraceID != plain.TraceID {
+		t.Errorf("runs of plain: %+v", runs)
+	}
 }

@@ -32,6 +32,10 @@ func RunPath(id string, run int) string { return RunsPath(id) + "/" + strconv.It
 type Run struct {
 	// Run is the run number executors see (Ax-Run).
 	Run int `json:"run"`
+	// TraceID (32 lowercase hex digits) is the trace the run's callbacks
+	// carried: the task's (Task.TraceID, from its current trace context),
+	// and that of its spans when the node exports them (--otel-endpoint).
+	TraceID string `json:"trace_id,omitempty"`
 	// State is RUNNING or WAITING (a retry is due) while the run goes on,
 	// then SUCCESS, FAILED, DEAD or CANCELLED.
 	State string `json:"state"`
@@ -90,6 +94,10 @@ type Lateness struct {
 type RunAttempt struct {
 	Attempt int    `json:"attempt"`
 	Node    string `json:"node"`
+	// SpanID (16 lowercase hex digits) is the parent id of the
+	// traceparent the attempt's callback carried (AttemptParentID): the
+	// span id of the attempt's span when the node exports spans.
+	SpanID string `json:"span_id,omitempty"`
 	// Executor is the name of the executor called; absent when the node
 	// reported nothing (a timeout, a lost node).
 	Executor  string     `json:"executor,omitempty"`

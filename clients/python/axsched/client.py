@@ -559,10 +559,11 @@ class Client:
     def runs(self, id: str, limit: Optional[int] = None, cursor: Optional[str] = None) -> Dict[str, Any]:
         """One page of the task's run history, newest first
         (``GET /v1/tasks/{id}/runs``): ``{"runs": [...], "next_cursor": ...}``
-        as the API sends it — each run with ``run``, ``state``, ``due_at``,
-        ``fired_at``, ``started_at``, ``finished_at``, ``lateness`` (where
-        the time went, in ms), ``attempts`` (node, executor, outcome,
-        ``http_status``, ``error``) and its ``result``. ``limit``: 1 to 100,
+        as the API sends it — each run with ``run``, ``trace_id``, ``state``,
+        ``due_at``, ``fired_at``, ``started_at``, ``finished_at``,
+        ``lateness`` (where the time went, in ms), ``attempts`` (node,
+        ``span_id``, executor, outcome, ``http_status``, ``error``) and its
+        ``result``. ``limit``: 1 to 100,
         default 20; ``cursor``: the previous page's ``next_cursor``. The
         sidecar keeps its ``--history-runs`` newest runs (default 100).
         Raises :class:`NotFound` for an unknown id."""

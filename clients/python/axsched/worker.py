@@ -32,6 +32,9 @@ __all__ = [
     "HEADER_ATTEMPT",
     "HEADER_RUN",
     "HEADER_DEADLINE",
+    "HEADER_SHARD_INDEX",
+    "HEADER_SHARD_TOTAL",
+    "SHARDS_PATH",
     "FALLBACK_HANDLER",
     "Delivery",
     "Snooze",
@@ -50,6 +53,14 @@ HEADER_HANDLER = "Ax-Handler"
 HEADER_ATTEMPT = "Ax-Attempt"
 HEADER_RUN = "Ax-Run"
 HEADER_DEADLINE = "Ax-Deadline"
+#: On a sharded task's callbacks: the shard's index within its run (from 0)
+#: and the number of shards of the run.
+HEADER_SHARD_INDEX = "Ax-Shard-Index"
+HEADER_SHARD_TOTAL = "Ax-Shard-Total"
+#: The path, on the executor's base URL, where the sidecar asks how many
+#: shards a run of a task with ``"shards": {"ask": true}`` gets (see
+#: ``Worker.handle(..., shard_count=fn)``).
+SHARDS_PATH = "/ax/v1/shards"
 #: W3C Trace Context headers of a callback.
 HEADER_TRACEPARENT = "traceparent"
 HEADER_TRACESTATE = "tracestate"
@@ -112,7 +123,8 @@ class Delivery:
 
     Delivery is at least once: a node or network failure mid-attempt can
     deliver the same run again. ``task_id`` with ``run`` and ``attempt``
-    identifies an attempt, so handlers can de-duplicate.
+    (and ``shard_index``, for a sharded task) identifies an attempt, so
+    handlers can de-duplicate.
 
     Attributes:
         task_id: the id of the task (any UTF-8 string).
@@ -132,9 +144,20 @@ class Delivery:
             ``None`` from a sidecar older than trace context.
         tracestate: the ``tracestate`` the task was submitted with, or
             ``None``.
+        shard_index: for a task submitted with ``shards``, this callback's
+            shard, from 0 to ``shard_total - 1`` (the ``Ax-Shard-Index``
+            header); each shard of a run has its own attempts. ``None`` for
+            a task without shards (and in a ``shard_count`` function).
+        shard_total: the number of shards of the run (``Ax-Shard-Total``),
+            or ``None``. A callback with only one of the two headers, or a
+            value that is not an integer in range, is answered 400 (a
+            permanent failure).
     """
 
-    __slots__ = ("task_id", "handler", "attempt", "run", "deadline", "payload", "traceparent", "tracestate", "_client")
+    __slots__ = (
+        "task_id", "handler", "attempt", "run", "deadline", "payload", "traceparent", "tracestate",
+        "shard_index", "shard_total", "_client",
+    )
 
     def __init__(
         self,
@@ -147,6 +170,8 @@ class Delivery:
         client: Optional[Client] = None,
         traceparent: Optional[str] = None,
         tracestate: Optional[str] = None,
+        shard_index: Optional[int] = None,
+        shard_total: Optional[int] = None,
     ) -> None:
         self.task_id = task_id
         self.handler = handler
@@ -156,12 +181,15 @@ class Delivery:
         self.payload = payload
         self.traceparent = traceparent
         self.tracestate = tracestate
+        self.shard_index = shard_index
+        self.shard_total = shard_total
         self._client = client
 
     def __repr__(self) -> str:
+        shard = "" if self.shard_total is None else f", shard={self.shard_index}/{self.shard_total}"
         return (
             f"Delivery(task_id={self.task_id!r}, handler={self.handler!r}, attempt={self.attempt}, "
-            f"run={self.run}, deadline={self.deadline!r}, payload={len(self.payload)} bytes)"
+            f"run={self.run}{shard}, deadline={self.deadline!r}, payload={len(self.payload)} bytes)"
         )
 
     @property
@@ -209,6 +237,8 @@ class Delivery:
 
 
 Handler = Callable[[Delivery], Any]
+#: ``shard_count(delivery) -> int``: see ``Worker.handle``.
+ShardCount = Callable[[Delivery], int]
 F = TypeVar("F", bound=Handler)
 
 
@@ -278,13 +308,24 @@ class _CallbackHandler(http.server.BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             log.debug("worker: the sidecar left before the answer (status %d)", status)
 
+    def _reply_error(self, status: int, code: str, message: str, headers: Optional[Dict[str, str]] = None) -> None:
+        # The error body of the shard-count answers: {"error": {"code", "message"}}.
+        body = json.dumps({"error": {"code": code, "message": message}}, ensure_ascii=False) + "\n"
+        self._reply(status, body.encode("utf-8"), headers)
+
     def _not_allowed(self) -> None:
+        if self.path.split("?", 1)[0] == SHARDS_PATH:
+            self._reply_error(405, "method_not_allowed", "method not allowed: use POST", {"Allow": "POST"})
+            return
         self._reply(405, "method not allowed: use POST", {"Allow": "POST"})
 
     do_GET = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
+        if path == SHARDS_PATH:
+            self._shards()
+            return
         if path != EXECUTE_PATH:
             self._reply(404, f"no such path {path!r}; the sidecar calls {EXECUTE_PATH}")
             return
@@ -295,6 +336,19 @@ class _CallbackHandler(http.server.BaseHTTPRequestHandler):
             return
         status, text, headers = self.worker._dispatch(d)
         self._reply(status, text, headers)
+
+    def _shards(self) -> None:
+        """Answer a shard-count ask: 200 ``{"count": n}``, or an error body."""
+        try:
+            d = self._delivery()
+        except _BadCallback as e:
+            self._reply_error(e.status, "payload_too_large" if e.status == 413 else "bad_request", str(e))
+            return
+        status, code, message, count = self.worker._count_shards(d)
+        if status == 200:
+            self._reply(200, json.dumps({"count": count}).encode("utf-8"))
+        else:
+            self._reply_error(status, code, message)
 
     def _delivery(self) -> Delivery:
         h = self.headers
@@ -313,12 +367,14 @@ class _CallbackHandler(http.server.BaseHTTPRequestHandler):
                 deadline = parse_time(raw_deadline.strip())
             except ValueError:
                 raise _BadCallback(400, f"bad {HEADER_DEADLINE} header {raw_deadline!r}: want RFC 3339") from None
+        shard_index, shard_total = _shard_headers(h.get(HEADER_SHARD_INDEX), h.get(HEADER_SHARD_TOTAL))
         payload = self._body()
         traceparent = (h.get(HEADER_TRACEPARENT) or "").strip() or None
         states = [v.strip() for v in (h.get_all(HEADER_TRACESTATE) or []) if v.strip()]
         return Delivery(
             task_id, handler, attempt, run, deadline, payload, self.worker.client,
             traceparent=traceparent, tracestate=",".join(states) or None,
+            shard_index=shard_index, shard_total=shard_total,
         )
 
     def _body(self) -> bytes:
@@ -361,6 +417,27 @@ class _BadCallback(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+def _shard_headers(index: Optional[str], total: Optional[str]) -> Tuple[Optional[int], Optional[int]]:
+    """Ax-Shard-Index and Ax-Shard-Total: both absent (None, None), or an
+    index from 0 to total - 1 and a total of at least 1."""
+    iv, tv = (index or "").strip(), (total or "").strip()
+    if not iv and not tv:
+        return None, None
+    if not iv:
+        raise _BadCallback(400, f"{HEADER_SHARD_TOTAL} header without {HEADER_SHARD_INDEX}")
+    if not tv:
+        raise _BadCallback(400, f"{HEADER_SHARD_INDEX} header without {HEADER_SHARD_TOTAL}")
+    if not (tv.isascii() and tv.isdigit()) or int(tv) < 1:
+        raise _BadCallback(400, f"bad {HEADER_SHARD_TOTAL} header {total!r}: want an integer >= 1")
+    n = int(tv)
+    if not (iv.isascii() and iv.isdigit()) or int(iv) >= n:
+        raise _BadCallback(
+            400,
+            f"bad {HEADER_SHARD_INDEX} header {index!r}: want an integer from 0 to {n - 1} ({HEADER_SHARD_TOTAL} is {n})",
+        )
+    return int(iv), n
 
 
 def _int_header(value: Optional[str], name: str) -> int:
@@ -407,6 +484,12 @@ class Worker:
     A callback for a handler registered under no name (and no ``"*"``)
     gets 404: a permanent failure. Handlers run on a pool of
     ``max_threads`` threads, so they must be thread-safe.
+
+    A task submitted with ``shards`` runs as several callbacks per run, one
+    per shard (:attr:`Delivery.shard_index` of :attr:`Delivery.shard_total`);
+    with ``"shards": {"ask": true}`` the sidecar first asks the worker how
+    many (``POST /ax/v1/shards``), which the handler's ``shard_count``
+    function answers (see :meth:`handle`).
 
     Args:
         socket_path: the sidecar's socket, for registration, heartbeats and
@@ -456,6 +539,7 @@ class Worker:
         self.backlog = max(max_threads, socket.SOMAXCONN)
         self.register = register
         self._handlers: Dict[str, Handler] = {}
+        self._shard_counts: Dict[str, ShardCount] = {}  # by the names of _handlers, guarded by _lock
         self._lock = threading.Lock()
         self._server: Optional[_Server] = None
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
@@ -490,48 +574,99 @@ class Worker:
 
     # ------------------------------------------------------------- handlers
 
-    def handle(self, name: str, fn: Handler) -> None:
+    def handle(self, name: str, fn: Handler, *, shard_count: Optional[ShardCount] = None) -> None:
         """Register ``fn(delivery)`` for the handler ``name``: a handler
         name (``"order.timeout"``), a prefix pattern ending in ``*``
         (``"order.*"``) or ``"*"`` for every handler. A delivery goes to the
         exact name first, then the longest matching prefix, then ``"*"``, as
         the sidecar routes. Raises ``ValueError`` for an empty, malformed or
-        already registered name."""
+        already registered name.
+
+        ``shard_count(delivery) -> int`` answers the sidecar's question of
+        how many shards a run of a task submitted with ``"shards": {"ask":
+        true}`` gets (``POST /ax/v1/shards``, answered 200 ``{"count": n}``);
+        the run is then delivered as ``n`` callbacks with ``shard_index`` 0
+        to ``n - 1`` and ``shard_total`` ``n`` (``n`` is bounded by the
+        task's ``max``). Its delivery is the ask's: task id, handler,
+        run, attempt (the ask's own), deadline and payload, no shard. It
+        must return an ``int`` >= 1; anything else, or an exception, answers
+        500, a failed attempt the sidecar retries. A handler registered
+        without one answers such an ask 501 (code
+        ``shard_count_unsupported``); an unknown handler 404
+        (``handler_not_found``). Tasks with a fixed ``"shards": {"count":
+        N}`` need none."""
         if not isinstance(name, str) or not name:
             raise ValueError("handler name must be a non-empty string")
         if "*" in name[:-1]:
             raise ValueError(f'handler {name!r}: "*" may only stand alone or end the pattern, as in "order.*"')
         if not callable(fn):
             raise TypeError(f"handler {name!r}: {fn!r} is not callable")
+        if shard_count is not None and not callable(shard_count):
+            raise TypeError(f"handler {name!r}: shard_count {shard_count!r} is not callable")
         with self._lock:
             if name in self._handlers:
                 raise ValueError(f"handler {name!r} registered twice")
             self._handlers[name] = fn
+            if shard_count is not None:
+                self._shard_counts[name] = shard_count
 
-    def handler(self, name: str) -> Callable[[F], F]:
+    def handler(self, name: str, *, shard_count: Optional[ShardCount] = None) -> Callable[[F], F]:
         """Decorator form of :meth:`handle`::
 
             @worker.handler("order.timeout")
             def order_timeout(d): ...
+
+            @worker.handler("reindex", shard_count=lambda d: max(1, d.json()["rows"] // 1000))
+            def reindex(d): ...  # d.shard_index of d.shard_total
         """
 
         def decorate(fn: F) -> F:
-            self.handle(name, fn)
+            self.handle(name, fn, shard_count=shard_count)
             return fn
 
         return decorate
 
+    def _pattern(self, name: str) -> Optional[str]:
+        """The registered name or pattern that name routes to: exact, then
+        longest prefix pattern, then "*"; None when none. Holds no lock."""
+        if name in self._handlers:
+            return name
+        best: Optional[str] = None
+        for pattern in self._handlers:
+            if pattern.endswith("*") and len(pattern) > len(best or "") and name.startswith(pattern[:-1]):
+                best = pattern
+        return best
+
     def _lookup(self, name: str) -> Optional[Handler]:
         """The handler for name: exact, then longest prefix pattern, then "*"."""
         with self._lock:
-            fn = self._handlers.get(name)
-            if fn is not None:
-                return fn
-            best = ""
-            for pattern, candidate in self._handlers.items():
-                if pattern.endswith("*") and len(pattern) > len(best) and name.startswith(pattern[:-1]):
-                    best, fn = pattern, candidate
-            return fn
+            pattern = self._pattern(name)
+            return None if pattern is None else self._handlers[pattern]
+
+    def _count_shards(self, d: Delivery) -> Tuple[int, str, str, int]:
+        """Answer a shard-count ask for d: (status, error code, message,
+        count); count only with status 200."""
+        with self._lock:
+            pattern = self._pattern(d.handler)
+            fn = None if pattern is None else self._shard_counts.get(pattern)
+        if pattern is None:
+            log.warning("worker %s: shard count asked for %r (task %r), which has no handler", self.name, d.handler, d.task_id)
+            return 404, "handler_not_found", f"no handler registered for {d.handler!r}", 0
+        if fn is None:
+            return 501, "shard_count_unsupported", (
+                f"handler {d.handler!r} cannot count shards: register it with shard_count=fn"
+            ), 0
+        try:
+            n = fn(d)
+        except Exception as e:  # a failed attempt of the ask
+            log.warning(
+                "worker %s: shard count of handler %r failed on task %r: %s",
+                self.name, d.handler, d.task_id, e, exc_info=True,
+            )
+            return 500, "shard_count_failed", f"{type(e).__name__}: {e}", 0
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            return 500, "shard_count_failed", f"shard count of handler {d.handler!r} is {n!r}, want an int >= 1", 0
+        return 200, "", "", n
 
     def _dispatch(self, d: Delivery) -> Tuple[int, Union[str, bytes], Optional[Dict[str, str]]]:
         """Run the handler of d; return status, text (bytes: the result's

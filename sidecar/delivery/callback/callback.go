@@ -504,6 +504,7 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 type executorURL struct {
 	network, address string
 	url              string // full URL of the callback
+	base             string // the URL to append a path to (webhook.go)
 }
 
 // ParseExecutorURL checks an executor base URL and returns the network and
@@ -524,9 +525,13 @@ func ParseExecutorURL(s string) (network, address string, err error) {
 	return ep.network, ep.address, nil
 }
 
-func parseExecutorURL(s string) (executorURL, error) {
+func parseExecutorURL(s string) (executorURL, error) { return parseBaseURL("executor url", s) }
+
+// parseBaseURL parses an executor-style base URL (ParseExecutorURL); what
+// names the URL in its errors ("executor url").
+func parseBaseURL(what, s string) (executorURL, error) {
 	bad := func(format string, args ...any) (executorURL, error) {
-		return executorURL{}, fmt.Errorf("executor url %q: %s", s, fmt.Sprintf(format, args...))
+		return executorURL{}, fmt.Errorf("%s %q: %s", what, s, fmt.Sprintf(format, args...))
 	}
 	u, err := url.Parse(s)
 	if err != nil {
@@ -546,7 +551,7 @@ func parseExecutorURL(s string) (executorURL, error) {
 		if len(u.Path) >= unixPathMax {
 			return bad("socket path is %d bytes, the limit is %d", len(u.Path), unixPathMax-1)
 		}
-		return executorURL{network: "unix", address: u.Path, url: "http://localhost" + ExecutePath}, nil
+		return executorURL{network: "unix", address: u.Path, url: "http://localhost" + ExecutePath, base: "http://localhost"}, nil
 	case "http":
 		host, port, err := net.SplitHostPort(u.Host)
 		if err != nil {
@@ -559,7 +564,7 @@ func parseExecutorURL(s string) (executorURL, error) {
 			return bad("host %q is not a loopback address (127.0.0.1, ::1, localhost)", host)
 		}
 		prefix := strings.TrimRight(u.EscapedPath(), "/")
-		return executorURL{network: "tcp", address: u.Host, url: "http://" + u.Host + prefix + ExecutePath}, nil
+		return executorURL{network: "tcp", address: u.Host, url: "http://" + u.Host + prefix + ExecutePath, base: "http://" + u.Host + prefix}, nil
 	case "":
 		return bad("missing scheme: want unix:///path/to.sock or http://127.0.0.1:PORT")
 	default:
