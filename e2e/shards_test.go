@@ -1,12 +1,16 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	ax "github.com/axsched/ax/clients/go"
 	"github.com/axsched/ax/clients/go/axapi"
 	"github.com/axsched/ax/e2e/harness"
 )
@@ -129,5 +133,75 @@ func TestShards_CountAndAsk(t *testing.T) {
 	}
 	if calls := rec.Calls(axapi.ShardID("asked", 1, harness.ShardsAnswer)); len(calls) != 0 {
 		t.Errorf("a sixth shard was called")
+	}
+}
+
+// TestShards_GoExecutorAsk: the Go client end to end on 3 nodes without
+// executor flags: one ax.Executor (WithShardCount answering 3) registered
+// with every node, a task submitted with ax.Shards{Ask: true, Max: 10}:
+// the executor is asked once, then called for shards 0, 1 and 2 of 3
+// (Delivery.ShardIndex, ShardTotal), and the task ends SUCCESS.
+func TestShards_GoExecutorAsk(t *testing.T) {
+	harness.SkipShort(t)
+	t.Parallel()
+	c := harness.NewCluster(t, harness.WithExecutorsOn())
+	c.WaitReady()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+
+	var mu sync.Mutex
+	asks, got := 0, map[int]int{} // shard index -> total seen
+	ex := ax.NewExecutor()
+	ex.HandleFunc("gosh.reindex", func(ctx context.Context, d *ax.Delivery) error {
+		mu.Lock()
+		got[d.ShardIndex] = d.ShardTotal
+		mu.Unlock()
+		return nil
+	}, ax.WithShardCount(func(ctx context.Context, d *ax.Delivery) (int, error) {
+		mu.Lock()
+		asks++
+		mu.Unlock()
+		return 3, nil
+	}))
+	sock := filepath.Join(filepath.Dir(c.Nodes[0].Socket), "gosh.sock")
+	go ex.ListenAndServeUnix(sock)
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		ex.Shutdown(sctx)
+	})
+	for _, n := range c.Nodes {
+		cl := ax.New(ax.Config{SocketPath: n.Socket})
+		defer cl.CloseIdleConnections()
+		reg := ax.ExecutorRegistration{Name: "gosh", Handlers: []string{"gosh.*"}, URL: "unix://" + sock}
+		harness.WaitFor(t, 20*time.Second, 50*time.Millisecond, "register with "+n.ID, func() error { return cl.RegisterExecutor(ctx, reg) })
+	}
+	cl := ax.New(ax.Config{SocketPath: c.Leader().Socket})
+	defer cl.CloseIdleConnections()
+	sub, err := cl.Submit(ctx, ax.SubmitRequest{ID: "gosh-1", Handler: "gosh.reindex", Payload: map[string]int{"table": 7}, Shards: &ax.Shards{Ask: true, Max: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub.Shards == nil || !sub.Shards.Ask || sub.Shards.Max != 10 {
+		t.Fatalf("submitted task's shards: %+v", sub.Shards)
+	}
+	harness.WaitFor(t, 45*time.Second, 50*time.Millisecond, "gosh-1 SUCCESS", func() error {
+		tk, err := cl.Get(ctx, "gosh-1")
+		if err != nil {
+			return err
+		}
+		if tk.State != ax.StateSuccess {
+			return fmt.Errorf("state %s, shards %+v", tk.State, tk.Shards)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if asks != 1 || len(got) != 3 || got[0] != 3 || got[1] != 3 || got[2] != 3 {
+		t.Fatalf("asks %d, shards seen %v", asks, got)
+	}
+	tk, err := cl.Get(ctx, axapi.ShardID("gosh-1", 1, 2))
+	if err != nil || tk.ShardIndex != 2 || tk.ShardTotal != 3 {
+		t.Fatalf("shard 2's view %+v %v", tk, err)
 	}
 }
