@@ -54,6 +54,10 @@
 //     SIGKILL while B and C run (each stage once, never early), a failing
 //     stage (dependents CANCELLED, or run with on_failure continue), a
 //     recurring flow every 2s (three runs, none overlapping).
+//   - shards_test.go: shards — count 8 on 3 nodes (indexes 0-7, spread, a
+//     shard failing twice then succeeding with 3 attempts on record) and
+//     ask mode answered 5; the Go client's Executor with WithShardCount
+//     answering 3 (its Delivery's shard index and total).
 //   - diskfull_test.go: a node's data dir on a small tmpfs filled up: 503
 //     storage_unavailable, no crash, recovery (root only; skips otherwise).
 //   - discovery_test.go: three nodes bootstrap from dns:NAME:PORT join

@@ -149,6 +149,25 @@ type TaskSpec struct {
 	// trace is the same task (200 with the stored one), not a conflict.
 	TraceParent string
 	TraceState  string
+	// Shards, when set, runs each run of the task as shards (validated:
+	// Count 1..ShardsMax, or Ask with Max 1..ShardsMax); nil: not
+	// sharded.
+	Shards *ShardsSpec
+}
+
+// ShardsSpec is a task's shards: Count shards per run, or, with Ask, as
+// many as the executor answers on POST axapi.ShardsPath, at most Max.
+type ShardsSpec struct {
+	Count int
+	Ask   bool
+	Max   int
+}
+
+func sameShards(a, b *ShardsSpec) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 // BackoffSpec is the retry backoff of a task, validated: the n-th retry
@@ -167,7 +186,7 @@ func SameSpec(a, b TaskSpec) bool {
 		a.Priority == b.Priority && a.Timeout == b.Timeout && a.MaxAttempts == b.MaxAttempts &&
 		a.Cron == b.Cron && a.Timezone == b.Timezone && a.Every == b.Every && a.Repeats == b.Repeats &&
 		a.Until.Equal(b.Until) && sameBackoff(a.Backoff, b.Backoff) && a.RouteKey == b.RouteKey && sameLabels(a.Labels, b.Labels) &&
-		a.Retention == b.Retention
+		a.Retention == b.Retention && sameShards(a.Shards, b.Shards)
 }
 
 func sameBackoff(a, b *BackoffSpec) bool {

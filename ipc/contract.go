@@ -14,6 +14,9 @@ type Task = axapi.Task
 // BackoffView is a task's retry backoff in the API (axapi.BackoffView).
 type BackoffView = axapi.BackoffView
 
+// ShardsView is a sharded task's shards in its view.
+type ShardsView = axapi.ShardsView
+
 // Run is one run of a task's history (axapi.Run); RunsPage a page of
 // them (axapi.RunsPage).
 type (

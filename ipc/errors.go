@@ -54,6 +54,9 @@ var (
 	// or field) is not a valid W3C tracestate, or comes without a
 	// traceparent.
 	ErrInvalidTracestate = tableError(axapi.CodeInvalidTracestate)
+	// ErrInvalidShards is returned when a submit's shards field is
+	// invalid (both or neither of count and ask, a bound out of range).
+	ErrInvalidShards = tableError(axapi.CodeInvalidShards)
 	// ErrNotFound is returned when a task (or route) does not exist.
 	ErrNotFound = tableError(axapi.CodeNotFound)
 	// ErrHandlerNotFound is returned when a handler named in the path has
@@ -107,7 +110,7 @@ func tableError(code string) *Error {
 // table (the order of the documentation).
 var errorTable = func() []*Error {
 	sentinels := []*Error{
-		ErrInvalid, ErrInvalidJSON, ErrInvalidTraceparent, ErrInvalidTracestate, ErrNotFound, ErrHandlerNotFound, ErrMethodNotAllowed, ErrConflict,
+		ErrInvalid, ErrInvalidJSON, ErrInvalidTraceparent, ErrInvalidTracestate, ErrInvalidShards, ErrNotFound, ErrHandlerNotFound, ErrMethodNotAllowed, ErrConflict,
 		ErrTaskFinished, ErrTooLarge, ErrQueueFull, ErrNoLeader, ErrNotReady, ErrStorageUnavailable, ErrInternal,
 	}
 	table := make([]*Error, 0, len(sentinels))

@@ -80,7 +80,7 @@ func TestError_Is(t *testing.T) {
 
 // TestErrorCodes pins the list the client libraries mirror.
 func TestErrorCodes(t *testing.T) {
-	want := []string{"bad_request", "invalid_json", "invalid_traceparent", "invalid_tracestate", "not_found", "handler_not_found", "method_not_allowed", "conflict",
+	want := []string{"bad_request", "invalid_json", "invalid_traceparent", "invalid_tracestate", "invalid_shards", "not_found", "handler_not_found", "method_not_allowed", "conflict",
 		"task_finished", "payload_too_large", "queue_full", "no_leader", "not_ready", "storage_unavailable", "internal"}
 	if got := ErrorCodes(); !reflect.DeepEqual(got, want) {
 		t.Errorf("ErrorCodes = %q, want %q", got, want)

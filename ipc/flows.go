@@ -153,6 +153,9 @@ func DecodeFlow(body []byte) (FlowSpec, error) {
 		if err != nil {
 			return FlowSpec{}, err
 		}
+		if n := len(FlowStagePrefix) + len(fs.ID) + 1 + 20 + 1 + len(st.Name); st.Task.Shards != nil && n > ShardParentIDMaxBytes {
+			return FlowSpec{}, Errorf(ErrInvalidShards, "stage %q: its task id may take %d bytes, the limit for a task with shards is %d: shorten the flow id or the stage name", st.Name, n, ShardParentIDMaxBytes)
+		}
 		fs.Stages = append(fs.Stages, st)
 	}
 	if err := checkFlowGraph(fs.Stages); err != nil {

@@ -61,7 +61,7 @@ func TestDecodeFlowInvalid(t *testing.T) {
 		{"stage timing", `{"id":"f","stages":[{"name":"A","handler":"h","delay":"1s"}]}`, `stage "A": delay: not allowed on a stage`},
 		{"stage schedule", `{"id":"f","stages":[{"name":"A","handler":"h","every":"1s"}]}`, `stage "A": every: not allowed`},
 		{"bad on_failure", `{"id":"f","stages":[{"name":"A","handler":"h","on_failure":"ignore"}]}`, "on_failure"},
-		{"unknown stage field", `{"id":"f","stages":[{"name":"A","handler":"h","shards":{}}]}`, "stages[0]: unknown field"},
+		{"unknown stage field", `{"id":"f","stages":[{"name":"A","handler":"h","bogus":{}}]}`, "stages[0]: unknown field"},
 		{"unknown field", `{"id":"f","x":1,"stages":[{"name":"A","handler":"h"}]}`, "unknown field"},
 		{"bad cron", `{"id":"f","cron":"not a cron","stages":[{"name":"A","handler":"h"}]}`, "cron: "},
 		{"bad timezone", `{"id":"f","cron":"0 * * * *","timezone":"Mars/Olympus","stages":[{"name":"A","handler":"h"}]}`, "timezone: "},

@@ -432,3 +432,23 @@ func TestDocRoutes(t *testing.T) {
 		t.Errorf("doc.go lists %v\nthe server serves %v", got, want)
 	}
 }
+
+func TestOpenAPI_ShardsCallback(t *testing.T) {
+	spec := loadSpec(t)
+	post := at(t, spec, "webhooks", "shards", "post")
+	if !strings.Contains(at(t, post, "description").(string), callback.ShardsPath) {
+		t.Errorf("shards webhook does not name %s", callback.ShardsPath)
+	}
+	var optional []string
+	for _, p := range at(t, spec, "webhooks", "execute", "post", "parameters").([]any) {
+		p := p.(map[string]any)
+		if p["in"] == "header" && p["required"] != true {
+			optional = append(optional, p["name"].(string))
+		}
+	}
+	for _, h := range []string{callback.HeaderShardIndex, callback.HeaderShardTotal} {
+		if !slices.Contains(optional, h) {
+			t.Errorf("execute webhook lacks the optional header %s (has %v)", h, optional)
+		}
+	}
+}

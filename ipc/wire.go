@@ -125,6 +125,9 @@ var fieldTypes = map[string]string{
 	"retention":      `a Go duration string like "24h"`,
 	"traceparent":    `a W3C traceparent like "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"`,
 	"tracestate":     `a W3C tracestate like "vendor=value"`,
+	"shards":         `an object {"count": N} or {"ask": true, "max": M}`,
+	"count":          "an integer from 1 to 1024",
+	"ask":            "true or false",
 
 	// The other request bodies (requests.go).
 	"tasks":           "an array of submit requests",
@@ -243,6 +246,9 @@ func (r *submitRequest) spec() (TaskSpec, error) {
 	if strings.HasPrefix(s.ID, FlowStagePrefix) {
 		return TaskSpec{}, Errorf(ErrInvalid, "id: the prefix %q is reserved for flow stages, got %q", FlowStagePrefix, s.ID)
 	}
+	if strings.HasPrefix(s.ID, axapi.ShardPrefix) {
+		return TaskSpec{}, Errorf(ErrInvalid, "id: the prefix %q is reserved for shard tasks, got %q", axapi.ShardPrefix, s.ID)
+	}
 
 	if r.Handler.bad {
 		return TaskSpec{}, Errorf(ErrInvalid, "handler: not valid UTF-8")
@@ -347,7 +353,47 @@ func (r *submitRequest) spec() (TaskSpec, error) {
 	if err := r.trace(&s); err != nil {
 		return TaskSpec{}, err
 	}
+	if err := r.shards(&s); err != nil {
+		return TaskSpec{}, err
+	}
 	return s, nil
+}
+
+// ShardParentIDMaxBytes bounds the id of a sharded task, so that its
+// shards' task ids (shard/<id>/<run>/<index>, with a run number of up to
+// 20 digits and an index of up to 4) fit in axapi.IDMaxBytes.
+const ShardParentIDMaxBytes = axapi.IDMaxBytes - len(axapi.ShardPrefix) - 1 - 20 - 1 - 4
+
+// shards decodes shards: {"count": N} or {"ask": true, "max": M}, each
+// bound 1..axapi.ShardsMax; errors are ErrInvalidShards.
+func (r *submitRequest) shards(s *TaskSpec) error {
+	sh := r.Shards
+	if sh == nil {
+		return nil
+	}
+	switch {
+	case sh.Count != nil && sh.Ask:
+		return Errorf(ErrInvalidShards, `shards: give "count" or "ask", not both`)
+	case sh.Count == nil && !sh.Ask:
+		return Errorf(ErrInvalidShards, `shards: give {"count": N} or {"ask": true, "max": M}`)
+	case sh.Count != nil && sh.Max != nil:
+		return Errorf(ErrInvalidShards, `shards: "max" goes with "ask", not with "count"`)
+	case sh.Count != nil && (*sh.Count < 1 || *sh.Count > axapi.ShardsMax):
+		return Errorf(ErrInvalidShards, "shards.count: must be between 1 and %d, got %d", axapi.ShardsMax, *sh.Count)
+	case sh.Ask && sh.Max == nil:
+		return Errorf(ErrInvalidShards, `shards.max: required with "ask": true`)
+	case sh.Ask && (*sh.Max < 1 || *sh.Max > axapi.ShardsMax):
+		return Errorf(ErrInvalidShards, "shards.max: must be between 1 and %d, got %d", axapi.ShardsMax, *sh.Max)
+	case len(s.ID) > ShardParentIDMaxBytes:
+		return Errorf(ErrInvalidShards, "id: %d bytes, the limit for a task with shards is %d (its shards' task ids, shard/<id>/<run>/<index>, must fit in %d)",
+			len(s.ID), ShardParentIDMaxBytes, axapi.IDMaxBytes)
+	}
+	if sh.Ask {
+		s.Shards = &ShardsSpec{Ask: true, Max: *sh.Max}
+	} else {
+		s.Shards = &ShardsSpec{Count: *sh.Count}
+	}
+	return nil
 }
 
 // recurring decodes cron, timezone, every, repeats, until and backoff.

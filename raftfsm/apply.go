@@ -19,10 +19,8 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 			return Result{}, nil, fmt.Errorf("cancel without body: %w", ErrBadEntry)
 		}
 		res, evs, err := applyCancel(w, c.Cancel)
-		if err == nil && len(evs) == 1 && isFlowStage(evs[0].Task) {
-			var more []Event
-			more, err = flowStageEnded(w, index, evs[0].Task, c.Cancel.AtMs, c.Cancel.FlowNextSlotMs)
-			evs = append(evs, more...)
+		if err == nil && len(evs) == 1 {
+			evs, err = taskEnded(w, index, evs, c.Cancel.AtMs, c.Cancel.FlowNextSlotMs, false)
 		}
 		return res, evs, err
 	case CmdFire:
@@ -35,10 +33,8 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 			return Result{}, nil, fmt.Errorf("complete without body: %w", ErrBadEntry)
 		}
 		res, evs, err := applyComplete(w, c.Complete)
-		if err == nil && len(evs) == 1 && isFlowStage(evs[0].Task) {
-			var more []Event
-			more, err = flowStageEnded(w, index, evs[0].Task, c.Complete.AtMs, c.Complete.FlowNextSlotMs)
-			evs = append(evs, more...)
+		if err == nil && len(evs) == 1 {
+			evs, err = taskEnded(w, index, evs, c.Complete.AtMs, c.Complete.FlowNextSlotMs, c.Complete.Alert)
 		}
 		return res, evs, err
 	case CmdNode:
@@ -84,6 +80,41 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 	default:
 		return Result{}, nil, fmt.Errorf("command type %d: %w", c.Type, ErrUnknownCommand)
 	}
+}
+
+// taskEnded follows the one event of an applied Complete or Cancel:
+// a sharded task's shards start (shard.go), a cancelled one's shards are
+// cancelled, a shard's end is counted in its parent (whose run may end),
+// and a flow stage's end moves its flow (flow_apply.go). Each check is a
+// field or prefix compare for a plain task. cronNextMs is the command's
+// FlowNextSlotMs (a cron flow's next slot, should the stage end its run;
+// the leader sets it for a stage task's own Complete or Cancel, not for
+// a shard's, so a sharded stage ends a cron flow after its run).
+func taskEnded(w *writer, index uint64, evs []Event, atMs, cronNextMs int64, alert bool) ([]Event, error) {
+	t := evs[0].Task
+	switch {
+	case t.AwaitingShards() && evs[0].Type == CmdComplete:
+		more, err := startShards(w, index, t, atMs)
+		return append(evs, more...), err
+	case t.State == StateCancelled && evs[0].Prev == StateRunning && t.Shards != nil && t.Shards.Running() > 0:
+		more, err := cancelShards(w, t, atMs)
+		evs = append(evs, more...)
+		if err != nil {
+			return evs, err
+		}
+	case isShard(t):
+		more, err := shardEnded(w, t, atMs, alert)
+		if err != nil || len(more) == 0 {
+			return evs, err
+		}
+		evs = append(evs, more...)
+		t = more[0].Task // the parent, whose run ended
+	}
+	if isFlowStage(t) {
+		more, err := flowStageEnded(w, index, t, atMs, cronNextMs)
+		return append(evs, more...), err
+	}
+	return evs, nil
 }
 
 // putTask stores t and keeps the due, running and finished indexes in step
@@ -153,10 +184,16 @@ func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {
 		return res, nil, nil
 	}
 	ev := Event{Type: CmdSubmit, Task: t}
+	var more []Event
 	if prev != nil && !prev.State.Terminal() {
 		// The replaced spec's run ends here: its record says so.
 		if _, err := historyCancel(w, prev, nil, &Cancel{ID: s.ID, AtMs: s.AtMs}); err != nil {
 			return Result{}, nil, err
+		}
+		if prev.AwaitingShards() { // and its shards with it
+			if more, err = cancelShards(w, prev, s.AtMs); err != nil {
+				return Result{}, nil, err
+			}
 		}
 	}
 	if prev != nil {
@@ -166,7 +203,7 @@ func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {
 	if err := putTask(w, prev, t); err != nil {
 		return Result{}, nil, err
 	}
-	return res, []Event{ev}, nil
+	return res, append([]Event{ev}, more...), nil
 }
 
 func applyCancel(w *writer, c *Cancel) (Result, []Event, error) {

@@ -168,6 +168,12 @@ type Complete struct {
 	Result          []byte `msgpack:"res,omitempty"`
 	ResultBinary    bool   `msgpack:"rbi,omitempty"`
 	ResultTruncated bool   `msgpack:"rtr,omitempty"`
+
+	// ShardCount, in a successful Complete of a sharded task's attempt
+	// (Spec.Shards), is the number of shards its run gets (Count, or
+	// the executor's answer; bounded by Shards.Bound): the run's shard
+	// tasks are created in the same apply (shard.go).
+	ShardCount int `msgpack:"shc,omitempty"`
 }
 
 // Result is what one applied command did.

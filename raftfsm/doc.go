@@ -23,7 +23,9 @@
 // leader writes into a command before proposing it (due times, backoff,
 // the next run of a recurring task: Prepare) are pure functions in
 // lifecycle.go, whose opening comment is the transition table. Outcome
-// (outcome.go) is the one type for how an attempt ended.
+// (outcome.go) is the one type for how an attempt ended. Flows
+// (flow.go, flow_apply.go) and shards (shard.go) are tasks too, created
+// and moved by the apply of the commands that end other tasks.
 //
 // # Failure
 //

@@ -95,6 +95,14 @@ type RunRecord struct {
 	Result          []byte `msgpack:"res,omitempty"`
 	ResultBinary    bool   `msgpack:"rb,omitempty"`
 	ResultTruncated bool   `msgpack:"rt,omitempty"`
+
+	// Shards is the number of shard tasks of a sharded task's run
+	// (ShardID(id, Run, i), i < Shards), 0 for a run without; the run is
+	// RUNNING until they have all ended. ShardsSucceeded and
+	// ShardsFailed count those that ended SUCCESS and otherwise.
+	Shards          int `msgpack:"sh,omitempty"`
+	ShardsSucceeded int `msgpack:"shs,omitempty"`
+	ShardsFailed    int `msgpack:"shf,omitempty"`
 }
 
 // AttemptRecord is one attempt of a run: what the Fire decided and what
@@ -234,6 +242,9 @@ func historyComplete(w *writer, prev, t *Task, c *Complete) (int, error) {
 	default:
 		r.State = StateWaiting
 	}
+	if t.AwaitingShards() {
+		r.State, r.Shards = StateRunning, t.Shards.Total
+	}
 	ended := 0
 	if r.State.Terminal() {
 		r.FinishedMs = c.AtMs
@@ -254,7 +265,7 @@ func historyCancel(w *writer, prev, t *Task, c *Cancel) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if prev.State == StateRunning {
+	if prev.State == StateRunning && !prev.AwaitingShards() { // a run waiting for its shards has no attempt running
 		r.addAttempt(AttemptRecord{Attempt: prev.Attempts, Node: prev.Node, FiredMs: prev.FiredMs, Outcome: OutcomeCancelled, EndedMs: c.AtMs})
 	}
 	r.State, r.FinishedMs = StateCancelled, c.AtMs
@@ -278,7 +289,10 @@ func currentRun(t *Task, stored *RunRecord) (r RunRecord, ok bool) {
 		r = RunRecord{Run: t.RunNumber(), Epoch: t.Epoch, DueMs: t.RunDueMs, FiredMs: t.RunFiredMs, ParkedReason: t.RunParked}
 	}
 	r.State = StateWaiting
-	if t.State == StateRunning {
+	if t.AwaitingShards() {
+		r.State, r.Shards = StateRunning, t.Shards.Total
+		r.ShardsSucceeded, r.ShardsFailed = t.Shards.Succeeded, t.Shards.Failed
+	} else if t.State == StateRunning {
 		r.State = StateRunning
 		r.addAttempt(AttemptRecord{Attempt: t.Attempts, Node: t.Node, FiredMs: t.FiredMs})
 	}

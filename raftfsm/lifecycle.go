@@ -34,6 +34,10 @@ import (
 //	WAITING          fire (its epoch, attempt Attempts+1)      RUNNING    Attempts+1, Node, FiredMs, LeaseMs; HeldBy cleared
 //	not WAITING      fire, or another epoch or attempt         unchanged  CodeStale
 //	RUNNING          complete success                          SUCCESS    LastError cleared; a recurring task: next run
+//	RUNNING          complete success with ShardCount,
+//	                   a sharded task                          RUNNING    waits for its shards: no node, no lease (shard.go)
+//	RUNNING, waiting
+//	  for shards     complete, lease                           unchanged  CodeStale; its last shard's end ends the run
 //	RUNNING          complete permanent                        FAILED     LastError
 //	RUNNING          complete busy                             WAITING    due at RetryDueMs; attempt given back; Snoozes+1; HeldBy busy
 //	RUNNING          complete unavailable                      WAITING    due at RetryDueMs; attempt given back; HeldBy unavailable
@@ -348,12 +352,17 @@ func fireTask(prev *Task, f *Fire) (*Task, Result) {
 // completeTask returns ErrBadEntry (wrapped) for an outcome that ends no
 // attempt (unknown, accepted, cancelled).
 func completeTask(prev *Task, c *Complete) (*Task, Result, error) {
-	if prev.State != StateRunning || (c.Epoch != 0 && prev.Epoch != c.Epoch) || prev.Attempts != c.Attempt {
+	if prev.State != StateRunning || (c.Epoch != 0 && prev.Epoch != c.Epoch) || prev.Attempts != c.Attempt || prev.AwaitingShards() {
 		return nil, Result{Code: CodeStale, Task: prev}, nil
 	}
 	t := *prev
 	t.UpdatedMs, t.LeaseMs = c.AtMs, 0
 	switch {
+	case c.Outcome == OutcomeSuccess && prev.Spec.Shards != nil && c.ShardCount > 0:
+		// The run's shards start (shard.go): it waits for them, on no
+		// node and with no lease.
+		t.Node, t.LastError = "", ""
+		t.Shards = &ShardRun{Total: prev.Spec.Shards.Bound(c.ShardCount), NextSlotMs: c.NextSlotMs, NextDueMs: c.NextDueMs}
 	case c.Outcome == OutcomeSuccess:
 		t.State, t.FinishedMs, t.LastError = StateSuccess, c.AtMs, ""
 		toNextRun(&t, c)
@@ -419,7 +428,7 @@ func retryTask(prev *Task, r *Retry) (*Task, Result) {
 }
 
 func leaseTask(prev *Task, l *Lease) (*Task, Result) {
-	if prev.State != StateRunning || prev.Attempts != l.Attempt {
+	if prev.State != StateRunning || prev.Attempts != l.Attempt || prev.AwaitingShards() {
 		return nil, Result{Code: CodeStale, Task: prev}
 	}
 	t := *prev

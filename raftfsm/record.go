@@ -70,6 +70,13 @@ type Spec struct {
 	// task, and the stored task keeps its first trace context.
 	TraceParent string `msgpack:"tp,omitempty"`
 	TraceState  string `msgpack:"ts,omitempty"`
+	// Shards, when set, runs each run of the task as shard tasks
+	// (shard.go); nil for a task that is not sharded.
+	Shards *Shards `msgpack:"sh,omitempty"`
+	// ShardIndex (from 0) and ShardTotal are set in the spec of a shard
+	// task (ShardTotal > 0), sent as Ax-Shard-Index and Ax-Shard-Total.
+	ShardIndex int `msgpack:"si,omitempty"`
+	ShardTotal int `msgpack:"sn,omitempty"`
 }
 
 // Backoff is a task's retry backoff (engine.Backoff in nanoseconds).
@@ -93,7 +100,15 @@ func (a Spec) Equal(b Spec) bool {
 		a.Priority == b.Priority && a.TimeoutNs == b.TimeoutNs && a.MaxAttempts == b.MaxAttempts &&
 		a.Cron == b.Cron && a.Timezone == b.Timezone && a.EveryNs == b.EveryNs && a.Repeats == b.Repeats &&
 		a.UntilMs == b.UntilMs && equalBackoff(a.Backoff, b.Backoff) && a.RouteKey == b.RouteKey && equalLabels(a.Labels, b.Labels) &&
-		a.RetentionNs == b.RetentionNs
+		a.RetentionNs == b.RetentionNs && equalShards(a.Shards, b.Shards) &&
+		a.ShardIndex == b.ShardIndex && a.ShardTotal == b.ShardTotal
+}
+
+func equalShards(a, b *Shards) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 func equalBackoff(a, b *Backoff) bool {
@@ -173,6 +188,9 @@ type Task struct {
 	RunDueMs   int64  `msgpack:"rdu,omitempty"`
 	RunFiredMs int64  `msgpack:"rfi,omitempty"`
 	RunParked  string `msgpack:"rpk,omitempty"`
+	// Shards is a sharded task's progress through the shards of its
+	// current (or last) run (shard.go); nil before its first shards.
+	Shards *ShardRun `msgpack:"shr,omitempty"`
 }
 
 // RunNumber is the number of the current (or last) run as executors and

@@ -72,12 +72,16 @@ const (
 	// ErrInvalid): a submit's trace context is not valid W3C Trace Context.
 	CodeInvalidTraceparent = axapi.CodeInvalidTraceparent
 	CodeInvalidTracestate  = axapi.CodeInvalidTracestate
-	CodeNotFound           = axapi.CodeNotFound
-	CodeConflict           = axapi.CodeConflict
-	CodePayloadTooLarge    = axapi.CodePayloadTooLarge
-	CodeQueueFull          = axapi.CodeQueueFull
-	CodeNoLeader           = axapi.CodeNoLeader
-	CodeNotReady           = axapi.CodeNotReady
+	// CodeInvalidShards (HTTP 400, matching ErrInvalid): a submit's
+	// Shards is invalid (both or neither of Count and Ask, a bound out of
+	// range).
+	CodeInvalidShards   = axapi.CodeInvalidShards
+	CodeNotFound        = axapi.CodeNotFound
+	CodeConflict        = axapi.CodeConflict
+	CodePayloadTooLarge = axapi.CodePayloadTooLarge
+	CodeQueueFull       = axapi.CodeQueueFull
+	CodeNoLeader        = axapi.CodeNoLeader
+	CodeNotReady        = axapi.CodeNotReady
 	// CodeStorageUnavailable (HTTP 503, with Retry-After): the node's disk
 	// cannot take writes (full, not writable); it refuses writes until it
 	// recovers and still serves reads. Check APIError.Code for it.
@@ -98,6 +102,7 @@ var codeSentinels = map[string]error{
 	CodeInvalidJSON:        ErrInvalid,
 	CodeInvalidTraceparent: ErrInvalid,
 	CodeInvalidTracestate:  ErrInvalid,
+	CodeInvalidShards:      ErrInvalid,
 	CodeNotFound:           ErrNotFound,
 	CodeHandlerNotFound:    ErrNotFound,
 	CodeTaskFinished:       ErrConflict,

@@ -156,7 +156,32 @@ type SubmitRequest struct {
 	// invalid_traceparent or invalid_tracestate). They do not make a
 	// resubmit a different spec.
 	TraceParent, TraceState string
+
+	// Shards, when set, runs each run of the task as shard tasks spread
+	// over the nodes, each retried on its own; nil: not sharded.
+	Shards *Shards
 }
+
+// Shards splits each run of a task into shards: Count shards, or with Ask
+// as many as the executor answers (its shard-count handler), at most Max.
+// Set Count (1 to ShardsMax) or Ask with Max (1 to ShardsMax), not both:
+// the sidecar refuses anything else (ErrInvalid, code invalid_shards).
+// Each shard is a task (axapi.ShardID: "shard/<id>/<run>/<index>") whose
+// callbacks carry its index and the total; the run is SUCCESS when every
+// shard succeeded, DEAD when any did not.
+type Shards struct {
+	Count int
+	Ask   bool
+	Max   int
+}
+
+// ShardsMax bounds the shards of one run.
+const ShardsMax = axapi.ShardsMax
+
+// ShardProgress is a sharded task's shards in its view: as submitted
+// (Count, or Ask and Max) and those of its current or last run (Total,
+// Succeeded, Failed, Running).
+type ShardProgress = axapi.ShardsView
 
 // Backoff is the retry backoff of a task: the n-th retry of a run waits
 // Initial × Multiplier^(n-1), at most Max, spread by ±Jitter (a fraction).
@@ -241,6 +266,12 @@ type Task struct {
 	Labels   map[string]string
 	// Retention is the task's own retention (zero: the sidecar's).
 	Retention time.Duration
+	// Shards is a sharded task's shards (nil for another); while they
+	// run the task is RUNNING without a Node.
+	Shards *ShardProgress
+	// ShardIndex (from 0) and ShardTotal describe a shard task (ShardTotal
+	// 0 for any other).
+	ShardIndex, ShardTotal int
 	// Paused is true while the task is paused (Client.PauseTask).
 	Paused bool
 	// TraceID (32 hex digits) is the trace every callback of the task
@@ -336,6 +367,15 @@ func encodeSubmit(req SubmitRequest) ([]byte, error) {
 	w.RouteKey = stringField(req.RouteKey)
 	if req.Repeats != 0 {
 		w.Repeats = &req.Repeats
+	}
+	if sh := req.Shards; sh != nil {
+		w.Shards = &axapi.ShardsRequest{Ask: sh.Ask}
+		if sh.Count != 0 || !sh.Ask {
+			w.Shards.Count = new(sh.Count)
+		}
+		if sh.Max != 0 || sh.Ask {
+			w.Shards.Max = new(sh.Max)
+		}
 	}
 	if b := req.Backoff; b != nil {
 		wb := &axapi.BackoffRequest{Initial: durationField(b.Initial), Max: durationField(b.Max)}
@@ -443,6 +483,10 @@ func taskFromWire(w *axapi.Task) (*Task, error) {
 		TraceState:  w.TraceState,
 	}
 	t.WaitingReason, t.WaitingSince, t.WaitingUntil = w.WaitingReason, deref(w.WaitingSince), deref(w.WaitingUntil)
+	t.Shards, t.ShardTotal = w.Shards, w.ShardTotal
+	if w.ShardIndex != nil {
+		t.ShardIndex = *w.ShardIndex
+	}
 	t.LastRun, t.ResultTruncated = w.LastRun, w.ResultTruncated
 	if len(w.Result) > 0 {
 		t.Result = []byte(w.Result)

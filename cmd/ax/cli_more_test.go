@@ -523,3 +523,31 @@ func TestRoundDurKeepsNonZeroSeconds(t *testing.T) {
 		}
 	}
 }
+
+func TestSubmitShardsFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--shards", "8"}, `{"count":8}`},
+		{[]string{"--shards-ask", "--shards-max", "64"}, `{"ask":true,"max":64}`},
+	} {
+		f := startFake(t)
+		_, errOut, code := runAx(t, append([]string{"submit", "h", "--socket", f.Socket}, tc.args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d, stderr %q", tc.args, code, errOut)
+		}
+		var body map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(f.bodies[0]), &body); err != nil {
+			t.Fatal(err)
+		}
+		if got := string(body["shards"]); got != tc.want {
+			t.Errorf("%v: shards %s, want %s", tc.args, got, tc.want)
+		}
+	}
+	f := startFake(t)
+	runAx(t, "submit", "h", "--socket", f.Socket)
+	if strings.Contains(f.bodies[0], "shards") {
+		t.Errorf("submit without shard flags sent %s", f.bodies[0])
+	}
+}

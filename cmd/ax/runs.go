@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -159,6 +160,13 @@ func printRun(w io.Writer, r *axapi.Run, now time.Time) error {
 	}
 	if r.ResultTruncated {
 		row("Result cut", fmt.Sprintf("yes: the executor sent more than %d bytes", axapi.ResultMaxBytes))
+	}
+	if r.Shards > 0 {
+		ids := ""
+		if len(r.ShardIDs) > 0 {
+			ids = ": " + oneLine(strings.Join(r.ShardIDs, ", "))
+		}
+		row("Shards", fmt.Sprintf("%d (%d succeeded, %d failed)%s", r.Shards, r.ShardsSucceeded, r.ShardsFailed, ids))
 	}
 	if r.AttemptsDropped > 0 {
 		row("Older attempts", fmt.Sprintf("%d not kept", r.AttemptsDropped))

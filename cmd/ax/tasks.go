@@ -44,6 +44,8 @@ func submitCmd() *cobra.Command {
 		backoffInitial, backoffMax      time.Duration
 		backoffMultiplier, backoffJit   float64
 		retention                       string
+		shards, shardsMax               int
+		shardsAsk                       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "submit HANDLER",
@@ -60,7 +62,9 @@ with its own attempts. --delay or --run-at set its first run; --repeats and
   ax submit report.build --run-at 2026-07-01T06:00:00Z --payload-file req.json
   ax submit email.send --priority 0 --max-attempts 10 --timeout 1m --json
   ax submit cleanup --id nightly --cron '0 2 * * *' --timezone Europe/Berlin --label team=ops
-  ax submit poll --every 5m --repeats 12 --backoff-initial 1s --backoff-max 1m`,
+  ax submit poll --every 5m --repeats 12 --backoff-initial 1s --backoff-max 1m
+  ax submit reindex --payload '{"table":"orders"}' --shards 8
+  ax submit reindex --shards-ask --shards-max 64`,
 		Args: exactArgs("HANDLER"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := &axapi.SubmitRequest{ID: id, Handler: args[0], Overwrite: overwrite}
@@ -149,6 +153,16 @@ with its own attempts. --delay or --run-at set its first run; --repeats and
 			if req.Backoff, err = backoffFlags(cmd, backoffInitial, backoffMax, backoffMultiplier, backoffJit); err != nil {
 				return err
 			}
+			// The sidecar validates the shards (400 invalid_shards).
+			if fl.Changed("shards") || fl.Changed("shards-ask") || fl.Changed("shards-max") {
+				req.Shards = &axapi.ShardsRequest{Ask: shardsAsk}
+				if fl.Changed("shards") {
+					req.Shards.Count = &shards
+				}
+				if fl.Changed("shards-max") {
+					req.Shards.Max = &shardsMax
+				}
+			}
 
 			ctx, cancel := cmdContext(cmd)
 			defer cancel()
@@ -200,6 +214,9 @@ with its own attempts. --delay or --run-at set its first run; --repeats and
 	fl.DurationVar(&backoffMax, "backoff-max", 0, "retry backoff: longest wait (default 30s)")
 	fl.Float64Var(&backoffMultiplier, "backoff-multiplier", 0, "retry backoff: growth of the wait per retry, 1 or more (default 2)")
 	fl.Float64Var(&backoffJit, "backoff-jitter", 0, "retry backoff: random spread, a fraction from 0 to 1 (default 0.2)")
+	fl.IntVar(&shards, "shards", 0, "run each run as this many shard tasks, 1 to 1024 (callbacks carry Ax-Shard-Index and Ax-Shard-Total)")
+	fl.BoolVar(&shardsAsk, "shards-ask", false, "ask the executor (POST /ax/v1/shards) how many shards each run gets; needs --shards-max")
+	fl.IntVar(&shardsMax, "shards-max", 0, "with --shards-ask: at most this many shards, 1 to 1024")
 	f.register(cmd)
 	return cmd
 }
@@ -497,6 +514,19 @@ func printTask(w io.Writer, t *axapi.Task, now time.Time) error {
 	}
 	if t.RouteKey != "" {
 		row("Route key", oneLine(t.RouteKey))
+	}
+	if sh := t.Shards; sh != nil {
+		how := fmt.Sprintf("%d per run", sh.Count)
+		if sh.Ask {
+			how = fmt.Sprintf("asked of the executor, at most %d", sh.Max)
+		}
+		if sh.Total > 0 {
+			how += fmt.Sprintf("; this run: %d (%d succeeded, %d failed, %d running)", sh.Total, sh.Succeeded, sh.Failed, sh.Running)
+		}
+		row("Shards", how)
+	}
+	if t.ShardIndex != nil {
+		row("Shard", fmt.Sprintf("%d of %d", *t.ShardIndex, t.ShardTotal))
 	}
 	if len(t.Labels) > 0 {
 		keys := make([]string, 0, len(t.Labels))

@@ -32,7 +32,15 @@ const (
 	// "boom from e2e executor"; run 3 200 with HistoryBigResultBytes of
 	// "x"; any other 200 with the JSON {"run":N}.
 	HandlerHistory = "e2e.history"
+	// HandlerShards answers the shard-count question (POST
+	// /ax/v1/shards) with {"count": ShardsAnswer}; a callback of shard
+	// index 1 (Ax-Shard-Index) is answered 500 at its attempts 1 and 2,
+	// 200 at the third; any other 200.
+	HandlerShards = "e2e.shards"
 )
+
+// ShardsAnswer is HandlerShards' answer to the shard-count question.
+const ShardsAnswer = 5
 
 // HistoryBigResultBytes is the body of HandlerHistory's run 3: above the
 // 64 KiB a run's result keeps.
@@ -251,6 +259,18 @@ func (e *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case HandlerBusy:
 		w.Header().Set("Retry-After", strconv.Itoa(1))
 		w.WriteHeader(http.StatusServiceUnavailable)
+	case HandlerShards:
+		switch {
+		case c.Path == "/ax/v1/shards":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			io.WriteString(w, `{"count":`+strconv.Itoa(ShardsAnswer)+`}`)
+		case r.Header.Get("Ax-Shard-Index") == "1" && (c.Attempt == "1" || c.Attempt == "2"):
+			w.WriteHeader(http.StatusInternalServerError)
+			io.WriteString(w, "boom from e2e executor")
+		default:
+			w.WriteHeader(http.StatusOK)
+		}
 	case HandlerHistory:
 		switch {
 		case c.Run == "2" && c.Attempt == "1":

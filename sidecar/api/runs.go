@@ -29,7 +29,7 @@ func (b *Backend) Runs(_ context.Context, id string, q ipc.RunsQuery) (ipc.RunsP
 	}
 	page := ipc.RunsPage{Runs: make([]ipc.Run, 0, len(recs))}
 	for i := range recs {
-		page.Runs = append(page.Runs, RunView(t, &recs[i]))
+		page.Runs = append(page.Runs, withShardIDs(RunView(t, &recs[i]), id))
 	}
 	if more && len(recs) > 0 {
 		page.NextCursor = ipc.RunsCursor(recs[len(recs)-1].Run)
@@ -53,7 +53,22 @@ func (b *Backend) Run(_ context.Context, id string, run int) (ipc.Run, error) {
 	if err != nil {
 		return ipc.Run{}, err
 	}
-	return RunView(t, r), nil
+	return withShardIDs(RunView(t, r), id), nil
+}
+
+// shardIDsMax bounds the shard ids a run view lists (Run.ShardIDs); a run
+// with more shards gives only their number.
+const shardIDsMax = 64
+
+// withShardIDs lists the shard task ids of run v of task id.
+func withShardIDs(v ipc.Run, id string) ipc.Run {
+	if v.Shards > 0 && v.Shards <= shardIDsMax {
+		v.ShardIDs = make([]string, v.Shards)
+		for i := range v.ShardIDs {
+			v.ShardIDs[i] = raftfsm.ShardID(id, v.Run, i)
+		}
+	}
+	return v
 }
 
 // addLastRun adds the newest run's number and result to a task view.
@@ -74,6 +89,7 @@ func RunView(t *raftfsm.Task, r *raftfsm.RunRecord) ipc.Run {
 		StartedAt: optMs(r.StartedMs), FinishedAt: optMs(r.FinishedMs),
 		Attempts: make([]ipc.RunAttempt, 0, len(r.Attempts)), AttemptsDropped: r.DroppedAttempts,
 		ResultTruncated: r.ResultTruncated,
+		Shards:          r.Shards, ShardsSucceeded: r.ShardsSucceeded, ShardsFailed: r.ShardsFailed,
 	}
 	if t != nil {
 		traceID, _ := axapi.TraceOf(t.Spec.TraceParent, t.ID)

@@ -72,6 +72,9 @@ func submitCommand(spec ipc.TaskSpec) raftfsm.Command {
 	s.Spec.RouteKey, s.Spec.Labels = spec.RouteKey, spec.Labels
 	s.Spec.RetentionNs = int64(spec.Retention)
 	s.Spec.TraceParent, s.Spec.TraceState = spec.TraceParent, spec.TraceState
+	if sh := spec.Shards; sh != nil {
+		s.Spec.Shards = &raftfsm.Shards{Count: sh.Count, Ask: sh.Ask, Max: sh.Max}
+	}
 	return raftfsm.Command{Type: raftfsm.CmdSubmit, Submit: s}
 }
 

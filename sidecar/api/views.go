@@ -77,6 +77,16 @@ func taskView(t *raftfsm.Task) ipc.Task {
 	if b := t.Spec.Backoff; b != nil {
 		v.Backoff = &ipc.BackoffView{Initial: time.Duration(b.InitialNs).String(), Max: time.Duration(b.MaxNs).String(), Multiplier: b.Multiplier, Jitter: b.Jitter}
 	}
+	if sh := t.Spec.Shards; sh != nil {
+		v.Shards = &ipc.ShardsView{Count: sh.Count, Ask: sh.Ask, Max: sh.Max}
+		if r := t.Shards; r != nil {
+			v.Shards.Total, v.Shards.Succeeded, v.Shards.Failed, v.Shards.Running = r.Total, r.Succeeded, r.Failed, r.Running()
+		}
+	}
+	if t.Spec.ShardTotal > 0 {
+		i := t.Spec.ShardIndex
+		v.ShardIndex, v.ShardTotal = &i, t.Spec.ShardTotal
+	}
 	switch t.State {
 	case raftfsm.StateWaiting:
 		v.NextRunAt = msTime(t.DueMs)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -466,6 +467,7 @@ func (d *Delivery) deliver(ctx context.Context, t *raftfsm.Task, r *attemptRun, 
 		TaskID: t.ID, Handler: t.Spec.Handler, Attempt: t.Attempts, Run: t.RunNumber(),
 		Deadline: deadline, Payload: t.Spec.Payload, MaxIdleConns: sl.maxC,
 		TraceParent: t.Spec.TraceParent, TraceState: t.Spec.TraceState,
+		ShardIndex: t.Spec.ShardIndex, ShardTotal: t.Spec.ShardTotal, Path: shardsPath(t),
 	})
 	if ctx.Err() != nil {
 		out.Kind = raftfsm.OutcomeCancelled
@@ -771,6 +773,15 @@ func (d *Delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 				return
 			}
 		}
+		if sh := t.Spec.Shards; sh != nil && !sh.Ask {
+			// Count mode: the run's first step needs no callback; its
+			// Complete starts the shards.
+			c := &raftfsm.Complete{ID: t.ID, Epoch: r.epoch, Attempt: r.attempt, Outcome: raftfsm.OutcomeSuccess, ShardCount: sh.Count}
+			r.callStart = d.clock.Now() // the run's start, for its record
+			r.facts(c, t, callback.Outcome{Kind: raftfsm.OutcomeSuccess})
+			d.report(c, t)
+			return
+		}
 		var ok bool
 		if out, ok = d.deliverAvailable(ctx, t, r, xs, log); !ok {
 			if ctx.Err() == nil && r.waitCtx(ctx).Err() != nil {
@@ -794,6 +805,14 @@ func (d *Delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 		return
 	case raftfsm.OutcomeSuccess:
 		c.Outcome = raftfsm.OutcomeSuccess
+		if t.Spec.Shards != nil { // ask mode: the body is the count
+			n, err := ParseShardCount(out.Body)
+			if err != nil {
+				c.Outcome, c.Error = raftfsm.OutcomeRetryable, err.Error()
+				break
+			}
+			c.ShardCount = t.Spec.Shards.Bound(n)
+		}
 	case raftfsm.OutcomeBusy:
 		c.Outcome = raftfsm.OutcomeBusy
 		c.RetryAfterMs = out.RetryAfter.Milliseconds()
@@ -810,6 +829,34 @@ func (d *Delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 		c.Outcome = raftfsm.OutcomeRetryable
 	}
 	d.report(c, t)
+}
+
+// shardsPath is the path of t's callback: ShardsPath for a sharded task
+// in ask mode (its run's first step asks the count), "" otherwise.
+func shardsPath(t *raftfsm.Task) string {
+	if sh := t.Spec.Shards; sh != nil && sh.Ask {
+		return callback.ShardsPath
+	}
+	return ""
+}
+
+// ParseShardCount reads an executor's answer to the shard-count question:
+// a JSON object {"count": n}, n >= 1. Anything else is an error (the
+// attempt failed: it is retried with the task's backoff).
+func ParseShardCount(body []byte) (int, error) {
+	var a struct {
+		Count *int `json:"count"`
+	}
+	if err := json.Unmarshal(body, &a); err != nil {
+		return 0, fmt.Errorf("shards answer: want {\"count\": n}: %v", err)
+	}
+	if a.Count == nil {
+		return 0, errors.New(`shards answer: want {"count": n}, no count`)
+	}
+	if *a.Count < 1 {
+		return 0, fmt.Errorf("shards answer: count must be at least 1, got %d", *a.Count)
+	}
+	return *a.Count, nil
 }
 
 // facts fills in c what only this node knows of the attempt, for its run

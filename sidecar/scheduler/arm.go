@@ -154,7 +154,11 @@ func (l *Scheduler) OnEvent(ev *raftfsm.Event) {
 		l.armDue(timers, t.ID, t.DueMs)
 	case raftfsm.StateRunning:
 		timers.Cancel(dueKeyPrefix + t.ID)
-		timers.Arm(leaseKeyPrefix+t.ID, time.UnixMilli(t.LeaseMs))
+		if t.AwaitingShards() { // no attempt: its shards' ends end the run
+			timers.Cancel(leaseKeyPrefix + t.ID)
+		} else {
+			timers.Arm(leaseKeyPrefix+t.ID, time.UnixMilli(t.LeaseMs))
+		}
 	default:
 		timers.Cancel(dueKeyPrefix + t.ID)
 		timers.Cancel(leaseKeyPrefix + t.ID)

@@ -123,7 +123,7 @@ func (l *Scheduler) fireWithin(ctx context.Context, due, leases []string, lead t
 	var cmds []raftfsm.Command
 	for _, id := range leases {
 		t, err := l.store.Task(id)
-		if err != nil || t.State != raftfsm.StateRunning {
+		if err != nil || t.State != raftfsm.StateRunning || t.AwaitingShards() {
 			continue
 		}
 		if t.LeaseMs > nowMs {

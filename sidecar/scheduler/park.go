@@ -412,7 +412,8 @@ func (l *Scheduler) trackRunning(t *raftfsm.Task) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h, was := l.runningIDs[t.ID]
-	is := t.State == raftfsm.StateRunning
+	// A sharded task waiting for its shards holds no slot: its shards do.
+	is := t.State == raftfsm.StateRunning && !t.AwaitingShards()
 	switch {
 	case is && !was:
 		l.runningIDs[t.ID] = t.Spec.Handler

@@ -324,7 +324,9 @@ func (l *Scheduler) Start(parent context.Context) {
 		if err == nil {
 			err = l.store.Running(func(t *raftfsm.Task) bool {
 				l.trackRunning(t)
-				timers.Arm(leaseKeyPrefix+t.ID, time.UnixMilli(t.LeaseMs))
+				if !t.AwaitingShards() {
+					timers.Arm(leaseKeyPrefix+t.ID, time.UnixMilli(t.LeaseMs))
+				}
 				running++
 				return true
 			})

@@ -26,6 +26,12 @@ type Call struct {
 	// TraceParent and TraceState are the callback's W3C trace context
 	// headers ("" when absent).
 	TraceParent, TraceState string
+	// Path is the request's path: /ax/v1/execute for a callback,
+	// /ax/v1/shards for a sharded task's shard-count question.
+	Path string
+	// ShardIndex and ShardTotal are the Ax-Shard-Index and
+	// Ax-Shard-Total headers (ShardTotal 0 when absent).
+	ShardIndex, ShardTotal int
 	// Node is the id of the node whose executor took the call.
 	Node string
 	// At is the fake clock's time when the call arrived; Ended when the
@@ -125,8 +131,10 @@ func (e *Executor) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	attempt, _ := strconv.Atoi(r.Header.Get("Ax-Attempt"))
 	run, _ := strconv.Atoi(r.Header.Get("Ax-Run"))
+	shard, _ := strconv.Atoi(r.Header.Get("Ax-Shard-Index"))
+	shards, _ := strconv.Atoi(r.Header.Get("Ax-Shard-Total"))
 	c := Call{TaskID: r.Header.Get("Ax-Task-Id"), Handler: r.Header.Get("Ax-Handler"), Attempt: attempt, Run: run,
-		Payload: body, Node: e.node, At: e.clock.Now(),
+		Payload: body, Node: e.node, At: e.clock.Now(), Path: r.URL.Path, ShardIndex: shard, ShardTotal: shards,
 		TraceParent: r.Header.Get("traceparent"), TraceState: r.Header.Get("tracestate")}
 	e.mu.Lock()
 	i := len(e.calls)

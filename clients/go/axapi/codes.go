@@ -24,6 +24,11 @@ const (
 	// not a valid W3C tracestate (CheckTraceState), or a tracestate field
 	// came without a traceparent. HTTP 400.
 	CodeInvalidTracestate = "invalid_tracestate"
+	// CodeInvalidShards: a submit's "shards" is invalid: both or neither
+	// of count and ask, a count or max outside 1..ShardsMax, ask without
+	// max, or shards on a task whose id is too long for its shards' ids.
+	// HTTP 400.
+	CodeInvalidShards = "invalid_shards"
 	// CodeNotFound: the task (or route, or executor) does not exist. HTTP
 	// 404.
 	CodeNotFound = "not_found"
@@ -79,6 +84,7 @@ var errorTable = []ErrorCode{
 	{Code: CodeInvalidJSON, Status: http.StatusBadRequest, Message: "invalid json"},
 	{Code: CodeInvalidTraceparent, Status: http.StatusBadRequest, Message: "invalid traceparent"},
 	{Code: CodeInvalidTracestate, Status: http.StatusBadRequest, Message: "invalid tracestate"},
+	{Code: CodeInvalidShards, Status: http.StatusBadRequest, Message: "invalid shards"},
 	{Code: CodeNotFound, Status: http.StatusNotFound, Message: "not found"},
 	{Code: CodeHandlerNotFound, Status: http.StatusNotFound, Message: "handler not found"},
 	{Code: CodeMethodNotAllowed, Status: http.StatusMethodNotAllowed, Message: "method not allowed"},

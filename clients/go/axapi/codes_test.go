@@ -16,7 +16,7 @@ import (
 // TestErrorTable checks the table itself: each code once, an error status,
 // and a Code constant per row (LookupCode finds it).
 func TestErrorTable(t *testing.T) {
-	want := []string{"bad_request", "invalid_json", "invalid_traceparent", "invalid_tracestate", "not_found", "handler_not_found", "method_not_allowed", "conflict",
+	want := []string{"bad_request", "invalid_json", "invalid_traceparent", "invalid_tracestate", "invalid_shards", "not_found", "handler_not_found", "method_not_allowed", "conflict",
 		"task_finished", "payload_too_large", "queue_full", "no_leader", "not_ready", "storage_unavailable", "internal"}
 	if got := Codes(); !slices.Equal(got, want) {
 		t.Errorf("Codes() = %q, want %q", got, want)

@@ -61,6 +61,14 @@ type Run struct {
 	Result          json.RawMessage `json:"result,omitempty"`
 	ResultBase64    string          `json:"result_base64,omitempty"`
 	ResultTruncated bool            `json:"result_truncated,omitempty"`
+	// Shards, for a run of a sharded task, is its number of shard tasks,
+	// ShardID(id, Run, i) for i from 0 to Shards-1 (ShardIDs lists them
+	// for runs of up to 64 shards); ShardsSucceeded and ShardsFailed
+	// count those that ended. The run is RUNNING until all have ended.
+	Shards          int      `json:"shards,omitempty"`
+	ShardIDs        []string `json:"shard_ids,omitempty"`
+	ShardsSucceeded int      `json:"shards_succeeded,omitempty"`
+	ShardsFailed    int      `json:"shards_failed,omitempty"`
 }
 
 // Lateness splits a run's lateness (the first callback's start, plus its

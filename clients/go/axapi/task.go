@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -64,6 +65,15 @@ type Task struct {
 	// Retention (Go duration string) is the task's own retention, when
 	// it was submitted with one.
 	Retention string `json:"retention,omitempty"`
+	// Shards, for a sharded task, is its "shards" as submitted (Count, or
+	// Ask and Max) and the shards of its current or last run: Total,
+	// Succeeded, Failed (DEAD, FAILED or CANCELLED) and Running. While
+	// they run the task is RUNNING without a node.
+	Shards *ShardsView `json:"shards,omitempty"`
+	// ShardIndex (from 0) and ShardTotal are set on a shard task
+	// (ShardPrefix), as its callbacks' Ax-Shard-Index and Ax-Shard-Total.
+	ShardIndex *int `json:"shard_index,omitempty"`
+	ShardTotal int  `json:"shard_total,omitempty"`
 	// Paused is true while the task is paused (POST
 	// /v1/tasks/{id}/pause): its due runs wait until it is resumed.
 	Paused bool `json:"paused,omitempty"`
@@ -90,6 +100,29 @@ type Task struct {
 	// is at 80 % of its bound or more ("depth/limit"), is sent as the
 	// Ax-Backlog-Warning header.
 	BacklogWarning string `json:"-"`
+}
+
+// ShardsView is a sharded task's "shards" in the API (see Task.Shards).
+type ShardsView struct {
+	Count     int  `json:"count,omitempty"`
+	Ask       bool `json:"ask,omitempty"`
+	Max       int  `json:"max,omitempty"`
+	Total     int  `json:"total"`
+	Succeeded int  `json:"succeeded"`
+	Failed    int  `json:"failed"`
+	Running   int  `json:"running"`
+}
+
+// ShardPrefix starts the id of every shard task: shard i of run r of task
+// t is ShardID(t, r, i), "shard/<t>/<r>/<i>". Task submits may not use it.
+const ShardPrefix = "shard/"
+
+// ShardsMax bounds the shards of one run (count, or max with ask).
+const ShardsMax = 1024
+
+// ShardID returns the id of shard index of run run of task id.
+func ShardID(id string, run, index int) string {
+	return ShardPrefix + id + "/" + strconv.Itoa(run) + "/" + strconv.Itoa(index)
 }
 
 // BackoffView is a task's retry backoff in the API (durations as Go

@@ -54,10 +54,28 @@ type SubmitRequest struct {
 	// any, apply). A TraceState needs a TraceParent.
 	TraceParent string `json:"traceparent,omitempty"`
 	TraceState  string `json:"tracestate,omitempty"`
+	// Shards runs each run of the task as shards: {"count": N} (1 to
+	// ShardsMax) or {"ask": true, "max": M} (M 1 to ShardsMax: the
+	// executor answers POST ShardsPath with the count). Nil: not sharded.
+	Shards *ShardsRequest `json:"shards,omitempty"`
 
 	// Payload is a JSON payload, any JSON value, at most PayloadMaxBytes.
 	// Encode sends it byte for byte (json.Marshal would compact it).
 	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// ShardsRequest is the "shards" object of a SubmitRequest: Count, or Ask
+// with Max, not both (the server answers 400 invalid_shards otherwise).
+type ShardsRequest struct {
+	Count *int `json:"count,omitempty"`
+	Ask   bool `json:"ask,omitempty"`
+	Max   *int `json:"max,omitempty"`
+}
+
+// ShardCount is the body of an executor's answer to POST ShardsPath: how
+// many shards the run gets, at least 1 (bounded by the task's max).
+type ShardCount struct {
+	Count int `json:"count"`
 }
 
 // BackoffRequest is the "backoff" object of a SubmitRequest: the n-th retry

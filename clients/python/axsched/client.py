@@ -285,6 +285,7 @@ class Client:
         retention: Optional[Duration] = None,
         traceparent: Optional[str] = None,
         tracestate: Optional[str] = None,
+        shards: Optional[Mapping[str, Any]] = None,
     ) -> Task:
         """Submit a task and return it as stored. Returns once the task is
         durable on a quorum of the cluster.
@@ -334,6 +335,10 @@ class Client:
                 served, or ``Delivery.traceparent`` in a handler): every
                 callback carries its trace id. Defaults to none (the
                 sidecar then derives a trace id from the task id).
+            shards: run each run as shard tasks: ``{"count": 8}`` (1 to
+                1024), or ``{"ask": True, "max": 64}`` to ask the executor
+                how many (see :class:`SubmitRequest`). Invalid:
+                :class:`InvalidShards`.
 
         The returned task's ``backlog_warning`` is set (``"depth/limit"``)
         when the handler's backlog is at 80 % of its bound or more.
@@ -365,6 +370,7 @@ class Client:
             retention=retention,
             traceparent=traceparent,
             tracestate=tracestate,
+            shards=shards,
         )
         return self._submit(req)
 

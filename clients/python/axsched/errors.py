@@ -140,6 +140,13 @@ class InvalidTracestate(BadRequest):
     default_code = "invalid_tracestate"
 
 
+class InvalidShards(BadRequest):
+    """A submit's ``shards`` is invalid (both or neither of ``count`` and
+    ``ask``, a bound outside 1..1024): code ``invalid_shards``, HTTP 400."""
+
+    default_code = "invalid_shards"
+
+
 class NotFound(AxError):
     """The task (or executor, or route) does not exist: code ``not_found``,
     HTTP 404. A sidecar too old to have a route also answers 404; the
@@ -307,8 +314,8 @@ class Unavailable(AxError):
 
 # Tracebacks and reprs name the classes as the package exports them
 # (axsched.Unavailable, not axsched.errors.Unavailable).
-for _cls in (AxError, BadRequest, InvalidJSON, InvalidTraceparent, InvalidTracestate, NotFound, HandlerNotFound, MethodNotAllowed, Conflict, TaskFinished, PayloadTooLarge,
-             QueueFull, NoLeader, NotReady, StorageUnavailable, InternalError, Unavailable):
+for _cls in (AxError, BadRequest, InvalidJSON, InvalidTraceparent, InvalidTracestate, InvalidShards, NotFound, HandlerNotFound, MethodNotAllowed, Conflict,
+             TaskFinished, PayloadTooLarge, QueueFull, NoLeader, NotReady, StorageUnavailable, InternalError, Unavailable):
     _cls.__module__ = "axsched"
 del _cls
 
@@ -319,6 +326,7 @@ ERROR_CODES: Dict[str, Type[AxError]] = {
     "invalid_json": InvalidJSON,
     "invalid_traceparent": InvalidTraceparent,
     "invalid_tracestate": InvalidTracestate,
+    "invalid_shards": InvalidShards,
     "not_found": NotFound,
     "handler_not_found": HandlerNotFound,
     "method_not_allowed": MethodNotAllowed,
@@ -336,7 +344,7 @@ ERROR_CODES: Dict[str, Type[AxError]] = {
 # a plain-text body from something in between); 503 without a code is taken
 # as "not ready", never as "no leader", so that it is not retried.
 _STATUS_CLASSES: Dict[int, Type[AxError]] = {
-    cls.default_status: cls for cls in ERROR_CODES.values() if cls not in (InvalidJSON, InvalidTraceparent, InvalidTracestate, HandlerNotFound, TaskFinished, NoLeader, StorageUnavailable)
+    cls.default_status: cls for cls in ERROR_CODES.values() if cls not in (InvalidJSON, InvalidTraceparent, InvalidTracestate, InvalidShards, HandlerNotFound, TaskFinished, NoLeader, StorageUnavailable)
 }
 
 

@@ -232,6 +232,26 @@ def _backoff(value: Union[Backoff, Mapping[str, Any]]) -> Backoff:
     return value if isinstance(value, Backoff) else Backoff.from_mapping(value)
 
 
+def _shards(v: Mapping[str, Any]) -> Dict[str, Any]:
+    """The ``shards`` object of a submit: its known keys with their types
+    checked; the sidecar checks the rules (:class:`InvalidShards`)."""
+    if not isinstance(v, Mapping):
+        raise TypeError(f"shards: want a mapping like {{'count': 8}}, got {type(v).__name__}")
+    unknown = set(v) - {"count", "ask", "max"}
+    if unknown:
+        raise BadRequest(f"shards: unknown keys {sorted(unknown)}; known: count, ask, max")
+    out: Dict[str, Any] = {}
+    if v.get("count") is not None:
+        out["count"] = _int("shards.count", v["count"])
+    if v.get("ask") is not None:
+        if not isinstance(v["ask"], bool):
+            raise TypeError(f"shards.ask: want a bool, got {type(v['ask']).__name__}")
+        out["ask"] = v["ask"]
+    if v.get("max") is not None:
+        out["max"] = _int("shards.max", v["max"])
+    return out
+
+
 def _labels(value: Any) -> Dict[str, str]:
     if not isinstance(value, Mapping):
         raise TypeError(f"labels: want a dict of str to str, got {type(value).__name__}")
@@ -335,6 +355,13 @@ class SubmitRequest:
             refuses an invalid one (:class:`InvalidTraceparent`,
             :class:`InvalidTracestate`). They do not make a resubmit a
             different spec.
+        shards: run each run as shard tasks spread over the nodes, each
+            retried on its own: ``{"count": N}`` (1 to 1024), or
+            ``{"ask": True, "max": M}`` to ask the executor (its shard-count
+            handler) how many, at most M. The sidecar refuses anything else
+            (:class:`InvalidShards`). Shard ``i`` of run ``r`` is the task
+            ``shard/<id>/<r>/<i>``; its callbacks carry the index and total
+            (:attr:`Delivery.shard_index`). ``None``: not sharded.
 
     Every recurring run is a run of the same task (``Task.run``, the
     callback's ``Ax-Run``) with its own attempts; the task is terminal only
@@ -362,6 +389,7 @@ class SubmitRequest:
     retention: Optional[Duration] = None
     traceparent: Optional[str] = None
     tracestate: Optional[str] = None
+    shards: Optional[Mapping[str, Any]] = None
 
     def encode(self) -> bytes:
         """The JSON body of ``POST /v1/tasks`` for this request. Raises
@@ -425,6 +453,8 @@ class SubmitRequest:
             body["traceparent"] = _str("traceparent", self.traceparent)
         if self.tracestate is not None:
             body["tracestate"] = _str("tracestate", self.tracestate)
+        if self.shards is not None:
+            body["shards"] = _shards(self.shards)
         out = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         payload = _encode_payload(self.payload)
         if payload is None:
@@ -498,6 +528,12 @@ class Task:
             sidecar older than trace context.
         traceparent, tracestate: the trace context as submitted, ``None``
             without one.
+        shards: a sharded task's ``shards`` as the sidecar shows it: as
+            submitted (``count``, or ``ask`` and ``max``) and the shards of
+            its current or last run (``total``, ``succeeded``, ``failed``,
+            ``running``); ``None`` for another task.
+        shard_index, shard_total: on a shard task, its index (from 0) and
+            the number of shards of its run; ``None`` and 0 otherwise.
         backlog_warning: set on the task returned by :meth:`Client.submit`
             and :meth:`Client.submit_batch` when the sidecar sent an
             ``Ax-Backlog-Warning`` header: the handler's backlog (due runs
@@ -540,6 +576,9 @@ class Task:
     trace_id: Optional[str] = None
     traceparent: Optional[str] = None
     tracestate: Optional[str] = None
+    shards: Optional[Dict[str, Any]] = None
+    shard_index: Optional[int] = None
+    shard_total: int = 0
     backlog_warning: Optional[str] = field(default=None, compare=False)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -637,6 +676,9 @@ class Task:
             trace_id=d.get("trace_id") or None,
             traceparent=d.get("traceparent") or None,
             tracestate=d.get("tracestate") or None,
+            shards=dict(d["shards"]) if isinstance(d.get("shards"), Mapping) else None,
+            shard_index=int(d["shard_index"]) if d.get("shard_index") is not None else None,
+            shard_total=int(d.get("shard_total") or 0),
             raw=dict(d),
         )
 

@@ -39,6 +39,13 @@ const (
 	// case-insensitive).
 	HeaderTraceParent = axapi.HeaderTraceParent
 	HeaderTraceState  = axapi.HeaderTraceState
+	// HeaderShardIndex and HeaderShardTotal are sent on a shard task's
+	// callbacks (Callback.ShardTotal > 0).
+	HeaderShardIndex = axapi.HeaderShardIndex
+	HeaderShardTotal = axapi.HeaderShardTotal
+	// ShardsPath is where a sharded task in ask mode asks the executor
+	// for its run's shard count (Callback.Path).
+	ShardsPath = axapi.ShardsPath
 	// DeadlineFormat is the layout of the Ax-Deadline header: RFC 3339 in
 	// UTC with milliseconds ("2026-11-30T11:25:00.250Z").
 	DeadlineFormat = axapi.DeadlineFormat
@@ -91,6 +98,12 @@ type Callback struct {
 	// Attempt, so the same attempt delivered again carries the same one),
 	// and the tracestate unchanged when there is one.
 	TraceParent, TraceState string
+	// ShardIndex (from 0) and ShardTotal, when ShardTotal > 0, are sent
+	// as Ax-Shard-Index and Ax-Shard-Total: the callback of a shard task.
+	ShardIndex, ShardTotal int
+	// Path replaces ExecutePath on the executor's base URL when set
+	// (ShardsPath: the shard-count question of a sharded task).
+	Path string
 	// MaxIdleConns is how many idle connections to keep to this executor
 	// (its concurrency limit, so that a burst reuses them instead of
 	// dialling again); 0 means CallerOptions.MaxIdleConnsPerExecutor.
@@ -278,10 +291,11 @@ func (c *Caller) client(k endpointKey, maxIdle int) *http.Client {
 }
 
 // Execute delivers cb to the executor at baseURL (see ParseExecutorURL): it
-// POSTs the payload, byte for byte, to baseURL + ExecutePath with headers
-// Ax-Task-Id, Ax-Handler, Ax-Attempt, Ax-Run, Ax-Deadline (DeadlineFormat,
-// when cb.Deadline is set), traceparent (always; see Callback.TraceParent),
-// tracestate (when the task has one) and Content-Type:
+// POSTs the payload, byte for byte, to baseURL + ExecutePath (or cb.Path)
+// with headers Ax-Task-Id, Ax-Handler, Ax-Attempt, Ax-Run, Ax-Deadline
+// (DeadlineFormat, when cb.Deadline is set), Ax-Shard-Index and
+// Ax-Shard-Total (a shard's callback), traceparent (always; see
+// Callback.TraceParent), tracestate (when the task has one) and Content-Type:
 // application/octet-stream, and
 // classifies the answer. Cancelling ctx, or reaching cb.Deadline or ctx's
 // deadline, aborts the request in flight (the executor sees its request
@@ -319,7 +333,11 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 		return aborted(ctx, parent, start, cb.Deadline)
 	}
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.url, bytes.NewReader(cb.Payload))
+	target := ep.url
+	if cb.Path != "" {
+		target = strings.TrimSuffix(target, ExecutePath) + cb.Path
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(cb.Payload))
 	if err != nil {
 		return Outcome{Kind: raftfsm.OutcomeRetryable, Error: "build request: " + err.Error()}
 	}
@@ -332,6 +350,10 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 	h.Set(HeaderRun, strconv.Itoa(cb.Run))
 	if !cb.Deadline.IsZero() {
 		h.Set(HeaderDeadline, cb.Deadline.UTC().Format(DeadlineFormat))
+	}
+	if cb.ShardTotal > 0 {
+		h.Set(HeaderShardIndex, strconv.Itoa(cb.ShardIndex))
+		h.Set(HeaderShardTotal, strconv.Itoa(cb.ShardTotal))
 	}
 	// Set by their canonical keys: Header.Set would canonicalize the
 	// lowercase names into a new string per callback.

@@ -507,3 +507,32 @@ func TestCaller_TraceContext(t *testing.T) {
 		t.Errorf("tracestate sent for a task without one")
 	}
 }
+
+func TestCaller_ShardHeadersAndPath(t *testing.T) {
+	for _, network := range []string{"unix", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			ex := startExecutor(t, network, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
+			c := newTestCaller(t)
+			cb := Callback{TaskID: "shard/p/1/0", Handler: "h", Attempt: 1, Run: 1, ShardIndex: 0, ShardTotal: 8}
+			if out := c.Execute(context.Background(), ex.base, cb); out.Kind != raftfsm.OutcomeSuccess {
+				t.Fatalf("outcome %+v", out)
+			}
+			req := ex.request()
+			if req.path != ExecutePath || req.header.Get("Ax-Shard-Index") != "0" || req.header.Get("Ax-Shard-Total") != "8" {
+				t.Fatalf("shard callback: %s %v", req.path, req.header)
+			}
+			// An unsharded callback has neither header; the ask goes to ShardsPath.
+			cb = Callback{TaskID: "p", Handler: "h", Attempt: 1, Run: 1, Path: ShardsPath, Payload: []byte(`{"a":1}`)}
+			if out := c.Execute(context.Background(), ex.base, cb); out.Kind != raftfsm.OutcomeSuccess {
+				t.Fatalf("outcome %+v", out)
+			}
+			req = ex.request()
+			if req.path != "/ax/v1/shards" || string(req.body) != `{"a":1}` || req.header.Get("Ax-Task-Id") != "p" {
+				t.Fatalf("ask: %s %q %v", req.path, req.body, req.header)
+			}
+			if _, ok := req.header["Ax-Shard-Index"]; ok {
+				t.Fatalf("unsharded callback with Ax-Shard-Index: %v", req.header)
+			}
+		})
+	}
+}
