@@ -87,9 +87,9 @@ func apply(w *writer, index uint64, c *Command) (Result, []Event, error) {
 // cancelled, a shard's end is counted in its parent (whose run may end),
 // and a flow stage's end moves its flow (flow_apply.go). Each check is a
 // field or prefix compare for a plain task. cronNextMs is the command's
-// FlowNextSlotMs (a cron flow's next slot, should the stage end its run;
-// the leader sets it for a stage task's own Complete or Cancel, not for
-// a shard's, so a sharded stage ends a cron flow after its run).
+// FlowNextSlotMs: a cron flow's next slot, should the stage end its run
+// (the leader sets it for a stage task's Complete or Cancel, and for a
+// shard's of a sharded stage: FlowOfTask).
 func taskEnded(w *writer, index uint64, evs []Event, atMs, cronNextMs int64, alert bool) ([]Event, error) {
 	t := evs[0].Task
 	switch {

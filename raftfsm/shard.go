@@ -104,6 +104,19 @@ func ParseShardID(id string) (parent string, run, index int, ok bool) {
 	return rest[:j], run, index, true
 }
 
+// FlowOfTask returns the id of the flow whose run a Complete or Cancel of
+// task id may end: the flow of a stage task, or of the stage a shard task
+// belongs to (its parent's run ends with its last shard, and with it the
+// stage). The leader reads that flow to prepare the command (a cron
+// flow's next slot, Complete.FlowNextSlotMs). ok is false for other ids.
+func FlowOfTask(id string) (flowID string, ok bool) {
+	if parent, _, _, isShard := ParseShardID(id); isShard {
+		id = parent
+	}
+	flowID, _, _, ok = ParseFlowStageID(id)
+	return flowID, ok
+}
+
 // ShardRouteKey is the route key of shard index: the leader's rendezvous
 // hash of it spreads a run's shards over the nodes that run the handler.
 func ShardRouteKey(index int) string { return "shard/" + strconv.Itoa(index) }

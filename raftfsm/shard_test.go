@@ -367,3 +367,22 @@ func TestShardsDeadAlertAndCancelRecord(t *testing.T) {
 		t.Fatalf("cancelled parent's run %+v %v", r, err)
 	}
 }
+
+// The leader prepares a shard's Complete with its stage's flow, so that
+// the shard that ends a sharded stage of a cron flow carries the flow's
+// next slot (without it the cron flow ended after that run).
+func TestFlowOfTask(t *testing.T) {
+	stage := FlowStageID("nightly", 3, "load")
+	for id, want := range map[string]string{
+		stage:                       "nightly",
+		ShardID(stage, 1, 7):        "nightly",
+		ShardID("plain", 1, 0):      "",
+		"plain":                     "",
+		FlowStagePrefix + "garbage": "",
+	} {
+		got, ok := FlowOfTask(id)
+		if got != want || ok != (want != "") {
+			t.Errorf("FlowOfTask(%q) = %q, %v; want %q", id, got, ok, want)
+		}
+	}
+}

@@ -83,7 +83,7 @@ func (p *Preparer) Prepare(c *raftfsm.Command, now time.Time) {
 	case raftfsm.CmdCancel:
 		id = c.Cancel.ID
 	}
-	if flowID, _, _, ok := raftfsm.ParseFlowStageID(id); ok && p.cfg.Flow != nil {
+	if flowID, ok := raftfsm.FlowOfTask(id); ok && p.cfg.Flow != nil {
 		in.Flow = p.cfg.Flow(flowID)
 	}
 	pr := raftfsm.Prepare(c, now, in)
