@@ -97,7 +97,8 @@ func taskEnded(w *writer, index uint64, evs []Event, atMs, cronNextMs int64, ale
 		more, err := startShards(w, index, t, atMs)
 		return append(evs, more...), err
 	case t.State == StateCancelled && evs[0].Prev == StateRunning && t.Shards != nil && t.Shards.Running() > 0:
-		more, err := cancelShards(w, t, atMs)
+		p, more, err := cancelRunShards(w, t, atMs)
+		evs[0].Task, t = p, p
 		evs = append(evs, more...)
 		if err != nil {
 			return evs, err

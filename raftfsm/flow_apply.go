@@ -267,6 +267,14 @@ func cancelFlow(w *writer, fl *Flow, atMs int64) (Result, []Event, error) {
 				return Result{}, nil, err
 			}
 			evs = append(evs, Event{Type: CmdCancel, Task: t, Prev: prev.State, PrevNode: prev.Node, RunEnded: ended})
+			if prev.AwaitingShards() { // a sharded stage: its shards go too
+				p, more, err := cancelRunShards(w, t, atMs)
+				if err != nil {
+					return Result{}, nil, err
+				}
+				evs[len(evs)-1].Task = p
+				evs = append(evs, more...)
+			}
 		}
 	}
 	fl.State, fl.FinishedMs, fl.UpdatedMs = StateCancelled, atMs, atMs

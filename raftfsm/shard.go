@@ -267,6 +267,27 @@ func cancelShards(w *writer, p *Task, atMs int64) ([]Event, error) {
 	return evs, nil
 }
 
+// cancelRunShards cancels the unfinished shards of t's current run (t was
+// just cancelled, by its own Cancel or its flow's, and is stored counting
+// them running) and stores t again with them counted as ended, failed (a
+// cancelled shard counts as failed, as in shardEnded), so that its view
+// shows no shard running. It returns t as stored and the shards' events.
+func cancelRunShards(w *writer, t *Task, atMs int64) (*Task, []Event, error) {
+	evs, err := cancelShards(w, t, atMs)
+	if err != nil {
+		return t, evs, err
+	}
+	p := *t
+	sr := *t.Shards
+	sr.Ended = make([]byte, (sr.Total+7)/8)
+	for i := 0; i < sr.Total; i++ {
+		sr.Ended[i/8] |= 1 << (i % 8)
+	}
+	sr.Failed = sr.Total - sr.Succeeded
+	p.Shards = &sr
+	return &p, evs, putTask(w, t, &p)
+}
+
 // historyShardsEnded closes the record of prev's run (waiting for its
 // shards) as t ended it, with the shards' counts, and returns its run
 // number (0 without history).

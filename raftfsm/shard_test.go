@@ -165,6 +165,42 @@ func TestShardsCancelParent(t *testing.T) {
 	if r, err := e.f.Run("p", 1); err != nil || r.State != StateCancelled {
 		t.Fatalf("parent run %+v %v", r, err)
 	}
+	// The cancelled parent counts no shard running (its view said "2
+	// running" for ever): the cancelled ones count as failed.
+	if p := e.task("p"); p.Shards.Running() != 0 || p.Shards.Succeeded != 1 || p.Shards.Failed != 2 {
+		t.Fatalf("parent shards %+v", p.Shards)
+	}
+	e.checkIndexes()
+}
+
+// Cancelling a flow cancels the shards of its running sharded stage (they
+// ran on to SUCCESS, their work done for a cancelled flow).
+func TestShardsFlowCancelCancelsStageShards(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	a := stage("A")
+	a.Spec.Shards = &Shards{Count: 3}
+	e.next(flowCmd("f", FlowSpec{Stages: []FlowStage{a, stage("B", "A")}}, 1000, 1000))
+	st := e.task(sid("A"))
+	e.next(fireCmd(sid("A"), st.Epoch, 1, "n1", 1000, 31000))
+	c := completeCmd(sid("A"), st.Epoch, 1, OutcomeSuccess, "", 0, 2000)
+	c.Complete.ShardCount = 3
+	e.next(c)
+	e.finish(ShardID(sid("A"), 1, 0), OutcomeSuccess, "", 3000)
+	s1 := e.task(ShardID(sid("A"), 1, 1))
+	e.next(fireCmd(s1.ID, s1.Epoch, 1, "n2", 3000, 40000))
+	e.next(Command{Type: CmdFlow, Flow: &FlowSubmit{ID: "f", Cancel: true, AtMs: 4000}})
+	want := []State{StateSuccess, StateCancelled, StateCancelled}
+	for i, w := range want {
+		if s := e.task(ShardID(sid("A"), 1, i)); s.State != w {
+			t.Fatalf("shard %d: %s, want %s", i, s.State, w)
+		}
+	}
+	if p := e.task(sid("A")); p.State != StateCancelled || p.Shards.Running() != 0 {
+		t.Fatalf("stage %s, shards %+v", p.State, p.Shards)
+	}
+	if e.exists(sid("B")) {
+		t.Fatal("B created after the flow was cancelled")
+	}
 	e.checkIndexes()
 }
 
