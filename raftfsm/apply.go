@@ -244,7 +244,7 @@ func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
 		if t != nil && err == nil {
 			ended, err = historyComplete(w, prev, t, c)
 		}
-		if t != nil && err == nil && c.Alert {
+		if t != nil && err == nil && c.Alert && prev.Spec.ShardTotal == 0 {
 			if state, ok := runEndsFailed(prev, c); ok {
 				err = addAlert(w, prev, c, state)
 			}
@@ -253,8 +253,10 @@ func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
 	})
 	for i := range evs {
 		evs[i].Outcome = c.Outcome
-		if c.Alert {
-			// The step applied (an event), so prev had the same spec.
+		if c.Alert && evs[i].Task.Spec.ShardTotal == 0 {
+			// The step applied (an event), so prev had the same spec. A
+			// shard's dead run leaves no alert of its own: its parent's
+			// run, which it makes DEAD, leaves one (shardEnded).
 			_, evs[i].Alert = runEndsFailed(evs[i].Task, c)
 		}
 		evs[i].RunEnded = ended
