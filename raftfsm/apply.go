@@ -343,6 +343,14 @@ func applyRetry(w *writer, r *Retry) (Result, []Event, error) {
 				return nil, Result{Code: CodeFlowStage, Task: prev}, err
 			}
 		}
+		if t != nil && isShard(prev) {
+			if parent, _, _, ok := ParseShardID(prev.ID); ok {
+				p, err := loadTask(w, parent)
+				if err != nil || p != nil {
+					return nil, Result{Code: CodeShard, Task: prev}, err
+				}
+			}
+		}
 		return t, res, nil
 	})
 }

@@ -13,6 +13,10 @@ const (
 	// flow recorded the stage's end and would not see a retried one
 	// (flow_apply.go, flowStageTaskRetry).
 	CodeFlowStage = "flow_stage"
+	// CodeShard: a retry named a shard task whose parent task is stored:
+	// the parent's run counted the shard's end and would not see a
+	// retried one (shard.go).
+	CodeShard = "shard"
 )
 
 var (

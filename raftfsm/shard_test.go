@@ -137,9 +137,11 @@ func TestShardDeadParentDeadOthersFinish(t *testing.T) {
 	if p.State != StateDead || p.Shards.Succeeded != 2 || p.Shards.Failed != 1 || !strings.HasPrefix(p.LastError, "shard 1: ") {
 		t.Fatalf("parent %+v %+v", p, p.Shards)
 	}
-	// A retried dead shard that now succeeds is not counted again.
-	e.next(Command{Type: CmdRetry, Retry: &Retry{ID: ShardID("p", 1, 1), AtMs: 6000}})
-	e.finish(ShardID("p", 1, 1), OutcomeSuccess, "", 7000)
+	// A retry of the dead shard is refused (TestShardRetryRefused): it
+	// would not move the parent.
+	if r := e.next(Command{Type: CmdRetry, Retry: &Retry{ID: ShardID("p", 1, 1), AtMs: 6000}}); r[0].Code != CodeShard {
+		t.Fatalf("retry of a dead shard: %+v", r[0])
+	}
 	if p2 := e.task("p"); p2.State != StateDead || p2.UpdatedMs != p.UpdatedMs {
 		t.Fatalf("parent moved by a retried shard: %+v", p2)
 	}
@@ -421,5 +423,23 @@ func TestFlowOfTask(t *testing.T) {
 		if got != want || ok != (want != "") {
 			t.Errorf("FlowOfTask(%q) = %q, %v; want %q", id, got, ok, want)
 		}
+	}
+}
+
+// A retry of a DEAD shard is refused while its parent is stored: the
+// parent's run counted the shard's end (a retried shard ran to SUCCESS
+// while the parent stayed DEAD); without the parent it is a plain task.
+func TestShardRetryRefused(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	sp := shardSpec(Shards{Count: 2})
+	sp.MaxAttempts = 1
+	e.startRun("p", sp, 2)
+	e.finish(ShardID("p", 1, 0), OutcomeRetryable, "boom", 3000)
+	id := ShardID("p", 1, 0)
+	if s := e.task(id); s.State != StateDead {
+		t.Fatalf("shard %s", s.State)
+	}
+	if r := e.next(Command{Type: CmdRetry, Retry: &Retry{ID: id, AtMs: 3500}}); r[0].Code != CodeShard || e.task(id).State != StateDead {
+		t.Fatalf("retry of a shard of a stored parent: %+v, shard %s", r[0], e.task(id).State)
 	}
 }

@@ -64,6 +64,9 @@ func (b *Backend) oneTask(ctx context.Context, id string, c raftfsm.Command, wha
 		return ipc.Task{}, ipc.Errorf(ipc.ErrNotFound, "task %q not found", id)
 	case raftfsm.CodeState:
 		return ipc.Task{}, ipc.Errorf(ipc.ErrConflict, "%s: task %q is %s; only DEAD or FAILED tasks can be retried", what, id, r.Task.State)
+	case raftfsm.CodeShard:
+		parent, run, index, _ := raftfsm.ParseShardID(id)
+		return ipc.Task{}, ipc.Errorf(ipc.ErrConflict, "%s: task %q is shard %d of run %d of task %q, which counted how it ended: a retried shard would not change that run; retry task %q once its run has ended DEAD", what, id, index, run, parent, parent)
 	case raftfsm.CodeFlowStage:
 		flowID, _, _, _ := raftfsm.ParseFlowStageID(id)
 		return ipc.Task{}, ipc.Errorf(ipc.ErrConflict, "%s: task %q is a stage of flow %q, which recorded how it ended: a retried stage would not move the flow; submit the flow again under another id", what, id, flowID)
