@@ -44,7 +44,8 @@ func TestSubmitShards(t *testing.T) {
 		{"ask max 2000", `{"handler":"h","shards":{"ask":true,"max":2000}}`, axapi.CodeInvalidShards, "got 2000"},
 		{"unknown field", `{"handler":"h","shards":{"count":2,"size":3}}`, axapi.CodeBadRequest, "size"},
 		{"not an object", `{"handler":"h","shards":8}`, axapi.CodeBadRequest, "shards"},
-		{"count a string", `{"handler":"h","shards":{"count":"8"}}`, axapi.CodeBadRequest, "count"},
+		{"count a string", `{"handler":"h","shards":{"count":"8"}}`, axapi.CodeBadRequest, "shards.count: must be an integer from 1 to 1024, got JSON string"},
+		{"count a fraction", `{"handler":"h","shards":{"count":2.5}}`, axapi.CodeBadRequest, "shards.count: must be an integer from 1 to 1024, got JSON number"},
 		{"id too long", `{"id":"` + strings.Repeat("a", ShardParentIDMaxBytes+1) + `","handler":"h","shards":{"count":2}}`, axapi.CodeInvalidShards, "the limit for a task with shards"},
 		{"reserved prefix", `{"id":"shard/x/1/0","handler":"h"}`, axapi.CodeBadRequest, "reserved for shard tasks"},
 	} {
@@ -68,6 +69,13 @@ func TestFlowStageShards(t *testing.T) {
 	_, err = DecodeFlow([]byte(`{"id":"` + long + `","stages":[{"name":"` + strings.Repeat("s", 100) + `","handler":"h","shards":{"count":3}}]}`))
 	if !strings.Contains(errText(err), "limit for a task with shards") {
 		t.Fatalf("long stage id with shards: %v", err)
+	}
+	// A type error names the stage's field as a task's does, not the Go
+	// types it decodes into (it said "submitRequest.SubmitRequest.shards:
+	// must be a axapi.ShardsRequest").
+	_, err = DecodeFlow([]byte(`{"id":"f","stages":[{"name":"a","handler":"h","shards":"x"}]}`))
+	if msg := errText(err); !strings.Contains(msg, `shards: must be an object {"count": N} or {"ask": true, "max": M}, got JSON string`) || strings.Contains(msg, "SubmitRequest") {
+		t.Fatalf("stage shards of the wrong type: %v", err)
 	}
 	_, err = DecodeFlow([]byte(`{"id":"f","stages":[{"name":"a","handler":"h","shards":{"count":0}}]}`))
 	if !strings.Contains(errText(err), "shards.count") {

@@ -126,6 +126,9 @@ var fieldTypes = map[string]string{
 	"traceparent":    `a W3C traceparent like "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"`,
 	"tracestate":     `a W3C tracestate like "vendor=value"`,
 	"shards":         `an object {"count": N} or {"ask": true, "max": M}`,
+	"shards.count":   "an integer from 1 to 1024",
+	"shards.max":     "an integer from 1 to 1024",
+	"shards.ask":     "a boolean",
 	"count":          "an integer from 1 to 1024",
 	"ask":            "true or false",
 
@@ -205,7 +208,11 @@ func decodeError(err error) error {
 	case errors.As(err, &typ):
 		// encoding/json names an embedded struct's fields through its type
 		// (submitRequest embeds axapi.SubmitRequest): the API's names do not.
-		field := strings.TrimPrefix(typ.Field, "SubmitRequest.")
+		// A flow stage's decoder names it submitRequest.SubmitRequest.x.
+		field := typ.Field
+		if i := strings.LastIndex(field, "SubmitRequest."); i >= 0 {
+			field = field[i+len("SubmitRequest."):]
+		}
 		if field == "" {
 			return Errorf(ErrInvalidJSON, "invalid json: want a JSON object, got %s", typ.Value)
 		}
