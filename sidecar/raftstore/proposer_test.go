@@ -19,6 +19,9 @@ type fakeRaft struct {
 	state   raft.RaftState
 	entries chan []raftfsm.Command
 	respond func(cmds []raftfsm.Command) (any, error)
+	// hold, when set, makes the future of an entry whose first command
+	// is a CmdNode wait on it (an entry not yet committed).
+	hold chan struct{}
 }
 
 func (r *fakeRaft) State() raft.RaftState { return r.state }
@@ -29,6 +32,9 @@ func (r *fakeRaft) Apply(data []byte, _ time.Duration) raft.ApplyFuture {
 		return &doneFuture{err: err}
 	}
 	r.entries <- cmds
+	if r.hold != nil && len(cmds) > 0 && cmds[0].Type == raftfsm.CmdNode {
+		return &doneFuture{block: r.hold}
+	}
 	if r.respond != nil {
 		resp, err := r.respond(cmds)
 		return &doneFuture{resp: resp, err: err}
@@ -127,7 +133,10 @@ func TestProposerKeepsFreeingEntriesApartWhileLow(t *testing.T) {
 	if g.Err() == nil {
 		t.Fatal("storage should be unavailable")
 	}
-	r := &fakeRaft{state: raft.Leader, entries: make(chan []raftfsm.Command, 8)}
+	// The node's entry stays uncommitted: its answer must be the storage
+	// state, not the race between a done future and the state check.
+	r := &fakeRaft{state: raft.Leader, entries: make(chan []raftfsm.Command, 8), hold: make(chan struct{})}
+	defer close(r.hold)
 	p := NewProposer(ProposerConfig{Raft: r, Guard: g})
 	prs := []*proposal{
 		{cmds: []raftfsm.Command{cancelCmd("a")}, done: make(chan proposalResult, 1)},
