@@ -208,6 +208,39 @@ func TestWhoExports(t *testing.T) {
 	}
 }
 
+// A shard's run span is in its parent task's trace, under the span of
+// the parent's run, with or without a submitted traceparent (without one
+// it was a trace of its own: the shard id's).
+func TestShardRunSpanUnderItsParentsRun(t *testing.T) {
+	shard := axapi.ShardID("big", 3, 5)
+	parentRun := otelexport.SpanID("run", "big", 3, 0)
+	for _, submitted := range []string{"", tp} {
+		s := store{shard + "/1": twoAttempts()}
+		ev := raftfsm.Event{Type: raftfsm.CmdComplete, Task: task(shard, submitted), RunEnded: 1, EndedBy: "n2"}
+		spans, _ := export(t, s, false, ev)
+		run := byName(spans)["ax.run mail"]
+		if len(run) != 1 {
+			t.Fatalf("traceparent %q: run spans %+v", submitted, spans)
+		}
+		wantTrace := axapi.TaskTraceID("big")
+		if submitted != "" {
+			wantTrace = [16]byte(mustHex(t, tp[3:35]))
+		}
+		if r := run[0]; r.TraceID != hexID(wantTrace[:]) || r.ParentID != hexID(parentRun[:]) {
+			t.Errorf("traceparent %q: shard run span trace %s parent %s, want %x under %x", submitted, r.TraceID, r.ParentID, wantTrace, parentRun)
+		}
+	}
+}
+
+func mustHex(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // A full export queue drops runs and counts them instead of blocking
 // the node's event loop.
 func TestQueueFullDrops(t *testing.T) {

@@ -83,8 +83,8 @@ func nsMs(ns int64) float64 { return float64(ns) / 1e6 }
 // (its traceparent's flags) or the run never fired.
 //
 // The run span starts at the run's due time and ends when it ended; its
-// parent is the submitter's span (the traceparent's parent id), else it
-// is a root. Its children: parked (due → the first Fire's time, when the
+// parent is, for a shard, its parent task's run span, else the
+// submitter's span (the traceparent's parent id), else it is a root. Its children: parked (due → the first Fire's time, when the
 // leader held the run back), commit (→ the Fire applied on the node) and
 // queue (→ the call began) when a callback started, and one span per
 // attempt with the id its callback's traceparent carried as parent id.
@@ -95,7 +95,15 @@ func (e *Exporter) Spans(id, handler, traceParent, traceState string, r *raftfsm
 	}
 	tid := trace.TraceID(traceID)
 	ctx := context.Background()
-	if traceParent != "" {
+	if parent, run, ok := axapi.ShardParent(id); ok {
+		// A shard: in its parent's trace (the submitted one, which the
+		// shard's spec copies, else the parent id's: TraceOf), under the
+		// span of the parent's run.
+		ts, _ := trace.ParseTraceState(traceState)
+		ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: tid, SpanID: SpanID("run", parent, run, 0), TraceFlags: trace.TraceFlags(flags), TraceState: ts, Remote: true,
+		}))
+	} else if traceParent != "" {
 		if p, err := axapi.ParseTraceParent(traceParent); err == nil && p.TraceID == traceID {
 			ts, _ := trace.ParseTraceState(traceState)
 			ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{

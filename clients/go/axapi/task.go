@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -123,6 +124,32 @@ const ShardsMax = 1024
 // ShardID returns the id of shard index of run run of task id.
 func ShardID(id string, run, index int) string {
 	return ShardPrefix + id + "/" + strconv.Itoa(run) + "/" + strconv.Itoa(index)
+}
+
+// ShardParent returns the task and run a shard task id belongs to
+// (ShardID's inverse); ok is false for any other id.
+func ShardParent(id string) (parent string, run int, ok bool) {
+	rest, found := strings.CutPrefix(id, ShardPrefix)
+	if !found {
+		return "", 0, false
+	}
+	i := strings.LastIndexByte(rest, '/')
+	if i <= 0 {
+		return "", 0, false
+	}
+	if _, err := strconv.Atoi(rest[i+1:]); err != nil {
+		return "", 0, false
+	}
+	rest = rest[:i]
+	j := strings.LastIndexByte(rest, '/')
+	if j <= 0 {
+		return "", 0, false
+	}
+	run, err := strconv.Atoi(rest[j+1:])
+	if err != nil || run < 1 {
+		return "", 0, false
+	}
+	return rest[:j], run, true
 }
 
 // BackoffView is a task's retry backoff in the API (durations as Go

@@ -279,7 +279,9 @@ func CallbackTraceParent(dst []byte, submitted, taskID string, run, attempt int)
 }
 
 // TraceOf returns the trace id and flags of a task: those of its
-// submitted traceparent, else TaskTraceID(taskID) and TraceFlagsUntraced.
+// submitted traceparent, else TaskTraceID(taskID) and TraceFlagsUntraced
+// — of its parent's id for a shard task (ShardParent), so that a run's
+// shards are in its trace.
 func TraceOf(submitted, taskID string) (traceID [16]byte, flags byte) {
 	if len(submitted) >= 55 {
 		_, err1 := hex.Decode(traceID[:], []byte(submitted[3:35]))
@@ -288,6 +290,9 @@ func TraceOf(submitted, taskID string) (traceID [16]byte, flags byte) {
 		if err1 == nil && err2 == nil && traceID != [16]byte{} {
 			return traceID, f[0]
 		}
+	}
+	if parent, _, ok := ShardParent(taskID); ok {
+		taskID = parent
 	}
 	return TaskTraceID(taskID), TraceFlagsUntraced
 }

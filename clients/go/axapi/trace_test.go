@@ -142,3 +142,27 @@ func TestCallbackTraceParent(t *testing.T) {
 		t.Errorf("CallbackTraceParent: %v allocations", n)
 	}
 }
+
+// A shard task's trace, when none was submitted, is its parent task's
+// (ShardParent); ids that only look like shards keep their own.
+func TestTraceOfShard(t *testing.T) {
+	if p, run, ok := ShardParent(ShardID("a/b", 7, 3)); !ok || p != "a/b" || run != 7 {
+		t.Fatalf("ShardParent = %q %d %v", p, run, ok)
+	}
+	for _, id := range []string{"plain", "shard/", "shard/x", "shard/x/1", "shard/x/0/1", "shard/x/y/1", "shard/x/1/z"} {
+		if _, _, ok := ShardParent(id); ok {
+			t.Errorf("ShardParent(%q) ok", id)
+		}
+	}
+	got, flags := TraceOf("", ShardID("order|42", 2, 0))
+	if got != TaskTraceID("order|42") || flags != TraceFlagsUntraced {
+		t.Errorf("shard without a traceparent: %x %x, want its parent's %x", got, flags, TaskTraceID("order|42"))
+	}
+	submitted := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	if got, _ := TraceOf(submitted, ShardID("p", 1, 0)); hex.EncodeToString(got[:]) != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("shard with a traceparent: %x", got)
+	}
+	if got, _ := TraceOf("", "shard/x"); got != TaskTraceID("shard/x") {
+		t.Errorf("not a shard id: %x", got)
+	}
+}
