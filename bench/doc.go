@@ -10,8 +10,11 @@
 //   - burst: the limiter test. N tasks due at once on one node, each callback
 //     taking a fixed time; for each delivery limit it reports the makespan,
 //     the lateness and the peak in-flight at the executor.
-//   - throughput: the highest submit rate that C concurrent clients reach,
-//     one task per request and in batches, with request latencies.
+//   - throughput: the highest submit rate that 1, 8 and 16 (any list of)
+//     concurrent callers reach, one task per request, then in batches, with
+//     request latencies, each rate as a ratio to the disk's synced-write
+//     rate the bench measures first, and the commands per Raft entry and
+//     log fsyncs per entry read from the nodes' /metrics.
 //
 // Lateness is the time from a task's due time to the moment the executor
 // receives its callback; both are read from the same machine's clock.

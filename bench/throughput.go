@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -20,12 +22,28 @@ const throughputDelay = 24 * time.Hour
 
 // ThroughputConfig configures the throughput workload.
 type ThroughputConfig struct {
-	// Clients is the number of concurrent clients.
+	// Callers are the numbers of concurrent callers of the one-task phases,
+	// one phase each, in order (1, 8, 16 by default in `ax bench`). The
+	// batched phase runs with the largest.
+	Callers []int
+	// Clients is used as Callers = [Clients] when Callers is empty (the
+	// configuration before Callers existed).
 	Clients int
 	// Duration is how long each phase submits.
 	Duration time.Duration
 	// Batch is the number of tasks per request in the batched phase.
 	Batch int
+	// SyncProbe is how long the disk's synced-write rate is measured before
+	// the phases (0: not measured).
+	SyncProbe time.Duration
+}
+
+// callers returns the callers of the one-task phases.
+func (c ThroughputConfig) callers() []int {
+	if len(c.Callers) > 0 {
+		return c.Callers
+	}
+	return []int{c.Clients}
 }
 
 // ThroughputPhase is one row of the throughput report.
@@ -41,6 +59,31 @@ type ThroughputPhase struct {
 	Latency Dist     `json:"request_latency"`
 	Errors  int      `json:"errors"`
 	Samples []string `json:"error_samples,omitempty"`
+	// VsSync is TaskRate ÷ the disk's synced writes per second (0: the
+	// disk was not measured).
+	VsSync float64 `json:"tasks_per_synced_write,omitempty"`
+	// Raft is what the nodes' metrics say about the phase (nil: not
+	// readable; the report's notes say why).
+	Raft *ThroughputRaft `json:"raft,omitempty"`
+}
+
+// ThroughputRaft is the Raft work of one phase, read from the nodes'
+// GET /metrics before and after it (ax_raft_entry_commands,
+// ax_raft_log_writes_total, ax_raft_leader).
+type ThroughputRaft struct {
+	// Entries is the number of Raft entries the leader proposed.
+	Entries int `json:"entries"`
+	// CommandsPerEntry is commands ÷ entries: how many submits one entry
+	// group-commits (each task of a batch is one command).
+	CommandsPerEntry float64 `json:"commands_per_entry"`
+	// LeaderFsyncsPerEntry is the leader's Raft log writes (one fsync each)
+	// ÷ entries: below 1 when one write carries several entries. Badger
+	// does not sync (the Raft log is the durable copy), so this is the
+	// fsync count of a commit on the leader; a follower adds its own, in
+	// parallel.
+	LeaderFsyncsPerEntry float64 `json:"leader_fsyncs_per_entry"`
+	// LogWrites is the Raft log writes (fsyncs) of every node read.
+	LogWrites int `json:"log_writes_all_nodes"`
 }
 
 // ThroughputReport is the result of the throughput workload.
@@ -48,19 +91,32 @@ type ThroughputReport struct {
 	Workload string            `json:"workload"`
 	Target   string            `json:"target"`
 	Phases   []ThroughputPhase `json:"phases"`
-	Notes    []string          `json:"notes,omitempty"`
+	// DiskSync is the disk's synced-write rate measured by the bench
+	// before the phases (nil: not measured).
+	DiskSync *SyncRate `json:"disk_sync,omitempty"`
+	Notes    []string  `json:"notes,omitempty"`
 }
 
-// RunThroughput measures the submit rate of Clients concurrent clients for
-// Duration, first one task per request (POST /v1/tasks through the Go
-// client), then Batch tasks per request (POST /v1/tasks/batch). Each task is
-// due in 24 hours, so nothing fires meanwhile.
+// RunThroughput measures the submit rate of concurrent callers for
+// Duration per phase: one phase per Callers entry with one task per request
+// (POST /v1/tasks through the Go client), then one with Batch tasks per
+// request (POST /v1/tasks/batch) and the largest Callers entry. Each task
+// is due in 24 hours, so nothing fires meanwhile. Before the phases it
+// measures the disk's synced-write rate for SyncProbe (in the nodes' data
+// directory when the bench starts them, else in the temporary directory),
+// and around each phase it reads the nodes' Raft metrics.
 func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*ThroughputReport, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Clients < 1 || cfg.Duration <= 0 || cfg.Batch < 1 || cfg.Batch > 1000 {
-		return nil, fmt.Errorf("throughput: want --clients >= 1, --duration > 0 and --batch 1..1000")
+	callers := cfg.callers()
+	for _, c := range callers {
+		if c < 1 {
+			return nil, fmt.Errorf("throughput: want --callers >= 1, got %d", c)
+		}
+	}
+	if cfg.Duration <= 0 || cfg.Batch < 1 || cfg.Batch > 1000 || cfg.SyncProbe < 0 {
+		return nil, fmt.Errorf("throughput: want --duration > 0, --batch 1..1000 and --sync-probe >= 0")
 	}
 	e, err := newEnv(ctx, &opts, envConfig{})
 	if err != nil {
@@ -71,21 +127,68 @@ func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*Th
 	if len(opts.Sockets) > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the submitted tasks (handler %sthroughput) stay on the cluster, due in %s", HandlerPrefix, throughputDelay))
 	}
+	if cfg.SyncProbe > 0 {
+		dir := e.dir
+		if dir == "" {
+			dir = os.TempDir()
+			rep.Notes = append(rep.Notes, fmt.Sprintf("disk sync probe in %s: the running cluster's data directory may be on another file system", dir))
+		}
+		sr, err := measureSyncRate(ctx, dir, cfg.SyncProbe)
+		if err != nil {
+			rep.Notes = append(rep.Notes, err.Error())
+		} else {
+			rep.DiskSync = sr
+		}
+	}
+	type phase struct{ callers, batch int }
+	var phases []phase
+	for _, c := range callers {
+		phases = append(phases, phase{c, 1})
+	}
+	phases = append(phases, phase{slices.Max(callers), cfg.Batch})
 	prefix := runID()
-	for _, batch := range []int{1, cfg.Batch} {
-		ph, err := runThroughputPhase(ctx, e, cfg, batch, prefix)
+	metricsNote := ""
+	for i, p := range phases {
+		before, merr := readRaftCounters(ctx, e.clients)
+		ph, err := runThroughputPhase(ctx, e, cfg.Duration, p.callers, p.batch, fmt.Sprintf("%s%d", prefix, i))
 		if err != nil {
 			return nil, err
+		}
+		if merr == nil {
+			var after raftCounters
+			if after, merr = readRaftCounters(ctx, e.clients); merr == nil {
+				ph.Raft = raftOf(after.sub(before))
+			}
+		}
+		if merr != nil && metricsNote == "" {
+			metricsNote = "no Raft figures (commands per entry, fsyncs per entry): " + merr.Error()
+		}
+		if rep.DiskSync != nil && rep.DiskSync.PerSecond > 0 {
+			ph.VsSync = ph.TaskRate / rep.DiskSync.PerSecond
 		}
 		rep.Phases = append(rep.Phases, *ph)
 		if err := e.alive(); err != nil {
 			return nil, err
 		}
 	}
+	if metricsNote != "" {
+		rep.Notes = append(rep.Notes, metricsNote)
+	}
 	return rep, nil
 }
 
-func runThroughputPhase(ctx context.Context, e *env, cfg ThroughputConfig, batch int, prefix string) (*ThroughputPhase, error) {
+// raftOf turns the counters of one phase into its report; nil when no
+// entry was proposed by a node read (against a running cluster, the leader
+// may not be among the sockets).
+func raftOf(d raftCounters) *ThroughputRaft {
+	if d.entries <= 0 {
+		return nil
+	}
+	return &ThroughputRaft{Entries: int(d.entries), CommandsPerEntry: d.commands / d.entries,
+		LeaderFsyncsPerEntry: d.leaderLogWrites / d.entries, LogWrites: int(d.logWrites)}
+}
+
+func runThroughputPhase(ctx context.Context, e *env, duration time.Duration, callers, batch int, prefix string) (*ThroughputPhase, error) {
 	mode := "single"
 	if batch > 1 {
 		mode = fmt.Sprintf("batch %d", batch)
@@ -94,20 +197,20 @@ func runThroughputPhase(ctx context.Context, e *env, cfg ThroughputConfig, batch
 	var (
 		tasks, reqs atomic.Int64
 		errs        errorSamples
-		lats        = make([][]time.Duration, cfg.Clients)
+		lats        = make([][]time.Duration, callers)
 		wg          sync.WaitGroup
 	)
 	start := time.Now()
-	end := start.Add(cfg.Duration)
+	end := start.Add(duration)
 	bar := startProgress(e.opts.Progress, "throughput "+mode, func() (float64, string) {
 		el := time.Since(start)
-		return float64(el) / float64(cfg.Duration), fmt.Sprintf("%d clients · %d tasks · %s · %s",
-			cfg.Clients, tasks.Load(), fmtRate(rate(int(tasks.Load()), el)), el.Round(time.Second))
+		return float64(el) / float64(duration), fmt.Sprintf("%d clients · %d tasks · %s · %s",
+			callers, tasks.Load(), fmtRate(rate(int(tasks.Load()), el)), el.Round(time.Second))
 	})
 	defer bar.Stop()
 	pctx, cancel := context.WithDeadline(ctx, end.Add(submitTimeout))
 	defer cancel()
-	for c := 0; c < cfg.Clients; c++ {
+	for c := 0; c < callers; c++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -161,7 +264,7 @@ func runThroughputPhase(ctx context.Context, e *env, cfg ThroughputConfig, batch
 	for _, l := range lats {
 		all = append(all, l...)
 	}
-	ph := &ThroughputPhase{Mode: mode, Clients: cfg.Clients, Requests: int(reqs.Load()), Tasks: int(tasks.Load()),
+	ph := &ThroughputPhase{Mode: mode, Clients: callers, Requests: int(reqs.Load()), Tasks: int(tasks.Load()),
 		Elapsed: Millis(elapsed), Latency: Summarize(all), Errors: errs.n, Samples: errs.samples}
 	ph.TaskRate = rate(ph.Tasks, elapsed)
 	ph.ReqRate = rate(ph.Requests, elapsed)
@@ -195,11 +298,22 @@ func submitBatchLite(ctx context.Context, c *ax.Client, items []json.RawMessage)
 // Print writes the report for people.
 func (r *ThroughputReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "ax bench throughput: submit rate, %s\n", r.Target)
+	if d := r.DiskSync; d != nil {
+		fmt.Fprintf(w, "disk: %s synced %d-byte writes (write + fsync, one writer, %d in %s, in %s)\n",
+			fmtRate(d.PerSecond), d.BlockBytes, d.Writes, fmtDur(time.Duration(d.Elapsed)), d.Dir)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "mode\tclients\trequests\ttasks\ttasks/s\trequests/s\tp50 latency\tp99 latency\tmax latency\terrors")
+	fmt.Fprintln(tw, "mode\tclients\trequests\ttasks\ttasks/s\t÷ sync rate\trequests/s\tp50 latency\tp99 latency\tmax latency\tcmds/entry\tfsyncs/entry\terrors")
 	for _, p := range r.Phases {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%d\n", p.Mode, p.Clients, p.Requests, p.Tasks,
-			p.TaskRate, p.ReqRate, fmtDur(p.Latency.P50), fmtDur(p.Latency.P99), fmtDur(p.Latency.Max), p.Errors)
+		vs, cpe, fpe := "-", "-", "-"
+		if p.VsSync > 0 {
+			vs = fmt.Sprintf("%.2f", p.VsSync)
+		}
+		if p.Raft != nil {
+			cpe, fpe = fmt.Sprintf("%.1f", p.Raft.CommandsPerEntry), fmt.Sprintf("%.2f", p.Raft.LeaderFsyncsPerEntry)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\n", p.Mode, p.Clients, p.Requests, p.Tasks,
+			p.TaskRate, vs, p.ReqRate, fmtDur(p.Latency.P50), fmtDur(p.Latency.P99), fmtDur(p.Latency.Max), cpe, fpe, p.Errors)
 	}
 	tw.Flush()
 	for _, p := range r.Phases {
@@ -208,6 +322,10 @@ func (r *ThroughputReport) Print(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w, "  latency: per request (one task, or one batch), until durable on a quorum")
+	if r.DiskSync != nil {
+		fmt.Fprintln(w, "  ÷ sync rate: tasks/s over the disk's synced writes/s")
+	}
+	fmt.Fprintln(w, "  cmds/entry: commands group-committed per Raft entry (each task of a batch is one); fsyncs/entry: the leader's Raft log writes per entry")
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "  %s\n", n)
 	}

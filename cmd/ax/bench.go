@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,7 +127,7 @@ its task list; at the end the bench cancels those of the run that are still
 WAITING (the throughput workload's are due in 24h), unless --keep-tasks.`,
 		Example: `  ax bench delayed --count 50000 --spread 1s-60s --nodes 3
   ax bench burst --limits 32,128,adaptive
-  ax bench throughput --nodes 3 --clients 16 --duration 10s
+  ax bench throughput --nodes 3 --callers 1,8,16 --batch 1000 --duration 10s
   ax bench delayed --socket ./ax.sock --executor-listen unix:///tmp/axb.sock --count 1000 --spread 1s-10s`,
 	})
 	f.register(cmd)
@@ -280,19 +281,38 @@ peak in-flight at the executor.`,
 
 func benchThroughputCmd(f *benchFlags) *cobra.Command {
 	var clients, batch int
-	var duration time.Duration
+	var callers string
+	var duration, syncProbe time.Duration
 	cmd := &cobra.Command{
 		Use:   "throughput",
-		Short: "Highest submit rate of N concurrent clients, one task per request and batched",
-		Long: `Run --clients concurrent clients that submit as fast as they can for
---duration, first one task per request (POST /v1/tasks), then --batch tasks
-per request (POST /v1/tasks/batch). Tasks are due in 24h, so nothing fires
-meanwhile. The report gives tasks/s, requests/s and the latency of a request
-(until the tasks are durable on a quorum).`,
+		Short: "Highest submit rate of 1, 8 and 16 concurrent callers, one task per request and batched",
+		Long: `Measure the disk's synced-write rate (4 KiB write + fsync in a loop for
+--sync-probe, in the nodes' data directory), then run one phase per
+--callers entry in which that many concurrent callers submit one task per
+request (POST /v1/tasks) as fast as they can for --duration, and a last
+phase in which the largest number of callers submit --batch tasks per
+request (POST /v1/tasks/batch). Tasks are due in 24h, so nothing fires
+meanwhile. The report gives, per phase, tasks/s and its ratio to the synced
+writes/s, requests/s, the latency of a request (until the tasks are durable
+on a quorum), and from the nodes' metrics the commands per Raft entry and
+the leader's Raft log fsyncs per entry.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if clients < 1 || duration <= 0 || batch < 1 || batch > axapi.BatchMaxTasks {
-				return usagef("want --clients >= 1, --duration > 0, --batch 1..%d", axapi.BatchMaxTasks)
+			cs, err := parseCallers(callers)
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("clients") {
+				if cmd.Flags().Changed("callers") {
+					return usagef("--clients is the old spelling of --callers: give one of them")
+				}
+				if clients < 1 {
+					return usagef("--clients %d: must be at least 1", clients)
+				}
+				cs = []int{clients}
+			}
+			if duration <= 0 || batch < 1 || batch > axapi.BatchMaxTasks || syncProbe < 0 {
+				return usagef("want --duration > 0, --batch 1..%d, --sync-probe >= 0", axapi.BatchMaxTasks)
 			}
 			opts, err := f.options(cmd)
 			if err != nil {
@@ -301,7 +321,7 @@ meanwhile. The report gives tasks/s, requests/s and the latency of a request
 			ctx, cancel := signalContext(cmd)
 			defer cancel()
 			start := time.Now()
-			rep, err := bench.RunThroughput(ctx, opts, bench.ThroughputConfig{Clients: clients, Duration: duration, Batch: batch})
+			rep, err := bench.RunThroughput(ctx, opts, bench.ThroughputConfig{Callers: cs, Duration: duration, Batch: batch, SyncProbe: syncProbe})
 			cerr := cleanupTarget(cmd, f, "throughput", start)
 			if err != nil {
 				return benchError(err)
@@ -319,10 +339,26 @@ meanwhile. The report gives tasks/s, requests/s and the latency of a request
 			return cerr
 		},
 	}
-	cmd.Flags().IntVar(&clients, "clients", 16, "concurrent clients")
-	cmd.Flags().DurationVar(&duration, "duration", 10*time.Second, "how long each phase (single, batched) submits")
-	cmd.Flags().IntVar(&batch, "batch", 100, "tasks per request in the batched phase")
+	cmd.Flags().StringVar(&callers, "callers", "1,8,16", "concurrent callers of the one-task phases, comma-separated: one phase each; the batched phase runs with the largest")
+	cmd.Flags().IntVar(&clients, "clients", 0, "one phase with this many callers (old spelling of --callers N)")
+	_ = cmd.Flags().MarkDeprecated("clients", "use --callers")
+	cmd.Flags().DurationVar(&duration, "duration", 10*time.Second, "how long each phase submits")
+	cmd.Flags().IntVar(&batch, "batch", 1000, "tasks per request in the batched phase")
+	cmd.Flags().DurationVar(&syncProbe, "sync-probe", time.Second, "how long to measure the disk's synced-write rate before the phases (0: skip)")
 	return cmd
+}
+
+// parseCallers parses the --callers list: positive integers, comma-separated.
+func parseCallers(s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 || n > 10000 {
+			return nil, usagef("--callers %q: want positive numbers up to 10000, comma-separated, like 1,8,16", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // printReport prints a report as text or JSON.

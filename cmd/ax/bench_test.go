@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -105,25 +106,54 @@ func TestBenchBurstAndThroughputSmall(t *testing.T) {
 	if b, err := os.ReadFile(trace); err != nil || !strings.HasPrefix(string(b), "run,at_ms,limit,in_flight,queue\n4,") || !strings.Contains(string(b), "\nadaptive,") {
 		t.Errorf("trace file: %v\n%.300s", err, b)
 	}
-	out, errOut, code = runAx(t, "bench", "throughput", "--clients", "2", "--duration", "500ms", "--batch", "10", "--json")
+	out, errOut, code = runAx(t, "bench", "throughput", "--callers", "1,2", "--duration", "500ms", "--batch", "10", "--sync-probe", "100ms", "--json")
 	if code != 0 {
 		t.Fatalf("throughput: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
 	var r struct {
 		Phases []struct {
-			Mode   string  `json:"mode"`
-			Tasks  int     `json:"tasks"`
-			Rate   float64 `json:"tasks_per_s"`
-			Errors int     `json:"errors"`
+			Mode    string  `json:"mode"`
+			Clients int     `json:"clients"`
+			Tasks   int     `json:"tasks"`
+			Rate    float64 `json:"tasks_per_s"`
+			VsSync  float64 `json:"tasks_per_synced_write"`
+			Errors  int     `json:"errors"`
+			Raft    *struct {
+				Entries          int     `json:"entries"`
+				CommandsPerEntry float64 `json:"commands_per_entry"`
+				FsyncsPerEntry   float64 `json:"leader_fsyncs_per_entry"`
+				LogWrites        int     `json:"log_writes_all_nodes"`
+			} `json:"raft"`
 		} `json:"phases"`
+		DiskSync *struct {
+			Writes    int     `json:"writes"`
+			PerSecond float64 `json:"writes_per_s"`
+			Block     int     `json:"block_bytes"`
+		} `json:"disk_sync"`
+		Notes []string `json:"notes"`
 	}
-	if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.Phases) != 2 {
+	if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.Phases) != 3 {
 		t.Fatalf("throughput report: %v\n%s", err, out)
 	}
-	for _, p := range r.Phases {
-		if p.Tasks == 0 || p.Rate <= 0 || p.Errors != 0 {
+	if r.DiskSync == nil || r.DiskSync.Writes < 1 || r.DiskSync.PerSecond <= 0 || r.DiskSync.Block != 4096 {
+		t.Errorf("disk_sync %+v", r.DiskSync)
+	}
+	for i, p := range r.Phases {
+		if p.Tasks == 0 || p.Rate <= 0 || p.Errors != 0 || p.VsSync <= 0 {
 			t.Errorf("phase %+v", p)
 		}
+		// Every phase proposed entries on the one node, which leads and
+		// writes its log; a single submit is one command.
+		if p.Raft == nil || p.Raft.Entries < 1 || p.Raft.CommandsPerEntry < 1 || p.Raft.FsyncsPerEntry <= 0 || p.Raft.LogWrites < 1 {
+			t.Errorf("phase %d raft %+v (notes %q)", i, p.Raft, r.Notes)
+		}
+	}
+	if r.Phases[0].Mode != "single" || r.Phases[0].Clients != 1 || r.Phases[1].Clients != 2 {
+		t.Errorf("one-task phases %+v", r.Phases[:2])
+	}
+	r.Phases = r.Phases[1:]
+	if r.Phases[1].Clients != 2 {
+		t.Errorf("the batched phase runs with %d callers, want the largest (2)", r.Phases[1].Clients)
 	}
 	if r.Phases[1].Mode != "batch 10" || r.Phases[1].Tasks%10 != 0 {
 		t.Errorf("batched phase %+v", r.Phases[1])
@@ -194,5 +224,32 @@ func TestBenchThroughputAgainstARunningNodeCancelsItsTasks(t *testing.T) {
 	out, _, _ = runAx(t, "list", "--socket", sock, "--handler", "ax-bench.throughput", "--state", "waiting", "--limit", "1", "--json")
 	if n := strings.Count(out, `"id":`); n != 1 {
 		t.Errorf("--keep-tasks: the bench's tasks are not WAITING")
+	}
+}
+
+// TestBenchThroughputFlags: --callers takes a list of positive numbers,
+// --clients is its old spelling and not both; bad values are usage errors
+// before any node starts.
+func TestBenchThroughputFlags(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+	}{
+		{"1,8,16", []int{1, 8, 16}}, {" 4 ", []int{4}}, {"2, 3", []int{2, 3}},
+	} {
+		got, err := parseCallers(tc.in)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("parseCallers(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, args := range [][]string{
+		{"--callers", "0"}, {"--callers", "1,x"}, {"--callers", ""}, {"--callers", "1,,2"}, {"--callers", "-1"},
+		{"--clients", "2", "--callers", "3"}, {"--clients", "0"},
+		{"--batch", "1001"}, {"--batch", "0"}, {"--duration", "0s"}, {"--sync-probe", "-1s"},
+	} {
+		out, errOut, code := runAx(t, append([]string{"bench", "throughput"}, args...)...)
+		if code != exitUsage || errOut == "" || strings.Contains(errOut, "ready in") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want a usage error before any node starts", args, code, out, errOut)
+		}
 	}
 }

@@ -239,17 +239,20 @@ func sidecarCmd() *cobra.Command {
 				return err
 			}
 			logf := func(format string, args ...any) { log.Warn().Msgf(format, args...) }
-			srv, ln, err := uf.listenUI(cfg.Socket, logf)
+			pln, err := listenPprof(pprofAddr)
 			if err != nil {
 				return err
 			}
-			if err := startPprof(pprofAddr, cmd.ErrOrStderr()); err != nil {
-				closeListener(ln)
+			srv, ln, err := uf.listenUI(cfg.Socket, logf)
+			if err != nil {
+				closeListener(pln)
 				return err
 			}
+			servePprof(pln, cmd.ErrOrStderr())
 			n, err := sidecar.Start(cfg, log)
 			if err != nil {
 				closeListener(ln)
+				closeListener(pln)
 				return err
 			}
 			stopUI := serveUI(srv, ln, logf)

@@ -1,0 +1,103 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+const leaderMetrics = `# HELP ax_raft_entry_commands Commands group-committed in each Raft entry.
+# TYPE ax_raft_entry_commands histogram
+ax_raft_entry_commands_bucket{le="1"} 3
+ax_raft_entry_commands_bucket{le="+Inf"} 10
+ax_raft_entry_commands_sum 250
+ax_raft_entry_commands_count 10
+ax_raft_leader 1
+ax_raft_log_writes_total 4
+ax_raft_log_entries_written_total 10
+`
+
+const followerMetrics = `ax_raft_entry_commands_sum 0
+ax_raft_entry_commands_count 0
+ax_raft_leader 0
+ax_raft_log_writes_total 7
+`
+
+func TestParseRaftCounters(t *testing.T) {
+	c, ok := parseRaftCounters([]byte(leaderMetrics))
+	if !ok || c != (raftCounters{entries: 10, commands: 250, leaderLogWrites: 4, logWrites: 4}) {
+		t.Errorf("leader: %+v, %v", c, ok)
+	}
+	f, ok := parseRaftCounters([]byte(followerMetrics))
+	if !ok || f != (raftCounters{logWrites: 7}) {
+		t.Errorf("follower: %+v, %v", f, ok)
+	}
+	if _, ok := parseRaftCounters([]byte("ax_raft_leader 1\nax_other_total 3\n")); ok {
+		t.Error("metrics without the counters parsed as ok")
+	}
+	before := raftCounters{entries: 2, commands: 50, leaderLogWrites: 1, logWrites: 3}
+	r := raftOf(raftCounters{entries: 10, commands: 250, leaderLogWrites: 4, logWrites: 11}.sub(before))
+	if r == nil || r.Entries != 8 || r.CommandsPerEntry != 25 || r.LeaderFsyncsPerEntry != 3.0/8 || r.LogWrites != 8 {
+		t.Errorf("raftOf: %+v", r)
+	}
+	if raftOf(raftCounters{logWrites: 5}) != nil {
+		t.Error("raftOf without entries (the leader was not read) is not nil")
+	}
+}
+
+func TestMeasureSyncRate(t *testing.T) {
+	dir := t.TempDir()
+	sr, err := measureSyncRate(context.Background(), dir, 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sr.Writes < 1 || sr.PerSecond <= 0 || sr.BlockBytes != 4096 || sr.Dir != dir {
+		t.Errorf("%+v", sr)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("the probe left %d files", len(ents))
+	}
+	if _, err := measureSyncRate(context.Background(), dir+"/missing", time.Millisecond); err == nil {
+		t.Error("no error for a missing directory")
+	}
+}
+
+// TestThroughputReportShape: the JSON keeps the fields of before (mode,
+// clients, tasks_per_s, request_latency…) and adds the disk's sync rate,
+// the ratio to it and the Raft figures; the text names them.
+func TestThroughputReportShape(t *testing.T) {
+	rep := &ThroughputReport{Workload: "throughput", Target: "1 node",
+		DiskSync: &SyncRate{Dir: "/d", Writes: 4000, Elapsed: Millis(time.Second), PerSecond: 4000, BlockBytes: 4096},
+		Phases: []ThroughputPhase{
+			{Mode: "single", Clients: 1, Requests: 1000, Tasks: 1000, TaskRate: 1000, ReqRate: 1000, VsSync: 0.25,
+				Raft: &ThroughputRaft{Entries: 1000, CommandsPerEntry: 1, LeaderFsyncsPerEntry: 1, LogWrites: 1000}},
+			{Mode: "batch 1000", Clients: 16, Requests: 10, Tasks: 10000, TaskRate: 20000, ReqRate: 20, VsSync: 5},
+		},
+		Notes: []string{"no Raft figures (commands per entry, fsyncs per entry): x"}}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{`"mode":"single"`, `"clients":1`, `"tasks_per_s":1000`, `"requests_per_s":1000`, `"request_latency":{`,
+		`"elapsed_ms":`, `"errors":0`, `"tasks_per_synced_write":0.25`, `"raft":{"entries":1000,"commands_per_entry":1,"leader_fsyncs_per_entry":1,"log_writes_all_nodes":1000}`,
+		`"disk_sync":{"dir":"/d","writes":4000,"elapsed_ms":1000,"writes_per_s":4000,"block_bytes":4096}`} {
+		if !bytes.Contains(b, []byte(k)) {
+			t.Errorf("JSON lacks %s:\n%s", k, b)
+		}
+	}
+	if bytes.Count(b, []byte(`"raft":`)) != 1 {
+		t.Errorf("a phase without Raft figures has a raft field:\n%s", b)
+	}
+	var out bytes.Buffer
+	rep.Print(&out)
+	s := out.String()
+	for _, k := range []string{"disk: 4000/s synced 4096-byte writes", "÷ sync rate", "cmds/entry", "fsyncs/entry", "0.25", "5.00", "no Raft figures"} {
+		if !strings.Contains(s, k) {
+			t.Errorf("text lacks %q:\n%s", k, s)
+		}
+	}
+}
