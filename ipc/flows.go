@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/axsched/ax/clients/go/axapi"
+	"github.com/axsched/ax/internal/dag"
 )
 
 // FlowStagePrefix starts the task id of every flow stage
@@ -261,38 +262,18 @@ func checkFlowGraph(stages []StageSpec) error {
 			seen[d] = true
 		}
 	}
-	const white, grey, black = 0, 1, 2
-	color := make([]int, len(stages))
-	var path []int
-	var cycle []string
-	var visit func(i int) bool
-	visit = func(i int) bool {
-		color[i] = grey
-		path = append(path, i)
-		for _, d := range stages[i].DependsOn {
-			j := idx[d]
-			if color[j] == grey {
-				k := len(path) - 1
-				for path[k] != j {
-					k--
-				}
-				for _, p := range path[k:] {
-					cycle = append(cycle, stages[p].Name)
-				}
-				return false
-			}
-			if color[j] == white && !visit(j) {
-				return false
-			}
+	deps := make([][]int, len(stages))
+	for i, s := range stages {
+		for _, d := range s.DependsOn {
+			deps[i] = append(deps[i], idx[d])
 		}
-		path = path[:len(path)-1]
-		color[i] = black
-		return true
 	}
-	for i := range stages {
-		if color[i] == white && !visit(i) {
-			return Errorf(ErrInvalid, "stages: dependency cycle: %s -> %s", strings.Join(cycle, " -> "), cycle[0])
+	if _, cycle := dag.Order(deps); cycle != nil {
+		names := make([]string, len(cycle))
+		for k, i := range cycle {
+			names[k] = stages[i].Name
 		}
+		return Errorf(ErrInvalid, "stages: dependency cycle: %s -> %s", strings.Join(names, " -> "), names[0])
 	}
 	return nil
 }

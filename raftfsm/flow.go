@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/axsched/ax/internal/dag"
 )
 
 // Flows (docs/DESIGN.md section 19): a flow is a set of stages, each a task
@@ -186,9 +188,9 @@ func (f *Flow) Recurring() bool { return f.Spec.EveryNs > 0 || f.Spec.Cron != ""
 func (s *FlowSpec) cronSpec() *Spec { return &Spec{Cron: s.Cron, Timezone: s.Timezone} }
 
 // FlowOrder checks the dependencies of stages and returns the stages'
-// indexes in dependency order. It fails on duplicate or empty names, an
-// unknown dependency, or a cycle, naming the stages involved (the API's
-// messages).
+// indexes in dependency order (internal/dag, the walk the API's check
+// uses too). It fails on duplicate or empty names, an unknown dependency,
+// or a cycle, naming the stages involved.
 func FlowOrder(stages []FlowStage) ([]int, error) {
 	idx := make(map[string]int, len(stages))
 	for i, s := range stages {
@@ -207,42 +209,20 @@ func FlowOrder(stages []FlowStage) ([]int, error) {
 			}
 		}
 	}
-	// Depth-first search; a grey stage met again closes a cycle.
-	const white, grey, black = 0, 1, 2
-	color := make([]int, len(stages))
-	order := make([]int, 0, len(stages))
-	var path []int
-	var cycle []string
-	var visit func(i int) bool
-	visit = func(i int) bool {
-		color[i] = grey
-		path = append(path, i)
-		for _, d := range stages[i].DependsOn {
-			j := idx[d]
-			switch color[j] {
-			case grey:
-				for k := len(path) - 1; k >= 0; k-- {
-					cycle = append([]string{stages[path[k]].Name}, cycle...)
-					if path[k] == j {
-						break
-					}
-				}
-				return false
-			case white:
-				if !visit(j) {
-					return false
-				}
-			}
+	deps := make([][]int, len(stages))
+	for i, s := range stages {
+		for _, d := range s.DependsOn {
+			deps[i] = append(deps[i], idx[d])
 		}
-		path = path[:len(path)-1]
-		color[i] = black
-		order = append(order, i)
-		return true
 	}
-	for i := range stages {
-		if color[i] == white && !visit(i) {
-			return nil, errors.New("dependency cycle: " + strings.Join(append(cycle, cycle[0]), " -> "))
+	order, cycle := dag.Order(deps)
+	if cycle != nil {
+		names := make([]string, len(cycle)+1)
+		for k, i := range cycle {
+			names[k] = stages[i].Name
 		}
+		names[len(cycle)] = names[0]
+		return nil, errors.New("dependency cycle: " + strings.Join(names, " -> "))
 	}
 	return order, nil
 }
