@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // applyFlow applies a FlowSubmit: a new flow, a resubmit, or a cancel.
@@ -324,24 +326,12 @@ func createStage(w *writer, index uint64, fl *Flow, i int, dueMs, atMs int64) (E
 	return ev, nil
 }
 
-// FlowEnvelope is the payload of a stage with dependencies: its own
-// payload (JSON, or base64 when it was given as payload_base64) and, per
-// upstream stage, how it ended and its result from the run history.
-type FlowEnvelope struct {
-	Payload       json.RawMessage          `json:"payload,omitempty"`
-	PayloadBase64 string                   `json:"payload_base64,omitempty"`
-	Upstream      map[string]UpstreamStage `json:"upstream"`
-}
-
-// UpstreamStage is one dependency's end in a FlowEnvelope. Result is the
-// executor's JSON answer body of its successful attempt; ResultBase64 is
-// set instead for a body that is not JSON or was truncated.
-type UpstreamStage struct {
-	State           string          `json:"state"`
-	Result          json.RawMessage `json:"result,omitempty"`
-	ResultBase64    string          `json:"result_base64,omitempty"`
-	ResultTruncated bool            `json:"result_truncated,omitempty"`
-}
+// FlowEnvelope and UpstreamStage are the wire form of a dependent
+// stage's payload, defined once in axapi (the executors' contract).
+type (
+	FlowEnvelope  = axapi.FlowEnvelope
+	UpstreamStage = axapi.UpstreamStage
+)
 
 func upstreamEnvelope(w *writer, fl *Flow, i int, st *FlowStage) ([]byte, error) {
 	env := FlowEnvelope{Upstream: make(map[string]UpstreamStage, len(fl.Graph[i].Deps))}
