@@ -385,18 +385,8 @@ func (e *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusNotFound, "no handler registered for "+strconv.Quote(d.Handler))
 		return
 	}
-	ctx, cancel := context.WithCancelCause(r.Context())
-	defer cancel(nil)
-	stop := context.AfterFunc(e.abortCtx, func() { cancel(context.Cause(e.abortCtx)) })
-	defer stop()
-	if !d.Deadline.IsZero() {
-		var cancelDeadline context.CancelFunc
-		ctx, cancelDeadline = context.WithDeadline(ctx, d.Deadline)
-		defer cancelDeadline()
-	}
-	info := &attemptInfo{d: d, client: e.client}
-	ctx = context.WithValue(ctx, attemptKey{}, info)
-	ctx = withRemoteSpan(ctx, d)
+	ctx, info, release := e.attemptContext(r, d)
+	defer release()
 	err = runHandler(ctx, h, d)
 
 	var perm *permanentError
@@ -422,6 +412,28 @@ func (e *Executor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusUnprocessableEntity, err.Error())
 	default:
 		writeText(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+// attemptContext is the context a handler or a shard counter runs in for
+// delivery d of request r: cancelled when the request ends, when the
+// executor aborts (Shutdown's deadline) and at d's deadline, carrying the
+// attempt (for Heartbeat, SetResult, Attempt) and the callback's trace
+// parent. release frees it.
+func (e *Executor) attemptContext(r *http.Request, d *Delivery) (ctx context.Context, info *attemptInfo, release func()) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	stop := context.AfterFunc(e.abortCtx, func() { cancel(context.Cause(e.abortCtx)) })
+	cancelDeadline := context.CancelFunc(func() {})
+	if !d.Deadline.IsZero() {
+		ctx, cancelDeadline = context.WithDeadline(ctx, d.Deadline)
+	}
+	info = &attemptInfo{d: d, client: e.client}
+	ctx = context.WithValue(ctx, attemptKey{}, info)
+	ctx = withRemoteSpan(ctx, d)
+	return ctx, info, func() {
+		cancelDeadline()
+		stop()
+		cancel(nil)
 	}
 }
 

@@ -127,17 +127,8 @@ func (e *Executor) serveShards(w http.ResponseWriter, r *http.Request) {
 			"handler "+strconv.Quote(d.Handler)+" cannot count shards: register it with ax.WithShardCount")
 		return
 	}
-	ctx, cancel := context.WithCancelCause(r.Context())
-	defer cancel(nil)
-	stop := context.AfterFunc(e.abortCtx, func() { cancel(context.Cause(e.abortCtx)) })
-	defer stop()
-	if !d.Deadline.IsZero() {
-		var cancelDeadline context.CancelFunc
-		ctx, cancelDeadline = context.WithDeadline(ctx, d.Deadline)
-		defer cancelDeadline()
-	}
-	ctx = context.WithValue(ctx, attemptKey{}, &attemptInfo{d: d, client: e.client})
-	ctx = withRemoteSpan(ctx, d)
+	ctx, _, release := e.attemptContext(r, d)
+	defer release()
 	n, err := runShardCount(ctx, fn, d)
 	switch {
 	case err != nil:
