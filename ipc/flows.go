@@ -395,37 +395,17 @@ func (s *Server) listFlows(rctx context.Context, ctx *fasthttp.RequestCtx, _ str
 // of UTF-8 without control characters), each at most once; an empty value
 // counts as absent; any other parameter is refused (ErrInvalid).
 func parseFlowsQuery(args iter.Seq2[[]byte, []byte]) (after string, limit int, err error) {
-	limit = ListLimitDefault
-	seen := map[string]bool{}
-	for k, v := range args {
-		key, val := string(k), string(v)
-		switch key {
-		case "limit", "cursor":
-		default:
-			return "", 0, Errorf(ErrInvalid, "unknown query parameter %q; known: limit, cursor", key)
+	limit, err = parsePageQuery(args, ListLimitDefault, ListLimitMax, func(val string) error {
+		if err := checkName("cursor", val, FlowIDMaxBytes); err != nil {
+			var e *Error
+			errors.As(err, &e)
+			return Errorf(ErrInvalid, "%s (not a cursor of this API: use next_cursor of the previous page)", e.Message)
 		}
-		if seen[key] {
-			return "", 0, Errorf(ErrInvalid, "%s: give it at most once", key)
-		}
-		seen[key] = true
-		if val == "" {
-			continue
-		}
-		switch key {
-		case "limit":
-			n, err := strconv.Atoi(val)
-			if err != nil || n < 1 || n > ListLimitMax {
-				return "", 0, Errorf(ErrInvalid, "limit: must be an integer from 1 to %d, got %q", ListLimitMax, val)
-			}
-			limit = n
-		case "cursor":
-			if err := checkName("cursor", val, FlowIDMaxBytes); err != nil {
-				var e *Error
-				errors.As(err, &e)
-				return "", 0, Errorf(ErrInvalid, "%s (not a cursor of this API: use next_cursor of the previous page)", e.Message)
-			}
-			after = val
-		}
+		after = val
+		return nil
+	})
+	if err != nil {
+		return "", 0, err
 	}
 	return after, limit, nil
 }

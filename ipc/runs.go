@@ -69,37 +69,55 @@ func RunsCursor(run int) string { return "r" + strconv.Itoa(run) }
 // by RunsCursor), each at most once; an empty value counts as absent; any
 // other parameter is refused.
 func parseRunsQuery(args iter.Seq2[[]byte, []byte]) (RunsQuery, error) {
-	q := RunsQuery{Limit: axapi.RunsLimitDefault}
+	q := RunsQuery{}
+	limit, err := parsePageQuery(args, axapi.RunsLimitDefault, axapi.RunsLimitMax, func(val string) error {
+		digits, ok := strings.CutPrefix(val, "r")
+		n, err := strconv.Atoi(digits)
+		if !ok || err != nil || n < 1 || len(val) > 24 {
+			return Errorf(ErrInvalid, "cursor: %.40q is not a cursor of this API (use next_cursor of the previous page)", val)
+		}
+		q.Before = n
+		return nil
+	})
+	if err != nil {
+		return RunsQuery{}, err
+	}
+	q.Limit = limit
+	return q, nil
+}
+
+// parsePageQuery reads the query of a paged list that takes only limit
+// (1 to limitMax, default limitDefault) and cursor (each at most once; an
+// empty value is absent): unknown or repeated parameters and a bad limit
+// are 400 bad_request; a cursor goes to cursor, whose error is returned.
+func parsePageQuery(args iter.Seq2[[]byte, []byte], limitDefault, limitMax int, cursor func(string) error) (limit int, err error) {
+	limit = limitDefault
 	seen := map[string]bool{}
 	for k, v := range args {
 		key, val := string(k), string(v)
 		switch key {
 		case "limit", "cursor":
 		default:
-			return RunsQuery{}, Errorf(ErrInvalid, "unknown query parameter %q; known: limit, cursor", key)
+			return 0, Errorf(ErrInvalid, "unknown query parameter %q; known: limit, cursor", key)
 		}
 		if seen[key] {
-			return RunsQuery{}, Errorf(ErrInvalid, "%s: give it at most once", key)
+			return 0, Errorf(ErrInvalid, "%s: give it at most once", key)
 		}
 		seen[key] = true
 		if val == "" {
 			continue
 		}
-		switch key {
-		case "limit":
-			n, err := strconv.Atoi(val)
-			if err != nil || n < 1 || n > axapi.RunsLimitMax {
-				return RunsQuery{}, Errorf(ErrInvalid, "limit: must be an integer from 1 to %d, got %q", axapi.RunsLimitMax, val)
+		if key == "cursor" {
+			if err := cursor(val); err != nil {
+				return 0, err
 			}
-			q.Limit = n
-		case "cursor":
-			digits, ok := strings.CutPrefix(val, "r")
-			n, err := strconv.Atoi(digits)
-			if !ok || err != nil || n < 1 || len(val) > 24 {
-				return RunsQuery{}, Errorf(ErrInvalid, "cursor: %.40q is not a cursor of this API (use next_cursor of the previous page)", val)
-			}
-			q.Before = n
+			continue
 		}
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 1 || n > limitMax {
+			return 0, Errorf(ErrInvalid, "limit: must be an integer from 1 to %d, got %q", limitMax, val)
+		}
+		limit = n
 	}
-	return q, nil
+	return limit, nil
 }
