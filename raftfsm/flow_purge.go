@@ -111,15 +111,7 @@ func purgeFlows(w *writer, p *Purge, res *Result) error {
 }
 
 // PurgedFlowCount counts the flows r (the result of a CmdPurge) deleted.
-func (r Result) PurgedFlowCount() int {
-	n := 0
-	for _, p := range r.PurgedFlows {
-		if p {
-			n++
-		}
-	}
-	return n
-}
+func (r Result) PurgedFlowCount() int { return countTrue(r.PurgedFlows) }
 
 // FlowTarget returns the PurgeTask (in Purge.Flows) that deletes fl as it
 // was read.

@@ -50,10 +50,12 @@ func (t FinishedTask) Target() PurgeTask {
 }
 
 // Purged counts the tasks r (the result of a CmdPurge) deleted.
-func (r Result) PurgedCount() int {
+func (r Result) PurgedCount() int { return countTrue(r.Purged) }
+
+func countTrue(bs []bool) int {
 	n := 0
-	for _, p := range r.Purged {
-		if p {
+	for _, b := range bs {
+		if b {
 			n++
 		}
 	}
