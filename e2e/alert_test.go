@@ -49,7 +49,7 @@ func (r *alertReceiver) got() []alertRec {
 func startAlertReceiver(t *testing.T) *alertReceiver {
 	t.Helper()
 	r := &alertReceiver{}
-	if py, ok := pythonOrGo(); ok {
+	if py, ok := harness.Python(t); ok {
 		ctx, cancel := context.WithCancel(context.Background())
 		cmd := exec.CommandContext(ctx, py, harness.RepoDir(t, "e2e", "testdata", "alert_receiver.py"))
 		cmd.Env = harness.PythonEnv(t)
@@ -113,18 +113,6 @@ func startAlertReceiver(t *testing.T) *alertReceiver {
 	r.url = "http://" + ln.Addr().String()
 	t.Logf("webhook receiver: Go net/http at %s (no python3)", r.url)
 	return r
-}
-
-// pythonOrGo returns python3 (3.9 or later) when there is one.
-func pythonOrGo() (string, bool) {
-	p, err := exec.LookPath("python3")
-	if err != nil {
-		return "", false
-	}
-	if exec.Command(p, "-c", "import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)").Run() != nil {
-		return "", false
-	}
-	return p, true
 }
 
 // TestDeadRunWebhook: three nodes with --on-dead-url pointing at a real

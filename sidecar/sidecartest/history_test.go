@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -85,6 +86,11 @@ func TestRunHistory(t *testing.T) {
 			t.Errorf("run %d: no lateness", r.Run)
 		} else if lt := r.Lateness; lt.TotalMs < 0 || lt.ParkedMs+lt.CommitMs+lt.QueueMs+lt.ConnectMs-lt.TotalMs > 0.01 {
 			t.Errorf("run %d: lateness parts do not add up: %+v", r.Run, lt)
+		} else if gap := float64(r.StartedAt.Sub(r.DueAt)) / 1e6; math.Abs(lt.TotalMs-lt.ConnectMs-gap) > 1 {
+			// The parts are measured apart (the leader's fire time, the
+			// node's apply and queue wait); on the kit's one clock they
+			// must add up to the measured start after due, plus connect.
+			t.Errorf("run %d: lateness %.3f ms less connect %.3f ms, want the start's %.3f ms after due: %+v", r.Run, lt.TotalMs, lt.ConnectMs, gap, lt)
 		}
 	}
 	failed := runs[3].Attempts[0]
