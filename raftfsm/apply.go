@@ -238,27 +238,24 @@ func applyFire(w *writer, f *Fire) (Result, []Event, error) {
 }
 
 func applyComplete(w *writer, c *Complete) (Result, []Event, error) {
-	ended := 0
+	ended, alerted := 0, false
 	res, evs, err := applyStep(w, c.ID, CmdComplete, func(prev *Task) (*Task, Result, error) {
 		t, res, err := completeTask(prev, c)
 		if t != nil && err == nil {
 			ended, err = historyComplete(w, prev, t, c)
 		}
+		// A shard's dead run leaves no alert of its own: its parent's
+		// run, which it makes DEAD, leaves one (shardEnded).
 		if t != nil && err == nil && c.Alert && prev.Spec.ShardTotal == 0 {
 			if state, ok := runEndsFailed(prev, c); ok {
-				err = addAlert(w, prev, c, state)
+				err, alerted = addAlert(w, prev, c, state), true
 			}
 		}
 		return t, res, err
 	})
 	for i := range evs {
 		evs[i].Outcome = c.Outcome
-		if c.Alert && evs[i].Task.Spec.ShardTotal == 0 {
-			// The step applied (an event), so prev had the same spec. A
-			// shard's dead run leaves no alert of its own: its parent's
-			// run, which it makes DEAD, leaves one (shardEnded).
-			_, evs[i].Alert = runEndsFailed(evs[i].Task, c)
-		}
+		evs[i].Alert = alerted
 		evs[i].RunEnded = ended
 		if ended != 0 && c.reported() {
 			evs[i].EndedBy = evs[i].PrevNode

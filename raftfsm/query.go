@@ -9,21 +9,18 @@ import (
 
 // Task returns the task with id, or ErrNotFound.
 func (f *FSM) Task(id string) (*Task, error) {
-	var t Task
-	err := f.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(taskKey(id))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return ErrNotFound
-		}
-		if err != nil {
-			return err
-		}
-		return item.Value(func(b []byte) error { return decodeRecord(b, &t) })
+	var t *Task
+	err := f.db.View(func(txn *badger.Txn) (err error) {
+		t, err = txnTask(txn, id)
+		return err
 	})
+	if err == nil && t == nil {
+		err = ErrNotFound
+	}
 	if err != nil {
 		return nil, err
 	}
-	return &t, nil
+	return t, nil
 }
 
 // Due calls fn for each WAITING task due at or before untilMs, in due order,

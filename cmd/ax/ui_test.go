@@ -46,7 +46,8 @@ func TestUI_NonLoopbackNeedsToken(t *testing.T) {
 	}
 }
 
-// TestUI_TokenGives401: with --ui-token, a request without it is 401.
+// TestUI_TokenGives401: with --ui-token, a request without it is 401, and
+// one with it is not (the flag reaches the server).
 func TestUI_TokenGives401(t *testing.T) {
 	f := uiFlags{addr: "127.0.0.1:0", token: "0123456789abcdef"}
 	srv, ln, err := f.listenUI(filepath.Join(t.TempDir(), "ax.sock"), t.Logf)
@@ -57,14 +58,16 @@ func TestUI_TokenGives401(t *testing.T) {
 	for _, c := range []struct {
 		auth string
 		want int
-	}{{"", 401}, {"Bearer wrong", 401}, {"Basic MDEyMzQ1Njc4OWFiY2RlZg==", 401}} {
+	}{{"", 401}, {"Bearer wrong", 401}, {"Basic MDEyMzQ1Njc4OWFiY2RlZg==", 401}, {"Bearer 0123456789abcdef", 0}} {
 		req := httptest.NewRequest("GET", "http://127.0.0.1/tasks", nil)
 		if c.auth != "" {
 			req.Header.Set("Authorization", c.auth)
 		}
 		w := httptest.NewRecorder()
 		srv.ServeHTTP(w, req)
-		if w.Code != c.want {
+		if c.want == 0 && w.Code == 401 {
+			t.Errorf("Authorization %q (the token): 401", c.auth)
+		} else if c.want != 0 && w.Code != c.want {
 			t.Errorf("Authorization %q: %d, want %d", c.auth, w.Code, c.want)
 		}
 	}

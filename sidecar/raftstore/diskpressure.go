@@ -109,11 +109,8 @@ func (g *Guard) spaceGate(frees bool) error {
 // reserve while the only cause is free space still above the floor (½R;
 // a live statfs). Otherwise it returns the state (err).
 func (g *Guard) FreeingErr() *StorageUnavailableError {
-	e := g.Err()
-	if e == nil {
-		return nil
-	}
-	if !g.spaceOnly.Load() || g.fsm.StorageError() != nil || g.logFail.Load() != nil {
+	e, spaceOnly := g.spaceOnlyErr()
+	if !spaceOnly {
 		return e
 	}
 	reserve := g.reserve.Load()
@@ -133,17 +130,22 @@ func (g *Guard) FreeingErr() *StorageUnavailableError {
 // here, and its callers must hear its outcome, not a 503 for a write that
 // took effect.
 func (g *Guard) applyErr(freeing bool) *StorageUnavailableError {
-	e := g.Err()
-	if e == nil {
-		return nil
-	}
-	if !g.spaceOnly.Load() || g.fsm.StorageError() != nil || g.logFail.Load() != nil {
-		return e
-	}
-	if g.spaceGate(freeing) != nil {
+	e, spaceOnly := g.spaceOnlyErr()
+	if !spaceOnly || g.spaceGate(freeing) != nil {
 		return e
 	}
 	return nil
+}
+
+// spaceOnlyErr returns the state (Err) and whether free space inside the
+// reserve is its only cause (no storage or Raft log write failed), in
+// which case some writes may still pass (FreeingErr, applyErr).
+func (g *Guard) spaceOnlyErr() (e *StorageUnavailableError, spaceOnly bool) {
+	e = g.Err()
+	if e == nil {
+		return nil, false
+	}
+	return e, g.spaceOnly.Load() && g.fsm.StorageError() == nil && g.logFail.Load() == nil
 }
 
 // writeErr returns the state that decides a proposal of cmds: FreeingErr
