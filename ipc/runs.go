@@ -2,7 +2,6 @@ package ipc
 
 import (
 	"context"
-	"encoding/json"
 	"iter"
 	"strconv"
 	"strings"
@@ -52,11 +51,7 @@ func (s *Server) getRun(rctx context.Context, ctx *fasthttp.RequestCtx, params s
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	s.writeBody(ctx, fasthttp.StatusOK, append(b, '\n'))
+	s.writeJSON(ctx, fasthttp.StatusOK, r)
 	return nil
 }
 

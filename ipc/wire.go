@@ -129,8 +129,6 @@ var fieldTypes = map[string]string{
 	"shards.count":   "an integer from 1 to 1024",
 	"shards.max":     "an integer from 1 to 1024",
 	"shards.ask":     "a boolean",
-	"count":          "an integer from 1 to 1024",
-	"ask":            "true or false",
 
 	// The other request bodies (requests.go).
 	"tasks":           "an array of submit requests",

@@ -3,7 +3,6 @@ package sidecar
 import (
 	"context"
 
-	"github.com/axsched/ax/clients/go/axapi"
 	"github.com/axsched/ax/raftfsm"
 	"github.com/axsched/ax/sidecar/alert"
 	"github.com/axsched/ax/sidecar/api"
@@ -22,8 +21,8 @@ func newAlerts(n *Node) *alert.Sender {
 		// The leader's own proposals: group commit, no forwarding.
 		Proposer: alertProposer{n},
 		Poster:   callback.NewCaller(callback.CallerOptions{MaxIdleConnsPerExecutor: 2}),
-		TaskView: func(t *raftfsm.Task) axapi.Task { return api.TaskView(t) },
-		RunView:  func(t *raftfsm.Task, r *raftfsm.RunRecord) axapi.Run { return api.RunView(t, r) },
+		TaskView: api.TaskView, // ipc.Task and ipc.Run are axapi's types (aliases)
+		RunView:  api.RunView,
 		Clock:    n.clock,
 		Log:      n.log.With().Str("part", "alert").Logger(),
 	})

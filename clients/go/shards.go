@@ -68,11 +68,6 @@ const (
 	shardCodeFailed      = "shard_count_failed"      // 500: error, panic or count < 1
 )
 
-// shardCountAnswer is the body of a 200 answer to a shard-count ask.
-type shardCountAnswer struct {
-	Count int `json:"count"`
-}
-
 // shardCounter returns the ShardCountFunc for name and whether a handler
 // (by name, else FallbackHandler) is registered at all. The counter is the
 // one registered with the handler that a callback of name would reach.
@@ -137,7 +132,7 @@ func (e *Executor) serveShards(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, shardCodeFailed,
 			fmt.Sprintf("shard count of handler %q is %d, want at least 1", d.Handler, n))
 	default:
-		writeJSON(w, http.StatusOK, shardCountAnswer{Count: n})
+		writeJSON(w, http.StatusOK, axapi.ShardCount{Count: n})
 	}
 }
 
