@@ -335,7 +335,7 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 
 	target := ep.url
 	if cb.Path != "" {
-		target = strings.TrimSuffix(target, ExecutePath) + cb.Path
+		target = ep.base + cb.Path
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(cb.Payload))
 	if err != nil {
