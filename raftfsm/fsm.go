@@ -188,30 +188,132 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		panic(fmt.Sprintf("raftfsm: entry %d: %v", l.Index, err))
 	}
 	w := f.newWriter()
-	w.index = l.Index
 	w.frees = EntryFreesSpace(cmds)
+	results, events := w.applyEntry(l.Index, cmds)
+	f.finishWriter(w, l.Index, []appliedEntry{{index: l.Index, events: events}})
+	return results
+}
+
+// batchFlushOps: ApplyBatch commits its transaction at the next entry
+// boundary once the current part holds this many writes, so that a batch of
+// entries never makes badger split a transaction in the middle of an entry
+// any more often than one entry alone would (see writer).
+const batchFlushOps = 1000
+
+// appliedEntry is an entry of a writer: its index and the events its
+// commands produced, handed to the observer once the writer commits.
+type appliedEntry struct {
+	index  uint64
+	events []Event
+}
+
+// ApplyBatch implements raft.BatchingFSM: it applies the entries raft
+// committed together (commands and configuration changes, in index order)
+// and returns one response per entry, the same as Apply and
+// StoreConfiguration would. Consecutive entries share one badger
+// transaction, with the counts and the applied index written once, at the
+// last entry of the transaction: one commit (and one wait for badger's
+// write goroutine) instead of one per entry. The applied-index rule holds
+// as for one entry: the index moves with the last part, so a crash before
+// it re-applies the whole group, whose commands are idempotent. The group
+// is cut at an entry boundary when the class of the entry changes (only
+// space-freeing commands, or not: the storage gate waits on a group that
+// does not free space, and must not hold back a freeing entry behind it)
+// and after batchFlushOps writes. Events go to the observer per entry,
+// in order, after the commit.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	out := make([]interface{}, len(logs))
+	var w *writer
+	var group []appliedEntry
+	flush := func() {
+		if w == nil {
+			return
+		}
+		f.finishWriter(w, group[len(group)-1].index, group)
+		w, group = nil, nil
+	}
+	for i, l := range logs {
+		if f.broken.Load() {
+			panic(fmt.Sprintf("raftfsm: entry %d: %v", l.Index, errRestoreFailed))
+		}
+		if l.Index <= f.applied.Load() {
+			continue // applied before a restart
+		}
+		switch l.Type {
+		case raft.LogCommand:
+			cmds, err := DecodeEntry(l.Data)
+			if err != nil {
+				panic(fmt.Sprintf("raftfsm: entry %d: %v", l.Index, err))
+			}
+			frees := EntryFreesSpace(cmds)
+			if w != nil && (w.frees != frees || len(w.ops) >= batchFlushOps) {
+				flush()
+			}
+			if w == nil {
+				w = f.newWriter()
+				w.frees = frees
+			}
+			results, events := w.applyEntry(l.Index, cmds)
+			out[i] = results
+			group = append(group, appliedEntry{index: l.Index, events: events})
+		case raft.LogConfiguration:
+			// Only the applied index moves (StoreConfiguration): it may
+			// ride in any group.
+			if w == nil {
+				w = f.newWriter()
+				w.frees = true
+			}
+			w.index = l.Index
+			group = append(group, appliedEntry{index: l.Index})
+		}
+	}
+	flush()
+	return out
+}
+
+// applyEntry applies the commands of entry index into w and returns their
+// results and events. It panics on a command it cannot apply (see FSM).
+func (w *writer) applyEntry(index uint64, cmds []Command) ([]Result, []Event) {
+	w.index = index
+	before := w.deltas
+	defer func() {
+		for st := range w.deltas {
+			if w.deltas[st] != before[st] {
+				w.touched[st] = true
+			}
+		}
+	}()
 	results := make([]Result, len(cmds))
 	var events []Event
 	for i := range cmds {
-		r, ev, err := apply(w, l.Index, &cmds[i])
+		r, ev, err := apply(w, index, &cmds[i])
 		if err != nil {
 			w.discard()
-			panic(fmt.Sprintf("raftfsm: entry %d command %d: %v", l.Index, i, err))
+			panic(fmt.Sprintf("raftfsm: entry %d command %d: %v", index, i, err))
 		}
-		r.Index = l.Index
+		r.Index = index
 		results[i] = r
 		events = append(events, ev...)
 	}
-	if err := w.finish(l.Index); err != nil {
-		panic(fmt.Sprintf("raftfsm: entry %d: commit: %v", l.Index, err))
+	return results, events
+}
+
+// finishWriter commits w with applied index last, publishes the counts and
+// the applied index, and hands each entry's events to the observer.
+func (f *FSM) finishWriter(w *writer, last uint64, entries []appliedEntry) {
+	if err := w.finish(last); err != nil {
+		panic(fmt.Sprintf("raftfsm: entry %d: commit: %v", last, err))
 	}
 	f.addCounts(&w.deltas)
 	f.addHandlerCounts(w.hdeltas)
-	f.setApplied(l.Index)
-	if b := f.observer.Load(); b != nil && len(events) > 0 {
-		b.o.Applied(l.Index, events)
+	f.setApplied(last)
+	if b := f.observer.Load(); b != nil {
+		for _, e := range entries {
+			if len(e.events) > 0 {
+				b.o.Applied(e.index, e.events)
+			}
+		}
 	}
-	return results
 }
 
 // StoreConfiguration records the index of a configuration entry as applied,
@@ -260,6 +362,10 @@ type writer struct {
 	ops    []writeOp        // the current part's writes, to rebuild txn
 	base   [numStates]int64 // counts before this entry
 	deltas [numStates]int64
+	// touched: the count of the state changed in some entry of the
+	// writer (ApplyBatch), so finish writes it even when the changes
+	// cancel out over the group, as one entry at a time would have.
+	touched [numStates]bool
 	// hdeltas are deltas per handler (FSM.HandlerCounts).
 	hdeltas map[string]*[numStates]int64
 }
@@ -416,7 +522,7 @@ func (w *writer) putRecord(key []byte, v any) error {
 func (w *writer) finish(index uint64) error {
 	w.index = index
 	for st, d := range w.deltas {
-		if d != 0 {
+		if d != 0 || w.touched[st] {
 			if err := w.set(countKey(State(st)), binary.BigEndian.AppendUint64(nil, uint64(w.base[st]+d))); err != nil {
 				return err
 			}
