@@ -134,6 +134,15 @@ type Storage interface {
 	Status() *ipc.StorageStatus
 }
 
+// OwnWrites makes this node's local reads see the writes it forwarded to
+// the leader (read your writes on a follower; forward.Forwarder).
+type OwnWrites interface {
+	// WaitForwarded waits until this node has applied every write it
+	// forwarded and the leader answered; false when ctx ended or limit
+	// passed first (the read then answers from what the node has).
+	WaitForwarded(ctx context.Context, limit time.Duration) bool
+}
+
 // Limits is this node's delivery: an executor's concurrency limit here.
 type Limits interface {
 	LimitOf(x *raftfsm.Executor) int
@@ -151,6 +160,9 @@ type Deps struct {
 	Peers      Peers
 	Storage    Storage
 	Limits     Limits
+	// OwnWrites, when set, is waited on before every read of the local
+	// store (readOwnWrites); nil: reads do not wait.
+	OwnWrites OwnWrites
 	// Guard, when set, refuses writes while storage cannot take them
 	// (ipc.FreeingWriteGuard; the ipc server asks the backend).
 	Guard ipc.FreeingWriteGuard
@@ -194,3 +206,18 @@ func (b *Backend) FreeingWriteAllowed() error {
 }
 
 func (b *Backend) isLeader() bool { return b.d.Raft.State() == raft.Leader }
+
+// ReadWait bounds how long a read waits for this node to apply its own
+// forwarded writes (readOwnWrites) before it answers from what it has.
+const ReadWait = time.Second
+
+// readOwnWrites is the read barrier of read your writes: every API read of
+// the local store calls it first. A write forwarded by this node is
+// answered as soon as the leader commits it, before this node may have
+// applied it; the read waits (up to ReadWait) until it has. On the leader,
+// and on a follower that forwarded nothing new, it returns at once.
+func (b *Backend) readOwnWrites(ctx context.Context) {
+	if b.d.OwnWrites != nil {
+		b.d.OwnWrites.WaitForwarded(ctx, ReadWait)
+	}
+}

@@ -20,6 +20,7 @@
 // member views). It must not import sidecar or its other sub-packages: what
 // it needs of the node it asks through the small interfaces in backend.go
 // (a proposer, the FSM's reads, the scheduler's views, the membership,
-// the storage guard, delivery's limits), which sidecar/wire_api.go
+// the storage guard, delivery's limits, the read barrier of the node's
+// own forwarded writes), which sidecar/wire_api.go
 // satisfies.
 package api

@@ -65,6 +65,7 @@ func (b *Backend) PauseTask(ctx context.Context, id string, paused bool) (ipc.Ta
 // only it knows), and answers from its own store, without those, when
 // no leader answers.
 func (b *Backend) Handlers(ctx context.Context) ([]ipc.HandlerInfo, error) {
+	b.readOwnWrites(ctx)
 	if b.isLeader() {
 		return b.HandlersView(true)
 	}

@@ -10,7 +10,8 @@ import (
 	"github.com/axsched/ax/raftfsm"
 )
 
-// Task implements ipc.Backend: a local read, unless this node is catching
+// Task implements ipc.Backend: a local read (after this node's own
+// forwarded writes, readOwnWrites), unless this node is catching
 // up with the leader (just restarted, or partitioned) or does not have the
 // task: then the leader's copy is read, so that a lagging node never
 // answers "not found" for a task that exists, nor an old state.
@@ -25,6 +26,7 @@ func (b *Backend) Task(ctx context.Context, id string) (ipc.Task, error) {
 		b.addLastRun(&vs[0])
 		return vs[0], nil
 	}
+	b.readOwnWrites(ctx)
 	t, err := b.d.Store.Task(id)
 	if err != nil && !errors.Is(err, raftfsm.ErrNotFound) {
 		return ipc.Task{}, err
@@ -101,7 +103,8 @@ func (b *Backend) LeaderRead(ctx context.Context, id string) (*raftfsm.Task, err
 	return b.d.Store.Task(id)
 }
 
-// List implements ipc.Backend: a local read in id order. The cursor is the
+// List implements ipc.Backend: a local read in id order (after this
+// node's own forwarded writes, readOwnWrites). The cursor is the
 // last id scanned, base64url-encoded.
 func (b *Backend) List(ctx context.Context, q ipc.ListQuery) (ipc.ListPage, error) {
 	var after string
@@ -122,6 +125,7 @@ func (b *Backend) List(ctx context.Context, q ipc.ListQuery) (ipc.ListPage, erro
 	if limit <= 0 {
 		limit = ipc.ListLimitDefault
 	}
+	b.readOwnWrites(ctx)
 	tasks, next, more, err := b.d.Store.List(q.Handler, state, after, limit)
 	if err != nil {
 		return ipc.ListPage{}, err
