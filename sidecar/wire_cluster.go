@@ -123,12 +123,11 @@ func newPeerClient(token string, clock engine.Clock) *peerClient {
 	return &peerClient{peerapi.NewClient(token, time.Now)}
 }
 
-// propose sends cmds to the leader at addr, with the other proposals
-// waiting to go there (peerapi.Client.ProposeGrouped). The leader's
-// refusals come back as the errors its own propose returned: ErrNotLeader,
-// a *BacklogError, a *StorageUnavailableError.
+// propose sends cmds to the leader at addr. The leader's refusals come
+// back as the errors its own propose returned: ErrNotLeader, a
+// *BacklogError, a *StorageUnavailableError.
 func (p *peerClient) propose(ctx context.Context, addr string, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
-	res, err := p.ProposeGrouped(ctx, addr, cmds)
+	res, err := p.Propose(ctx, addr, cmds)
 	return res, nodeError(err)
 }
 

@@ -33,9 +33,8 @@ type Client struct {
 	tlsConfig func(host string) *tls.Config
 
 	mu     sync.Mutex
-	byID   map[string]string      // node id → peer addr
-	byRaft map[string]string      // raft addr → peer addr
-	groups map[string]*groupQueue // leader addr → its group forwarding (group.go)
+	byID   map[string]string // node id → peer addr
+	byRaft map[string]string // raft addr → peer addr
 }
 
 // NewClient returns a Client that sends token (when set) with every
@@ -272,11 +271,19 @@ func (p *Client) Propose(ctx context.Context, addr string, cmds []raftfsm.Comman
 	if err != nil {
 		return nil, err
 	}
-	status, body, err := p.Do(ctx, "POST", addr, PathPropose, "application/octet-stream", data)
+	body, err := p.call(ctx, "POST", addr, PathPropose, "application/octet-stream", data, 200,
+		map[int]string{http.StatusTooManyRequests: CodeQueueFull})
 	if err != nil {
 		return nil, err
 	}
-	return proposeResults(addr, status, body, len(cmds))
+	res, err := raftfsm.DecodeResults(body)
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != len(cmds) {
+		return nil, fmt.Errorf("peer %s: %d results for %d commands", addr, len(res), len(cmds))
+	}
+	return res, nil
 }
 
 // Report sends this node's load report to the leader at addr.

@@ -49,8 +49,6 @@ func FuzzPeerRequest(f *testing.F) {
 		{"POST", PathJoin, "tok", "-1", `{"id":""}`},
 		{"POST", PathPropose, "tok", "9223372036854775807", string(entry)},
 		{"POST", PathPropose, "tok", "1", "\x01\xdd\xff\xff\xff\xff"},
-		{"POST", PathProposeGroup, "tok", "5000", string(appendGroup(nil, []groupItem{{Body: entry}, {Body: []byte("x")}}))},
-		{"POST", PathProposeGroup, "tok", "", "\x00\x00\x00\x02\x00\x00\x00\x00\x00\x09"},
 		{"POST", PathReport, "tok", "", `{"id":"n2","in_flight":3,"queued":{"h":1},"executors":[{"name":"e","limit":4}],"draining":true}`},
 		{"GET", PathTask + "?id=x&consistency=strong", "tok", "", ""},
 		{"GET", PathTask + "?id=%zz", "tok", "", ""},

@@ -175,8 +175,6 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		writeResults(ctx, res)
-	case PathProposeGroup:
-		s.serveProposeGroup(ctx)
 	case PathReport:
 		var r LoadReport
 		if err := json.Unmarshal(ctx.PostBody(), &r); err != nil || r.ID == "" {

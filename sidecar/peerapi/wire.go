@@ -11,12 +11,10 @@ const (
 	PathInfo    = "/peer/v1/info"
 	PathJoin    = "/peer/v1/join"
 	PathPropose = "/peer/v1/propose"
-	// PathProposeGroup takes several proposals in one request (group.go).
-	PathProposeGroup = "/peer/v1/propose-group"
-	PathReport       = "/peer/v1/report"
-	PathTask         = "/peer/v1/task"
-	PathRemove       = "/peer/v1/remove"
-	PathMembers      = "/peer/v1/members"
+	PathReport  = "/peer/v1/report"
+	PathTask    = "/peer/v1/task"
+	PathRemove  = "/peer/v1/remove"
+	PathMembers = "/peer/v1/members"
 )
 
 const (
