@@ -64,6 +64,9 @@ func (p apiProposer) ProposeAPI(ctx context.Context, cmds []raftfsm.Command) ([]
 // apiOwnWrites is the forwarder's read barrier (read your writes).
 type apiOwnWrites struct{ n *Node }
 
+func (o apiOwnWrites) Forwarded() uint64   { return o.n.forward.Forwarded() }
+func (o apiOwnWrites) Observed(idx uint64) { o.n.forward.Observed(idx) }
+
 func (o apiOwnWrites) WaitForwarded(ctx context.Context, limit time.Duration) bool {
 	return o.n.forward.WaitForwarded(ctx, limit)
 }

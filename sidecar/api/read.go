@@ -11,7 +11,8 @@ import (
 )
 
 // Task implements ipc.Backend: a local read (after this node's own
-// forwarded writes, readOwnWrites), unless this node is catching
+// forwarded writes, readOwnWrites; while it has not applied them, the
+// leader's copy when the leader has: ownWriteFromLeader), unless this node is catching
 // up with the leader (just restarted, or partitioned) or does not have the
 // task: then the leader's copy is read, so that a lagging node never
 // answers "not found" for a task that exists, nor an old state.
@@ -21,6 +22,12 @@ func (b *Backend) Task(ctx context.Context, id string) (ipc.Task, error) {
 		if err != nil {
 			return ipc.Task{}, err
 		}
+		vs := []ipc.Task{taskView(t)}
+		b.addWaiting(ctx, vs)
+		b.addLastRun(&vs[0])
+		return vs[0], nil
+	}
+	if t, ok := b.ownWriteFromLeader(ctx, id); ok {
 		vs := []ipc.Task{taskView(t)}
 		b.addWaiting(ctx, vs)
 		b.addLastRun(&vs[0])
@@ -54,6 +61,32 @@ func (b *Backend) Task(ctx context.Context, id string) (ipc.Task, error) {
 	b.addWaiting(ctx, vs)
 	b.addLastRun(&vs[0])
 	return vs[0], nil
+}
+
+// ownWriteFromLeader reads task id from the leader when this follower has
+// not applied its own latest forwarded write yet (it learns the commit
+// only with the leader's next AppendEntries, up to raft's CommitTimeout
+// later): the leader's copy, taken once the leader had applied that write,
+// answers at once. ok is false when it does not apply or the leader's
+// copy cannot be used (no leader, an error, no such task there, or the
+// leader behind that write); the caller then waits and reads locally.
+func (b *Backend) ownWriteFromLeader(ctx context.Context, id string) (*raftfsm.Task, bool) {
+	pending := b.ownWritesPending()
+	if pending == 0 || b.isLeader() {
+		return nil, false
+	}
+	addr := b.d.Routes.LeaderPeerAddr()
+	if addr == "" {
+		return nil, false
+	}
+	rctx, cancel := context.WithTimeout(ctx, ReadWait)
+	defer cancel()
+	t, applied, err := b.d.Peers.TaskAt(rctx, addr, id)
+	if err != nil || t == nil || applied < pending {
+		return nil, false
+	}
+	b.d.OwnWrites.Observed(applied) // later reads here wait for it: none shows an older state
+	return t, true
 }
 
 // strongTask is a linearizable read (rqlite's recipe): on the leader, after

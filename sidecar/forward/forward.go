@@ -174,6 +174,12 @@ func (f *Forwarder) WaitForwarded(ctx context.Context, limit time.Duration) bool
 	return f.WaitApplied(ctx, idx, limit)
 }
 
+// Observed raises Forwarded to idx: this node answered a read with the
+// leader's state as of idx, so its next reads wait until it has applied
+// idx too and never show an older state than that answer (monotonic
+// reads on one node).
+func (f *Forwarder) Observed(idx uint64) { f.noteForwarded(idx) }
+
 // noteForwarded raises Forwarded to idx (an atomic max).
 func (f *Forwarder) noteForwarded(idx uint64) {
 	for {
