@@ -34,7 +34,7 @@ func newBackend(n *Node) *api.Backend {
 	}, api.Deps{
 		Proposer: apiProposer{n}, Store: n.fsm, Raft: n.raft, Scheduler: apiScheduler{n}, Purger: apiPurger{n},
 		Membership: apiMembership{n}, Routes: apiRoutes{n}, Peers: peers, Storage: n.storage, Limits: apiLimits{n},
-		Guard: n, Clock: n.clock, Log: n.log,
+		OwnWrites: apiOwnWrites{n}, Guard: n, Clock: n.clock, Log: n.log,
 	})
 }
 
@@ -59,6 +59,16 @@ func (p apiProposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raf
 func (p apiProposer) ProposeAPI(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
 	res, err := p.n.proposeAPI(ctx, cmds)
 	return res, apiError(err)
+}
+
+// apiOwnWrites is the forwarder's read barrier (read your writes).
+type apiOwnWrites struct{ n *Node }
+
+func (o apiOwnWrites) Forwarded() uint64   { return o.n.forward.Forwarded() }
+func (o apiOwnWrites) Observed(idx uint64) { o.n.forward.Observed(idx) }
+
+func (o apiOwnWrites) WaitForwarded(ctx context.Context, limit time.Duration) bool {
+	return o.n.forward.WaitForwarded(ctx, limit)
 }
 
 // apiScheduler is the leader's scheduler's views.

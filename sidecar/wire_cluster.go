@@ -221,6 +221,10 @@ func (p peerNode) Report(r peerapi.LoadReport) peerapi.ReportReply {
 }
 func (p peerNode) Task(ctx context.Context, id string, strong bool) (*raftfsm.Task, uint64, error) {
 	n := p.n
+	// The applied index is taken before the read, so the task read is at
+	// least that fresh (a follower trusts the copy as of it: api's
+	// ownWriteFromLeader).
+	applied := n.fsm.AppliedIndex()
 	var t *raftfsm.Task
 	var err error
 	if strong {
@@ -231,7 +235,7 @@ func (p peerNode) Task(ctx context.Context, id string, strong bool) (*raftfsm.Ta
 	} else {
 		t, err = n.fsm.Task(id)
 	}
-	return t, n.fsm.AppliedIndex(), err
+	return t, applied, err
 }
 func (p peerNode) Remove(ctx context.Context, id string) error {
 	return p.n.cluster.RemoveMember(ctx, id)

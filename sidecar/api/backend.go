@@ -124,6 +124,9 @@ type Routes interface {
 // Peers is the peer API client (*peerapi.Client implements it).
 type Peers interface {
 	Task(ctx context.Context, addr, id string) (*raftfsm.Task, error)
+	// TaskAt is Task with the node's applied index when it read the task
+	// (0 when it has none).
+	TaskAt(ctx context.Context, addr, id string) (*raftfsm.Task, uint64, error)
 	StrongTask(ctx context.Context, addr, id string) (*raftfsm.Task, error)
 	Members(ctx context.Context, addr string) (map[string]peerapi.MemberStatus, error)
 	Do(ctx context.Context, method, addr, path, ctype string, body []byte) (int, []byte, error)
@@ -132,6 +135,21 @@ type Peers interface {
 // Storage is this node's storage guard: whether its disk takes writes.
 type Storage interface {
 	Status() *ipc.StorageStatus
+}
+
+// OwnWrites makes this node's local reads see the writes it forwarded to
+// the leader (read your writes on a follower; forward.Forwarder).
+type OwnWrites interface {
+	// Forwarded is the highest Raft index of a write this node forwarded
+	// and the leader answered (0 when none).
+	Forwarded() uint64
+	// Observed raises Forwarded to idx: the node answered a read with the
+	// leader's state as of idx, which its later reads must not go back on.
+	Observed(idx uint64)
+	// WaitForwarded waits until this node has applied every write it
+	// forwarded and the leader answered; false when ctx ended or limit
+	// passed first (the read then answers from what the node has).
+	WaitForwarded(ctx context.Context, limit time.Duration) bool
 }
 
 // Limits is this node's delivery: an executor's concurrency limit here.
@@ -151,6 +169,9 @@ type Deps struct {
 	Peers      Peers
 	Storage    Storage
 	Limits     Limits
+	// OwnWrites, when set, is waited on before every read of the local
+	// store (readOwnWrites); nil: reads do not wait.
+	OwnWrites OwnWrites
 	// Guard, when set, refuses writes while storage cannot take them
 	// (ipc.FreeingWriteGuard; the ipc server asks the backend).
 	Guard ipc.FreeingWriteGuard
@@ -194,3 +215,30 @@ func (b *Backend) FreeingWriteAllowed() error {
 }
 
 func (b *Backend) isLeader() bool { return b.d.Raft.State() == raft.Leader }
+
+// ReadWait bounds how long a read waits for this node to apply its own
+// forwarded writes (readOwnWrites) before it answers from what it has.
+const ReadWait = time.Second
+
+// readOwnWrites is the read barrier of read your writes: every API read of
+// the local store calls it first. A write forwarded by this node is
+// answered as soon as the leader commits it, before this node may have
+// applied it; the read waits (up to ReadWait) until it has. On the leader,
+// and on a follower that forwarded nothing new, it returns at once.
+func (b *Backend) readOwnWrites(ctx context.Context) {
+	if b.d.OwnWrites != nil {
+		b.d.OwnWrites.WaitForwarded(ctx, ReadWait)
+	}
+}
+
+// ownWritesPending returns the index of this node's own forwarded writes
+// when it has not applied it yet, else 0.
+func (b *Backend) ownWritesPending() uint64 {
+	if b.d.OwnWrites == nil {
+		return 0
+	}
+	if idx := b.d.OwnWrites.Forwarded(); idx > b.d.Store.AppliedIndex() {
+		return idx
+	}
+	return 0
+}

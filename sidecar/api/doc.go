@@ -3,7 +3,7 @@
 // to the API's views and error codes.
 //
 //	submit.go     POST /v1/tasks, /v1/tasks/batch: a task is accepted
-//	read.go       GET /v1/tasks/{id}, /v1/tasks: local reads, the leader's copy when this node lags, strong reads
+//	read.go       GET /v1/tasks/{id}, /v1/tasks: local reads (after the node's own forwarded writes: readOwnWrites in backend.go), the leader's copy when this node lags, strong reads
 //	change.go     cancel, retry, heartbeat, an attempt's result
 //	executors.go  this node's executors (register, unregister, list)
 //	handlers.go   GET /v1/handlers, pause and resume (and the peer route a follower asks the leader by)
@@ -20,6 +20,6 @@
 // member views). It must not import sidecar or its other sub-packages: what
 // it needs of the node it asks through the small interfaces in backend.go
 // (a proposer, the FSM's reads, the scheduler's views, the membership,
-// the storage guard, delivery's limits), which sidecar/wire_api.go
-// satisfies.
+// the storage guard, delivery's limits, the read barrier of the node's
+// own forwarded writes), which sidecar/wire_api.go satisfies.
 package api

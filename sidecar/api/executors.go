@@ -47,8 +47,9 @@ func (b *Backend) UnregisterExecutor(ctx context.Context, name string) error {
 	return nil
 }
 
-// Executors implements ipc.Backend.
-func (b *Backend) Executors(context.Context) ([]ipc.ExecutorSpec, error) {
+// Executors implements ipc.Backend: a local read (readOwnWrites first).
+func (b *Backend) Executors(ctx context.Context) ([]ipc.ExecutorSpec, error) {
+	b.readOwnWrites(ctx)
 	rec, err := b.d.Store.Node(b.cfg.NodeID)
 	if errors.Is(err, raftfsm.ErrNotFound) {
 		return []ipc.ExecutorSpec{}, nil

@@ -200,6 +200,7 @@ func (r fakeRoutes) PeerAddrOf(id, _ string) string {
 // Do by serving the request with the leader backend's routes.
 type fakePeers struct {
 	tasks   map[string]*raftfsm.Task
+	applied uint64 // TaskAt's applied index of the leader
 	strong  error
 	members map[string]peerapi.MemberStatus
 	leader  *Backend
@@ -209,6 +210,13 @@ type fakePeers struct {
 func (p *fakePeers) Task(_ context.Context, _, id string) (*raftfsm.Task, error) {
 	p.calls++
 	return p.tasks[id], nil
+}
+func (p *fakePeers) TaskAt(_ context.Context, _, id string) (*raftfsm.Task, uint64, error) {
+	p.calls++
+	if p.tasks[id] == nil {
+		return nil, 0, nil
+	}
+	return p.tasks[id], p.applied, nil
 }
 func (p *fakePeers) StrongTask(_ context.Context, _, id string) (*raftfsm.Task, error) {
 	p.calls++

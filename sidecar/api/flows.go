@@ -76,6 +76,7 @@ func (b *Backend) CancelFlow(ctx context.Context, id string) (ipc.Flow, error) {
 // and proposes its purge, which the FSM applies only if the flow is still
 // finished as read.
 func (b *Backend) PurgeFlow(ctx context.Context, id string) (int, error) {
+	b.readOwnWrites(ctx)
 	fs, err := b.flows()
 	if err != nil {
 		return 0, err
@@ -102,8 +103,9 @@ func (b *Backend) PurgeFlow(ctx context.Context, id string) (int, error) {
 	return 1, nil
 }
 
-// Flow implements ipc.FlowBackend: a local read.
-func (b *Backend) Flow(_ context.Context, id string) (ipc.Flow, error) {
+// Flow implements ipc.FlowBackend: a local read (readOwnWrites first).
+func (b *Backend) Flow(ctx context.Context, id string) (ipc.Flow, error) {
+	b.readOwnWrites(ctx)
 	fs, err := b.flows()
 	if err != nil {
 		return ipc.Flow{}, err
@@ -118,8 +120,9 @@ func (b *Backend) Flow(_ context.Context, id string) (ipc.Flow, error) {
 	return b.flowView(fl), nil
 }
 
-// Flows implements ipc.FlowBackend: a local read.
-func (b *Backend) Flows(_ context.Context, after string, limit int) (ipc.FlowPage, error) {
+// Flows implements ipc.FlowBackend: a local read (readOwnWrites first).
+func (b *Backend) Flows(ctx context.Context, after string, limit int) (ipc.FlowPage, error) {
+	b.readOwnWrites(ctx)
 	fs, err := b.flows()
 	if err != nil {
 		return ipc.FlowPage{}, err

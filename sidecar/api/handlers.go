@@ -66,6 +66,7 @@ func (b *Backend) PauseTask(ctx context.Context, id string, paused bool) (ipc.Ta
 // no leader answers.
 func (b *Backend) Handlers(ctx context.Context) ([]ipc.HandlerInfo, error) {
 	if b.isLeader() {
+		b.readOwnWrites(ctx) // writes it forwarded before it led
 		return b.HandlersView(true)
 	}
 	if addr := b.d.Routes.LeaderPeerAddr(); addr != "" {
@@ -86,6 +87,7 @@ func (b *Backend) Handlers(ctx context.Context) ([]ipc.HandlerInfo, error) {
 		}
 		b.d.Log.Debug().Err(err).Str("leader", addr).Msg("asking the leader for its handlers failed; answering from this node")
 	}
+	b.readOwnWrites(ctx) // the leader's answer has them; this node's store may not yet
 	return b.HandlersView(false)
 }
 

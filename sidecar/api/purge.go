@@ -14,6 +14,7 @@ import (
 // PurgeTask implements ipc.Backend: it reads the task (from the leader
 // when this node does not have it or lags) and proposes its purge.
 func (b *Backend) PurgeTask(ctx context.Context, id string) (int, error) {
+	b.readOwnWrites(ctx)
 	if flowID, running := b.stageOfRunningFlow(id); running {
 		return 0, ipc.Errorf(ipc.ErrConflict, "purge: task %q is a stage of flow %q, which has not ended: its result goes to the stages after it; purge it once the flow has ended", id, flowID)
 	}
@@ -70,6 +71,7 @@ func (b *Backend) stageOfRunningFlow(id string) (string, bool) {
 // from this node's finished index and proposes their purge (through the
 // leader) in entries of at most Config.MaxBatchCommands ids.
 func (b *Backend) PurgeTasks(ctx context.Context, q ipc.PurgeQuery) (ipc.PurgeResult, error) {
+	b.readOwnWrites(ctx)
 	fq := raftfsm.FinishedQuery{Handler: q.Handler, State: raftfsm.ParseState(q.State), BeforeMs: q.FinishedBefore.UnixMilli()}
 	fts, more, err := b.d.Store.Finished(fq, q.Limit)
 	if err != nil {

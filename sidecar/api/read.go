@@ -10,7 +10,9 @@ import (
 	"github.com/axsched/ax/raftfsm"
 )
 
-// Task implements ipc.Backend: a local read, unless this node is catching
+// Task implements ipc.Backend: a local read (after this node's own
+// forwarded writes, readOwnWrites; while it has not applied them, the
+// leader's copy when the leader has: ownWriteFromLeader), unless this node is catching
 // up with the leader (just restarted, or partitioned) or does not have the
 // task: then the leader's copy is read, so that a lagging node never
 // answers "not found" for a task that exists, nor an old state.
@@ -25,6 +27,13 @@ func (b *Backend) Task(ctx context.Context, id string) (ipc.Task, error) {
 		b.addLastRun(&vs[0])
 		return vs[0], nil
 	}
+	if t, ok := b.ownWriteFromLeader(ctx, id); ok {
+		vs := []ipc.Task{taskView(t)}
+		b.addWaiting(ctx, vs)
+		b.addLastRun(&vs[0])
+		return vs[0], nil
+	}
+	b.readOwnWrites(ctx)
 	t, err := b.d.Store.Task(id)
 	if err != nil && !errors.Is(err, raftfsm.ErrNotFound) {
 		return ipc.Task{}, err
@@ -52,6 +61,32 @@ func (b *Backend) Task(ctx context.Context, id string) (ipc.Task, error) {
 	b.addWaiting(ctx, vs)
 	b.addLastRun(&vs[0])
 	return vs[0], nil
+}
+
+// ownWriteFromLeader reads task id from the leader when this follower has
+// not applied its own latest forwarded write yet (it learns the commit
+// only with the leader's next AppendEntries, up to raft's CommitTimeout
+// later): the leader's copy, taken once the leader had applied that write,
+// answers at once. ok is false when it does not apply or the leader's
+// copy cannot be used (no leader, an error, no such task there, or the
+// leader behind that write); the caller then waits and reads locally.
+func (b *Backend) ownWriteFromLeader(ctx context.Context, id string) (*raftfsm.Task, bool) {
+	pending := b.ownWritesPending()
+	if pending == 0 || b.isLeader() {
+		return nil, false
+	}
+	addr := b.d.Routes.LeaderPeerAddr()
+	if addr == "" {
+		return nil, false
+	}
+	rctx, cancel := context.WithTimeout(ctx, ReadWait)
+	defer cancel()
+	t, applied, err := b.d.Peers.TaskAt(rctx, addr, id)
+	if err != nil || t == nil || applied < pending {
+		return nil, false
+	}
+	b.d.OwnWrites.Observed(applied) // later reads here wait for it: none shows an older state
+	return t, true
 }
 
 // strongTask is a linearizable read (rqlite's recipe): on the leader, after
@@ -101,7 +136,8 @@ func (b *Backend) LeaderRead(ctx context.Context, id string) (*raftfsm.Task, err
 	return b.d.Store.Task(id)
 }
 
-// List implements ipc.Backend: a local read in id order. The cursor is the
+// List implements ipc.Backend: a local read in id order (after this
+// node's own forwarded writes, readOwnWrites). The cursor is the
 // last id scanned, base64url-encoded.
 func (b *Backend) List(ctx context.Context, q ipc.ListQuery) (ipc.ListPage, error) {
 	var after string
@@ -122,6 +158,7 @@ func (b *Backend) List(ctx context.Context, q ipc.ListQuery) (ipc.ListPage, erro
 	if limit <= 0 {
 		limit = ipc.ListLimitDefault
 	}
+	b.readOwnWrites(ctx)
 	tasks, next, more, err := b.d.Store.List(q.Handler, state, after, limit)
 	if err != nil {
 		return ipc.ListPage{}, err

@@ -13,9 +13,11 @@ import (
 )
 
 // Runs implements ipc.Backend: a task's run records, newest first, from
-// this node's state (any node; a follower may lag the leader by the
-// entries it has not applied yet).
-func (b *Backend) Runs(_ context.Context, id string, q ipc.RunsQuery) (ipc.RunsPage, error) {
+// this node's state (any node, after its own forwarded writes:
+// readOwnWrites; a follower may lag the leader by the entries others
+// wrote that it has not applied yet).
+func (b *Backend) Runs(ctx context.Context, id string, q ipc.RunsQuery) (ipc.RunsPage, error) {
+	b.readOwnWrites(ctx)
 	t, err := b.d.Store.Task(id)
 	if err != nil {
 		if errors.Is(err, raftfsm.ErrNotFound) {
@@ -37,8 +39,9 @@ func (b *Backend) Runs(_ context.Context, id string, q ipc.RunsQuery) (ipc.RunsP
 	return page, nil
 }
 
-// Run implements ipc.Backend.
-func (b *Backend) Run(_ context.Context, id string, run int) (ipc.Run, error) {
+// Run implements ipc.Backend: a local read, like Runs.
+func (b *Backend) Run(ctx context.Context, id string, run int) (ipc.Run, error) {
+	b.readOwnWrites(ctx)
 	r, err := b.d.Store.Run(id, run)
 	if errors.Is(err, raftfsm.ErrNotFound) {
 		return ipc.Run{}, ipc.Errorf(ipc.ErrNotFound, "run %d of task %q not found", run, id)

@@ -10,7 +10,9 @@
 //
 //   - the retry loop and its give-up time (Config.NoLeaderWait);
 //   - abandoning a forward when the leader changes under it;
-//   - read-your-writes on a follower (WaitApplied after a forward).
+//   - read-your-writes on a follower: the highest index it forwarded
+//     (Forwarded), which the node's reads wait for (WaitForwarded); the
+//     node's own writes (Propose) still wait until applied.
 //
 // # What it may import
 //

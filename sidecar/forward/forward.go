@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -97,10 +98,27 @@ type Config struct {
 // nothing), which is what makes retrying after raft.ErrLeadershipLost
 // correct.
 //
-// After a forwarded proposal it waits (briefly) until this node has
-// applied the entry too, so a client that submits through a follower and
-// then reads from it sees its own write.
-type Forwarder struct{ cfg Config }
+// Read your writes on a follower: the forwarder remembers the highest
+// index of an entry it forwarded and the leader answered (Forwarded), and
+// the node's API reads wait until the node has applied it (WaitForwarded)
+// before they read the local store, so a client that writes through a
+// follower and then reads from it sees its own write. The application's
+// writes (ProposeAPI) answer as soon as the leader has answered, without
+// that wait: a follower learns the new commit index only with the
+// leader's next AppendEntries, up to raft's CommitTimeout (5–10 ms) later
+// when nothing else is written, and waiting for it on every write capped
+// a caller at about 100 writes/s. The node's own writes (Propose) still
+// wait until applied, as their callers read the store directly.
+type Forwarder struct {
+	cfg Config
+	// forwarded is the highest index of a forwarded entry the leader
+	// answered (an atomic max).
+	forwarded atomic.Uint64
+}
+
+// ReadWait bounds how long a read waits for this node to apply the writes
+// it forwarded (WaitForwarded) before it reads what it has.
+const ReadWait = time.Second
 
 // New returns a forwarder over cfg.
 func New(cfg Config) *Forwarder {
@@ -112,10 +130,16 @@ func New(cfg Config) *Forwarder {
 
 // Propose gets cmds committed (see Forwarder), proposing them again after
 // raft.ErrLeadershipLost: for the node's own writes, which are safe to
-// apply twice. It returns ErrNoLeader when no leader took them before ctx
-// ended or NoLeaderWait passed without a leader.
+// apply twice. Forwarded, it returns once this node has applied the entry
+// too (or after ReadWait): its callers read the local store directly. It
+// returns ErrNoLeader when no leader took them before ctx ended or
+// NoLeaderWait passed without a leader.
 func (f *Forwarder) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
-	return f.proposeRetrying(ctx, cmds, true)
+	res, forwarded, err := f.proposeRetrying(ctx, cmds, true)
+	if err == nil && forwarded {
+		f.WaitApplied(ctx, maxIndex(res), ReadWait)
+	}
+	return res, err
 }
 
 // ProposeAPI is Propose for the application's writes (submit, cancel,
@@ -124,9 +148,46 @@ func (f *Forwarder) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raft
 // that was never made). When the try may have been committed (the leader
 // died or lost leadership with it in flight) it returns
 // ErrOutcomeUnknown instead: proposed again, the command would apply
-// twice, and the client's history would not be linearizable.
+// twice, and the client's history would not be linearizable. Forwarded,
+// it returns as soon as the leader answers, before this node may have
+// applied the entry: the node's reads wait for it (WaitForwarded).
 func (f *Forwarder) ProposeAPI(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
-	return f.proposeRetrying(ctx, cmds, false)
+	res, _, err := f.proposeRetrying(ctx, cmds, false)
+	return res, err
+}
+
+// Forwarded returns the highest Raft index of an entry this node forwarded
+// and the leader answered (0 when none): what a read on this node must
+// have applied to see the node's own writes.
+func (f *Forwarder) Forwarded() uint64 { return f.forwarded.Load() }
+
+// WaitForwarded waits until this node has applied every entry it forwarded
+// and the leader answered (Forwarded), so that a read of the local store
+// that follows sees them. It returns true at once when nothing is
+// pending, false when ctx ends or limit passes first (the caller then
+// reads what it has).
+func (f *Forwarder) WaitForwarded(ctx context.Context, limit time.Duration) bool {
+	idx := f.forwarded.Load()
+	if f.cfg.Applied.AppliedIndex() >= idx {
+		return true
+	}
+	return f.WaitApplied(ctx, idx, limit)
+}
+
+// Observed raises Forwarded to idx: this node answered a read with the
+// leader's state as of idx, so its next reads wait until it has applied
+// idx too and never show an older state than that answer (monotonic
+// reads on one node).
+func (f *Forwarder) Observed(idx uint64) { f.noteForwarded(idx) }
+
+// noteForwarded raises Forwarded to idx (an atomic max).
+func (f *Forwarder) noteForwarded(idx uint64) {
+	for {
+		cur := f.forwarded.Load()
+		if idx <= cur || f.forwarded.CompareAndSwap(cur, idx) {
+			return
+		}
+	}
 }
 
 // forwardMaybeDelivered reports whether a failed forward may have reached
@@ -142,7 +203,9 @@ func forwardMaybeDelivered(err error) bool {
 	return true
 }
 
-func (f *Forwarder) proposeRetrying(ctx context.Context, cmds []raftfsm.Command, retryUnknown bool) ([]raftfsm.Result, error) {
+// proposeRetrying proposes or forwards cmds until one try is answered;
+// forwarded reports whether the answer came from the leader's peer API.
+func (f *Forwarder) proposeRetrying(ctx context.Context, cmds []raftfsm.Command, retryUnknown bool) (res []raftfsm.Result, forwarded bool, err error) {
 	backoff := 10 * time.Millisecond
 	var lastErr error
 	// Without a leader for NoLeaderWait, give up early: an election takes
@@ -154,13 +217,13 @@ func (f *Forwarder) proposeRetrying(ctx context.Context, cmds []raftfsm.Command,
 		if f.cfg.Local.IsLeader() {
 			res, err := f.cfg.Local.Propose(ctx, cmds)
 			if err == nil {
-				return res, nil
+				return res, false, nil
 			}
 			if !errors.Is(err, ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) && !errors.Is(err, raft.ErrEnqueueTimeout) {
-				return nil, err
+				return nil, false, err
 			}
 			if !retryUnknown && errors.Is(err, raft.ErrLeadershipLost) {
-				return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+				return nil, false, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 			}
 			lastErr = err
 		} else if changed, addr := f.cfg.Leaders.Changed(), f.cfg.Leaders.PeerAddr(); addr != "" {
@@ -172,14 +235,14 @@ func (f *Forwarder) proposeRetrying(ctx context.Context, cmds []raftfsm.Command,
 			res, err := f.cfg.Leader.Propose(fctx, addr, cmds)
 			cancel()
 			if err == nil {
-				f.WaitApplied(ctx, maxIndex(res), time.Second)
-				return res, nil
+				f.noteForwarded(maxIndex(res))
+				return res, true, nil
 			}
 			if f.cfg.Final != nil && f.cfg.Final(err) {
-				return nil, err // the leader's answer: do not retry
+				return nil, false, err // the leader's answer: do not retry
 			}
 			if !retryUnknown && forwardMaybeDelivered(err) {
-				return nil, fmt.Errorf("%w: forward to the leader at %s: %v", ErrOutcomeUnknown, addr, err)
+				return nil, false, fmt.Errorf("%w: forward to the leader at %s: %v", ErrOutcomeUnknown, addr, err)
 			}
 			lastErr = err
 			f.cfg.Log.Debug().Err(err).Str("leader", addr).Msg("forward to leader failed; retrying")
@@ -191,11 +254,11 @@ func (f *Forwarder) proposeRetrying(ctx context.Context, cmds []raftfsm.Command,
 			if lastErr != nil && !errors.Is(lastErr, ErrNotLeader) {
 				f.cfg.Log.Debug().Err(lastErr).Msg("no leader before deadline")
 			}
-			return nil, ErrNoLeader
+			return nil, false, ErrNoLeader
 		case <-giveUp.C():
 			wait.Stop()
 			f.cfg.Log.Debug().Err(lastErr).Msg("no leader: giving up")
-			return nil, ErrNoLeader
+			return nil, false, ErrNoLeader
 		case <-wait.C():
 		}
 		backoff = min(backoff*2, 200*time.Millisecond)

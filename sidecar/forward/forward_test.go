@@ -94,10 +94,16 @@ func (l *fakeLeaders) change(addr string) {
 type fakeApplied struct {
 	raftstore.Broadcast
 	at atomic.Uint64
+	// watched is closed at the first AppliedCh: someone waits.
+	watched chan struct{}
+	once    sync.Once
 }
 
-func (a *fakeApplied) AppliedIndex() uint64       { return a.at.Load() }
-func (a *fakeApplied) AppliedCh() <-chan struct{} { return a.Changed() }
+func (a *fakeApplied) AppliedIndex() uint64 { return a.at.Load() }
+func (a *fakeApplied) AppliedCh() <-chan struct{} {
+	a.once.Do(func() { close(a.watched) })
+	return a.Changed()
+}
 
 func (a *fakeApplied) apply(idx uint64) {
 	a.at.Store(idx)
@@ -122,7 +128,7 @@ func newEnv(isLeader bool, localErrs, leaderErrs []error) *env {
 		local:   &fakeLocal{leader: isLeader, answers: answers{errs: localErrs}},
 		leader:  &fakeLeader{answers: answers{errs: leaderErrs}, blocked: make(chan struct{})},
 		leaders: &fakeLeaders{},
-		applied: &fakeApplied{},
+		applied: &fakeApplied{watched: make(chan struct{})},
 	}
 	e.leaders.change("leader:1")
 	e.applied.apply(5)
@@ -213,13 +219,13 @@ func TestForwardReturnsOtherLocalErrors(t *testing.T) {
 	}
 }
 
-// A follower sends the commands to the leader and returns once it has
-// applied their entry itself (read your writes).
+// A follower sends the node's own writes to the leader and returns once it
+// has applied their entry itself (its callers read the store directly).
 func TestForwardFromAFollowerWaitsUntilApplied(t *testing.T) {
 	e := newEnv(false, nil, []error{nil})
 	e.applied.apply(4)
 	wait := call(func() ([]raftfsm.Result, error) { return e.f.Propose(context.Background(), cmds) })
-	e.clock.BlockUntil(2) // give-up timer and WaitApplied's limit
+	<-e.applied.watched // it waits for the apply
 	if e.leader.count() != 1 || e.leader.addrs[0] != "leader:1" {
 		t.Fatalf("forwards %d to %v", e.leader.count(), e.leader.addrs)
 	}
@@ -229,6 +235,81 @@ func TestForwardFromAFollowerWaitsUntilApplied(t *testing.T) {
 	}
 	if e.local.count() != 0 {
 		t.Fatal("a follower proposed locally")
+	}
+}
+
+// An application's write forwarded by a follower is answered as soon as
+// the leader answers, although the follower has not applied it (it is
+// held at 4): the wait moved to the reads (WaitForwarded), which see the
+// write once the follower applies it.
+func TestForwardAPIAnswersBeforeApplied(t *testing.T) {
+	e := newEnv(false, nil, []error{nil})
+	e.applied.apply(4)
+	wait := call(func() ([]raftfsm.Result, error) { return e.f.ProposeAPI(context.Background(), cmds) })
+	// The old code waited here for the local apply: besides the give-up
+	// timer it armed WaitApplied's limit and blocked on it.
+	waiting := make(chan struct{})
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() {
+		if e.clock.BlockUntilContext(ctx, 2) == nil {
+			close(waiting)
+		}
+	}()
+	answered := make(chan struct{})
+	var res []raftfsm.Result
+	var err error
+	go func() { res, err = wait(); close(answered) }()
+	select {
+	case <-answered:
+	case <-waiting:
+		t.Fatal("the forwarded write waits until the follower has applied it")
+	}
+	if err != nil || len(res) != 1 || res[0].Index != 5 || e.f.Forwarded() != 5 {
+		t.Fatalf("res %v err %v forwarded %d", res, err, e.f.Forwarded())
+	}
+	if e.applied.AppliedIndex() != 4 {
+		t.Fatal("the follower applied meanwhile")
+	}
+
+	// A read now waits until the follower has applied index 5.
+	read := make(chan bool, 1)
+	go func() { read <- e.f.WaitForwarded(context.Background(), ReadWait) }()
+	e.clock.BlockUntil(1) // the read's limit: it waits
+	select {
+	case <-read:
+		t.Fatal("the read did not wait for the forwarded write")
+	default:
+	}
+	e.applied.apply(5)
+	if !<-read {
+		t.Fatal("WaitForwarded: false after the apply")
+	}
+	// Nothing pending: at once, without a timer.
+	if !e.f.WaitForwarded(context.Background(), ReadWait) || e.clock.Armed() != 0 {
+		t.Fatalf("nothing pending: waited (%d timers)", e.clock.Armed())
+	}
+}
+
+// Forwarded is the highest index answered, whatever the order of the
+// answers.
+func TestForwardedIsAMax(t *testing.T) {
+	e := newEnv(false, nil, nil)
+	for _, idx := range []uint64{7, 3, 9, 8} {
+		e.f.noteForwarded(idx)
+	}
+	if got := e.f.Forwarded(); got != 9 {
+		t.Fatalf("Forwarded %d, want 9", got)
+	}
+	e.applied.apply(9)
+	if !e.f.WaitForwarded(context.Background(), ReadWait) {
+		t.Fatal("applied up to Forwarded: false")
+	}
+	e.applied.apply(5)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if e.f.WaitForwarded(ctx, ReadWait) {
+		t.Fatal("behind Forwarded with an ended context: true")
 	}
 }
 

@@ -312,28 +312,36 @@ func (p *Client) Remove(ctx context.Context, addr, id string) error {
 
 // Task reads a task from the node at addr; nil, nil when it has none.
 func (p *Client) Task(ctx context.Context, addr, id string) (*raftfsm.Task, error) {
+	t, _, err := p.TaskAt(ctx, addr, id)
+	return t, err
+}
+
+// TaskAt is Task with the applied index of the node at addr when it read
+// the task (0 when it has no such task: nil, 0, nil).
+func (p *Client) TaskAt(ctx context.Context, addr, id string) (*raftfsm.Task, uint64, error) {
 	return p.readTask(ctx, addr, "?id="+url.QueryEscape(id))
 }
 
 // StrongTask is a linearizable read of a task on the leader at addr;
 // nil, nil when there is no such task.
 func (p *Client) StrongTask(ctx context.Context, addr, id string) (*raftfsm.Task, error) {
-	return p.readTask(ctx, addr, "?consistency=strong&id="+url.QueryEscape(id))
+	t, _, err := p.readTask(ctx, addr, "?consistency=strong&id="+url.QueryEscape(id))
+	return t, err
 }
 
-func (p *Client) readTask(ctx context.Context, addr, query string) (*raftfsm.Task, error) {
+func (p *Client) readTask(ctx context.Context, addr, query string) (*raftfsm.Task, uint64, error) {
 	body, err := p.call(ctx, "GET", addr, PathTask+query, "", nil, 200, map[int]string{http.StatusNotFound: CodeNotFound})
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
-			return nil, nil
+			return nil, 0, nil
 		}
-		return nil, err
+		return nil, 0, err
 	}
 	rs, err := raftfsm.DecodeResults(body)
 	if err != nil || len(rs) != 1 || rs[0].Task == nil {
-		return nil, fmt.Errorf("peer %s: task: bad answer", addr)
+		return nil, 0, fmt.Errorf("peer %s: task: bad answer", addr)
 	}
-	return rs[0].Task, nil
+	return rs[0].Task, rs[0].Index, nil
 }
 
 // DialFailed reports whether a call's error says the request never reached

@@ -126,6 +126,12 @@ func TestClientServer(t *testing.T) {
 	if tk, err := c.Task(ctx, addr, "t1"); err != nil || tk == nil || tk.ID != "t1" || f.strong {
 		t.Errorf("task: %+v %v", tk, err)
 	}
+	if tk, applied, err := c.TaskAt(ctx, addr, "t1"); err != nil || tk == nil || tk.ID != "t1" || applied != 5 {
+		t.Errorf("task with the applied index: %+v %d %v, want t1 at 5", tk, applied, err)
+	}
+	if tk, applied, err := c.TaskAt(ctx, addr, "nope"); err != nil || tk != nil || applied != 0 {
+		t.Errorf("missing task with the applied index: %+v %d %v, want nil, 0, nil", tk, applied, err)
+	}
 	if tk, err := c.StrongTask(ctx, addr, "t1"); err != nil || tk == nil || !f.strong {
 		t.Errorf("strong task: %+v %v", tk, err)
 	}

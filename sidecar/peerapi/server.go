@@ -31,8 +31,8 @@ type Node interface {
 	Report(r LoadReport) ReportReply
 	// Task reads task id: as this node has it, or with strong on the
 	// leader, linearizably (ErrNotLeader elsewhere). applied is this
-	// node's applied index; raftfsm.ErrNotFound when there is no such
-	// task.
+	// node's applied index taken before the read (the task is at least
+	// that fresh); raftfsm.ErrNotFound when there is no such task.
 	Task(ctx context.Context, id string, strong bool) (t *raftfsm.Task, applied uint64, err error)
 	// Remove removes node id from the configuration (on the leader, or
 	// through it).

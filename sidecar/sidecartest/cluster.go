@@ -437,7 +437,21 @@ func (c *Cluster) Partition(i int) {
 	}
 }
 
-// Heal reconnects node i (undoes Partition).
+// PartitionRaft cuts only node i's Raft transport from every other node's,
+// both ways: it stops receiving entries (it cannot apply what the others
+// commit), while its peer API still works, so it still forwards writes to
+// the leader. Heal undoes it. Cut for longer than an election timeout,
+// the node starts elections it cannot win.
+func (c *Cluster) PartitionRaft(i int) {
+	for j, tr := range c.trans {
+		if j != i {
+			tr.Disconnect(c.trans[i].LocalAddr())
+			c.trans[i].Disconnect(tr.LocalAddr())
+		}
+	}
+}
+
+// Heal reconnects node i (undoes Partition and PartitionRaft).
 func (c *Cluster) Heal(i int) {
 	c.mu.Lock()
 	delete(c.partitioned, i)
