@@ -362,6 +362,14 @@ func FuzzFastDecodeMatchesReflection(f *testing.F) {
 				t.Fatalf("%x:\nfast:       %+v\nreflection: %+v", b, fast, slow)
 			}
 		}
+		// decodeRecord as a whole, the fallback included, answers as
+		// msgpack does (checkLengths passed: its own refusals aside).
+		var rec, ref Task
+		errRec := decodeRecord(append([]byte{recordVersion}, b...), &rec)
+		errRef := msgpack.Unmarshal(b, &ref)
+		if (errRec == nil) != (errRef == nil) || errRec == nil && !reflect.DeepEqual(rec, ref) {
+			t.Fatalf("%x: decodeRecord %+v (%v), msgpack %+v (%v)", b, rec, errRec, ref, errRef)
+		}
 		got, err1 := decodeCommands(b)
 		want, err2 := decodeArray[Command](b)
 		if (err1 == nil) != (err2 == nil) {
@@ -371,4 +379,72 @@ func FuzzFastDecodeMatchesReflection(f *testing.F) {
 			t.Fatalf("%x:\nfast:       %+v\nreflection: %+v", b, got, want)
 		}
 	})
+}
+
+// TestCodecFallsBackToReflection gives the fast readers values they give
+// up on (a field of a later version, before or after the known ones):
+// decodeRecord and DecodeEntry must still answer as msgpack does.
+func TestCodecFallsBackToReflection(t *testing.T) {
+	type laterTask struct {
+		Later string `msgpack:"zz"`
+		Task
+	}
+	type laterTaskAfter struct {
+		Task
+		Later string `msgpack:"zz"`
+	}
+	type laterSubmit struct {
+		Later int `msgpack:"zz"`
+		Submit
+	}
+	type laterCommand struct {
+		Type   CommandType  `msgpack:"t"`
+		Submit *laterSubmit `msgpack:"s"`
+	}
+	f := &filler{r: rand.New(rand.NewPCG(7, 8))}
+	for i := range 500 {
+		task := randomTask(f)
+		var v any = laterTask{Task: *task, Later: "v2"}
+		if i%2 == 1 {
+			v = laterTaskAfter{Task: *task, Later: "v2"}
+		}
+		b, err := msgpack.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if decodeTaskFast(&reader{b: b}, new(Task)) {
+			t.Fatal("the fast path read an unknown field")
+		}
+		var got, want Task
+		if err := decodeRecord(append([]byte{recordVersion}, b...), &got); err != nil {
+			t.Fatal(err)
+		}
+		if err := msgpack.Unmarshal(b, &want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("task %d:\ngot  %+v\nwant %+v", i, got, want)
+		}
+
+		c := randomCommand(f)
+		if c.Submit == nil {
+			continue
+		}
+		entry := []any{benchSubmits(1)[0], laterCommand{Type: CmdSubmit, Submit: &laterSubmit{Submit: *c.Submit, Later: 2}}, benchSubmits(1)[0]}
+		b, err = msgpack.Marshal(entry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmds, err := DecodeEntry(append([]byte{EntryVersion}, b...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCmds, err := decodeArray[Command](b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(cmds, wantCmds) || cmds[1].Submit == nil || cmds[1].Submit.ID != c.Submit.ID {
+			t.Fatalf("entry %d:\ngot  %+v\nwant %+v", i, cmds, wantCmds)
+		}
+	}
 }

@@ -329,8 +329,11 @@ func decodeRecord(b []byte, v any) error {
 	if err := checkLengths(b[1:]); err != nil {
 		return fmt.Errorf("record: %v: %w", err, ErrBadEntry)
 	}
-	if t, ok := v.(*Task); ok && decodeTaskFast(&reader{b: b[1:]}, t) {
-		return nil
+	if t, ok := v.(*Task); ok {
+		if decodeTaskFast(&reader{b: b[1:]}, t) {
+			return nil
+		}
+		*t = Task{} // msgpack decodes from scratch (every caller passes a zero Task)
 	}
 	return msgpack.Unmarshal(b[1:], v)
 }
