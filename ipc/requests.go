@@ -21,7 +21,26 @@ import (
 // and validated by DecodeSubmit. One invalid item fails the whole batch;
 // the message names it ("tasks[3]: handler: required") and the error keeps
 // the item's kind (ErrInvalid, ErrInvalidJSON, ErrTooLarge).
+//
+// A body of the usual shape is read in one pass (scanSubmitBatch); any
+// other goes through encoding/json, with the same results and errors.
 func DecodeSubmitBatch(body []byte) ([]TaskSpec, error) {
+	if reqs, ok := scanSubmitBatch(body); ok {
+		specs := make([]TaskSpec, len(reqs))
+		for i := range reqs {
+			spec, err := reqs[i].spec()
+			if err != nil {
+				return nil, batchItemErr(i, err)
+			}
+			specs[i] = spec
+		}
+		return specs, nil
+	}
+	return decodeSubmitBatchJSON(body)
+}
+
+// decodeSubmitBatchJSON is DecodeSubmitBatch through encoding/json.
+func decodeSubmitBatchJSON(body []byte) ([]TaskSpec, error) {
 	var req struct {
 		Tasks []json.RawMessage `json:"tasks"`
 	}
@@ -41,13 +60,19 @@ func DecodeSubmitBatch(body []byte) ([]TaskSpec, error) {
 		}
 		spec, err := DecodeSubmit(raw)
 		if err != nil {
-			kind := ErrInvalid
-			_ = errors.As(err, &kind)
-			return nil, Errorf(kind, "tasks[%d]: %w", i, err)
+			return nil, batchItemErr(i, err)
 		}
 		specs[i] = spec
 	}
 	return specs, nil
+}
+
+// batchItemErr is the error of item i of a batch: the item's kind, the
+// message prefixed with its index.
+func batchItemErr(i int, err error) error {
+	kind := ErrInvalid
+	_ = errors.As(err, &kind)
+	return Errorf(kind, "tasks[%d]: %w", i, err)
 }
 
 // jsonKind names the type of a JSON value for messages.

@@ -167,12 +167,15 @@ func putTask(w *writer, prev, t *Task) error {
 }
 
 func loadTask(w *writer, id string) (*Task, error) {
-	var t Task
-	ok, err := w.get(taskKey(id), &t)
+	var t *Task // allocated only when the task exists: a submit's usual case is a new id
+	ok, err := w.getWith(taskKey(id), func(b []byte) error {
+		t = new(Task)
+		return decodeRecord(b, t)
+	})
 	if err != nil || !ok {
 		return nil, err
 	}
-	return &t, nil
+	return t, nil
 }
 
 func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {

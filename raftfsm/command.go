@@ -196,12 +196,24 @@ type Result struct {
 }
 
 // EncodeEntry encodes commands as one Raft log entry.
+// The bytes are those msgpack.Marshal writes for cmds, after the version
+// byte; submits are written without reflection (codec.go).
 func EncodeEntry(cmds []Command) ([]byte, error) {
-	b, err := msgpack.Marshal(cmds)
-	if err != nil {
-		return nil, fmt.Errorf("encode entry: %w", err)
+	if cmds == nil {
+		return []byte{EntryVersion, 0xc0}, nil // msgpack's nil slice
 	}
-	return append([]byte{EntryVersion}, b...), nil
+	size := 6
+	for i := range cmds {
+		size += commandSize(&cmds[i])
+	}
+	b := appendArrayLen(append(make([]byte, 0, size), EntryVersion), len(cmds))
+	for i := range cmds {
+		var err error
+		if b, err = appendCommand(b, &cmds[i]); err != nil {
+			return nil, fmt.Errorf("encode entry: %w", err)
+		}
+	}
+	return b, nil
 }
 
 // DecodeEntry decodes a Raft log entry written by EncodeEntry.
@@ -209,7 +221,7 @@ func DecodeEntry(data []byte) ([]Command, error) {
 	if len(data) == 0 || data[0] != EntryVersion {
 		return nil, fmt.Errorf("entry version %v: %w", first(data), ErrBadEntry)
 	}
-	cmds, err := decodeArray[Command](data[1:])
+	cmds, err := decodeCommands(data[1:])
 	if err != nil {
 		return nil, fmt.Errorf("decode entry: %v: %w", err, ErrBadEntry)
 	}
@@ -259,7 +271,14 @@ func decodeArray[T any](b []byte) ([]T, error) {
 // format's headers itself (github.com/msgpack/msgpack spec.md: "Formats"),
 // allocates nothing by them and keeps its own stack.
 func checkLengths(b []byte) error {
-	pending := []int{1} // values still to read, per open array or map
+	_, err := valueEnd(b)
+	return err
+}
+
+// valueEnd is checkLengths returning where the value ends in b.
+func valueEnd(b []byte) (int, error) {
+	var stack [maxNesting + 1]int   // on the stack: the nesting is bounded
+	pending := append(stack[:0], 1) // values still to read, per open array or map
 	p := 0
 	for len(pending) > 0 {
 		top := len(pending) - 1
@@ -269,7 +288,7 @@ func checkLengths(b []byte) error {
 		}
 		pending[top]--
 		if p >= len(b) {
-			return errTruncated
+			return 0, errTruncated
 		}
 		c := b[p]
 		p++
@@ -284,11 +303,11 @@ func checkLengths(b []byte) error {
 			skip = int(c & 0x1f)
 		default:
 			if c < 0xc4 { // 0xc1, never used
-				return fmt.Errorf("msgpack code %#x", c)
+				return 0, fmt.Errorf("msgpack code %#x", c)
 			}
 			h := msgpackHeaders[c-0xc4]
 			if len(b)-p < h.size {
-				return errTruncated
+				return 0, errTruncated
 			}
 			var v uint64
 			for _, x := range b[p : p+h.size] {
@@ -296,7 +315,7 @@ func checkLengths(b []byte) error {
 			}
 			p += h.size
 			if v > uint64(len(b)) {
-				return fmt.Errorf("length %d in %d bytes", v, len(b))
+				return 0, fmt.Errorf("length %d in %d bytes", v, len(b))
 			}
 			switch h.kind {
 			case 'b':
@@ -310,20 +329,20 @@ func checkLengths(b []byte) error {
 			}
 		}
 		if len(b)-p < skip {
-			return errTruncated
+			return 0, errTruncated
 		}
 		p += skip
 		if n > len(b)-p {
-			return fmt.Errorf("%d elements in %d bytes", n, len(b)-p)
+			return 0, fmt.Errorf("%d elements in %d bytes", n, len(b)-p)
 		}
 		if n > 0 {
 			if len(pending) > maxNesting {
-				return fmt.Errorf("arrays and maps nested over %d deep", maxNesting)
+				return 0, fmt.Errorf("arrays and maps nested over %d deep", maxNesting)
 			}
 			pending = append(pending, n)
 		}
 	}
-	return nil
+	return p, nil
 }
 
 var errTruncated = errors.New("msgpack value cut short")

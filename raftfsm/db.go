@@ -7,7 +7,10 @@ import (
 // OpenDB opens (or creates) the badger database in dir with settings sized
 // for a sidecar: small memtables and caches, synchronous writes off (the
 // Raft log is the durable record; badger is rebuilt from it and snapshots,
-// and the applied index tells how far it got).
+// and the applied index tells how far it got). Conflict detection is off:
+// the FSM's apply is the one writer (Open's backfill and Restore run before
+// or instead of it), so badger's bookkeeping of every read key for
+// conflicts was pure cost; so are its expvar metrics, which nothing reads.
 func OpenDB(dir string, logger badger.Logger) (*badger.DB, error) {
 	opts := badger.DefaultOptions(dir).
 		WithLogger(logger).
@@ -18,6 +21,8 @@ func OpenDB(dir string, logger badger.Logger) (*badger.DB, error) {
 		WithValueLogFileSize(64 << 20).
 		WithBaseTableSize(4 << 20).
 		WithNumCompactors(2).
-		WithSyncWrites(false)
+		WithSyncWrites(false).
+		WithDetectConflicts(false).
+		WithMetricsEnabled(false)
 	return badger.Open(opts)
 }

@@ -44,7 +44,10 @@
 // A Raft log entry is one byte of format version (EntryVersion) followed by a
 // msgpack-encoded []Command: several commands per entry is how the leader
 // group-commits submits, fires and completions. Records in badger are
-// msgpack too, each with a version byte. JSON is used only at the API edge.
+// msgpack too, each with a version byte. The task record and the submit
+// command, written and read once per task, are encoded without reflection
+// (codec.go), into the same bytes msgpack.Marshal writes. JSON is used
+// only at the API edge.
 //
 // See DESIGN.md in this folder for the key layout.
 package raftfsm

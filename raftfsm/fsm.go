@@ -457,6 +457,12 @@ func (w *writer) rebuild() {
 // an error only when the stored record cannot be decoded (corruption):
 // badger errors are retried (see writer).
 func (w *writer) get(key []byte, v any) (bool, error) {
+	return w.getWith(key, func(b []byte) error { return decodeRecord(b, v) })
+}
+
+// getWith is get with the record decoded by decode, called only when the
+// key exists (loadTask allocates a task only then).
+func (w *writer) getWith(key []byte, decode func([]byte) error) (bool, error) {
 	found := false
 	var decErr error // not a storage error: never retried
 	w.f.retryStorage(w.index, func() error {
@@ -469,7 +475,7 @@ func (w *writer) get(key []byte, v any) (bool, error) {
 			return err
 		}
 		err = item.Value(func(b []byte) error {
-			decErr = decodeRecord(b, v)
+			decErr = decode(b)
 			return nil
 		})
 		found = err == nil

@@ -307,7 +307,12 @@ func (n *Node) ExecutorFor(handler string) *Executor {
 
 const recordVersion = 1
 
+// encodeRecord writes v's record: the version byte, then v as
+// msgpack.Marshal writes it (a *Task without reflection: codec.go).
 func encodeRecord(v any) ([]byte, error) {
+	if t, ok := v.(*Task); ok {
+		return appendTask(append(make([]byte, 0, taskSize(t)), recordVersion), t)
+	}
 	b, err := msgpack.Marshal(v)
 	if err != nil {
 		return nil, err
@@ -323,6 +328,12 @@ func decodeRecord(b []byte, v any) error {
 	// snapshot a leader sent: its lengths are checked as an entry's.
 	if err := checkLengths(b[1:]); err != nil {
 		return fmt.Errorf("record: %v: %w", err, ErrBadEntry)
+	}
+	if t, ok := v.(*Task); ok {
+		if decodeTaskFast(&reader{b: b[1:]}, t) {
+			return nil
+		}
+		*t = Task{} // msgpack decodes from scratch (every caller passes a zero Task)
 	}
 	return msgpack.Unmarshal(b[1:], v)
 }
