@@ -36,6 +36,14 @@ type ThroughputConfig struct {
 	// SyncProbe is how long the disk's synced-write rate is measured before
 	// the phases (0: not measured).
 	SyncProbe time.Duration
+	// Processing is the number of no-op tasks of the processing phase,
+	// which runs last (0: no processing phase).
+	Processing int
+	// Workers is the executor's concurrency in the processing phase: the
+	// nodes the bench starts get --delivery-min-concurrency and
+	// --delivery-concurrency Workers (a running cluster keeps its own
+	// limits).
+	Workers int
 }
 
 // callers returns the callers of the one-task phases.
@@ -94,7 +102,9 @@ type ThroughputReport struct {
 	// DiskSync is the disk's synced-write rate measured by the bench
 	// before the phases (nil: not measured).
 	DiskSync *SyncRate `json:"disk_sync,omitempty"`
-	Notes    []string  `json:"notes,omitempty"`
+	// Processing is the processing phase (nil: not run).
+	Processing *ProcessingPhase `json:"processing,omitempty"`
+	Notes      []string         `json:"notes,omitempty"`
 }
 
 // RunThroughput measures the submit rate of concurrent callers for
@@ -118,7 +128,14 @@ func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*Th
 	if cfg.Duration <= 0 || cfg.Batch < 1 || cfg.Batch > 1000 || cfg.SyncProbe < 0 {
 		return nil, fmt.Errorf("throughput: want --duration > 0, --batch 1..1000 and --sync-probe >= 0")
 	}
-	e, err := newEnv(ctx, &opts, envConfig{})
+	if cfg.Processing < 0 || cfg.Processing > 0 && (cfg.Workers < 1 || cfg.Workers > 10000) {
+		return nil, fmt.Errorf("throughput: want --processing >= 0 and --workers 1..10000")
+	}
+	var ec envConfig
+	if cfg.Processing > 0 {
+		ec.nodeArgs = limitArgs(cfg.Workers, cfg.Workers)
+	}
+	e, err := newEnv(ctx, &opts, ec)
 	if err != nil {
 		return nil, err
 	}
@@ -173,6 +190,23 @@ func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*Th
 	}
 	if metricsNote != "" {
 		rep.Notes = append(rep.Notes, metricsNote)
+	}
+	if cfg.Processing > 0 {
+		var batchRate float64
+		if n := len(rep.Phases); n > 0 {
+			batchRate = rep.Phases[n-1].TaskRate
+		}
+		ph, err := runProcessingPhase(ctx, e, cfg.Processing, cfg.Workers, batchRate)
+		if err != nil {
+			return nil, err
+		}
+		rep.Processing = ph
+		if len(opts.Sockets) > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("processing: the running cluster's own executor limits, not --workers; its tasks (handler %sprocessing) stay, SUCCESS", HandlerPrefix))
+		}
+		if err := e.alive(); err != nil {
+			return nil, err
+		}
 	}
 	return rep, nil
 }
@@ -326,6 +360,26 @@ func (r *ThroughputReport) Print(w io.Writer) {
 		fmt.Fprintln(w, "  ÷ sync rate: tasks/s over the disk's synced writes/s")
 	}
 	fmt.Fprintln(w, "  cmds/entry: commands group-committed per Raft entry (each task of a batch is one); fsyncs/entry: the leader's Raft log writes per entry")
+	if p := r.Processing; p != nil {
+		cpe, fpe := "-", "-"
+		if p.Raft != nil {
+			cpe, fpe = fmt.Sprintf("%.1f", p.Raft.CommandsPerEntry), fmt.Sprintf("%.2f", p.Raft.LeaderFsyncsPerEntry)
+		}
+		fmt.Fprintf(w, "processing: %d no-op tasks due at once (%s after the first submit; submitted in %s), %d workers\n",
+			p.Tasks, fmtDur(time.Duration(p.DueLead)), fmtDur(time.Duration(p.SubmitTime)), p.Workers)
+		fmt.Fprintf(w, "  tasks %s (due → last completion, %s), callbacks %s, lateness p50 %s p99 %s max %s, cmds/entry %s, fsyncs/entry %s\n",
+			fmtRate(p.TaskRate), fmtDur(time.Duration(p.Elapsed)), fmtRate(p.CallbackRate), fmtDur(p.Lateness.P50), fmtDur(p.Lateness.P99), fmtDur(p.Lateness.Max), cpe, fpe)
+		fmt.Fprintf(w, "  called back %d of %d, completed %d, %d missing, %d duplicates, %d errors\n", p.CalledBack, p.Submitted, p.Completed, p.Missing, p.Duplicates, p.Errors)
+		if p.SubmitPastDue {
+			fmt.Fprintln(w, "  the submits ended after the due time: the phase also measured submits")
+		}
+		if p.TimedOut {
+			fmt.Fprintln(w, "  TIMED OUT waiting for the callbacks and completions")
+		}
+		for _, s := range p.Samples {
+			fmt.Fprintf(w, "  error (processing): %s\n", s)
+		}
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "  %s\n", n)
 	}
