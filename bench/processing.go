@@ -64,6 +64,12 @@ type ProcessingPhase struct {
 	CallbackRate float64 `json:"callbacks_per_s"`
 	// Lateness is each task's first callback − the due time.
 	Lateness Dist `json:"lateness"`
+	// PeakInFlight and MeanInFlight are the callbacks in flight at the
+	// bench's executor: the peak, and the mean of readings every 10 ms
+	// while callbacks were due (below Workers: the node did not keep its
+	// executor busy).
+	PeakInFlight int     `json:"peak_in_flight"`
+	MeanInFlight float64 `json:"mean_in_flight"`
 	// Raft is the nodes' Raft work from the last submit answered to the
 	// end: the fires and completions.
 	Raft     *ThroughputRaft `json:"raft,omitempty"`
@@ -173,6 +179,8 @@ func runProcessingPhase(ctx context.Context, e *env, n, workers int, submitRate 
 	// 1 000 tasks/s would need.
 	deadline := time.Now().Add(time.Minute + time.Duration(n)*time.Millisecond)
 	var lastSeen time.Time
+	var flightSum, flightN int64
+	e.exec.peak.Store(0)
 	tick := time.NewTicker(processingPoll)
 	defer tick.Stop()
 	for {
@@ -182,7 +190,10 @@ func runProcessingPhase(ctx context.Context, e *env, n, workers int, submitRate 
 		if err := e.alive(); err != nil {
 			return nil, err
 		}
-		if rec.recv.Load() >= submitted.Load() {
+		if rec.recv.Load() < submitted.Load() {
+			flightSum += e.exec.inflight.Load()
+			flightN++
+		} else {
 			if serr != nil {
 				break
 			}
@@ -212,6 +223,10 @@ func runProcessingPhase(ctx context.Context, e *env, n, workers int, submitRate 
 	a := rec.arrivals(ok, func(int) int64 { return due.UnixNano() })
 	ph.CalledBack, ph.Missing = a.received, a.missing
 	ph.Duplicates = int(rec.dups.Load())
+	ph.PeakInFlight = int(e.exec.peak.Load())
+	if flightN > 0 {
+		ph.MeanInFlight = float64(flightSum) / float64(flightN)
+	}
 	ph.Lateness = Summarize(a.late)
 	if a.last > 0 {
 		ph.CallbackRate = rate(ph.CalledBack, time.Duration(a.last-due.UnixNano()))

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ type benchFlags struct {
 	nodeLogLevel   string
 	nodeArgs       []string
 	seed           uint64
+	cpuProfile     string
 }
 
 func (f *benchFlags) register(cmd *cobra.Command) {
@@ -49,6 +51,7 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.nodeLogLevel, "node-log-level", "warn", "--log-level of the nodes the bench starts")
 	fl.StringArrayVar(&f.nodeArgs, "node-arg", nil, "extra argument for every node the bench starts, e.g. --node-arg=--fire-lead=100ms (repeatable)")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the random delays (0: random)")
+	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write the bench process's own CPU profile (its callers, executor and readings, not the nodes') to this file")
 }
 
 // options turns the flags into bench.Options.
@@ -107,7 +110,23 @@ func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	if fl := cmd.Flags().Lookup("cpu-profile"); fl != nil && fl.Value.String() != "" {
+		f, err := os.Create(fl.Value.String())
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "ax bench: --cpu-profile: %v\n", err)
+			return ctx, cancel
+		}
+		return ctx, func() {
+			pprof.StopCPUProfile()
+			f.Close()
+			cancel()
+		}
+	}
+	return ctx, cancel
 }
 
 func benchCmd() *cobra.Command {
