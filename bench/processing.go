@@ -70,6 +70,12 @@ type ProcessingPhase struct {
 	// executor busy).
 	PeakInFlight int     `json:"peak_in_flight"`
 	MeanInFlight float64 `json:"mean_in_flight"`
+	// NodeCPU is the CPU time the nodes used over the same span as Raft
+	// (process_cpu_seconds_total, summed over the nodes read), and
+	// CPUPerTask that ÷ the tasks called back: a figure that a loaded,
+	// shared machine disturbs less than tasks/s (0: not readable).
+	NodeCPU    Millis  `json:"node_cpu_ms,omitempty"`
+	CPUPerTask float64 `json:"node_cpu_us_per_task,omitempty"`
 	// Raft is the nodes' Raft work from the last submit answered to the
 	// end: the fires and completions.
 	Raft     *ThroughputRaft `json:"raft,omitempty"`
@@ -167,6 +173,7 @@ func runProcessingPhase(ctx context.Context, e *env, n, workers int, submitRate 
 	// all committed (the leader proposes fires a little ahead of the due
 	// time).
 	before, merr := readRaftCounters(ctx, e.clients)
+	cpu0, cerr := readCPU(ctx, e.clients)
 	if wait := time.Until(due); wait > 0 {
 		select {
 		case <-time.After(wait):
@@ -214,6 +221,11 @@ func runProcessingPhase(ctx context.Context, e *env, n, workers int, submitRate 
 		<-tick.C
 	}
 	bar.Stop()
+	if cerr == nil {
+		if cpu1, err := readCPU(ctx, e.clients); err == nil {
+			ph.NodeCPU = Millis(time.Duration((cpu1 - cpu0) * float64(time.Second)))
+		}
+	}
 	if merr == nil {
 		var after raftCounters
 		if after, merr = readRaftCounters(ctx, e.clients); merr == nil {
@@ -228,6 +240,9 @@ func runProcessingPhase(ctx context.Context, e *env, n, workers int, submitRate 
 		ph.MeanInFlight = float64(flightSum) / float64(flightN)
 	}
 	ph.Lateness = Summarize(a.late)
+	if ph.NodeCPU > 0 && ph.CalledBack > 0 {
+		ph.CPUPerTask = float64(time.Duration(ph.NodeCPU).Microseconds()) / float64(ph.CalledBack)
+	}
 	if a.last > 0 {
 		ph.CallbackRate = rate(ph.CalledBack, time.Duration(a.last-due.UnixNano()))
 	}
@@ -262,6 +277,26 @@ func readSuccess(ctx context.Context, c *ax.Client) (float64, error) {
 		return 0, fmt.Errorf("GET /metrics on %s: no ax_tasks{state=\"SUCCESS\"}", c.Socket())
 	}
 	return v, nil
+}
+
+// readCPU returns process_cpu_seconds_total summed over the clients'
+// nodes.
+func readCPU(ctx context.Context, clients []*ax.Client) (float64, error) {
+	var sum float64
+	for _, c := range clients {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		r, err := c.Call(cctx, "GET", "/metrics", nil)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+		v, ok := parseGauge(r.Body, "process_cpu_seconds_total")
+		if !ok {
+			return 0, fmt.Errorf("GET /metrics on %s: no process_cpu_seconds_total", c.Socket())
+		}
+		sum += v
+	}
+	return sum, nil
 }
 
 // parseGauge returns the value of the series named exactly series (name

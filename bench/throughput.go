@@ -369,7 +369,8 @@ func (r *ThroughputReport) Print(w io.Writer) {
 			p.Tasks, fmtDur(time.Duration(p.DueLead)), fmtDur(time.Duration(p.SubmitTime)), p.Workers)
 		fmt.Fprintf(w, "  tasks %s (due → last completion, %s), callbacks %s, lateness p50 %s p99 %s max %s, cmds/entry %s, fsyncs/entry %s\n",
 			fmtRate(p.TaskRate), fmtDur(time.Duration(p.Elapsed)), fmtRate(p.CallbackRate), fmtDur(p.Lateness.P50), fmtDur(p.Lateness.P99), fmtDur(p.Lateness.Max), cpe, fpe)
-		fmt.Fprintf(w, "  callbacks in flight at the executor: mean %.1f, peak %d\n", p.MeanInFlight, p.PeakInFlight)
+		fmt.Fprintf(w, "  callbacks in flight at the executor: mean %.1f, peak %d; nodes' CPU %s, %.0f µs per task\n",
+			p.MeanInFlight, p.PeakInFlight, fmtDur(time.Duration(p.NodeCPU)), p.CPUPerTask)
 		fmt.Fprintf(w, "  called back %d of %d, completed %d, %d missing, %d duplicates, %d errors\n", p.CalledBack, p.Submitted, p.Completed, p.Missing, p.Duplicates, p.Errors)
 		if p.SubmitPastDue {
 			fmt.Fprintln(w, "  the submits ended after the due time: the phase also measured submits")
