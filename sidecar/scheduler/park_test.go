@@ -398,3 +398,33 @@ func TestParkedShareForLimiters(t *testing.T) {
 		t.Fatalf("share of c (no executor for h): %v", got)
 	}
 }
+
+// Many runs due at once are read and fired MaxBatchCommands at a time:
+// the first Fires are proposed after one chunk's reads, not after every
+// due run was read, and the runs still go in due order.
+func TestManyDueRunsFireChunkByChunk(t *testing.T) {
+	e := newParkEnv(t)
+	e.l.cfg.MaxBatchCommands = 4
+	e.executor("a", 100) // the leader's own node: capacity does not bind here
+	inner := e.l.proposer
+	var readsAtFire []uint64
+	e.l.proposer = ProposerFunc(func(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
+		if len(cmds) > 0 && cmds[0].Type == raftfsm.CmdFire {
+			readsAtFire = append(readsAtFire, e.l.storeReads.Load())
+		}
+		return inner.Propose(ctx, cmds)
+	})
+	all := ids("t", 10)
+	e.due(2, all...)
+	if len(e.fired) != 10 {
+		t.Fatalf("fired %d runs, want 10", len(e.fired))
+	}
+	if want := []uint64{4, 8, 10}; fmt.Sprint(readsAtFire) != fmt.Sprint(want) {
+		t.Fatalf("store reads when each entry of Fires was proposed: %v, want %v (one chunk of MaxBatchCommands read before its Fires)", readsAtFire, want)
+	}
+	for i, id := range e.fired {
+		if id != all[i] {
+			t.Fatalf("fired %v, want due order", e.fired)
+		}
+	}
+}
