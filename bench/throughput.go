@@ -73,6 +73,10 @@ type ThroughputPhase struct {
 	// Raft is what the nodes' metrics say about the phase (nil: not
 	// readable; the report's notes say why).
 	Raft *ThroughputRaft `json:"raft,omitempty"`
+	// ClientCPUPerRequest is the bench process's own CPU time during the
+	// phase ÷ its requests, in µs: what the callers cost the machine the
+	// nodes run on (0: not measured).
+	ClientCPUPerRequest float64 `json:"client_cpu_us_per_request,omitempty"`
 }
 
 // ThroughputRaft is the Raft work of one phase, read from the nodes'
@@ -109,7 +113,8 @@ type ThroughputReport struct {
 
 // RunThroughput measures the submit rate of concurrent callers for
 // Duration per phase: one phase per Callers entry with one task per request
-// (POST /v1/tasks through the Go client), then one with Batch tasks per
+// (POST /v1/tasks, each caller on its own connection, with fasthttp:
+// fastSubmitter), then one with Batch tasks per
 // request (POST /v1/tasks/batch) and the largest Callers entry. Each task
 // is due in 24 hours, so nothing fires meanwhile. Before the phases it
 // measures the disk's synced-write rate for SyncProbe (in the nodes' data
@@ -234,6 +239,7 @@ func runThroughputPhase(ctx context.Context, e *env, duration time.Duration, cal
 		lats        = make([][]time.Duration, callers)
 		wg          sync.WaitGroup
 	)
+	cpu0, cpuOK := selfCPU()
 	start := time.Now()
 	end := start.Add(duration)
 	bar := startProgress(e.opts.Progress, "throughput "+mode, func() (float64, string) {
@@ -253,13 +259,16 @@ func runThroughputPhase(ctx context.Context, e *env, duration time.Duration, cal
 			socket := e.clients[c%len(e.clients)].Socket()
 			own := ax.New(ax.Config{SocketPath: socket, Timeout: submitTimeout})
 			defer own.CloseIdleConnections()
+			fast := newFastSubmitter(socket, submitTimeout)
+			defer fast.close()
+			delay := throughputDelay.String()
 			for seq := 0; time.Now().Before(end); seq++ {
 				t0 := time.Now()
 				var err error
 				if batch == 1 {
-					_, err = own.Submit(pctx, ax.SubmitRequest{
-						ID: fmt.Sprintf("%s-%d-%d", prefix, c, seq), Handler: handler, Delay: throughputDelay,
-					})
+					it := submitItem(fmt.Sprintf("%s-%d-%d", prefix, c, seq), handler)
+					it.Delay = &delay
+					err = fast.submit(raw(it), t0.Add(submitTimeout))
 				} else {
 					items := make([]json.RawMessage, batch)
 					for k := range items {
@@ -302,6 +311,9 @@ func runThroughputPhase(ctx context.Context, e *env, duration time.Duration, cal
 		Elapsed: Millis(elapsed), Latency: Summarize(all), Errors: errs.n, Samples: errs.samples}
 	ph.TaskRate = rate(ph.Tasks, elapsed)
 	ph.ReqRate = rate(ph.Requests, elapsed)
+	if cpu1, ok := selfCPU(); ok && cpuOK && ph.Requests > 0 {
+		ph.ClientCPUPerRequest = float64((cpu1 - cpu0).Microseconds()) / float64(ph.Requests)
+	}
 	return ph, nil
 }
 
@@ -337,7 +349,7 @@ func (r *ThroughputReport) Print(w io.Writer) {
 			fmtRate(d.PerSecond), d.BlockBytes, d.Writes, fmtDur(time.Duration(d.Elapsed)), d.Dir)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "mode\tclients\trequests\ttasks\ttasks/s\t÷ sync rate\trequests/s\tp50 latency\tp99 latency\tmax latency\tcmds/entry\tfsyncs/entry\terrors")
+	fmt.Fprintln(tw, "mode\tclients\trequests\ttasks\ttasks/s\t÷ sync rate\trequests/s\tp50 latency\tp99 latency\tmax latency\tcmds/entry\tfsyncs/entry\tclient µs/req\terrors")
 	for _, p := range r.Phases {
 		vs, cpe, fpe := "-", "-", "-"
 		if p.VsSync > 0 {
@@ -346,8 +358,12 @@ func (r *ThroughputReport) Print(w io.Writer) {
 		if p.Raft != nil {
 			cpe, fpe = fmt.Sprintf("%.1f", p.Raft.CommandsPerEntry), fmt.Sprintf("%.2f", p.Raft.LeaderFsyncsPerEntry)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\n", p.Mode, p.Clients, p.Requests, p.Tasks,
-			p.TaskRate, vs, p.ReqRate, fmtDur(p.Latency.P50), fmtDur(p.Latency.P99), fmtDur(p.Latency.Max), cpe, fpe, p.Errors)
+		cli := "-"
+		if p.ClientCPUPerRequest > 0 {
+			cli = fmt.Sprintf("%.0f", p.ClientCPUPerRequest)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", p.Mode, p.Clients, p.Requests, p.Tasks,
+			p.TaskRate, vs, p.ReqRate, fmtDur(p.Latency.P50), fmtDur(p.Latency.P99), fmtDur(p.Latency.Max), cpe, fpe, cli, p.Errors)
 	}
 	tw.Flush()
 	for _, p := range r.Phases {
@@ -360,6 +376,7 @@ func (r *ThroughputReport) Print(w io.Writer) {
 		fmt.Fprintln(w, "  ÷ sync rate: tasks/s over the disk's synced writes/s")
 	}
 	fmt.Fprintln(w, "  cmds/entry: commands group-committed per Raft entry (each task of a batch is one); fsyncs/entry: the leader's Raft log writes per entry")
+	fmt.Fprintln(w, "  client µs/req: the bench process's own CPU per request (its callers; the nodes not included)")
 	if p := r.Processing; p != nil {
 		cpe, fpe := "-", "-"
 		if p.Raft != nil {
