@@ -203,6 +203,9 @@ type Scheduler struct {
 	// (the cluster-wide per-handler cap).
 	running    map[string]int
 	runningIDs map[string]string
+	// oneOff holds the RUNNING attempts of tasks that are not recurring
+	// (by task id: the attempt's epoch and number), for RunningOneOff.
+	oneOff map[string]attemptRef
 	// breakers is the circuit breaker per handler; probes holds, per task
 	// id, the breaker attempt of its fired attempt (a task has at most one
 	// RUNNING), ended when the attempt leaves RUNNING (reportProbe) or
@@ -265,7 +268,7 @@ func New(cfg Config, d Deps) *Scheduler {
 	l := &Scheduler{cfg: cfg, store: d.Store, proposer: d.Proposer, raft: d.Raft, members: d.Members, drain: d.Drain, local: d.Local,
 		pauses: d.Pauses, counters: d.Counters, log: d.Log, clock: d.Clock, wall: d.Wall,
 		lastSeen: map[string]time.Time{}, due: map[string]dueRun{}, dueByHandler: map[string]int{}, queued: map[string]map[string]int{},
-		load: map[string]int{}, assigned: map[string]int{}, applied: map[string]uint64{}, unwritable: map[string]bool{}, running: map[string]int{}, runningIDs: map[string]string{},
+		load: map[string]int{}, assigned: map[string]int{}, applied: map[string]uint64{}, unwritable: map[string]bool{}, running: map[string]int{}, runningIDs: map[string]string{}, oneOff: map[string]attemptRef{},
 		probes: map[string]*probe{},
 		queues: map[string]*handlerQueue{}, parkedIDs: map[string]string{}, dirty: map[string]bool{}, wakeCh: make(chan struct{}, 1),
 		pending: map[string]pendingFire{}, pendingBy: map[string]int{}, transit: map[string]map[string]int{}, transitTotal: map[string]int{},
@@ -365,6 +368,7 @@ func (l *Scheduler) Stop() {
 	clear(l.probes)
 	clear(l.running)
 	clear(l.runningIDs)
+	clear(l.oneOff)
 	clear(l.queues)
 	clear(l.parkedIDs)
 	clear(l.dirty)
