@@ -36,6 +36,14 @@ type ThroughputConfig struct {
 	// SyncProbe is how long the disk's synced-write rate is measured before
 	// the phases (0: not measured).
 	SyncProbe time.Duration
+	// Processing is the number of no-op tasks of the processing phase,
+	// which runs last (0: no processing phase).
+	Processing int
+	// Workers is the executor's concurrency in the processing phase: the
+	// nodes the bench starts get --delivery-min-concurrency and
+	// --delivery-concurrency Workers (a running cluster keeps its own
+	// limits).
+	Workers int
 }
 
 // callers returns the callers of the one-task phases.
@@ -65,6 +73,10 @@ type ThroughputPhase struct {
 	// Raft is what the nodes' metrics say about the phase (nil: not
 	// readable; the report's notes say why).
 	Raft *ThroughputRaft `json:"raft,omitempty"`
+	// ClientCPUPerRequest is the bench process's own CPU time during the
+	// phase ÷ its requests, in µs: what the callers cost the machine the
+	// nodes run on (0: not measured).
+	ClientCPUPerRequest float64 `json:"client_cpu_us_per_request,omitempty"`
 }
 
 // ThroughputRaft is the Raft work of one phase, read from the nodes'
@@ -94,12 +106,15 @@ type ThroughputReport struct {
 	// DiskSync is the disk's synced-write rate measured by the bench
 	// before the phases (nil: not measured).
 	DiskSync *SyncRate `json:"disk_sync,omitempty"`
-	Notes    []string  `json:"notes,omitempty"`
+	// Processing is the processing phase (nil: not run).
+	Processing *ProcessingPhase `json:"processing,omitempty"`
+	Notes      []string         `json:"notes,omitempty"`
 }
 
 // RunThroughput measures the submit rate of concurrent callers for
 // Duration per phase: one phase per Callers entry with one task per request
-// (POST /v1/tasks through the Go client), then one with Batch tasks per
+// (POST /v1/tasks, each caller on its own connection, with fasthttp:
+// fastSubmitter), then one with Batch tasks per
 // request (POST /v1/tasks/batch) and the largest Callers entry. Each task
 // is due in 24 hours, so nothing fires meanwhile. Before the phases it
 // measures the disk's synced-write rate for SyncProbe (in the nodes' data
@@ -118,7 +133,14 @@ func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*Th
 	if cfg.Duration <= 0 || cfg.Batch < 1 || cfg.Batch > 1000 || cfg.SyncProbe < 0 {
 		return nil, fmt.Errorf("throughput: want --duration > 0, --batch 1..1000 and --sync-probe >= 0")
 	}
-	e, err := newEnv(ctx, &opts, envConfig{})
+	if cfg.Processing < 0 || cfg.Processing > 0 && (cfg.Workers < 1 || cfg.Workers > 10000) {
+		return nil, fmt.Errorf("throughput: want --processing >= 0 and --workers 1..10000")
+	}
+	var ec envConfig
+	if cfg.Processing > 0 {
+		ec.nodeArgs = limitArgs(cfg.Workers, cfg.Workers)
+	}
+	e, err := newEnv(ctx, &opts, ec)
 	if err != nil {
 		return nil, err
 	}
@@ -174,6 +196,23 @@ func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*Th
 	if metricsNote != "" {
 		rep.Notes = append(rep.Notes, metricsNote)
 	}
+	if cfg.Processing > 0 {
+		var batchRate float64
+		if n := len(rep.Phases); n > 0 {
+			batchRate = rep.Phases[n-1].TaskRate
+		}
+		ph, err := runProcessingPhase(ctx, e, cfg.Processing, cfg.Workers, batchRate)
+		if err != nil {
+			return nil, err
+		}
+		rep.Processing = ph
+		if len(opts.Sockets) > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("processing: the running cluster's own executor limits, not --workers; its tasks (handler %sprocessing) stay, SUCCESS", HandlerPrefix))
+		}
+		if err := e.alive(); err != nil {
+			return nil, err
+		}
+	}
 	return rep, nil
 }
 
@@ -200,6 +239,7 @@ func runThroughputPhase(ctx context.Context, e *env, duration time.Duration, cal
 		lats        = make([][]time.Duration, callers)
 		wg          sync.WaitGroup
 	)
+	cpu0, cpuOK := selfCPU()
 	start := time.Now()
 	end := start.Add(duration)
 	bar := startProgress(e.opts.Progress, "throughput "+mode, func() (float64, string) {
@@ -219,13 +259,16 @@ func runThroughputPhase(ctx context.Context, e *env, duration time.Duration, cal
 			socket := e.clients[c%len(e.clients)].Socket()
 			own := ax.New(ax.Config{SocketPath: socket, Timeout: submitTimeout})
 			defer own.CloseIdleConnections()
+			fast := newFastSubmitter(socket, submitTimeout)
+			defer fast.close()
+			delay := throughputDelay.String()
 			for seq := 0; time.Now().Before(end); seq++ {
 				t0 := time.Now()
 				var err error
 				if batch == 1 {
-					_, err = own.Submit(pctx, ax.SubmitRequest{
-						ID: fmt.Sprintf("%s-%d-%d", prefix, c, seq), Handler: handler, Delay: throughputDelay,
-					})
+					it := submitItem(fmt.Sprintf("%s-%d-%d", prefix, c, seq), handler)
+					it.Delay = &delay
+					err = fast.submit(raw(it), t0.Add(submitTimeout))
 				} else {
 					items := make([]json.RawMessage, batch)
 					for k := range items {
@@ -268,6 +311,9 @@ func runThroughputPhase(ctx context.Context, e *env, duration time.Duration, cal
 		Elapsed: Millis(elapsed), Latency: Summarize(all), Errors: errs.n, Samples: errs.samples}
 	ph.TaskRate = rate(ph.Tasks, elapsed)
 	ph.ReqRate = rate(ph.Requests, elapsed)
+	if cpu1, ok := selfCPU(); ok && cpuOK && ph.Requests > 0 {
+		ph.ClientCPUPerRequest = float64((cpu1 - cpu0).Microseconds()) / float64(ph.Requests)
+	}
 	return ph, nil
 }
 
@@ -303,7 +349,7 @@ func (r *ThroughputReport) Print(w io.Writer) {
 			fmtRate(d.PerSecond), d.BlockBytes, d.Writes, fmtDur(time.Duration(d.Elapsed)), d.Dir)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "mode\tclients\trequests\ttasks\ttasks/s\t÷ sync rate\trequests/s\tp50 latency\tp99 latency\tmax latency\tcmds/entry\tfsyncs/entry\terrors")
+	fmt.Fprintln(tw, "mode\tclients\trequests\ttasks\ttasks/s\t÷ sync rate\trequests/s\tp50 latency\tp99 latency\tmax latency\tcmds/entry\tfsyncs/entry\tclient µs/req\terrors")
 	for _, p := range r.Phases {
 		vs, cpe, fpe := "-", "-", "-"
 		if p.VsSync > 0 {
@@ -312,8 +358,12 @@ func (r *ThroughputReport) Print(w io.Writer) {
 		if p.Raft != nil {
 			cpe, fpe = fmt.Sprintf("%.1f", p.Raft.CommandsPerEntry), fmt.Sprintf("%.2f", p.Raft.LeaderFsyncsPerEntry)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\n", p.Mode, p.Clients, p.Requests, p.Tasks,
-			p.TaskRate, vs, p.ReqRate, fmtDur(p.Latency.P50), fmtDur(p.Latency.P99), fmtDur(p.Latency.Max), cpe, fpe, p.Errors)
+		cli := "-"
+		if p.ClientCPUPerRequest > 0 {
+			cli = fmt.Sprintf("%.0f", p.ClientCPUPerRequest)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", p.Mode, p.Clients, p.Requests, p.Tasks,
+			p.TaskRate, vs, p.ReqRate, fmtDur(p.Latency.P50), fmtDur(p.Latency.P99), fmtDur(p.Latency.Max), cpe, fpe, cli, p.Errors)
 	}
 	tw.Flush()
 	for _, p := range r.Phases {
@@ -326,6 +376,29 @@ func (r *ThroughputReport) Print(w io.Writer) {
 		fmt.Fprintln(w, "  ÷ sync rate: tasks/s over the disk's synced writes/s")
 	}
 	fmt.Fprintln(w, "  cmds/entry: commands group-committed per Raft entry (each task of a batch is one); fsyncs/entry: the leader's Raft log writes per entry")
+	fmt.Fprintln(w, "  client µs/req: the bench process's own CPU per request (its callers; the nodes not included)")
+	if p := r.Processing; p != nil {
+		cpe, fpe := "-", "-"
+		if p.Raft != nil {
+			cpe, fpe = fmt.Sprintf("%.1f", p.Raft.CommandsPerEntry), fmt.Sprintf("%.2f", p.Raft.LeaderFsyncsPerEntry)
+		}
+		fmt.Fprintf(w, "processing: %d no-op tasks due at once (%s after the first submit; submitted in %s), %d workers\n",
+			p.Tasks, fmtDur(time.Duration(p.DueLead)), fmtDur(time.Duration(p.SubmitTime)), p.Workers)
+		fmt.Fprintf(w, "  tasks %s (due → last completion, %s), callbacks %s, lateness p50 %s p99 %s max %s, cmds/entry %s, fsyncs/entry %s\n",
+			fmtRate(p.TaskRate), fmtDur(time.Duration(p.Elapsed)), fmtRate(p.CallbackRate), fmtDur(p.Lateness.P50), fmtDur(p.Lateness.P99), fmtDur(p.Lateness.Max), cpe, fpe)
+		fmt.Fprintf(w, "  callbacks in flight at the executor: mean %.1f, peak %d; nodes' CPU %s, %.0f µs per task\n",
+			p.MeanInFlight, p.PeakInFlight, fmtDur(time.Duration(p.NodeCPU)), p.CPUPerTask)
+		fmt.Fprintf(w, "  called back %d of %d, completed %d, %d missing, %d duplicates, %d errors\n", p.CalledBack, p.Submitted, p.Completed, p.Missing, p.Duplicates, p.Errors)
+		if p.SubmitPastDue {
+			fmt.Fprintln(w, "  the submits ended after the due time: the phase also measured submits")
+		}
+		if p.TimedOut {
+			fmt.Fprintln(w, "  TIMED OUT waiting for the callbacks and completions")
+		}
+		for _, s := range p.Samples {
+			fmt.Fprintf(w, "  error (processing): %s\n", s)
+		}
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "  %s\n", n)
 	}

@@ -73,6 +73,9 @@ func newPreparer(n *Node) *scheduler.Preparer {
 			}
 			return t
 		},
+		OneOff: func(id string, epoch uint64, attempt int) bool {
+			return n.leader != nil && n.leader.RunningOneOff(id, epoch, attempt)
+		},
 		Flow: func(id string) *raftfsm.Flow {
 			fl, err := n.fsm.Flow(id)
 			if err != nil {

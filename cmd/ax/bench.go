@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ type benchFlags struct {
 	nodeLogLevel   string
 	nodeArgs       []string
 	seed           uint64
+	cpuProfile     string
 }
 
 func (f *benchFlags) register(cmd *cobra.Command) {
@@ -49,6 +51,7 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.nodeLogLevel, "node-log-level", "warn", "--log-level of the nodes the bench starts")
 	fl.StringArrayVar(&f.nodeArgs, "node-arg", nil, "extra argument for every node the bench starts, e.g. --node-arg=--fire-lead=100ms (repeatable)")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the random delays (0: random)")
+	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write the bench process's own CPU profile (its callers, executor and readings, not the nodes') to this file")
 }
 
 // options turns the flags into bench.Options.
@@ -107,7 +110,23 @@ func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	if fl := cmd.Flags().Lookup("cpu-profile"); fl != nil && fl.Value.String() != "" {
+		f, err := os.Create(fl.Value.String())
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "ax bench: --cpu-profile: %v\n", err)
+			return ctx, cancel
+		}
+		return ctx, func() {
+			pprof.StopCPUProfile()
+			f.Close()
+			cancel()
+		}
+	}
+	return ctx, cancel
 }
 
 func benchCmd() *cobra.Command {
@@ -280,7 +299,7 @@ peak in-flight at the executor.`,
 }
 
 func benchThroughputCmd(f *benchFlags) *cobra.Command {
-	var clients, batch int
+	var clients, batch, processing, workers int
 	var callers string
 	var duration, syncProbe time.Duration
 	cmd := &cobra.Command{
@@ -295,7 +314,16 @@ request (POST /v1/tasks/batch). Tasks are due in 24h, so nothing fires
 meanwhile. The report gives, per phase, tasks/s and its ratio to the synced
 writes/s, requests/s, the latency of a request (until the tasks are durable
 on a quorum), and from the nodes' metrics the commands per Raft entry and
-the leader's Raft log fsyncs per entry.`,
+the leader's Raft log fsyncs per entry.
+
+Then the processing phase (--processing N, 0 skips it): N no-op tasks, in
+batches of 1000, all due at the same millisecond (set far enough ahead for
+the submits to end first, from the batch phase's rate), which the bench's
+executor answers at once through --workers concurrent callbacks (the nodes'
+per-executor limit). It reports tasks/s from the due time to the last
+completion seen in the first node's metrics, callbacks/s, the lateness of
+the first callbacks, and the commands and fsyncs per Raft entry of the
+fires and completions.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cs, err := parseCallers(callers)
@@ -314,6 +342,9 @@ the leader's Raft log fsyncs per entry.`,
 			if duration <= 0 || batch < 1 || batch > axapi.BatchMaxTasks || syncProbe < 0 {
 				return usagef("want --duration > 0, --batch 1..%d, --sync-probe >= 0", axapi.BatchMaxTasks)
 			}
+			if processing < 0 || workers < 1 || workers > 10000 {
+				return usagef("want --processing >= 0 and --workers 1..10000")
+			}
 			opts, err := f.options(cmd)
 			if err != nil {
 				return err
@@ -321,7 +352,8 @@ the leader's Raft log fsyncs per entry.`,
 			ctx, cancel := signalContext(cmd)
 			defer cancel()
 			start := time.Now()
-			rep, err := bench.RunThroughput(ctx, opts, bench.ThroughputConfig{Callers: cs, Duration: duration, Batch: batch, SyncProbe: syncProbe})
+			rep, err := bench.RunThroughput(ctx, opts, bench.ThroughputConfig{Callers: cs, Duration: duration, Batch: batch, SyncProbe: syncProbe,
+				Processing: processing, Workers: workers})
 			cerr := cleanupTarget(cmd, f, "throughput", start)
 			if err != nil {
 				return benchError(err)
@@ -345,6 +377,8 @@ the leader's Raft log fsyncs per entry.`,
 	cmd.Flags().DurationVar(&duration, "duration", 10*time.Second, "how long each phase submits")
 	cmd.Flags().IntVar(&batch, "batch", 1000, "tasks per request in the batched phase")
 	cmd.Flags().DurationVar(&syncProbe, "sync-probe", time.Second, "how long to measure the disk's synced-write rate before the phases (0: skip)")
+	cmd.Flags().IntVar(&processing, "processing", 50000, "no-op tasks of the processing phase, all due at once (0: skip the phase)")
+	cmd.Flags().IntVar(&workers, "workers", 100, "the executor's concurrency in the processing phase (the nodes' --delivery-concurrency)")
 	return cmd
 }
 

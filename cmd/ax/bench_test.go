@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -106,7 +107,8 @@ func TestBenchBurstAndThroughputSmall(t *testing.T) {
 	if b, err := os.ReadFile(trace); err != nil || !strings.HasPrefix(string(b), "run,at_ms,limit,in_flight,queue\n4,") || !strings.Contains(string(b), "\nadaptive,") {
 		t.Errorf("trace file: %v\n%.300s", err, b)
 	}
-	out, errOut, code = runAx(t, "bench", "throughput", "--callers", "1,2", "--duration", "500ms", "--batch", "10", "--sync-probe", "100ms", "--json")
+	out, errOut, code = runAx(t, "bench", "throughput", "--callers", "1,2", "--duration", "500ms", "--batch", "10", "--sync-probe", "100ms",
+		"--processing", "300", "--workers", "8", "--json")
 	if code != 0 {
 		t.Fatalf("throughput: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
@@ -118,6 +120,7 @@ func TestBenchBurstAndThroughputSmall(t *testing.T) {
 			Rate    float64 `json:"tasks_per_s"`
 			VsSync  float64 `json:"tasks_per_synced_write"`
 			Errors  int     `json:"errors"`
+			Client  float64 `json:"client_cpu_us_per_request"`
 			Raft    *struct {
 				Entries          int     `json:"entries"`
 				CommandsPerEntry float64 `json:"commands_per_entry"`
@@ -130,6 +133,29 @@ func TestBenchBurstAndThroughputSmall(t *testing.T) {
 			PerSecond float64 `json:"writes_per_s"`
 			Block     int     `json:"block_bytes"`
 		} `json:"disk_sync"`
+		Processing *struct {
+			Tasks      int     `json:"tasks"`
+			Workers    int     `json:"workers"`
+			Submitted  int     `json:"submitted"`
+			CalledBack int     `json:"called_back"`
+			Completed  int     `json:"completed"`
+			Missing    int     `json:"missing"`
+			Rate       float64 `json:"tasks_per_s"`
+			CbRate     float64 `json:"callbacks_per_s"`
+			Elapsed    float64 `json:"elapsed_ms"`
+			Lateness   struct {
+				Count int     `json:"count"`
+				P50   float64 `json:"p50_ms"`
+				P99   float64 `json:"p99_ms"`
+			} `json:"lateness"`
+			Raft *struct {
+				Entries          int     `json:"entries"`
+				CommandsPerEntry float64 `json:"commands_per_entry"`
+				FsyncsPerEntry   float64 `json:"leader_fsyncs_per_entry"`
+			} `json:"raft"`
+			Errors   int  `json:"errors"`
+			TimedOut bool `json:"timed_out"`
+		} `json:"processing"`
 		Notes []string `json:"notes"`
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.Phases) != 3 {
@@ -139,13 +165,29 @@ func TestBenchBurstAndThroughputSmall(t *testing.T) {
 		t.Errorf("disk_sync %+v", r.DiskSync)
 	}
 	for i, p := range r.Phases {
-		if p.Tasks == 0 || p.Rate <= 0 || p.Errors != 0 || p.VsSync <= 0 {
+		if p.Tasks == 0 || p.Rate <= 0 || p.Errors != 0 || p.VsSync <= 0 || (runtime.GOOS == "linux" && p.Client <= 0) {
 			t.Errorf("phase %+v", p)
 		}
 		// Every phase proposed entries on the one node, which leads and
 		// writes its log; a single submit is one command.
 		if p.Raft == nil || p.Raft.Entries < 1 || p.Raft.CommandsPerEntry < 1 || p.Raft.FsyncsPerEntry <= 0 || p.Raft.LogWrites < 1 {
 			t.Errorf("phase %d raft %+v (notes %q)", i, p.Raft, r.Notes)
+		}
+	}
+	// The processing phase: every task called back once and completed; the
+	// fires and completions are proposed (two commands per task at least,
+	// one per entry at most), and its figures are not empty.
+	if p := r.Processing; p == nil {
+		t.Errorf("no processing phase:\n%s", out)
+	} else {
+		if p.Tasks != 300 || p.Workers != 8 || p.Submitted != 300 || p.CalledBack != 300 || p.Completed != 300 ||
+			p.Missing != 0 || p.Errors != 0 || p.TimedOut || p.Rate <= 0 || p.CbRate <= 0 || p.Elapsed <= 0 || p.Lateness.Count != 300 {
+			t.Errorf("processing %+v", p)
+		}
+		if p.Raft == nil || p.Raft.Entries < 1 || p.Raft.CommandsPerEntry < 1 || p.Raft.FsyncsPerEntry <= 0 {
+			t.Errorf("processing raft %+v", p.Raft)
+		} else if cmds := float64(p.Raft.Entries) * p.Raft.CommandsPerEntry; cmds < 600 {
+			t.Errorf("processing proposed %.0f commands, want at least 600 (a fire and a completion per task)", cmds)
 		}
 	}
 	if r.Phases[0].Mode != "single" || r.Phases[0].Clients != 1 || r.Phases[1].Clients != 2 {
@@ -197,7 +239,7 @@ func TestBenchThroughputAgainstARunningNodeCancelsItsTasks(t *testing.T) {
 	sock := startNode(t)
 	execSock := strings.TrimSuffix(sock, "ax.sock") + "bench-exec.sock"
 	args := []string{"bench", "throughput", "--socket", sock, "--executor-listen", "unix://" + execSock,
-		"--clients", "2", "--duration", "300ms", "--batch", "10"}
+		"--clients", "2", "--duration", "300ms", "--batch", "10", "--processing", "0"}
 	out, errOut, code := runAx(t, args...)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out, errOut)
@@ -246,6 +288,7 @@ func TestBenchThroughputFlags(t *testing.T) {
 		{"--callers", "0"}, {"--callers", "1,x"}, {"--callers", ""}, {"--callers", "1,,2"}, {"--callers", "-1"},
 		{"--clients", "2", "--callers", "3"}, {"--clients", "0"},
 		{"--batch", "1001"}, {"--batch", "0"}, {"--duration", "0s"}, {"--sync-probe", "-1s"},
+		{"--processing", "-1"}, {"--workers", "0"}, {"--workers", "10001"},
 	} {
 		out, errOut, code := runAx(t, append([]string{"bench", "throughput"}, args...)...)
 		if code != exitUsage || errOut == "" || strings.Contains(errOut, "ready in") {

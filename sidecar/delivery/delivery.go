@@ -39,6 +39,7 @@ type Delivery struct {
 	log      zerolog.Logger
 	m        *Metrics
 	caller   *callback.Caller
+	reports  *reportBatcher
 
 	mu      sync.Mutex
 	running map[string]*attemptRun // task id → its attempt running here
@@ -131,6 +132,11 @@ func New(deps Deps) *Delivery {
 		running: map[string]*attemptRun{}, slots: map[string]*slot{}, queued: map[string]int{}, down: map[string]downState{},
 	}
 	d.drainCtx, d.drainCancel = context.WithCancel(context.Background())
+	d.reports = &reportBatcher{max: deps.Config.MaxBatchCommands, base: ctx, timeout: reportTimeout,
+		propose: func(ctx context.Context, cmds []raftfsm.Command) error {
+			_, err := d.proposer.Propose(ctx, cmds)
+			return err
+		}}
 	return d
 }
 
@@ -907,12 +913,12 @@ func traceField(t *raftfsm.Task) func(*zerolog.Event) {
 
 // report proposes an attempt's outcome until it commits (through
 // elections: the leader at the time takes it) or reportTimeout passes, or
-// the node stops.
+// the node stops. Reports that meet go in one proposal (reportBatcher).
 func (d *Delivery) report(c *raftfsm.Complete, t *raftfsm.Task) {
 	rctx, cancel := context.WithTimeout(d.ctx, reportTimeout)
 	defer cancel()
 	for {
-		_, err := d.proposer.Propose(rctx, []raftfsm.Command{{Type: raftfsm.CmdComplete, Complete: c}})
+		err := d.reports.submit(rctx, raftfsm.Command{Type: raftfsm.CmdComplete, Complete: c})
 		if err == nil {
 			return
 		}

@@ -92,6 +92,11 @@ func (l *Scheduler) rearm(key string, at time.Time) {
 // nothing while not leading but watch node changes.
 func (l *Scheduler) OnEvent(ev *raftfsm.Event) {
 	if ev.Task == nil {
+		if ev.Restored {
+			l.mu.Lock()
+			clear(l.copies) // the store was replaced
+			l.mu.Unlock()
+		}
 		if ev.Node != nil || ev.Restored {
 			if l.currentTimers() != nil {
 				l.nodesChanged() // an executor may have come or gone
@@ -107,6 +112,7 @@ func (l *Scheduler) OnEvent(ev *raftfsm.Event) {
 	// The task changed: a parked copy of it is stale. Its due timer
 	// (armed below) reads it again.
 	l.mu.Lock()
+	l.keepCopyLocked(t)
 	l.dequeueLocked(t.ID)
 	if r := l.reading[t.ID]; r != nil {
 		r.gen++

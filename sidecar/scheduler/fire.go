@@ -76,49 +76,22 @@ func (l *Scheduler) fire(ctx context.Context, due, leases []string) {
 }
 
 // fireWithin is fire for the runs due within lead of now (FireLead, or
-// FireAhead's horizon); it returns how many runs it parked.
+// FireAhead's horizon); it returns how many runs it parked. It reads and
+// parks the runs MaxBatchCommands at a time (one entry of Fires) and
+// drains the queues after each such chunk, so that when many runs fall
+// due at once the first Fires are proposed after one chunk's reads, not
+// after all of them.
 func (l *Scheduler) fireWithin(ctx context.Context, due, leases []string, lead time.Duration) int {
 	now := l.clock.Now()
 	nowMs := now.UnixMilli()
-	var ts []*raftfsm.Task
 	// An event about a task between its read here and its parking would
 	// be undone by parking the copy read before it: reading tells.
 	gens := l.startReading(due)
 	defer l.endReading(due)
-	for _, id := range due {
-		l.storeReads.Add(1)
-		t, err := l.store.Task(id)
-		if err != nil || t.State != raftfsm.StateWaiting {
-			continue
-		}
-		if t.DueMs > nowMs+lead.Milliseconds() { // re-armed since, or the clock moved back
-			if timers := l.currentTimers(); timers != nil {
-				l.armDue(timers, id, t.DueMs)
-			}
-			continue
-		}
-		ts = append(ts, t)
-	}
 	parked := 0
-	if len(ts) > 0 {
-		// Parked in due order: the queue is FIFO within a priority.
-		sort.SliceStable(ts, func(i, j int) bool { return ts[i].DueMs < ts[j].DueMs })
-		l.mu.Lock()
-		kept := ts[:0]
-		if l.timers != nil {
-			for _, t := range ts {
-				if r := l.reading[t.ID]; r != nil && r.gen == gens[t.ID] {
-					l.enqueueLocked(t, now)
-					kept = append(kept, t)
-				} // else changed meanwhile: its event re-armed its timer
-			}
-		}
-		l.mu.Unlock()
-		for _, t := range kept {
-			l.park(t.ID, t.Spec.Handler, t.Spec.Priority)
-		}
-		parked = len(kept)
-		l.dispatch(ctx)
+	chunk := max(l.cfg.MaxBatchCommands, 1)
+	for lo := 0; lo < len(due); lo += chunk {
+		parked += l.parkDue(ctx, due[lo:min(lo+chunk, len(due))], now, lead, gens)
 	}
 	var cmds []raftfsm.Command
 	for _, id := range leases {
@@ -146,4 +119,92 @@ func (l *Scheduler) fireWithin(ctx context.Context, due, leases []string, lead t
 		cmds = cmds[k:]
 	}
 	return parked
+}
+
+// Task copies (Scheduler.copies): the fire path needs each due task as the
+// store holds it. The leader sees every change of a task as an FSM event,
+// in log order, so for the tasks due within taskCopyHorizon of the event
+// it keeps the event's task (payload dropped, like a parked run) and the
+// fire takes that copy instead of a store read (a badger read and a
+// decode, about a tenth of a node's CPU per task processed). A copy is as
+// fresh as the events the scheduler has handled: an event still queued
+// when the fire starts is counted by startReading like an event during a
+// store read (the run is not parked from the older copy), and the FSM
+// checks epoch and attempt of every Fire anyway. At most taskCopiesMax
+// copies are kept (beyond, the fire reads the store as before).
+const (
+	taskCopyHorizon = time.Minute
+	taskCopiesMax   = 1 << 16
+)
+
+// keepCopyLocked keeps t (the task an event left) for the fire path when
+// it is WAITING and due within taskCopyHorizon, and drops any older copy
+// otherwise; l.mu is held.
+func (l *Scheduler) keepCopyLocked(t *raftfsm.Task) {
+	_, had := l.copies[t.ID]
+	if t.State != raftfsm.StateWaiting || t.DueMs > l.clock.Now().Add(taskCopyHorizon).UnixMilli() || (!had && len(l.copies) >= taskCopiesMax) {
+		delete(l.copies, t.ID)
+		return
+	}
+	c := *t
+	c.Spec.Payload, c.LastError = nil, ""
+	l.copies[t.ID] = &c
+}
+
+// parkDue reads the tasks of due (their copies when kept, else from the
+// store; marked by startReading, with their event counts in gens), parks the runs still WAITING and due within lead of
+// now, in due order, and drains the queues when it parked any (returning
+// once their Fires are applied, or failed). It returns how many it parked.
+func (l *Scheduler) parkDue(ctx context.Context, due []string, now time.Time, lead time.Duration, gens map[string]int) int {
+	nowMs := now.UnixMilli()
+	var ts []*raftfsm.Task
+	copies := make([]*raftfsm.Task, len(due))
+	l.mu.Lock()
+	for i, id := range due {
+		copies[i] = l.copies[id]
+	}
+	l.mu.Unlock()
+	for i, id := range due {
+		l.storeReads.Add(1)
+		t := copies[i]
+		if t != nil {
+			l.copyReads.Add(1)
+		} else {
+			var err error
+			if t, err = l.store.Task(id); err != nil {
+				continue
+			}
+		}
+		if t.State != raftfsm.StateWaiting {
+			continue
+		}
+		if t.DueMs > nowMs+lead.Milliseconds() { // re-armed since, or the clock moved back
+			if timers := l.currentTimers(); timers != nil {
+				l.armDue(timers, id, t.DueMs)
+			}
+			continue
+		}
+		ts = append(ts, t)
+	}
+	if len(ts) == 0 {
+		return 0
+	}
+	// Parked in due order: the queue is FIFO within a priority.
+	sort.SliceStable(ts, func(i, j int) bool { return ts[i].DueMs < ts[j].DueMs })
+	l.mu.Lock()
+	kept := ts[:0]
+	if l.timers != nil {
+		for _, t := range ts {
+			if r := l.reading[t.ID]; r != nil && r.gen == gens[t.ID] {
+				l.enqueueLocked(t, now)
+				kept = append(kept, t)
+			} // else changed meanwhile: its event re-armed its timer
+		}
+	}
+	l.mu.Unlock()
+	for _, t := range kept {
+		l.park(t.ID, t.Spec.Handler, t.Spec.Priority)
+	}
+	l.dispatch(ctx)
+	return len(kept)
 }

@@ -407,10 +407,22 @@ func (l *Scheduler) proposeFires(ctx context.Context, cmds []raftfsm.Command, pr
 	}
 }
 
-// trackRunning keeps the per-handler count of RUNNING attempts.
+// attemptRef names one attempt of a task: its epoch and number.
+type attemptRef struct {
+	epoch   uint64
+	attempt int
+}
+
+// trackRunning keeps the per-handler count of RUNNING attempts, and the
+// RUNNING attempts of one-off tasks (RunningOneOff).
 func (l *Scheduler) trackRunning(t *raftfsm.Task) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if t.State == raftfsm.StateRunning && !t.Spec.Recurring() {
+		l.oneOff[t.ID] = attemptRef{t.Epoch, t.Attempts}
+	} else {
+		delete(l.oneOff, t.ID)
+	}
 	h, was := l.runningIDs[t.ID]
 	// A sharded task waiting for its shards holds no slot: its shards do.
 	is := t.State == raftfsm.StateRunning && !t.AwaitingShards()
@@ -504,4 +516,17 @@ func (l *Scheduler) runningOf(handler string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.running[handler]
+}
+
+// RunningOneOff reports whether attempt number attempt of epoch epoch of
+// task id is RUNNING and the task is not recurring, as this leader last
+// applied (its FSM events, in log order). false when it does not know
+// (another attempt, a recurring task, not leading or not loaded yet).
+// The Preparer asks it to skip the store read of a successful Complete,
+// which needs the stored task only for a recurring task's next run.
+func (l *Scheduler) RunningOneOff(id string, epoch uint64, attempt int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.oneOff[id]
+	return ok && r.epoch == epoch && r.attempt == attempt
 }

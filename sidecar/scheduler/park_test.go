@@ -398,3 +398,81 @@ func TestParkedShareForLimiters(t *testing.T) {
 		t.Fatalf("share of c (no executor for h): %v", got)
 	}
 }
+
+// Many runs due at once are read and fired MaxBatchCommands at a time:
+// the first Fires are proposed after one chunk's reads, not after every
+// due run was read, and the runs still go in due order.
+func TestManyDueRunsFireChunkByChunk(t *testing.T) {
+	e := newParkEnv(t)
+	e.l.cfg.MaxBatchCommands = 4
+	e.executor("a", 100) // the leader's own node: capacity does not bind here
+	inner := e.l.proposer
+	var readsAtFire []uint64
+	e.l.proposer = ProposerFunc(func(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
+		if len(cmds) > 0 && cmds[0].Type == raftfsm.CmdFire {
+			readsAtFire = append(readsAtFire, e.l.storeReads.Load())
+		}
+		return inner.Propose(ctx, cmds)
+	})
+	all := ids("t", 10)
+	e.due(2, all...)
+	if len(e.fired) != 10 {
+		t.Fatalf("fired %d runs, want 10", len(e.fired))
+	}
+	if want := []uint64{4, 8, 10}; fmt.Sprint(readsAtFire) != fmt.Sprint(want) {
+		t.Fatalf("store reads when each entry of Fires was proposed: %v, want %v (one chunk of MaxBatchCommands read before its Fires)", readsAtFire, want)
+	}
+	for i, id := range e.fired {
+		if id != all[i] {
+			t.Fatalf("fired %v, want due order", e.fired)
+		}
+	}
+}
+
+// The fire path takes a due task from the copy the last event about it
+// left (no store read) when it is due within taskCopyHorizon; a task due
+// later is read from the store; a copy follows every event (a cancel
+// drops it, so the cancelled task is not fired); and a copy is what the
+// store holds, payload aside.
+func TestFireTakesTheTaskFromItsLastEvent(t *testing.T) {
+	e := newParkEnv(t)
+	e.executor("a", 100)
+	now := e.clock.Now()
+	submit := func(id string, due time.Time) {
+		e.apply(raftfsm.Command{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{ID: id, DueMs: due.UnixMilli(), AtMs: now.UnixMilli(),
+			Spec: raftfsm.Spec{Handler: "h", TimeoutNs: int64(time.Second), MaxAttempts: 3, Payload: []byte(`{"p":1}`)}}})
+		e.timers.Cancel(dueKeyPrefix + id)
+	}
+	submit("soon", now)
+	submit("gone", now)
+	submit("later", now.Add(taskCopyHorizon+time.Second))
+	e.l.mu.Lock()
+	c, stored := e.l.copies["soon"], e.task("soon")
+	_, laterKept := e.l.copies["later"]
+	e.l.mu.Unlock()
+	if c == nil || laterKept {
+		t.Fatalf("copies: soon %v, later kept %v; want soon's only", c != nil, laterKept)
+	}
+	if c.Spec.Payload != nil || c.Epoch != stored.Epoch || c.DueMs != stored.DueMs || c.State != stored.State || c.Spec.Handler != stored.Spec.Handler {
+		t.Fatalf("soon's copy %+v, stored %+v; want the same task without its payload", c, stored)
+	}
+	e.apply(raftfsm.Command{Type: raftfsm.CmdCancel, Cancel: &raftfsm.Cancel{ID: "gone"}})
+	e.l.fire(e.ctx, []string{"soon", "gone"}, nil)
+	if e.l.storeReads.Load() != 2 || e.l.copyReads.Load() != 1 {
+		t.Fatalf("%d reads, %d of copies; want 2, soon's from its copy (gone's was dropped by its cancel)", e.l.storeReads.Load(), e.l.copyReads.Load())
+	}
+	if st := e.task("gone").State; st != raftfsm.StateCancelled || len(e.fired) != 1 || e.fired[0] != "soon" {
+		t.Fatalf("fired %v, gone %s; want soon fired, gone CANCELLED", e.fired, st)
+	}
+	e.l.mu.Lock()
+	_, kept := e.l.copies["soon"]
+	e.l.mu.Unlock()
+	if kept {
+		t.Fatal("soon's copy kept after its Fire applied (RUNNING)")
+	}
+	e.clock.Advance(taskCopyHorizon + time.Second)
+	e.l.fire(e.ctx, []string{"later"}, nil)
+	if e.l.copyReads.Load() != 1 || len(e.fired) != 2 {
+		t.Fatalf("later: %d copy reads, fired %v; want it read from the store and fired", e.l.copyReads.Load(), e.fired)
+	}
+}

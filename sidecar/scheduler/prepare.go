@@ -30,6 +30,13 @@ type PrepareConfig struct {
 	// Complete it prepares carries raftfsm.Complete.Alert, so a run that
 	// ends DEAD or FAILED leaves a pending alert.
 	Alerts bool
+	// OneOff, when set, reports whether the attempt (task id, epoch,
+	// attempt) is RUNNING and its task not recurring, as this leader
+	// knows from the FSM's events (Scheduler.RunningOneOff): a successful
+	// Complete of such an attempt needs no read of the task (its next run
+	// is none; the backoff is for failures). A Complete of another
+	// attempt is stale and changes nothing whatever Prepare decided.
+	OneOff func(id string, epoch uint64, attempt int) bool
 	// Flow reads a flow from the local store (nil when absent), for the
 	// next slot of a cron flow, decided in the Complete or Cancel of each
 	// of its stage tasks (nil Flow: cron flows end after their first run).
@@ -77,8 +84,11 @@ func (p *Preparer) Prepare(c *raftfsm.Command, now time.Time) {
 	var id string // the task the command is about, for the flow and the log
 	switch c.Type {
 	case raftfsm.CmdComplete:
-		id = c.Complete.ID
-		in.Task = p.cfg.Task(id)
+		x := c.Complete
+		id = x.ID
+		if x.Outcome != raftfsm.OutcomeSuccess || p.cfg.OneOff == nil || !p.cfg.OneOff(id, x.Epoch, x.Attempt) {
+			in.Task = p.cfg.Task(id)
+		}
 		in.Backoff, in.Jitter = taskBackoff(in.Task), rand.Float64()
 	case raftfsm.CmdCancel:
 		id = c.Cancel.ID

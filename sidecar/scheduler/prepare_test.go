@@ -120,3 +120,56 @@ func TestNextRunAfterDowntimeFiresOnce(t *testing.T) {
 		}
 	}
 }
+
+// A successful Complete of a one-off task's current attempt is prepared
+// without reading the task (the leader knows from the FSM's events that it
+// runs and is not recurring); a recurring task's, a failure's, or one for
+// another attempt still reads it, and a recurring task still gets its
+// next run.
+func TestPrepareSkipsTheReadOfAOneOffSuccess(t *testing.T) {
+	e := newParkEnv(t)
+	e.executor("a", 10)
+	now := e.clock.Now().UnixMilli()
+	for _, id := range []string{"plain", "every"} {
+		sp := raftfsm.Spec{Handler: "h", TimeoutNs: int64(time.Second), MaxAttempts: 3}
+		if id == "every" {
+			sp.EveryNs = int64(time.Minute)
+		}
+		e.apply(raftfsm.Command{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{ID: id, DueMs: now, AtMs: now, Spec: sp}})
+		e.timers.Cancel(dueKeyPrefix + id)
+	}
+	e.l.fire(e.ctx, []string{"plain", "every"}, nil)
+	plain, every := e.task("plain"), e.task("every")
+	if plain.State != raftfsm.StateRunning || every.State != raftfsm.StateRunning {
+		t.Fatalf("plain %s, every %s; want both RUNNING", plain.State, every.State)
+	}
+	if !e.l.RunningOneOff("plain", plain.Epoch, plain.Attempts) || e.l.RunningOneOff("every", every.Epoch, every.Attempts) ||
+		e.l.RunningOneOff("plain", plain.Epoch, plain.Attempts+1) || e.l.RunningOneOff("plain", plain.Epoch+1, plain.Attempts) {
+		t.Fatal("RunningOneOff: want true for plain's attempt only")
+	}
+	reads := map[string]int{}
+	p := NewPreparer(PrepareConfig{LeaseGrace: time.Second, ProbeMin: probeMin, ProbeMax: probeMax, Log: zerolog.Nop(),
+		OneOff: e.l.RunningOneOff,
+		Task: func(id string) *raftfsm.Task {
+			reads[id]++
+			return e.task(id)
+		}})
+	complete := func(tk *raftfsm.Task, o raftfsm.Outcome) *raftfsm.Complete {
+		c := raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{ID: tk.ID, Epoch: tk.Epoch, Attempt: tk.Attempts, Outcome: o}}
+		p.Prepare(&c, e.clock.Now())
+		return c.Complete
+	}
+	if c := complete(plain, raftfsm.OutcomeSuccess); reads["plain"] != 0 || c.NextDueMs != 0 {
+		t.Fatalf("plain's success: %d reads, next due %d; want no read, no next run", reads["plain"], c.NextDueMs)
+	}
+	if complete(plain, raftfsm.OutcomeRetryable); reads["plain"] != 1 {
+		t.Fatalf("plain's failure: %d reads, want 1 (its backoff)", reads["plain"])
+	}
+	if c := complete(every, raftfsm.OutcomeSuccess); reads["every"] != 1 || c.NextDueMs == 0 {
+		t.Fatalf("every's success: %d reads, next due %d; want a read and its next run", reads["every"], c.NextDueMs)
+	}
+	e.complete("plain", raftfsm.OutcomeSuccess)
+	if e.l.RunningOneOff("plain", plain.Epoch, plain.Attempts) {
+		t.Fatal("RunningOneOff after plain completed: want false")
+	}
+}

@@ -203,6 +203,13 @@ type Scheduler struct {
 	// (the cluster-wide per-handler cap).
 	running    map[string]int
 	runningIDs map[string]string
+	// oneOff holds the RUNNING attempts of tasks that are not recurring
+	// (by task id: the attempt's epoch and number), for RunningOneOff.
+	oneOff map[string]attemptRef
+	// copies holds, for WAITING tasks due soon, the task as the last FSM
+	// event about it left it (payload dropped): what the fire path would
+	// read from the store (fire.go, taskCopyHorizon).
+	copies map[string]*raftfsm.Task
 	// breakers is the circuit breaker per handler; probes holds, per task
 	// id, the breaker attempt of its fired attempt (a task has at most one
 	// RUNNING), ended when the attempt leaves RUNNING (reportProbe) or
@@ -252,9 +259,10 @@ type Scheduler struct {
 	// a copy of the task without payload; it must not call back into the
 	// scheduler. Nil: nothing is ever paused.
 	paused func(t *raftfsm.Task) bool
-	// dispatches counts drains and storeReads the tasks read from the
-	// store to fire them (once per due run: parked runs are not re-read).
-	dispatches, storeReads atomic.Uint64
+	// dispatches counts drains, storeReads the due tasks the fire path
+	// read (from the store, or their kept copy; once per due run: parked
+	// runs are not re-read), copyReads those of them that were copies.
+	dispatches, storeReads, copyReads atomic.Uint64
 }
 
 // New returns a scheduler that is not leading (Start begins a term).
@@ -265,7 +273,7 @@ func New(cfg Config, d Deps) *Scheduler {
 	l := &Scheduler{cfg: cfg, store: d.Store, proposer: d.Proposer, raft: d.Raft, members: d.Members, drain: d.Drain, local: d.Local,
 		pauses: d.Pauses, counters: d.Counters, log: d.Log, clock: d.Clock, wall: d.Wall,
 		lastSeen: map[string]time.Time{}, due: map[string]dueRun{}, dueByHandler: map[string]int{}, queued: map[string]map[string]int{},
-		load: map[string]int{}, assigned: map[string]int{}, applied: map[string]uint64{}, unwritable: map[string]bool{}, running: map[string]int{}, runningIDs: map[string]string{},
+		load: map[string]int{}, assigned: map[string]int{}, applied: map[string]uint64{}, unwritable: map[string]bool{}, running: map[string]int{}, runningIDs: map[string]string{}, oneOff: map[string]attemptRef{}, copies: map[string]*raftfsm.Task{},
 		probes: map[string]*probe{},
 		queues: map[string]*handlerQueue{}, parkedIDs: map[string]string{}, dirty: map[string]bool{}, wakeCh: make(chan struct{}, 1),
 		pending: map[string]pendingFire{}, pendingBy: map[string]int{}, transit: map[string]map[string]int{}, transitTotal: map[string]int{},
@@ -365,6 +373,8 @@ func (l *Scheduler) Stop() {
 	clear(l.probes)
 	clear(l.running)
 	clear(l.runningIDs)
+	clear(l.oneOff)
+	clear(l.copies)
 	clear(l.queues)
 	clear(l.parkedIDs)
 	clear(l.dirty)

@@ -54,6 +54,13 @@ const (
 var (
 	canonicalTraceParent = http.CanonicalHeaderKey(HeaderTraceParent)
 	canonicalTraceState  = http.CanonicalHeaderKey(HeaderTraceState)
+	canonicalTaskID      = http.CanonicalHeaderKey(HeaderTaskID)
+	canonicalHandler     = http.CanonicalHeaderKey(HeaderHandler)
+	canonicalAttempt     = http.CanonicalHeaderKey(HeaderAttempt)
+	canonicalRun         = http.CanonicalHeaderKey(HeaderRun)
+	canonicalDeadline    = http.CanonicalHeaderKey(HeaderDeadline)
+	canonicalShardIndex  = http.CanonicalHeaderKey(HeaderShardIndex)
+	canonicalShardTotal  = http.CanonicalHeaderKey(HeaderShardTotal)
 )
 
 // Caller defaults (see CallerOptions).
@@ -337,34 +344,42 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 	if cb.Path != "" {
 		target = ep.base + cb.Path
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(cb.Payload))
+	// The trace goes into the request's context at once: Request.WithContext
+	// would copy the request.
+	tr := &sendTrace{}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, tr.trace()), http.MethodPost, target, bytes.NewReader(cb.Payload))
 	if err != nil {
 		return Outcome{Kind: raftfsm.OutcomeRetryable, Error: "build request: " + err.Error()}
 	}
-	h := req.Header
-	h.Set("Content-Type", "application/octet-stream")
-	h.Set("User-Agent", c.opts.UserAgent)
-	h.Set(HeaderTaskID, cb.TaskID)
-	h.Set(HeaderHandler, cb.Handler)
-	h.Set(HeaderAttempt, strconv.Itoa(cb.Attempt))
-	h.Set(HeaderRun, strconv.Itoa(cb.Run))
+	// The headers are set by their canonical keys (Header.Set would
+	// canonicalize each, and the lowercase trace names into a new string
+	// per callback), in a map sized for them, their values in one array.
+	h := make(http.Header, 11)
+	req.Header = h
+	vals := make([]string, 0, 11)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	set("Content-Type", "application/octet-stream")
+	set("User-Agent", c.opts.UserAgent)
+	set(canonicalTaskID, cb.TaskID)
+	set(canonicalHandler, cb.Handler)
+	set(canonicalAttempt, strconv.Itoa(cb.Attempt))
+	set(canonicalRun, strconv.Itoa(cb.Run))
 	if !cb.Deadline.IsZero() {
-		h.Set(HeaderDeadline, cb.Deadline.UTC().Format(DeadlineFormat))
+		set(canonicalDeadline, cb.Deadline.UTC().Format(DeadlineFormat))
 	}
 	if cb.ShardTotal > 0 {
-		h.Set(HeaderShardIndex, strconv.Itoa(cb.ShardIndex))
-		h.Set(HeaderShardTotal, strconv.Itoa(cb.ShardTotal))
+		set(canonicalShardIndex, strconv.Itoa(cb.ShardIndex))
+		set(canonicalShardTotal, strconv.Itoa(cb.ShardTotal))
 	}
-	// Set by their canonical keys: Header.Set would canonicalize the
-	// lowercase names into a new string per callback.
 	var tp [55]byte
-	h[canonicalTraceParent] = []string{string(axapi.CallbackTraceParent(tp[:0], cb.TraceParent, cb.TaskID, cb.Run, cb.Attempt))}
+	set(canonicalTraceParent, string(axapi.CallbackTraceParent(tp[:0], cb.TraceParent, cb.TaskID, cb.Run, cb.Attempt)))
 	if cb.TraceState != "" {
-		h[canonicalTraceState] = []string{cb.TraceState}
+		set(canonicalTraceState, cb.TraceState)
 	}
 
-	tr := &sendTrace{}
-	req = req.WithContext(httptrace.WithClientTrace(ctx, tr.trace()))
 	resp, err := c.client(endpointKey{ep.network, ep.address}, cb.MaxIdleConns).Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -381,7 +396,10 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 		}
 		return out
 	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyMaxBytes+1))
+	var body []byte
+	if resp.ContentLength != 0 { // 0: known empty (io.ReadAll would allocate 512 bytes)
+		body, _ = io.ReadAll(io.LimitReader(resp.Body, errorBodyMaxBytes+1))
+	}
 	_ = resp.Body.Close()
 
 	out := Outcome{Status: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), Service: tr.service()}
