@@ -508,8 +508,8 @@ type guardedLogStore struct {
 	stats *LogWriteStats
 }
 
-// LogWriteStats counts the Raft log's successful writes (each one bolt
-// transaction, so one fsync) and the entries they stored: entries ÷ writes
+// LogWriteStats counts the Raft log's successful writes (each one WAL
+// append, so one fsync of its segment file) and the entries they stored: entries ÷ writes
 // is how many entries raft groups per disk sync, and the commands per entry
 // (ax_raft_entry_commands) multiply it — the group commit of docs/DESIGN.md section 6.
 // The zero value is ready to use.
