@@ -41,8 +41,14 @@ import (
 //     the same entry with backoff instead of writing (it never skips it).
 //     Errors badger does return (a failed commit: a file it cannot create,
 //     permission) take the same retry path.
-//   - raft-boltdb (bbolt) writes with pwrite and reads through a read-only
-//     mmap, so a full disk is an ENOSPC error. hashicorp/raft v1.8.0
+//   - The Raft log (raft-wal, walstore.go) writes with pwrite into
+//     segment files preallocated with fallocate, so a full disk is an
+//     ENOSPC error: on an append past a segment's end, or on the
+//     preallocation of the next segment (walSegmentSize, which the ½R
+//     floor leaves room for). raft-wal v0.4.0 does not undo its in-memory
+//     state after a failed append or rotation: later appends fail too
+//     (non-monotonic append, or a sealed tail) until the node restarts,
+//     which recovers the log from its last commit. hashicorp/raft v1.8.0
 //     handles a failed StoreLogs: a leader logs "failed to commit logs",
 //     fails the pending futures and steps down to follower
 //     (raft.go dispatchLogs); a follower logs "failed to append to logs"
