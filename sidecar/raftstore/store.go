@@ -13,6 +13,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -84,7 +85,7 @@ type Store struct {
 	// LogStats counts the Raft log's writes.
 	LogStats LogWriteStats
 
-	logStore  *walLog
+	logStore  *wal.WAL
 	transport raft.Transport
 	snaps     *gatedSnapshotStore
 }

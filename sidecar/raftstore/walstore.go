@@ -11,7 +11,6 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
-	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/rs/zerolog"
 )
 
@@ -60,7 +59,7 @@ var (
 // migrating DataDir/raft.db into it first when the dir holds only that
 // (migrateBoltLog). Errors: the migration's, and raft-wal's when the WAL
 // cannot be opened or recovered.
-func openLogStore(dataDir string, log zerolog.Logger, hlog hclog.Logger) (*walLog, error) {
+func openLogStore(dataDir string, log zerolog.Logger, hlog hclog.Logger) (*wal.WAL, error) {
 	if err := migrateBoltLog(dataDir, log, hlog); err != nil {
 		return nil, err
 	}
@@ -75,33 +74,17 @@ func openLogStore(dataDir string, log zerolog.Logger, hlog hclog.Logger) (*walLo
 	return w, nil
 }
 
-// walLog is the WAL and its meta store. raft-wal's Close (v0.4.0) does
-// not close the meta store's bolt file, whose lock then blocks the next
-// open of the dir in this process (a node restarted in-process, Recover
-// then StartRaft) forever: Close closes both.
-type walLog struct {
-	*wal.WAL
-	meta *metadb.BoltMetaDB
-}
-
-// Close closes the WAL, then its meta store.
-func (l *walLog) Close() error {
-	err := l.WAL.Close()
-	if merr := l.meta.Close(); err == nil {
-		err = merr
-	}
-	return err
-}
-
 // openWAL opens (or creates) the WAL in dir, which must exist.
-func openWAL(dir string, hlog hclog.Logger) (*walLog, error) {
-	meta := &metadb.BoltMetaDB{}
-	w, err := wal.Open(dir, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(hlog.Named("wal")), wal.WithMetaStore(meta))
-	if err != nil {
-		meta.Close()
-		return nil, err
-	}
-	return &walLog{WAL: w, meta: meta}, nil
+//
+// raft-wal must be v0.4.1 or later: v0.4.0 marked a segment sealed in its
+// meta store when raft truncated the log's tail ("clearing log suffix",
+// after an election) without writing the segment's index, so the next
+// start failed on every entry of it ("sealed segment has no index
+// block", raft-wal#31: a node killed in the chaos e2e could not start
+// again); and its Close left the meta store's bolt file open, whose lock
+// blocked the next open in the same process for ever.
+func openWAL(dir string, hlog hclog.Logger) (*wal.WAL, error) {
+	return wal.Open(dir, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(hlog.Named("wal")))
 }
 
 // hasLogStore reports whether dataDir holds a Raft log: the WAL or the

@@ -351,4 +351,48 @@ func TestFreshWALFootprint(t *testing.T) {
 	t.Logf("fresh WAL: %d KiB", size>>10)
 }
 
+// A log whose tail raft truncated (a follower's "clearing log suffix"
+// after an election), then appended to and reopened, reads every entry:
+// raft-wal v0.4.0 marked the truncated tail sealed without its index and
+// failed every read of it after a restart (raft-wal#31), so a killed node
+// could not start again.
+func TestWALTailTruncationSurvivesReopen(t *testing.T) {
+	dir := t.TempDir()
+	w, err := openWAL(dir, testHlog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.StoreLogs(testEntries(1, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.DeleteRange(9, 10); err != nil {
+		t.Fatal(err)
+	}
+	want := append(testEntries(1, 8), testEntries(9, 4)...)
+	for _, l := range want[8:] {
+		l.Term += 5 // the new leader's entries
+	}
+	if err := w.StoreLogs(want[8:]); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	w, err = openWAL(dir, testHlog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for _, e := range want {
+		var got raft.Log
+		if err := w.GetLog(e.Index, &got); err != nil {
+			t.Fatalf("entry %d after the reopen: %v", e.Index, err)
+		}
+		if got.Term != e.Term || !bytes.Equal(got.Data, e.Data) {
+			t.Fatalf("entry %d after the reopen: term %d, want %d", e.Index, got.Term, e.Term)
+		}
+	}
+	if err := w.StoreLogs(testEntries(13, 1)); err != nil {
+		t.Fatalf("append after the reopen: %v", err)
+	}
+}
+
 var _ raft.LogStore = (*wal.WAL)(nil)
