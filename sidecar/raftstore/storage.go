@@ -45,9 +45,10 @@ import (
 //     segment files preallocated with fallocate, so a full disk is an
 //     ENOSPC error: on an append past a segment's end, or on the
 //     preallocation of the next segment (walSegmentSize, which the ½R
-//     floor leaves room for). raft-wal v0.4.0 does not undo its in-memory
-//     state after a failed append or rotation: later appends fail too
-//     (non-monotonic append, or a sealed tail) until the node restarts,
+//     floor leaves room for). raft-wal v0.4.1 rolls a failed append back,
+//     so the next one may succeed; but a failed rotation (the new
+//     segment's preallocation or its meta commit) leaves the sealed tail
+//     in place, and every append fails (sealed) until the node restarts,
 //     which recovers the log from its last commit. hashicorp/raft v1.8.0
 //     handles a failed StoreLogs: a leader logs "failed to commit logs",
 //     fails the pending futures and steps down to follower
