@@ -552,6 +552,19 @@ func (s guardedLogStore) DeleteRange(lo, hi uint64) error {
 	return s.g.logWrite("log", s.LogStore.DeleteRange(lo, hi))
 }
 
+// IsMonotonic passes on the wrapped store's raft.MonotonicLogStore (the
+// WAL's: true). Raft asks it of the store it is given: a store that
+// cannot take a gap in its indexes has all its entries removed when a
+// snapshot from the leader is installed, instead of keeping them and
+// appending after a gap, which the WAL refuses ("non-monotonic log
+// entries"): a follower that needed a snapshot could never append again.
+func (s guardedLogStore) IsMonotonic() bool {
+	m, ok := s.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
+
+var _ raft.MonotonicLogStore = guardedLogStore{}
+
 // guardedStableStore retries failed writes of raft's stable store (term,
 // vote) with backoff until they succeed: raft panics when it cannot save a
 // new term, which on a full disk would be a crash loop. While it retries,

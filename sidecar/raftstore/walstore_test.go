@@ -395,6 +395,25 @@ func TestWALTailTruncationSurvivesReopen(t *testing.T) {
 	}
 }
 
+// Raft sees the guarded WAL as a store without gaps (so a follower's
+// installed snapshot clears its log rather than leaving a gap the WAL
+// refuses); a store that allows gaps stays one.
+func TestGuardedLogStoreIsMonotonic(t *testing.T) {
+	w, err := openWAL(t.TempDir(), testHlog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var s raft.LogStore = guardedLogStore{LogStore: w}
+	if m, ok := s.(raft.MonotonicLogStore); !ok || !m.IsMonotonic() {
+		t.Fatal("the guarded WAL is not a MonotonicLogStore to raft")
+	}
+	s = guardedLogStore{LogStore: raft.NewInmemStore()}
+	if s.(raft.MonotonicLogStore).IsMonotonic() {
+		t.Fatal("the guarded in-memory store claims to be monotonic")
+	}
+}
+
 var _ raft.LogStore = (*wal.WAL)(nil)
 
 // BenchmarkLogAppend appends one 200-byte entry per op, synced, to the
