@@ -21,6 +21,9 @@ const (
 	// catchUpEntries is how many entries the cluster commits while one
 	// node is away: far more than threshold + trailing logs.
 	catchUpEntries = 300
+	// catchUpPad is the payload of each waiting task (bytes): 300 entries
+	// of five take 15 MiB.
+	catchUpPad = 10 << 10
 	// installedMsg is what raft logs (at info: ax debug) on a follower
 	// that installed a snapshot sent by the leader; installingMsg what the
 	// leader logs when it sends one.
@@ -32,13 +35,18 @@ const (
 // of five tasks due in an hour (one entry each, sent one after another),
 // with every tenth batch also a task due now (run by an executor) and a
 // cancel of an earlier task, so the state has WAITING, SUCCESS and
-// CANCELLED tasks and the snapshot carries all of them.
+// CANCELLED tasks and the snapshot carries all of them. Each waiting task
+// carries catchUpPad bytes of payload, so that the entries fill more than
+// one segment of the leader's WAL (8 MiB): the WAL frees a compacted
+// log's entries only a whole segment at a time, and the leader could
+// send entries of its current segment instead of a snapshot.
 func catchUpWrites(t *testing.T, via *harness.Node, prefix string) {
 	t.Helper()
+	pad := strings.Repeat("p", catchUpPad)
 	for b := range catchUpEntries {
 		var items []string
 		for i := range 5 {
-			items = append(items, fmt.Sprintf(`{"id":"%s-%d-%d","handler":"nobody","delay":"1h"}`, prefix, b, i))
+			items = append(items, fmt.Sprintf(`{"id":"%s-%d-%d","handler":"nobody","delay":"1h","payload":{"pad":%q}}`, prefix, b, i, pad))
 		}
 		if b%10 == 0 {
 			// A short timeout: an attempt the leader routed to a node just

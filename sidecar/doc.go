@@ -8,7 +8,7 @@
 // docs/DESIGN.md section 3 and the walk in section 18):
 //
 //	api         the application API's backend (ipc.Backend): requests to commands and reads, results to views
-//	raftstore   badger, raft-boltdb, snapshots, Raft, the storage guard, group commit
+//	raftstore   badger, raft-wal, snapshots, Raft, the storage guard, group commit
 //	forward     try locally, else send to the leader
 //	peerapi     the node-to-node API (wire, typed errors, client, server)
 //	cluster     join, bootstrap, registration, load reports, autopilot, removal

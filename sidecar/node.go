@@ -38,7 +38,7 @@ type Node struct {
 	// retryClock times the waits on Raft and the network (Config.RetryClock).
 	retryClock engine.Clock
 
-	// store holds badger, raft.db, the snapshots and Raft (raftstore).
+	// store holds badger, the Raft log, the snapshots and Raft (raftstore).
 	store *raftstore.Store
 	db    *badger.DB
 	fsm   *raftfsm.FSM

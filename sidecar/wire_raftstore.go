@@ -5,7 +5,6 @@ import (
 
 	"github.com/axsched/ax/ipc"
 	"github.com/axsched/ax/raftfsm"
-	"github.com/axsched/ax/sidecar/config"
 	"github.com/axsched/ax/sidecar/raftstore"
 )
 
@@ -31,8 +30,7 @@ func (n *Node) storeConfig() raftstore.Config {
 		SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval,
 		TrailingLogs: c.TrailingLogs, TrailingLogsBytes: c.TrailingLogsBytes,
 		StorageReserve: c.StorageReserve, StorageProbeInterval: c.StorageProbeInterval,
-		RaftCompactMinBytes: config.RaftCompactMinBytesDefault,
-		Log:                 n.log, Clock: n.clock,
+		Log: n.log, Clock: n.clock,
 		Transport: c.RaftTransport, Stream: n.sec.RaftStream(),
 	}
 }

@@ -82,9 +82,6 @@ const (
 	// kept after a snapshot, and the log bytes written since the last
 	// snapshot that trigger a new one (Config.TrailingLogsBytes).
 	TrailingLogsBytesDefault = 64 << 20
-	// RaftCompactMinBytesDefault: raft.db is compacted at start when it is
-	// at least this large and more than half of it is free pages.
-	RaftCompactMinBytesDefault = 16 << 20
 	// StorageProbeIntervalDefault is how often the node checks its data
 	// dir's free space; the probe file (write + fsync) is written every
 	// storageWriteProbeEvery, or every interval while storage is
@@ -164,7 +161,7 @@ type Config struct {
 	// NodeID is this node's id in the Raft group; it must stay the same
 	// across restarts. Defaults to the host name.
 	NodeID string
-	// DataDir holds the Raft log (raft.db), snapshots and the badger state.
+	// DataDir holds the Raft log (wal), snapshots and the badger state.
 	// Defaults to DataDirDefault.
 	DataDir string
 	// Socket is the path of the application API's Unix socket. Defaults to

@@ -33,7 +33,7 @@ import (
 // for those, so badger (which writes through mmap, where a full disk is a
 // SIGBUS crash) never meets a full disk. The quarter between ¾R and R is
 // for the entries that were already in the log when the proposer began to
-// refuse (a batch is at most 4 MiB of payload, written once to raft.db and
+// refuse (a batch is at most 4 MiB of payload, written once to the Raft log and
 // once to badger). Freeing entries write little (a purge of 10 000 tasks
 // writes about 1 MiB of tombstones, a cancel one record), so they may use
 // the quarter between ½R and ¾R. Snapshots are gated separately

@@ -1,14 +1,15 @@
 // Package raftstore is where a task is stored: a node's badger state and
-// the FSM over it, its Raft log (raft-boltdb), its snapshots and its Raft
+// the FSM over it, its Raft log (raft-wal), its snapshots and its Raft
 // instance, and the leader's group commit that turns proposals into Raft
 // entries.
 //
 // # What it owns
 //
 //   - Setup (store.go): OpenState opens badger and the FSM; StartRaft
-//     compacts raft.db when most of it is free (raftcompact.go), opens it,
-//     the snapshot store and the transport, and applies the applied-index
-//     rule at boot (no snapshot restore when badger already holds it).
+//     opens the Raft log (walstore.go: DataDir/wal, migrating an earlier
+//     version's raft.db into it), the snapshot store and the transport,
+//     and applies the applied-index rule at boot (no snapshot restore when
+//     badger already holds it).
 //   - The storage guard (storage.go, diskpressure.go): whether this node's
 //     disk takes writes, from a periodic probe, the FSM's write errors and
 //     the Raft log's; the levels of free space against the reserve; the
@@ -30,8 +31,9 @@
 // # What it may import
 //
 // engine (the clock), raftfsm, ipc's wire types (the storage error's API
-// answer and status), hashicorp/raft, raft-boltdb, bbolt, badger,
-// prometheus and zerolog. It must not import sidecar or its other
+// answer and status), hashicorp/raft, raft-wal, badger,
+// prometheus and zerolog; raft-boltdb only to migrate an earlier
+// version's raft.db (walstore.go). It must not import sidecar or its other
 // sub-packages. What it needs from the rest of the node it asks through
 // its own small interfaces and config structs: Backlog (the leader's
 // count of due runs, for admission), ProposerConfig.Prepare (the leader's

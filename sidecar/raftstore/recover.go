@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
 // ErrNoState is returned by Recover for a data dir without Raft state.
@@ -32,6 +30,9 @@ type RecoverResult struct {
 // that had reached only the lost voters are gone; entries in this node's
 // log that were not committed yet are applied too (Raft cannot tell).
 //
+// A data dir of an earlier version (raft.db, no wal) is migrated to the
+// WAL first (walstore.go), also with apply false.
+//
 // With apply false it only reads the old configuration and says what the
 // new one would be (res.New), changing nothing.
 //
@@ -40,22 +41,23 @@ type RecoverResult struct {
 // list cfg.NodeID.
 func Recover(cfg Config, address string, apply bool) (RecoverResult, error) {
 	var res RecoverResult
-	if _, err := os.Stat(filepath.Join(cfg.DataDir, "raft.db")); err != nil {
-		return res, fmt.Errorf("%w: %s: %v", ErrNoState, cfg.DataDir, err)
+	if !hasLogStore(cfg.DataDir) {
+		return res, fmt.Errorf("%w: %s: no %s nor %s", ErrNoState, cfg.DataDir, walDirName, boltLogName)
 	}
 	// badger first: its directory lock fails at once while the node runs
-	// (bolt would wait for its file lock forever).
+	// (the WAL's bolt meta file, or an earlier version's raft.db, would
+	// wait for its file lock forever).
 	st, err := OpenState(cfg)
 	if err != nil {
 		st.Close()
 		return res, fmt.Errorf("open the state (is the node still running? stop it first): %w", err)
 	}
 	defer st.Close()
-	st.logStore, err = raftboltdb.NewBoltStore(filepath.Join(cfg.DataDir, "raft.db"))
-	if err != nil {
-		return res, fmt.Errorf("open raft log: %w", err)
-	}
 	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: os.Stderr, JSONFormat: true})
+	st.logStore, err = openLogStore(cfg.DataDir, st.log, hlog) // migrates an earlier version's raft.db
+	if err != nil {
+		return res, err
+	}
 	snaps, err := st.openSnapshots(hlog)
 	if err != nil {
 		return res, err

@@ -41,7 +41,7 @@ import (
 //   - Before each snapshot, raft's TrailingLogs is lowered so that the
 //     entries kept stay under Config.TrailingLogsBytes (trailingForBytes,
 //     with raft.ReloadConfig); and that many log bytes written since the
-//     last snapshot trigger one (SnapshotByBytes), so that raft.db stays
+//     last snapshot trigger one (SnapshotByBytes), so that the Raft log stays
 //     near twice the bound even when entries are large.
 
 // snapSinkCheckEvery is how many bytes a snapshot sink writes between two
@@ -291,8 +291,10 @@ func removeStaleSnapshotTemps(dir string, log zerolog.Logger) uint64 {
 	return freed
 }
 
-// raftEntryOverhead approximates what raft-boltdb stores per entry beyond
-// its data (the msgpack of raft.Log: index, term, type, times; the key).
+// raftEntryOverhead approximates what the WAL stores per entry beyond its
+// data (raft-wal's frame header and binary codec of raft.Log: index,
+// term, type, extensions, append time; the padding and the segment
+// index's offset).
 const raftEntryOverhead = 64
 
 // trailingForBytes returns how many of the newest entries of logs fit in
@@ -363,7 +365,7 @@ func (st *Store) lowerTrailingLogs() {
 
 // SnapshotByBytes triggers a Raft snapshot whenever Config.TrailingLogsBytes
 // of log entries were written since the last one (checked every second),
-// so that raft.db stays bounded in bytes even when the entry-count
+// so that the Raft log stays bounded in bytes even when the entry-count
 // threshold is far. A snapshot the gate refuses is tried again at the
 // next check. It returns when ctx ends (at once without the bound).
 func (st *Store) SnapshotByBytes(ctx context.Context) {

@@ -41,8 +41,15 @@ import (
 //     the same entry with backoff instead of writing (it never skips it).
 //     Errors badger does return (a failed commit: a file it cannot create,
 //     permission) take the same retry path.
-//   - raft-boltdb (bbolt) writes with pwrite and reads through a read-only
-//     mmap, so a full disk is an ENOSPC error. hashicorp/raft v1.8.0
+//   - The Raft log (raft-wal, walstore.go) writes with pwrite into
+//     segment files preallocated with fallocate, so a full disk is an
+//     ENOSPC error: on an append past a segment's end, or on the
+//     preallocation of the next segment (walSegmentSize, which the ½R
+//     floor leaves room for). raft-wal v0.4.1 rolls a failed append back,
+//     so the next one may succeed; but a failed rotation (the new
+//     segment's preallocation or its meta commit) leaves the sealed tail
+//     in place, and every append fails (sealed) until the node restarts,
+//     which recovers the log from its last commit. hashicorp/raft v1.8.0
 //     handles a failed StoreLogs: a leader logs "failed to commit logs",
 //     fails the pending futures and steps down to follower
 //     (raft.go dispatchLogs); a follower logs "failed to append to logs"
@@ -546,8 +553,8 @@ type guardedLogStore struct {
 	stats *LogWriteStats
 }
 
-// LogWriteStats counts the Raft log's successful writes (each one bolt
-// transaction, so one fsync) and the entries they stored: entries ÷ writes
+// LogWriteStats counts the Raft log's successful writes (each one WAL
+// append, so one fsync of its segment file) and the entries they stored: entries ÷ writes
 // is how many entries raft groups per disk sync, and the commands per entry
 // (ax_raft_entry_commands) multiply it — the group commit of docs/DESIGN.md section 6.
 // The zero value is ready to use.
@@ -582,6 +589,19 @@ func (s guardedLogStore) StoreLogs(ls []*raft.Log) error {
 func (s guardedLogStore) DeleteRange(lo, hi uint64) error {
 	return s.g.logWrite("log", s.LogStore.DeleteRange(lo, hi))
 }
+
+// IsMonotonic passes on the wrapped store's raft.MonotonicLogStore (the
+// WAL's: true). Raft asks it of the store it is given: a store that
+// cannot take a gap in its indexes has all its entries removed when a
+// snapshot from the leader is installed, instead of keeping them and
+// appending after a gap, which the WAL refuses ("non-monotonic log
+// entries"): a follower that needed a snapshot could never append again.
+func (s guardedLogStore) IsMonotonic() bool {
+	m, ok := s.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
+
+var _ raft.MonotonicLogStore = guardedLogStore{}
 
 // guardedStableStore retries failed writes of raft's stable store (term,
 // vote) with backoff until they succeed: raft panics when it cannot save a

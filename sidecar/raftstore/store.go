@@ -13,7 +13,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -45,10 +45,7 @@ type Config struct {
 	// StorageReserve (bytes) and StorageProbeInterval configure the Guard.
 	StorageReserve       int64
 	StorageProbeInterval time.Duration
-	// RaftCompactMinBytes is the smallest raft.db compacted at start.
-	RaftCompactMinBytes int64
-
-	Log zerolog.Logger
+	Log                  zerolog.Logger
 	// Clock is given to the guard and the snapshot gate; nil: real time.
 	Clock engine.Clock
 	// Stream, when set, makes the Raft transport's stream layer: it
@@ -62,7 +59,8 @@ type Config struct {
 }
 
 // Store is a node's stores and its Raft instance: badger and the FSM over
-// it, the storage guard, raft.db (raft-boltdb) behind the guard, the
+// it, the storage guard, the Raft log (DataDir/wal, raft-wal) behind the
+// guard, the
 // snapshot store behind the disk-pressure gate, and the Raft transport.
 // Open it in two steps, OpenState then StartRaft, so that the node can
 // read its state (and set the FSM's observer) before Raft replays the log.
@@ -87,7 +85,7 @@ type Store struct {
 	// LogStats counts the Raft log's writes.
 	LogStats LogWriteStats
 
-	logStore  *raftboltdb.BoltStore
+	logStore  *wal.WAL
 	transport raft.Transport
 	snaps     *gatedSnapshotStore
 }
@@ -121,18 +119,18 @@ func OpenState(cfg Config) (*Store, error) {
 	return st, nil
 }
 
-// StartRaft compacts raft.db when most of it is free, opens it, the
-// snapshot store and the Raft transport (on the address advertise
-// resolves), and starts Raft over the FSM. It does not bootstrap.
+// StartRaft opens the Raft log (DataDir/wal, migrating an earlier
+// version's raft.db into it first: walstore.go), the snapshot store and
+// the Raft transport (on the address advertise resolves), and starts Raft
+// over the FSM. It does not bootstrap.
 func (st *Store) StartRaft(advertise func() (net.Addr, error)) error {
 	cfg := &st.cfg
-	st.compactRaftLog(filepath.Join(cfg.DataDir, "raft.db")) // raftcompact.go
-	var err error
-	st.logStore, err = raftboltdb.NewBoltStore(filepath.Join(cfg.DataDir, "raft.db"))
-	if err != nil {
-		return fmt.Errorf("open raft log: %w", err)
-	}
 	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: raftLogLevel(st.log.GetLevel()), Output: os.Stderr, JSONFormat: true})
+	var err error
+	st.logStore, err = openLogStore(cfg.DataDir, st.log, hlog)
+	if err != nil {
+		return err
+	}
 	snaps, err := st.openSnapshots(hlog)
 	if err != nil {
 		return err
@@ -210,7 +208,7 @@ func (st *Store) Collectors() []prometheus.Collector {
 	return cs
 }
 
-// Close closes the transport, raft.db and badger (those that are open).
+// Close closes the transport, the Raft log and badger (those that are open).
 // Raft must be shut down first.
 func (st *Store) Close() {
 	st.CloseTransport()

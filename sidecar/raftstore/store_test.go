@@ -35,7 +35,7 @@ func testStoreConfig(t *testing.T, dir string) Config {
 		PeerRoutes:       []PeerRoute{{NodeID: "s9", RaftAddr: "127.0.0.1:1", PeerAddr: "127.0.0.1:2"}},
 		HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond, LeaderLeaseTimeout: 50 * time.Millisecond,
 		SnapshotThreshold: 1 << 20, SnapshotInterval: time.Hour, TrailingLogs: 10240, TrailingLogsBytes: 1 << 20,
-		StorageReserve: 1 << 20, StorageProbeInterval: time.Hour, RaftCompactMinBytes: 16 << 20,
+		StorageReserve: 1 << 20, StorageProbeInterval: time.Hour,
 		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Clock: engine.RealClock(),
 	}
 }

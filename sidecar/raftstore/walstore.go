@@ -1,0 +1,259 @@
+package raftstore
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/rs/zerolog"
+)
+
+// The Raft log and raft's stable store (term, vote) live in DataDir/wal,
+// a hashicorp/raft-wal write-ahead log: segment files the log is appended
+// to, one fsync per append (raft's StoreLogs), and a small bolt file
+// (wal-meta.db) for the segment list and the stable keys. Log compaction
+// deletes whole segments, so the space of a truncated log goes back to
+// the file system (raft.db, the bolt store of earlier versions, kept its
+// high-water size and needed a compaction at start).
+//
+// A data dir of an earlier version has raft.db and no wal: openLogStore
+// migrates it first (migrateBoltLog).
+
+// walSegmentSize is the size of a WAL segment file, bytes. raft-wal
+// preallocates each new segment at this size (fallocate), so it is what
+// a fresh node's log takes on disk, and a rotation needs this much free
+// space: it is kept well below half the smallest storage reserve a node
+// is run with (the e2e disk-pressure test's 32 MiB), so that the floor of
+// the storage guard (½R) still leaves room for one. An append larger than
+// what is left of a segment is written whole (the segment grows past its
+// size) and seals it.
+const walSegmentSize = 8 << 20
+
+// The names in DataDir of the WAL, the bolt log of earlier versions and
+// the WAL a migration builds before it renames it to walDirName.
+const (
+	walDirName     = "wal"
+	boltLogName    = "raft.db"
+	walMigrateName = "wal.migrating"
+)
+
+// migrateBatchBytes bounds the entry bytes a migration appends to the
+// WAL at once (one append, one fsync each).
+const migrateBatchBytes = 4 << 20
+
+// raftStableUintKeys and raftStableKeys are the keys hashicorp/raft keeps
+// in its stable store (raft.go: keyCurrentTerm, keyLastVoteTerm written
+// with SetUint64, keyLastVoteCand with Set).
+var (
+	raftStableUintKeys = [][]byte{[]byte("CurrentTerm"), []byte("LastVoteTerm")}
+	raftStableKeys     = [][]byte{[]byte("LastVoteCand")}
+)
+
+// openLogStore opens the node's Raft log and stable store, DataDir/wal,
+// migrating DataDir/raft.db into it first when the dir holds only that
+// (migrateBoltLog). Errors: the migration's, and raft-wal's when the WAL
+// cannot be opened or recovered.
+func openLogStore(dataDir string, log zerolog.Logger, hlog hclog.Logger) (*wal.WAL, error) {
+	if err := migrateBoltLog(dataDir, log, hlog); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(dataDir, walDirName)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("raft log dir: %w", err)
+	}
+	w, err := openWAL(dir, hlog)
+	if err != nil {
+		return nil, fmt.Errorf("open raft log %s: %w", dir, err)
+	}
+	return w, nil
+}
+
+// openWAL opens (or creates) the WAL in dir, which must exist.
+//
+// raft-wal must be v0.4.1 or later: v0.4.0 marked a segment sealed in its
+// meta store when raft truncated the log's tail ("clearing log suffix",
+// after an election) without writing the segment's index, so the next
+// start failed on every entry of it ("sealed segment has no index
+// block", raft-wal#31: a node killed in the chaos e2e could not start
+// again); and its Close left the meta store's bolt file open, whose lock
+// blocked the next open in the same process for ever.
+func openWAL(dir string, hlog hclog.Logger) (*wal.WAL, error) {
+	return wal.Open(dir, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(hlog.Named("wal")))
+}
+
+// hasLogStore reports whether dataDir holds a Raft log: the WAL or the
+// bolt log of an earlier version.
+func hasLogStore(dataDir string) bool {
+	for _, name := range []string{walDirName, boltLogName} {
+		if _, err := os.Stat(filepath.Join(dataDir, name)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// migrateBoltLog moves the Raft log and stable store of an earlier
+// version, dataDir/raft.db (raft-boltdb), into a new WAL, dataDir/wal.
+// It builds the WAL in dataDir/wal.migrating (raft's stable keys, then
+// every entry first..last in order, each append synced), closes it, syncs
+// the dir, renames it to wal and only then removes raft.db. A crash at
+// any step leaves a dir that starts: raft.db alone (with or without a
+// partial wal.migrating, which is removed) is migrated again; wal present
+// is used, and a raft.db left beside it is removed. A dir with neither is
+// left alone (a new node). Errors: reading raft.db, writing the WAL (the
+// partial copy is removed, raft.db is kept).
+func migrateBoltLog(dataDir string, log zerolog.Logger, hlog hclog.Logger) error {
+	boltPath := filepath.Join(dataDir, boltLogName)
+	walPath := filepath.Join(dataDir, walDirName)
+	tmp := filepath.Join(dataDir, walMigrateName)
+	if _, err := os.Stat(walPath); err == nil {
+		// Migrated already; a crash may have come before raft.db's removal.
+		if _, err := os.Stat(boltPath); err == nil {
+			if err := os.Remove(boltPath); err != nil {
+				return fmt.Errorf("remove the migrated %s: %w", boltPath, err)
+			}
+			log.Info().Str("path", boltPath).Msg("removed raft.db left by an interrupted migration to the WAL")
+		}
+		return os.RemoveAll(tmp)
+	}
+	if _, err := os.Stat(boltPath); errors.Is(err, os.ErrNotExist) {
+		return os.RemoveAll(tmp)
+	} else if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("remove a partial migration: %w", err)
+	}
+	if err := os.Mkdir(tmp, 0o750); err != nil {
+		return fmt.Errorf("migrate raft.db: %w", err)
+	}
+	n, bytes, err := copyBoltToWAL(boltPath, tmp, hlog)
+	if err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("migrate %s to the WAL: %w", boltPath, err)
+	}
+	if err := syncDir(tmp); err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("migrate raft.db: sync %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, walPath); err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("migrate raft.db: %w", err)
+	}
+	if err := syncDir(dataDir); err != nil {
+		return fmt.Errorf("migrate raft.db: sync %s: %w", dataDir, err)
+	}
+	if err := os.Remove(boltPath); err != nil {
+		return fmt.Errorf("remove the migrated %s: %w", boltPath, err)
+	}
+	if err := syncDir(dataDir); err != nil {
+		return fmt.Errorf("migrate raft.db: sync %s: %w", dataDir, err)
+	}
+	log.Info().Uint64("entries", n).Uint64("bytes", bytes).Dur("took", time.Since(start)).
+		Msg("Raft log migrated from raft.db (bolt) to the WAL")
+	return nil
+}
+
+// copyBoltToWAL copies raft's stable keys and every log entry of the
+// bolt store at boltPath into a new WAL in dir, closing both. It returns
+// the entries and their data bytes copied.
+func copyBoltToWAL(boltPath, dir string, hlog hclog.Logger) (n, bytes uint64, err error) {
+	src, err := raftboltdb.New(raftboltdb.Options{Path: boltPath})
+	if err != nil {
+		return 0, 0, fmt.Errorf("open %s: %w", boltPath, err)
+	}
+	defer src.Close()
+	dst, err := openWAL(dir, hlog)
+	if err != nil {
+		return 0, 0, fmt.Errorf("create the WAL: %w", err)
+	}
+	defer func() {
+		if cerr := dst.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	for _, k := range raftStableUintKeys {
+		v, gerr := src.GetUint64(k)
+		if errors.Is(gerr, raftboltdb.ErrKeyNotFound) {
+			continue
+		}
+		if gerr != nil {
+			return 0, 0, fmt.Errorf("read %s: %w", k, gerr)
+		}
+		if err := dst.SetUint64(k, v); err != nil {
+			return 0, 0, fmt.Errorf("write %s: %w", k, err)
+		}
+	}
+	for _, k := range raftStableKeys {
+		v, gerr := src.Get(k)
+		if errors.Is(gerr, raftboltdb.ErrKeyNotFound) {
+			continue
+		}
+		if gerr != nil {
+			return 0, 0, fmt.Errorf("read %s: %w", k, gerr)
+		}
+		if err := dst.Set(k, v); err != nil {
+			return 0, 0, fmt.Errorf("write %s: %w", k, err)
+		}
+	}
+	first, err := src.FirstIndex()
+	if err != nil {
+		return 0, 0, err
+	}
+	last, err := src.LastIndex()
+	if err != nil {
+		return 0, 0, err
+	}
+	if first == 0 || last < first {
+		return 0, 0, nil // an empty log
+	}
+	var batch []*raft.Log
+	var batchBytes int
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := dst.StoreLogs(batch); err != nil {
+			return fmt.Errorf("append entries %d..%d: %w", batch[0].Index, batch[len(batch)-1].Index, err)
+		}
+		batch, batchBytes = batch[:0], 0
+		return nil
+	}
+	for idx := first; idx <= last; idx++ {
+		l := new(raft.Log)
+		if err := src.GetLog(idx, l); err != nil {
+			return n, bytes, fmt.Errorf("read entry %d of %d..%d: %w", idx, first, last, err)
+		}
+		batch = append(batch, l)
+		batchBytes += len(l.Data)
+		n++
+		bytes += uint64(len(l.Data))
+		if batchBytes >= migrateBatchBytes {
+			if err := flush(); err != nil {
+				return n, bytes, err
+			}
+		}
+	}
+	return n, bytes, flush()
+}
+
+// syncDir fsyncs a directory, so that the names created, renamed or
+// removed in it last.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
