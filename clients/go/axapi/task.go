@@ -184,22 +184,23 @@ func (t Task) MarshalJSON() ([]byte, error) {
 	if len(t.Payload) > 0 && !raw {
 		v.PayloadB64 = base64.StdEncoding.EncodeToString(t.Payload)
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
+	out, ok := appendTaskJSON(make([]byte, 0, 512+len(t.Payload)), &v)
+	if !ok {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
+			return nil, err
+		}
+		out = bytes.TrimRight(buf.Bytes(), "\n")
 	}
-	out := bytes.TrimRight(buf.Bytes(), "\n")
 	if !raw {
 		return out, nil
 	}
 	// out ends with '}' and is never "{}" (id is always present).
-	res := make([]byte, 0, len(out)+len(t.Payload)+len(`,"payload":`))
-	res = append(res, out[:len(out)-1]...)
-	res = append(res, `,"payload":`...)
-	res = append(res, t.Payload...)
-	return append(res, '}'), nil
+	out = append(out[:len(out)-1], `,"payload":`...)
+	out = append(out, t.Payload...)
+	return append(out, '}'), nil
 }
 
 // UnmarshalJSON decodes a task view produced by MarshalJSON: "payload" is
