@@ -50,6 +50,19 @@ func scanSubmitBatch(body []byte) (reqs []submitRequest, ok bool) {
 	}
 }
 
+// scanSubmit is the fast path of DecodeSubmit: one submit request of the
+// usual shape, read as scanSubmitBatch reads each item of a batch (the
+// same rules; anything else goes through encoding/json as before).
+func scanSubmit(body []byte) (r submitRequest, ok bool) {
+	s := scanner{b: body}
+	s.ws()
+	if !s.item(&r) {
+		return submitRequest{}, false
+	}
+	s.ws()
+	return r, s.p == len(s.b)
+}
+
 // scanner reads JSON from b at p.
 type scanner struct {
 	b []byte

@@ -181,3 +181,70 @@ func FuzzScanSubmitBatchMatchesJSON(f *testing.F) {
 		}
 	})
 }
+
+// singleBodies are the items of the scanned batch bodies, each as a body
+// of its own (POST /v1/tasks), with white space around some.
+func singleBodies(t testing.TB) []string {
+	var out []string
+	for i, b := range scannedBodies {
+		var req struct {
+			Tasks []json.RawMessage `json:"tasks"`
+		}
+		if err := json.Unmarshal([]byte(b), &req); err != nil {
+			t.Fatalf("scanned body %d: %v", i, err)
+		}
+		for j, raw := range req.Tasks {
+			if j%2 == 1 {
+				raw = append(append([]byte(" \n"), raw...), "\t "...)
+			}
+			out = append(out, string(raw))
+		}
+	}
+	return out
+}
+
+// A single submit of the usual shape is read by the scanner, with the
+// request encoding/json gives; other bodies are left to encoding/json.
+func TestScanSubmitMatchesJSON(t *testing.T) {
+	bodies := singleBodies(t)
+	if len(bodies) < 5 {
+		t.Fatalf("only %d single bodies", len(bodies))
+	}
+	for _, b := range bodies {
+		got, ok := scanSubmit([]byte(b))
+		if !ok {
+			t.Fatalf("scanner refused %q", b)
+		}
+		var want submitRequest
+		if err := decodeStrict([]byte(b), &want); err != nil {
+			t.Fatalf("encoding/json refuses %q: %v", b, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q:\nscanner: %+v\njson:    %+v", b, got, want)
+		}
+	}
+	for _, b := range []string{``, `null`, `{"handler":"h"} x`, `{"handler":"h","handler":"g"}`, `{"Handler":"h"}`, `{"handler":"h\u0041"}`, `{"priority":1.5}`, `[{"handler":"h"}]`, `{"colour":"red"}`} {
+		if _, ok := scanSubmit([]byte(b)); ok {
+			t.Errorf("scanner read %q, which is encoding/json's to answer", b)
+		}
+	}
+}
+
+func FuzzScanSubmitMatchesJSON(f *testing.F) {
+	for _, b := range singleBodies(f) {
+		f.Add([]byte(b))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, ok := scanSubmit(body)
+		if !ok {
+			return
+		}
+		var want submitRequest
+		if err := decodeStrict(body, &want); err != nil {
+			t.Fatalf("the scanner read %q, encoding/json refuses it: %v", body, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q:\nscanner: %+v\njson:    %+v", body, got, want)
+		}
+	})
+}

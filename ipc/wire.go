@@ -170,6 +170,9 @@ var fieldTypes = map[string]string{
 // labels) and invalid values with ErrInvalid; a payload over the limit with
 // ErrTooLarge. Messages name the field.
 func DecodeSubmit(body []byte) (TaskSpec, error) {
+	if req, ok := scanSubmit(body); ok {
+		return req.spec()
+	}
 	var req submitRequest
 	if err := decodeStrict(body, &req); err != nil {
 		return TaskSpec{}, err
