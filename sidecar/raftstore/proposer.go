@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -93,6 +94,9 @@ type ProposerConfig struct {
 type Proposer struct {
 	cfg ProposerConfig
 	ch  chan *proposal
+	// running is set while Run builds and applies an entry, direct while
+	// a caller does (Propose's direct path).
+	running, direct atomic.Bool
 }
 
 // NewProposer returns a proposer; nil Weight counts one per command, nil
@@ -137,10 +141,12 @@ func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 		return nil, err
 	}
 	pr := &proposal{cmds: cmds, done: make(chan proposalResult, 1), warnings: warnings}
-	select {
-	case p.ch <- pr:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if !p.applyDirect(pr) {
+		select {
+		case p.ch <- pr:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	select {
 	case r := <-pr.done:
@@ -148,6 +154,26 @@ func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// applyDirect builds and applies pr's entry on the caller's goroutine when
+// the proposer is idle (nothing queued, no entry being built by Run or
+// another caller) and reports whether it did. A caller that comes alone
+// saves the hand-off to Run (about a tenth of a single submit's time on
+// one node); callers that meet queue, and Run groups them as before. Two
+// entries built at once (Run just took a proposal when a caller found the
+// queue empty) are harmless: raft.Apply is safe for concurrent use, and
+// concurrent proposals have no order between them.
+func (p *Proposer) applyDirect(pr *proposal) bool {
+	if p.running.Load() || len(p.ch) > 0 || !p.direct.CompareAndSwap(false, true) {
+		return false
+	}
+	defer p.direct.Store(false)
+	if p.running.Load() || len(p.ch) > 0 {
+		return false
+	}
+	p.apply([]*proposal{pr}, p.cfg.Weight(pr.cmds))
+	return true
 }
 
 // Run builds and proposes entries until ctx ends.
@@ -163,6 +189,7 @@ func (p *Proposer) Run(ctx context.Context) {
 			case first = <-p.ch:
 			}
 		}
+		p.running.Store(true)
 		batch := []*proposal{first}
 		ncmds, nbytes := p.cfg.Weight(first.cmds), cmdBytes(first.cmds)
 		low := p.lowSpace()
@@ -184,6 +211,7 @@ func (p *Proposer) Run(ctx context.Context) {
 			}
 		}
 		p.apply(batch, ncmds)
+		p.running.Store(false)
 	}
 }
 

@@ -265,3 +265,37 @@ func TestCmdBytes(t *testing.T) {
 		t.Fatalf("cmdBytes %d, want 10", n)
 	}
 }
+
+// A proposal that finds the proposer idle is applied on its caller's
+// goroutine (Run is not even started here); one that finds an entry being
+// built, or proposals queued, queues for Run.
+func TestProposerAppliesDirectlyWhenIdle(t *testing.T) {
+	r := &fakeRaft{state: raft.Leader, entries: make(chan []raftfsm.Command, 8)}
+	p := NewProposer(ProposerConfig{Raft: r})
+	res, err := p.Propose(context.Background(), []raftfsm.Command{nodeCmd("a")})
+	if err != nil || len(res) != 1 || res[0].Index != 7 {
+		t.Fatalf("idle proposer: %v %+v", err, res)
+	}
+	if e := <-r.entries; len(e) != 1 || e[0].Node.ID != "a" {
+		t.Fatalf("entry %v", e)
+	}
+
+	p.running.Store(true) // Run is building an entry
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := p.Propose(ctx, []raftfsm.Command{nodeCmd("b")}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("while Run builds: %v, want the proposal queued until ctx ends", err)
+	}
+	if len(p.ch) != 1 || len(r.entries) != 0 {
+		t.Fatalf("while Run builds: %d queued, %d applied; want 1 queued", len(p.ch), len(r.entries))
+	}
+	p.running.Store(false)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel2()
+	if _, err := p.Propose(ctx2, []raftfsm.Command{nodeCmd("c")}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("behind a queued proposal: %v, want it queued too", err)
+	}
+	if len(p.ch) != 2 || len(r.entries) != 0 {
+		t.Fatalf("behind a queued proposal: %d queued, %d applied; want 2 queued", len(p.ch), len(r.entries))
+	}
+}
