@@ -477,3 +477,21 @@ type fakeGuard struct{ err error }
 
 func (g fakeGuard) WriteAllowed() error        { return g.err }
 func (g fakeGuard) FreeingWriteAllowed() error { return g.err }
+
+// A task that finished in the same millisecond as a purge's "finished
+// before" time, but before it, is purged: finish times are stored to the
+// millisecond, rounded down (a cancel answered just before a purge of
+// CANCELLED tasks "finished before now" was left, a CI run saw it).
+func TestPurgeTasksIncludesTheCurrentMillisecond(t *testing.T) {
+	e := newEnv(t)
+	e.submit("a", "h")
+	e.apply(raftfsm.Command{Type: raftfsm.CmdCancel, Cancel: &raftfsm.Cancel{ID: "a", AtMs: e.clock.Now().UnixMilli()}})
+	e.purge.calls, e.purge.purged = nil, nil
+	res, err := e.b.PurgeTasks(ctx, ipc.PurgeQuery{Handler: "h", FinishedBefore: e.clock.Now().Add(300 * time.Microsecond), Limit: 10})
+	if err != nil || res.Purged != 1 {
+		t.Fatalf("purge of a task finished earlier in the same millisecond: %+v %v", res, err)
+	}
+	if got := ceilMilli(time.UnixMilli(5000)); got != 5000 {
+		t.Fatalf("ceilMilli of a whole millisecond: %d", got)
+	}
+}

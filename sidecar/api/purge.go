@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/axsched/ax/ipc"
 	"github.com/axsched/ax/raftfsm"
@@ -72,7 +73,7 @@ func (b *Backend) stageOfRunningFlow(id string) (string, bool) {
 // leader) in entries of at most Config.MaxBatchCommands ids.
 func (b *Backend) PurgeTasks(ctx context.Context, q ipc.PurgeQuery) (ipc.PurgeResult, error) {
 	b.readOwnWrites(ctx)
-	fq := raftfsm.FinishedQuery{Handler: q.Handler, State: raftfsm.ParseState(q.State), BeforeMs: q.FinishedBefore.UnixMilli()}
+	fq := raftfsm.FinishedQuery{Handler: q.Handler, State: raftfsm.ParseState(q.State), BeforeMs: ceilMilli(q.FinishedBefore)}
 	fts, more, err := b.d.Store.Finished(fq, q.Limit)
 	if err != nil {
 		return ipc.PurgeResult{}, err
@@ -94,4 +95,16 @@ func (b *Backend) PurgeTasks(ctx context.Context, q ipc.PurgeQuery) (ipc.PurgeRe
 	}
 	res.More = more
 	return res, nil
+}
+
+// ceilMilli is t in Unix milliseconds, rounded up: finish times are
+// stored to the millisecond (rounded down), so a task that finished before
+// t in the same millisecond (a cancel just before a purge "finished
+// before now") has a finish time below it and is included.
+func ceilMilli(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.Sub(time.UnixMilli(ms)) > 0 {
+		ms++
+	}
+	return ms
 }
