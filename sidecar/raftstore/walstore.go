@@ -24,6 +24,13 @@ import (
 //
 // A data dir of an earlier version has raft.db and no wal: openLogStore
 // migrates it first (migrateBoltLog).
+//
+// Once the WAL is there, raft.db is a guard (boltGuard): a few bytes that
+// bolt refuses, so that an earlier version of ax started on the dir (a
+// downgrade) exits ("open raft log: invalid database") instead of
+// creating an empty raft.db, which it would take for a new node's log: it
+// would start a new Raft log at index 1 over a state applied far beyond,
+// and skip every new entry up to that index as applied before.
 
 // walSegmentSize is the size of a WAL segment file, bytes. raft-wal
 // preallocates each new segment at this size (fallocate), so it is what
@@ -41,7 +48,17 @@ const (
 	walDirName     = "wal"
 	boltLogName    = "raft.db"
 	walMigrateName = "wal.migrating"
+	// boltCompactName is the copy an earlier version's raft.db compaction
+	// wrote before renaming it over raft.db; a crash could leave it.
+	boltCompactName = "raft.db.compact"
+	boltGuardTmp    = "raft.db.guard"
 )
+
+// boltGuard is what raft.db holds beside the WAL (see openLogStore): not a
+// bolt file (bolt answers "invalid database"), and short, so that telling
+// it from a real raft.db reads a few bytes.
+const boltGuard = "ax: this data dir keeps its Raft log in wal/ (raft-wal). This file is not a bolt\n" +
+	"database: it makes an earlier version of ax, which reads raft.db, refuse to start here.\n"
 
 // migrateBatchBytes bounds the entry bytes a migration appends to the
 // WAL at once (one append, one fsync each).
@@ -71,7 +88,52 @@ func openLogStore(dataDir string, log zerolog.Logger, hlog hclog.Logger) (*wal.W
 	if err != nil {
 		return nil, fmt.Errorf("open raft log %s: %w", dir, err)
 	}
+	if err := writeBoltGuard(dataDir); err != nil {
+		w.Close()
+		return nil, err
+	}
 	return w, nil
+}
+
+// isBoltGuard reports whether the file at path is boltGuard.
+func isBoltGuard(path string) bool {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() != int64(len(boltGuard)) {
+		return false
+	}
+	b, err := os.ReadFile(path)
+	return err == nil && string(b) == boltGuard
+}
+
+// writeBoltGuard makes dataDir/raft.db the guard, unless it is already:
+// written beside, synced, renamed over raft.db (a stale bolt log left by
+// an interrupted migration is replaced in the same step) and the dir
+// synced.
+func writeBoltGuard(dataDir string) error {
+	path := filepath.Join(dataDir, boltLogName)
+	if isBoltGuard(path) {
+		return nil
+	}
+	tmp := filepath.Join(dataDir, boltGuardTmp)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	_, err = f.WriteString(boltGuard)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return syncDir(dataDir)
 }
 
 // openWAL opens (or creates) the WAL in dir, which must exist.
@@ -88,37 +150,51 @@ func openWAL(dir string, hlog hclog.Logger) (*wal.WAL, error) {
 }
 
 // hasLogStore reports whether dataDir holds a Raft log: the WAL or the
-// bolt log of an earlier version.
+// bolt log of an earlier version (not the guard alone).
 func hasLogStore(dataDir string) bool {
-	for _, name := range []string{walDirName, boltLogName} {
-		if _, err := os.Stat(filepath.Join(dataDir, name)); err == nil {
-			return true
-		}
+	if _, err := os.Stat(filepath.Join(dataDir, walDirName)); err == nil {
+		return true
 	}
-	return false
+	path := filepath.Join(dataDir, boltLogName)
+	_, err := os.Stat(path)
+	return err == nil && !isBoltGuard(path)
 }
 
 // migrateBoltLog moves the Raft log and stable store of an earlier
 // version, dataDir/raft.db (raft-boltdb), into a new WAL, dataDir/wal.
 // It builds the WAL in dataDir/wal.migrating (raft's stable keys, then
 // every entry first..last in order, each append synced), closes it, syncs
-// the dir, renames it to wal and only then removes raft.db. A crash at
-// any step leaves a dir that starts: raft.db alone (with or without a
-// partial wal.migrating, which is removed) is migrated again; wal present
-// is used, and a raft.db left beside it is removed. A dir with neither is
-// left alone (a new node). Errors: reading raft.db, writing the WAL (the
-// partial copy is removed, raft.db is kept).
+// the dir, renames it to wal and only then replaces raft.db with the
+// guard (writeBoltGuard). A crash at any step leaves a dir that starts:
+// raft.db alone (with or without a partial wal.migrating, which is
+// removed) is migrated again; wal present is used, and a bolt raft.db
+// left beside it is replaced by the guard. A dir with neither (or with
+// the guard alone, which is removed) is left alone (a new node), and so
+// is one with the WAL and the guard. A raft.db.compact an earlier
+// version's compaction left is removed. Errors: reading raft.db, writing
+// the WAL (the partial copy is removed, raft.db is kept).
 func migrateBoltLog(dataDir string, log zerolog.Logger, hlog hclog.Logger) error {
 	boltPath := filepath.Join(dataDir, boltLogName)
 	walPath := filepath.Join(dataDir, walDirName)
 	tmp := filepath.Join(dataDir, walMigrateName)
+	if err := os.Remove(filepath.Join(dataDir, boltCompactName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove an interrupted raft.db compaction: %w", err)
+	}
 	if _, err := os.Stat(walPath); err == nil {
-		// Migrated already; a crash may have come before raft.db's removal.
-		if _, err := os.Stat(boltPath); err == nil {
-			if err := os.Remove(boltPath); err != nil {
-				return fmt.Errorf("remove the migrated %s: %w", boltPath, err)
+		// Migrated already; a crash may have come before raft.db's
+		// replacement by the guard.
+		if _, err := os.Stat(boltPath); err == nil && !isBoltGuard(boltPath) {
+			if err := writeBoltGuard(dataDir); err != nil {
+				return fmt.Errorf("replace the migrated %s: %w", boltPath, err)
 			}
-			log.Info().Str("path", boltPath).Msg("removed raft.db left by an interrupted migration to the WAL")
+			log.Info().Str("path", boltPath).Msg("replaced raft.db left by an interrupted migration to the WAL")
+		}
+		return os.RemoveAll(tmp)
+	}
+	if isBoltGuard(boltPath) {
+		// The guard without its WAL: no Raft log (a new node).
+		if err := os.Remove(boltPath); err != nil {
+			return err
 		}
 		return os.RemoveAll(tmp)
 	}
@@ -150,11 +226,8 @@ func migrateBoltLog(dataDir string, log zerolog.Logger, hlog hclog.Logger) error
 	if err := syncDir(dataDir); err != nil {
 		return fmt.Errorf("migrate raft.db: sync %s: %w", dataDir, err)
 	}
-	if err := os.Remove(boltPath); err != nil {
-		return fmt.Errorf("remove the migrated %s: %w", boltPath, err)
-	}
-	if err := syncDir(dataDir); err != nil {
-		return fmt.Errorf("migrate raft.db: sync %s: %w", dataDir, err)
+	if err := writeBoltGuard(dataDir); err != nil {
+		return fmt.Errorf("replace the migrated %s: %w", boltPath, err)
 	}
 	log.Info().Uint64("entries", n).Uint64("bytes", bytes).Dur("took", time.Since(start)).
 		Msg("Raft log migrated from raft.db (bolt) to the WAL")

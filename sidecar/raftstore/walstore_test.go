@@ -34,9 +34,12 @@ func testEntries(first, n uint64) []*raft.Log {
 }
 
 // writeBoltLog writes a raft.db as an earlier version left it: the
-// entries, and the term and vote when term > 0.
+// entries, and the term and vote when term > 0 (over the guard, if any).
 func writeBoltLog(t *testing.T, path string, ls []*raft.Log, term uint64, cand string) {
 	t.Helper()
+	if isBoltGuard(path) {
+		os.Remove(path)
+	}
 	b, err := raftboltdb.New(raftboltdb.Options{Path: path})
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +109,8 @@ func exists(path string) bool { _, err := os.Stat(path); return err == nil }
 
 // An earlier version's raft.db is migrated to the WAL: every entry (a log
 // compacted to start past 1, spanning several segments and migration
-// batches), the term and the vote; raft.db and the temporary dir are gone.
+// batches), the term and the vote; raft.db is the guard and the temporary
+// dir is gone.
 // A bolt log without entries or without a vote migrates too.
 func TestMigrateBoltLogCopiesEntriesTermAndVote(t *testing.T) {
 	for _, tc := range []struct {
@@ -126,8 +130,8 @@ func TestMigrateBoltLogCopiesEntriesTermAndVote(t *testing.T) {
 			if err := migrateBoltLog(dir, zerolog.New(zerolog.NewTestWriter(t)), testHlog); err != nil {
 				t.Fatal(err)
 			}
-			if exists(filepath.Join(dir, boltLogName)) || exists(filepath.Join(dir, walMigrateName)) {
-				t.Fatal("raft.db or wal.migrating left after the migration")
+			if !isBoltGuard(filepath.Join(dir, boltLogName)) || exists(filepath.Join(dir, walMigrateName)) {
+				t.Fatal("raft.db not the guard, or wal.migrating left, after the migration")
 			}
 			checkWAL(t, dir, tc.ls, tc.term, tc.cand)
 			// Migrating again changes nothing.
@@ -149,8 +153,9 @@ func TestMigrateBoltLogCopiesEntriesTermAndVote(t *testing.T) {
 
 // A crash during the migration leaves a dir that starts: a partial
 // wal.migrating beside raft.db is dropped and the migration runs again;
-// a wal beside raft.db (a crash before its removal) is kept, raft.db
-// removed. A dir with neither is a new node: nothing is made.
+// a wal beside a bolt raft.db (a crash before its replacement) is kept,
+// raft.db replaced by the guard. A dir with neither is a new node:
+// nothing is made; nor with the guard alone, which is removed.
 func TestMigrateBoltLogAfterACrash(t *testing.T) {
 	ls := testEntries(1, 50)
 	log := zerolog.New(zerolog.NewTestWriter(t))
@@ -176,8 +181,8 @@ func TestMigrateBoltLogAfterACrash(t *testing.T) {
 	if err := migrateBoltLog(dir, log, testHlog); err != nil {
 		t.Fatal(err)
 	}
-	if exists(filepath.Join(dir, boltLogName)) {
-		t.Fatal("raft.db beside wal not removed")
+	if !isBoltGuard(filepath.Join(dir, boltLogName)) {
+		t.Fatal("raft.db beside wal not replaced by the guard")
 	}
 	checkWAL(t, dir, ls, 4, "s3")
 
@@ -188,6 +193,56 @@ func TestMigrateBoltLogAfterACrash(t *testing.T) {
 	if names, _ := os.ReadDir(empty); len(names) != 0 {
 		t.Fatalf("a new data dir got %v", names)
 	}
+	if err := writeBoltGuard(empty); err != nil {
+		t.Fatal(err)
+	}
+	if hasLogStore(empty) {
+		t.Fatal("the guard alone counts as a Raft log")
+	}
+	if err := migrateBoltLog(empty, log, testHlog); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := os.ReadDir(empty); len(names) != 0 {
+		t.Fatalf("the guard alone left %v", names)
+	}
+}
+
+// Beside the WAL, raft.db is the guard, which an earlier version (it
+// opened raft.db with raftboltdb.NewBoltStore, creating it when absent)
+// cannot open: started on the dir after a downgrade it exits instead of
+// starting a new Raft log over the applied state. A new node's dir gets
+// it when the WAL is made, a migrated one in place of the bolt log; a
+// raft.db.compact left by an earlier version's compaction is removed; the
+// guard changes nothing at the next open.
+func TestLogStoreLeavesARaftDBEarlierVersionsRefuse(t *testing.T) {
+	log := zerolog.New(zerolog.NewTestWriter(t))
+	fresh := t.TempDir()
+	migrated := t.TempDir()
+	writeBoltLog(t, filepath.Join(migrated, boltLogName), testEntries(1, 20), 2, "s1")
+	if err := os.WriteFile(filepath.Join(migrated, boltCompactName), []byte("half a copy"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{fresh, migrated} {
+		for range 2 {
+			w, err := openLogStore(dir, log, testHlog)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			path := filepath.Join(dir, boltLogName)
+			if !isBoltGuard(path) {
+				t.Fatalf("%s: raft.db is not the guard", dir)
+			}
+			if b, err := raftboltdb.NewBoltStore(path); err == nil {
+				b.Close()
+				t.Fatalf("%s: an earlier version opens raft.db beside the WAL", dir)
+			}
+			if !isBoltGuard(path) || exists(filepath.Join(dir, boltCompactName)) || exists(filepath.Join(dir, boltGuardTmp)) {
+				t.Fatalf("%s: raft.db changed by the refused open, or raft.db.compact or the guard's temporary file left", dir)
+			}
+		}
+	}
+	checkWAL(t, migrated, testEntries(1, 20), 2, "s1")
 }
 
 // A raft.db that cannot be read is an error and is kept, with no wal.
@@ -214,9 +269,13 @@ func mkdir(t *testing.T, dir string) string {
 }
 
 // walToBolt turns a stopped node's data dir into what an earlier version
-// wrote: its WAL copied into raft.db (entries, term, vote), wal removed.
+// wrote: its WAL copied into raft.db (entries, term, vote), wal and the
+// guard removed.
 func walToBolt(t *testing.T, dataDir string) (entries int) {
 	t.Helper()
+	if err := os.Remove(filepath.Join(dataDir, boltLogName)); err != nil {
+		t.Fatal(err)
+	}
 	w, err := openWAL(filepath.Join(dataDir, walDirName), testHlog)
 	if err != nil {
 		t.Fatal(err)
@@ -306,8 +365,8 @@ func TestNodeStartsOnAMigratedDataDir(t *testing.T) {
 			if !st.HasState {
 				t.Fatal("no Raft state after the migration")
 			}
-			if exists(filepath.Join(dir, boltLogName)) {
-				t.Fatal("raft.db still there")
+			if !isBoltGuard(filepath.Join(dir, boltLogName)) {
+				t.Fatal("raft.db still there (not replaced by the guard)")
 			}
 			if err := st.Raft.Barrier(0).Error(); err != nil {
 				t.Fatal(err)
