@@ -89,8 +89,9 @@ func openLogStore(dataDir string, log zerolog.Logger, hlog hclog.Logger) (*wal.W
 		return nil, fmt.Errorf("open raft log %s: %w", dir, err)
 	}
 	if err := writeBoltGuard(dataDir); err != nil {
-		w.Close()
-		return nil, err
+		// The guard only protects against a downgrade: a node whose disk
+		// is full still starts (and writes it at a later start).
+		log.Warn().Err(err).Msg("raft.db guard not written: an earlier version of ax started on this data dir would not refuse it")
 	}
 	return w, nil
 }
@@ -184,8 +185,8 @@ func migrateBoltLog(dataDir string, log zerolog.Logger, hlog hclog.Logger) error
 		// Migrated already; a crash may have come before raft.db's
 		// replacement by the guard.
 		if _, err := os.Stat(boltPath); err == nil && !isBoltGuard(boltPath) {
-			if err := writeBoltGuard(dataDir); err != nil {
-				return fmt.Errorf("replace the migrated %s: %w", boltPath, err)
+			if err := replaceMigrated(dataDir, log); err != nil {
+				return err
 			}
 			log.Info().Str("path", boltPath).Msg("replaced raft.db left by an interrupted migration to the WAL")
 		}
@@ -226,12 +227,27 @@ func migrateBoltLog(dataDir string, log zerolog.Logger, hlog hclog.Logger) error
 	if err := syncDir(dataDir); err != nil {
 		return fmt.Errorf("migrate raft.db: sync %s: %w", dataDir, err)
 	}
-	if err := writeBoltGuard(dataDir); err != nil {
-		return fmt.Errorf("replace the migrated %s: %w", boltPath, err)
+	if err := replaceMigrated(dataDir, log); err != nil {
+		return err
 	}
 	log.Info().Uint64("entries", n).Uint64("bytes", bytes).Dur("took", time.Since(start)).
 		Msg("Raft log migrated from raft.db (bolt) to the WAL")
 	return nil
+}
+
+// replaceMigrated replaces dataDir/raft.db, migrated into the WAL, by the
+// guard, or removes it when the guard cannot be written (a full disk).
+func replaceMigrated(dataDir string, log zerolog.Logger) error {
+	err := writeBoltGuard(dataDir)
+	if err == nil {
+		return nil
+	}
+	log.Warn().Err(err).Msg("raft.db guard not written: the migrated raft.db is removed instead")
+	path := filepath.Join(dataDir, boltLogName)
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("remove the migrated %s: %w", path, err)
+	}
+	return syncDir(dataDir)
 }
 
 // copyBoltToWAL copies raft's stable keys and every log entry of the

@@ -504,3 +504,26 @@ func BenchmarkLogAppend(b *testing.B) {
 		run(b, s)
 	})
 }
+
+// A guard that cannot be written (here its temporary file's name is taken
+// by a dir; on a full disk, ENOSPC) does not stop the node: the log store
+// opens, and a migrated raft.db is removed instead of replaced.
+func TestLogStoreOpensWithoutTheGuard(t *testing.T) {
+	dir := t.TempDir()
+	writeBoltLog(t, filepath.Join(dir, boltLogName), testEntries(1, 5), 1, "s1")
+	mkdir(t, filepath.Join(dir, boltGuardTmp, "x"))
+	w, err := openLogStore(dir, zerolog.New(zerolog.NewTestWriter(t)), testHlog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if exists(filepath.Join(dir, boltLogName)) {
+		t.Fatal("the migrated raft.db left beside the WAL")
+	}
+	checkWAL(t, dir, testEntries(1, 5), 1, "s1")
+	w, err = openLogStore(dir, zerolog.Nop(), testHlog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+}
