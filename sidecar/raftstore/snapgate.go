@@ -423,7 +423,7 @@ func (st *Store) openSnapshots(hlog hclog.Logger) (*gatedSnapshotStore, error) {
 			}
 			return sum
 		},
-		diskSize:       cacheFor(diskSizeCacheFor, st.clock.Now, func() uint64 { return dirAllocatedBytes(filepath.Join(dataDir, "state")) }),
+		diskSize:       dropErr(cacheFor(diskSizeCacheFor, st.clock.Now, func() (uint64, error) { return dirAllocatedBytes(filepath.Join(dataDir, "state")), nil })),
 		beforeSnapshot: st.lowerTrailingLogs,
 	}
 	s.persisted = func() { s.logBytesAtSnap.Store(st.LogStats.Bytes.Load()) }
@@ -543,19 +543,29 @@ func (c *Compactor) Run(ctx context.Context) {
 const diskSizeCacheFor = time.Second
 
 // cacheFor returns fn's value, computed again only when it is older than
-// d by now's clock.
-func cacheFor(d time.Duration, now func() time.Time, fn func() uint64) func() uint64 {
+// d by now's clock (or the clock stepped back). An answer with an error
+// is returned but not kept: the next call asks again.
+func cacheFor[T any](d time.Duration, now func() time.Time, fn func() (T, error)) func() (T, error) {
 	var mu sync.Mutex
 	var at time.Time
-	var v uint64
-	return func() uint64 {
+	var v T
+	return func() (T, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if t := now(); at.IsZero() || t.Sub(at) >= d || t.Before(at) {
-			v, at = fn(), t
+			nv, err := fn()
+			if err != nil {
+				return nv, err
+			}
+			v, at = nv, t
 		}
-		return v
+		return v, nil
 	}
+}
+
+// dropErr adapts a function that never fails.
+func dropErr[T any](fn func() (T, error)) func() T {
+	return func() T { v, _ := fn(); return v }
 }
 
 // dirAllocatedBytes returns the disk space the files in dir take (their

@@ -308,7 +308,7 @@ func TestSnapshotTempDirRemovedWhenCancelFails(t *testing.T) {
 func TestCacheForRecomputesOnlyWhenOld(t *testing.T) {
 	now := time.Unix(1000, 0)
 	calls := 0
-	f := cacheFor(time.Second, func() time.Time { return now }, func() uint64 { calls++; return uint64(calls) })
+	f := dropErr(cacheFor(time.Second, func() time.Time { return now }, func() (uint64, error) { calls++; return uint64(calls), nil }))
 	for range 1000 {
 		if v := f(); v != 1 {
 			t.Fatalf("cached value %d", v)

@@ -157,7 +157,7 @@ func NewGuard(cfg GuardConfig) *Guard {
 func newStorageGuard(dir string, reserve int64, interval time.Duration, fsm *raftfsm.FSM, log zerolog.Logger) *Guard {
 	g := &Guard{
 		dir: dir, interval: interval, log: log, fsm: fsm, now: engine.RealClock().Now,
-		freeSpace: (&statfsCache{fn: FreeSpace, maxAge: statfsMaxAge, now: time.Now}).get, probeWrite: writeProbeFile,
+		freeSpace: liveFreeSpace(dir), probeWrite: writeProbeFile,
 		stopCh: make(chan struct{}),
 	}
 	g.reserve.Store(uint64(max(reserve, 0)))
@@ -478,42 +478,24 @@ func FreeSpace(dir string) (DiskFree, error) {
 	return f, nil
 }
 
-// statfsMaxAge is how old a free-space answer may be (statfsCache).
+// statfsMaxAge is how old a free-space answer may be (liveFreeSpace).
 const statfsMaxAge = time.Millisecond
 
-// statfsCache answers FreeSpace with a result at most maxAge old. The API
-// checks free space before every write (Guard.LiveErr), and one statfs per
-// request cost 5 % of a node's CPU at 9 500 submits/s; within a millisecond
-// the node writes at most what its disk takes in a millisecond, far inside
-// the reserve's margins. maxAge is real (monotonic) time, as statfs is.
-type statfsCache struct {
-	fn     func(dir string) (DiskFree, error)
-	maxAge time.Duration
-	now    func() time.Time
-
-	mu  sync.Mutex
-	dir string
-	at  time.Time // of val; zero: none
-	val DiskFree
-}
-
-func (c *statfsCache) get(dir string) (DiskFree, error) {
-	now := c.now()
-	c.mu.Lock()
-	if !c.at.IsZero() && c.dir == dir && now.Sub(c.at) < c.maxAge {
-		v := c.val
-		c.mu.Unlock()
-		return v, nil
+// liveFreeSpace is FreeSpace of dir with an answer reused for
+// statfsMaxAge (cacheFor; a failed statfs is asked again). The API checks
+// free space before every write (Guard.LiveErr), and one statfs per
+// request cost 5 % of a node's CPU at 9 500 submits/s; within a
+// millisecond the node writes at most what its disk takes in a
+// millisecond, far inside the reserve's margins. Other dirs are asked
+// live. The age is real (monotonic) time, as statfs is.
+func liveFreeSpace(dir string) func(string) (DiskFree, error) {
+	cached := cacheFor(statfsMaxAge, time.Now, func() (DiskFree, error) { return FreeSpace(dir) })
+	return func(d string) (DiskFree, error) {
+		if d != dir {
+			return FreeSpace(d)
+		}
+		return cached()
 	}
-	c.mu.Unlock()
-	v, err := c.fn(dir)
-	if err != nil {
-		return v, err // not kept: the next call asks again
-	}
-	c.mu.Lock()
-	c.dir, c.at, c.val = dir, now, v
-	c.mu.Unlock()
-	return v, nil
 }
 
 // DiskFree is what statfs tells of the data dir's file system.

@@ -250,48 +250,49 @@ func TestStorageGuardWaitWritableStops(t *testing.T) {
 }
 
 // The free-space answer is reused for statfsMaxAge, and asked again after
-// it, for another directory, or after a failed call.
+// it or after a failed call (cacheFor keeps no error).
 func TestStatfsCacheReusesAnswerForMaxAge(t *testing.T) {
 	var calls int
 	var fail bool
 	now := time.Unix(1_700_000_000, 0)
-	c := &statfsCache{maxAge: time.Millisecond, now: func() time.Time { return now },
-		fn: func(dir string) (DiskFree, error) {
-			calls++
-			if fail {
-				return DiskFree{}, errors.New("statfs failed")
-			}
-			return DiskFree{Bytes: uint64(calls), Inodes: -1}, nil
-		}}
-	get := func(dir string) DiskFree {
+	c := cacheFor(statfsMaxAge, func() time.Time { return now }, func() (DiskFree, error) {
+		calls++
+		if fail {
+			return DiskFree{}, errors.New("statfs failed")
+		}
+		return DiskFree{Bytes: uint64(calls), Inodes: -1}, nil
+	})
+	get := func() DiskFree {
 		t.Helper()
-		v, err := c.get(dir)
+		v, err := c()
 		if err != nil {
 			t.Fatalf("get: %v", err)
 		}
 		return v
 	}
-	if v := get("/a"); v.Bytes != 1 {
+	if v := get(); v.Bytes != 1 {
 		t.Fatalf("first answer %d", v.Bytes)
 	}
 	now = now.Add(999 * time.Microsecond)
-	if v := get("/a"); v.Bytes != 1 || calls != 1 {
+	if v := get(); v.Bytes != 1 || calls != 1 {
 		t.Fatalf("within maxAge: answer %d after %d calls, want the kept 1 after 1", v.Bytes, calls)
 	}
-	if v := get("/b"); v.Bytes != 2 {
-		t.Fatalf("another dir: answer %d, want a new one", v.Bytes)
-	}
 	now = now.Add(time.Millisecond)
-	if v := get("/b"); v.Bytes != 3 {
+	if v := get(); v.Bytes != 2 {
 		t.Fatalf("after maxAge: answer %d, want a new one", v.Bytes)
 	}
 	now = now.Add(time.Millisecond)
 	fail = true
-	if _, err := c.get("/b"); err == nil {
+	if _, err := c(); err == nil {
 		t.Fatal("failed statfs not reported")
 	}
 	fail = false
-	if v := get("/b"); v.Bytes != 5 || calls != 5 {
+	if v := get(); v.Bytes != 4 || calls != 4 {
 		t.Fatalf("after a failure: answer %d after %d calls, want a new one", v.Bytes, calls)
+	}
+	// The guard asks another dir live.
+	live := liveFreeSpace(t.TempDir())
+	if _, err := live("/nonexistent-ax-dir"); err == nil {
+		t.Fatal("another dir answered from the cache")
 	}
 }
