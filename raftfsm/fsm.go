@@ -177,21 +177,7 @@ func readApplied(txn *badger.Txn) (uint64, error) {
 // a restart). It panics on an entry it cannot apply (see FSM); on a storage
 // error it blocks, retrying, until the write succeeds or Abort is called.
 func (f *FSM) Apply(l *raft.Log) interface{} {
-	if f.broken.Load() {
-		panic(fmt.Sprintf("raftfsm: entry %d: %v", l.Index, errRestoreFailed))
-	}
-	if l.Index <= f.applied.Load() {
-		return nil
-	}
-	cmds, err := DecodeEntry(l.Data)
-	if err != nil {
-		panic(fmt.Sprintf("raftfsm: entry %d: %v", l.Index, err))
-	}
-	w := f.newWriter()
-	w.frees = EntryFreesSpace(cmds)
-	results, events := w.applyEntry(l.Index, cmds)
-	f.finishWriter(w, l.Index, []appliedEntry{{index: l.Index, events: events}})
-	return results
+	return f.ApplyBatch([]*raft.Log{l})[0]
 }
 
 // batchFlushOps: ApplyBatch commits its transaction at the next entry
