@@ -1,7 +1,6 @@
 package axapi
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -186,13 +185,10 @@ func (t Task) MarshalJSON() ([]byte, error) {
 	}
 	out, ok := appendTaskJSON(make([]byte, 0, 512+len(t.Payload)), &v)
 	if !ok {
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(v); err != nil {
+		var err error
+		if out, err = marshalNoHTML(v); err != nil {
 			return nil, err
 		}
-		out = bytes.TrimRight(buf.Bytes(), "\n")
 	}
 	if !raw {
 		return out, nil

@@ -1,6 +1,7 @@
 package axapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"time"
@@ -168,22 +169,11 @@ func appendJSONString(b []byte, s string) []byte {
 // marshalNoHTML is json.Marshal without HTML escaping and without the
 // trailing newline of an Encoder.
 func marshalNoHTML(v any) ([]byte, error) {
-	var buf jsonBuffer
+	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}
-	out := buf.b
-	if n := len(out); n > 0 && out[n-1] == '\n' {
-		out = out[:n-1]
-	}
-	return out, nil
-}
-
-type jsonBuffer struct{ b []byte }
-
-func (j *jsonBuffer) Write(p []byte) (int, error) {
-	j.b = append(j.b, p...)
-	return len(p), nil
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
