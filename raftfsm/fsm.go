@@ -262,13 +262,6 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 func (w *writer) applyEntry(index uint64, cmds []Command) ([]Result, []Event) {
 	w.index = index
 	before := w.deltas
-	defer func() {
-		for st := range w.deltas {
-			if w.deltas[st] != before[st] {
-				w.touched[st] = true
-			}
-		}
-	}()
 	results := make([]Result, len(cmds))
 	var events []Event
 	for i := range cmds {
@@ -280,6 +273,11 @@ func (w *writer) applyEntry(index uint64, cmds []Command) ([]Result, []Event) {
 		r.Index = index
 		results[i] = r
 		events = append(events, ev...)
+	}
+	for st := range w.deltas {
+		if w.deltas[st] != before[st] {
+			w.touched[st] = true
+		}
 	}
 	return results, events
 }
