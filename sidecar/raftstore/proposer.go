@@ -19,6 +19,9 @@ const (
 	// MaxBatchCommandsDefault bounds the commands group-committed in one
 	// Raft entry (Config.MaxBatchCommands).
 	MaxBatchCommandsDefault = 512
+	// MaxInflightEntriesDefault bounds the entries the proposer has in
+	// flight (proposed, not yet applied; ProposerConfig.MaxInflightEntries).
+	MaxInflightEntriesDefault = 2
 	// maxBatchBytes bounds the payload bytes in one Raft entry.
 	maxBatchBytes = 4 << 20
 	// applyTimeout bounds how long one entry may wait to be enqueued by raft.
@@ -80,20 +83,31 @@ type ProposerConfig struct {
 	// MaxBatchCommands bounds the commands of one entry
 	// (Config.MaxBatchCommands).
 	MaxBatchCommands int
+	// MaxInflightEntries bounds the entries proposed and not yet applied
+	// (group commit: proposals that arrive while the bound is reached
+	// gather into the next entry); 0 or less: MaxInflightEntriesDefault.
+	MaxInflightEntries int
 	// BacklogLimit is Config.BacklogLimit; 0 or less: no admission check.
 	BacklogLimit int
 	Clock        engine.Clock
 	Metrics      ProposerMetrics
 }
 
-// Proposer group-commits the leader's proposals: every command that
-// arrives while the previous entry is being built goes into the next Raft
-// entry, so a burst of submits, fires and completions costs few log
-// writes. Before encoding an entry it lets ProposerConfig.Prepare fill in
-// what only the leader decides. Create it with NewProposer and start Run.
+// Proposer group-commits the leader's proposals: at most
+// ProposerConfig.MaxInflightEntries entries are in flight (proposed, not
+// yet applied), and every command that arrives while they are, or while
+// the next entry is being built, goes into the next Raft entry, so a burst
+// of submits, fires and completions costs few entries and log writes. A
+// caller that finds the proposer idle and an entry free proposes on its
+// own goroutine (the direct path). Before encoding an entry it lets
+// ProposerConfig.Prepare fill in what only the leader decides. Create it
+// with NewProposer and start Run.
 type Proposer struct {
 	cfg ProposerConfig
 	ch  chan *proposal
+	// slots holds one token per entry in flight: taken before raft.Apply,
+	// given back once the entry's outcome is known (waitFuture returns).
+	slots chan struct{}
 	// running is set while Run builds and applies an entry, direct while
 	// a caller does (Propose's direct path).
 	running, direct atomic.Bool
@@ -111,7 +125,10 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 	if cfg.MaxBatchCommands <= 0 {
 		cfg.MaxBatchCommands = MaxBatchCommandsDefault
 	}
-	return &Proposer{cfg: cfg, ch: make(chan *proposal, 1024)}
+	if cfg.MaxInflightEntries <= 0 {
+		cfg.MaxInflightEntries = MaxInflightEntriesDefault
+	}
+	return &Proposer{cfg: cfg, ch: make(chan *proposal, 1024), slots: make(chan struct{}, cfg.MaxInflightEntries)}
 }
 
 // Propose applies cmds on this node, which must lead. It returns one result
@@ -158,9 +175,10 @@ func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 
 // applyDirect builds and applies pr's entry on the caller's goroutine when
 // the proposer is idle (nothing queued, no entry being built by Run or
-// another caller) and reports whether it did. A caller that comes alone
-// saves the hand-off to Run (about a tenth of a single submit's time on
-// one node); callers that meet queue, and Run groups them as before. Two
+// another caller, fewer than MaxInflightEntries in flight) and reports
+// whether it did. A caller that comes alone saves the hand-off to Run
+// (about a tenth of a single submit's time on one node); callers that
+// meet queue, and Run groups them. Two
 // entries built at once (Run just took a proposal when a caller found the
 // queue empty) are harmless: raft.Apply is safe for concurrent use, and
 // concurrent proposals have no order between them.
@@ -172,11 +190,19 @@ func (p *Proposer) applyDirect(pr *proposal) bool {
 	if p.running.Load() || len(p.ch) > 0 {
 		return false
 	}
+	select {
+	case p.slots <- struct{}{}:
+	default:
+		return false // the bound is reached: pr gathers into Run's next entry
+	}
 	p.apply([]*proposal{pr}, p.cfg.Weight(pr.cmds))
 	return true
 }
 
-// Run builds and proposes entries until ctx ends.
+// Run builds and proposes entries until ctx ends. It takes the first
+// queued proposal, waits until fewer than MaxInflightEntries entries are
+// in flight, and only then drains the queue into the entry: what arrived
+// while it waited is in it.
 func (p *Proposer) Run(ctx context.Context) {
 	var carry *proposal // taken from ch, left for the next entry
 	for {
@@ -190,6 +216,12 @@ func (p *Proposer) Run(ctx context.Context) {
 			}
 		}
 		p.running.Store(true)
+		select {
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+			p.running.Store(false)
+			return
+		}
 		batch := []*proposal{first}
 		ncmds, nbytes := p.cfg.Weight(first.cmds), cmdBytes(first.cmds)
 		low := p.lowSpace()
@@ -312,6 +344,8 @@ func cmdBytes(cmds []raftfsm.Command) int {
 	return n
 }
 
+// apply proposes batch's entry; the caller has taken a slot, which apply
+// gives back once the entry's outcome is known.
 func (p *Proposer) apply(batch []*proposal, ncmds int) {
 	all := make([]raftfsm.Command, 0, ncmds)
 	now := p.cfg.Clock.Now()
@@ -330,6 +364,7 @@ func (p *Proposer) apply(batch []*proposal, ncmds int) {
 	}
 	data, err := raftfsm.EncodeEntry(all)
 	if err != nil {
+		<-p.slots
 		fail(err)
 		return
 	}
@@ -342,7 +377,9 @@ func (p *Proposer) apply(batch []*proposal, ncmds int) {
 	// built and enqueued meanwhile (raft pipelines the entries).
 	freeing := raftfsm.EntryFreesSpace(all)
 	go func() {
-		if err := p.waitFuture(f, freeing); err != nil {
+		err := p.waitFuture(f, freeing)
+		<-p.slots
+		if err != nil {
 			if errors.Is(err, raft.ErrNotLeader) {
 				err = ErrNotLeader
 			}
