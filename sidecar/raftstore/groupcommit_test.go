@@ -114,33 +114,39 @@ func entryIDs(e *handEntry) []string {
 // startGroupCommit returns a leader's proposer over a handRaft with at
 // most one entry in flight, with entry a proposed through the direct path
 // and not yet committed, and Run holding proposal b, waiting for a.
-func startGroupCommit(t *testing.T, ctx context.Context) (*handRaft, *Proposer, *handEntry, chan proposeOutcome, *proposal) {
+func startGroupCommit(t *testing.T, ctx context.Context, maxCmds int) (*handRaft, *Proposer, *handEntry, chan proposeOutcome, *proposal) {
 	t.Helper()
 	r := &handRaft{state: raft.Leader, entries: make(chan *handEntry, 8)}
-	p := NewProposer(ProposerConfig{Raft: r, MaxInflightEntries: 1})
+	p := NewProposer(ProposerConfig{Raft: r, MaxInflightEntries: 1, MaxBatchCommands: maxCmds})
 	go p.Run(ctx)
 	a := proposeAsync(ctx, p, nodeCmd("a"))
 	ea := <-r.entries
 	if ids := entryIDs(ea); len(ids) != 1 || ids[0] != "a" {
 		t.Fatalf("first entry %v, want [a] alone (direct path)", ids)
 	}
-	b := &proposal{cmds: []raftfsm.Command{nodeCmd("b")}, done: make(chan proposalResult, 1)}
-	p.ch <- b
-	until(t, func() bool { return len(p.ch) == 0 }) // Run took b
+	b := queue(t, p, nodeCmd("b"))
 	return r, p, ea, a, b
 }
 
+// queue hands Run a proposal of cmds, as Propose does when it cannot take
+// the direct path, and waits until Run has taken it.
+func queue(t *testing.T, p *Proposer, cmds ...raftfsm.Command) *proposal {
+	t.Helper()
+	pr := &proposal{cmds: cmds, done: make(chan proposalResult, 1)}
+	p.ch <- pr
+	until(t, func() bool { return len(p.ch) == 0 })
+	return pr
+}
+
 // While an entry is in flight at the bound, Run does not propose the next
-// one: the proposals that arrive meanwhile (through Propose, which no
-// longer takes the direct path) gather, and go out in one entry once the
-// first is applied; each caller gets its own results.
+// one: the proposals that arrive meanwhile gather, and go out in one
+// entry once the first is applied; each caller gets its own results.
 func TestProposerGroupsWhileEntriesInFlight(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r, p, ea, a, b := startGroupCommit(t, ctx)
-	c := proposeAsync(ctx, p, nodeCmd("c"))
-	d := proposeAsync(ctx, p, nodeCmd("d"), nodeCmd("e"))
-	until(t, func() bool { return len(p.ch) == 2 })
+	r, p, ea, a, b := startGroupCommit(t, ctx, 0)
+	c := queue(t, p, nodeCmd("c"))
+	d := queue(t, p, nodeCmd("d"), nodeCmd("e"))
 	if n := len(r.entries); n != 0 {
 		t.Fatalf("%d entries proposed while one was in flight at the bound", n)
 	}
@@ -156,10 +162,10 @@ func TestProposerGroupsWhileEntriesInFlight(t *testing.T) {
 	if o := <-b.done; o.err != nil || len(o.results) != 1 {
 		t.Fatalf("b: %+v", o)
 	}
-	if o := <-c; o.err != nil || len(o.res) != 1 {
+	if o := <-c.done; o.err != nil || len(o.results) != 1 {
 		t.Fatalf("c: %+v", o)
 	}
-	if o := <-d; o.err != nil || len(o.res) != 2 {
+	if o := <-d.done; o.err != nil || len(o.results) != 2 {
 		t.Fatalf("d: %+v", o)
 	}
 	// Nothing in flight: a lone caller goes straight through again.
@@ -215,9 +221,8 @@ func TestProposerInflightBound(t *testing.T) {
 func TestProposerGroupCommitLeadershipLost(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r, p, ea, a, b := startGroupCommit(t, ctx)
-	c := proposeAsync(ctx, p, nodeCmd("c"))
-	until(t, func() bool { return len(p.ch) == 1 })
+	r, p, ea, a, b := startGroupCommit(t, ctx, 0)
+	c := queue(t, p, nodeCmd("c"))
 	r.setState(raft.Follower)
 	ea.fail(raft.ErrLeadershipLost)
 	if o := <-a; !errors.Is(o.err, raft.ErrLeadershipLost) {
@@ -226,7 +231,7 @@ func TestProposerGroupCommitLeadershipLost(t *testing.T) {
 	if o := <-b.done; !errors.Is(o.err, ErrNotLeader) {
 		t.Fatalf("b: %v, want ErrNotLeader", o.err)
 	}
-	if o := <-c; !errors.Is(o.err, ErrNotLeader) {
+	if o := <-c.done; !errors.Is(o.err, ErrNotLeader) {
 		t.Fatalf("c: %v, want ErrNotLeader", o.err)
 	}
 }
@@ -256,5 +261,43 @@ func TestProposerGroupCommitCancel(t *testing.T) {
 	ea.commit()
 	if o := <-a; o.err != nil {
 		t.Fatalf("a: %v", o.err)
+	}
+}
+
+// A full entry (MaxBatchCommands) does not wait for the bound: a proposal
+// that fills one by itself goes at once, and so does Run's entry once
+// what gathered fills it.
+func TestProposerFullEntryDoesNotWait(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, p, ea, a, b := startGroupCommit(t, ctx, 3)
+	big := proposeAsync(ctx, p, nodeCmd("x"), nodeCmd("y"), nodeCmd("z"))
+	ebig := <-r.entries
+	if ids := entryIDs(ebig); len(ids) != 3 || ids[0] != "x" {
+		t.Fatalf("full proposal's entry %v, want x, y, z while a is in flight", ids)
+	}
+	c := proposeAsync(ctx, p, nodeCmd("c"))
+	d := proposeAsync(ctx, p, nodeCmd("d"))
+	ebcd := <-r.entries
+	if ids := entryIDs(ebcd); len(ids) != 3 || ids[0] != "b" {
+		t.Fatalf("entry %v, want b, c, d as soon as it is full", ids)
+	}
+	for _, e := range []*handEntry{ebig, ebcd, ea} {
+		e.commit()
+	}
+	for _, o := range []chan proposeOutcome{a, big, c, d} {
+		if r := <-o; r.err != nil {
+			t.Fatalf("%v", r.err)
+		}
+	}
+	if o := <-b.done; o.err != nil {
+		t.Fatalf("b: %v", o.err)
+	}
+	// The full entries took no slot: the bound is free again.
+	e := proposeAsync(ctx, p, nodeCmd("e"))
+	ee := <-r.entries
+	ee.commit()
+	if o := <-e; o.err != nil || len(p.slots) != 0 {
+		t.Fatalf("e: %v, %d slots taken", o.err, len(p.slots))
 	}
 }

@@ -21,7 +21,7 @@ const (
 	MaxBatchCommandsDefault = 512
 	// MaxInflightEntriesDefault bounds the entries the proposer has in
 	// flight (proposed, not yet applied; ProposerConfig.MaxInflightEntries).
-	MaxInflightEntriesDefault = 2
+	MaxInflightEntriesDefault = 1
 	// maxBatchBytes bounds the payload bytes in one Raft entry.
 	maxBatchBytes = 4 << 20
 	// applyTimeout bounds how long one entry may wait to be enqueued by raft.
@@ -183,6 +183,12 @@ func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 // queue empty) are harmless: raft.Apply is safe for concurrent use, and
 // concurrent proposals have no order between them.
 func (p *Proposer) applyDirect(pr *proposal) bool {
+	if w, n := p.cfg.Weight(pr.cmds), cmdBytes(pr.cmds); p.full(w, n) {
+		// A full entry gains nothing by waiting: it goes now, beside
+		// whatever is in flight (a batch of tasks, fires of a big slot).
+		p.apply([]*proposal{pr}, w, false)
+		return true
+	}
 	if p.running.Load() || len(p.ch) > 0 || !p.direct.CompareAndSwap(false, true) {
 		return false
 	}
@@ -195,14 +201,16 @@ func (p *Proposer) applyDirect(pr *proposal) bool {
 	default:
 		return false // the bound is reached: pr gathers into Run's next entry
 	}
-	p.apply([]*proposal{pr}, p.cfg.Weight(pr.cmds))
+	p.apply([]*proposal{pr}, p.cfg.Weight(pr.cmds), true)
 	return true
 }
 
 // Run builds and proposes entries until ctx ends. It takes the first
-// queued proposal, waits until fewer than MaxInflightEntries entries are
-// in flight, and only then drains the queue into the entry: what arrived
-// while it waited is in it.
+// queued proposal and adds what is queued; while MaxInflightEntries
+// entries are in flight it keeps adding what arrives, and proposes the
+// entry when one of them is applied, or at once when it is full
+// (MaxBatchCommands or maxBatchBytes: waiting would not make it carry
+// more).
 func (p *Proposer) Run(ctx context.Context) {
 	var carry *proposal // taken from ch, left for the next entry
 	for {
@@ -216,35 +224,64 @@ func (p *Proposer) Run(ctx context.Context) {
 			}
 		}
 		p.running.Store(true)
-		select {
-		case p.slots <- struct{}{}:
-		case <-ctx.Done():
-			p.running.Store(false)
-			return
-		}
 		batch := []*proposal{first}
 		ncmds, nbytes := p.cfg.Weight(first.cmds), cmdBytes(first.cmds)
 		low := p.lowSpace()
-	drain:
-		for ncmds < p.cfg.MaxBatchCommands && nbytes < maxBatchBytes {
-			select {
-			case pr := <-p.ch:
-				// While storage is low, an entry is applied only when
-				// every command in it frees space: keep the classes apart.
-				if low && !sameClass(first, pr) {
-					carry = pr
+		// add puts pr in the entry, or leaves it for the next one: while
+		// storage is low, an entry is applied only when every command in
+		// it frees space, so the classes are kept apart.
+		add := func(pr *proposal) {
+			if low && !sameClass(first, pr) {
+				carry = pr
+				return
+			}
+			batch = append(batch, pr)
+			ncmds += p.cfg.Weight(pr.cmds)
+			nbytes += cmdBytes(pr.cmds)
+		}
+		slot := false
+		for {
+		drain:
+			for carry == nil && !p.full(ncmds, nbytes) {
+				select {
+				case pr := <-p.ch:
+					add(pr)
+				default:
 					break drain
 				}
-				batch = append(batch, pr)
-				ncmds += p.cfg.Weight(pr.cmds)
-				nbytes += cmdBytes(pr.cmds)
-			default:
-				break drain
+			}
+			if slot || p.full(ncmds, nbytes) {
+				break
+			}
+			if carry != nil { // the entry cannot grow: wait for a slot only
+				select {
+				case p.slots <- struct{}{}:
+					slot = true
+				case <-ctx.Done():
+					p.running.Store(false)
+					return
+				}
+				break
+			}
+			select {
+			case p.slots <- struct{}{}:
+				slot = true // drain once more: what came meanwhile goes too
+			case pr := <-p.ch:
+				add(pr)
+			case <-ctx.Done():
+				p.running.Store(false)
+				return
 			}
 		}
-		p.apply(batch, ncmds)
+		p.apply(batch, ncmds, slot)
 		p.running.Store(false)
 	}
+}
+
+// full reports whether an entry of ncmds commands (by Weight) and nbytes
+// payload bytes takes no more.
+func (p *Proposer) full(ncmds, nbytes int) bool {
+	return ncmds >= p.cfg.MaxBatchCommands || nbytes >= maxBatchBytes
 }
 
 // admitWindow: a submit due within it counts against its handler's
@@ -344,9 +381,14 @@ func cmdBytes(cmds []raftfsm.Command) int {
 	return n
 }
 
-// apply proposes batch's entry; the caller has taken a slot, which apply
-// gives back once the entry's outcome is known.
-func (p *Proposer) apply(batch []*proposal, ncmds int) {
+// apply proposes batch's entry; with slot, the caller has taken a slot,
+// which apply gives back once the entry's outcome is known.
+func (p *Proposer) apply(batch []*proposal, ncmds int, slot bool) {
+	release := func() {
+		if slot {
+			<-p.slots
+		}
+	}
 	all := make([]raftfsm.Command, 0, ncmds)
 	now := p.cfg.Clock.Now()
 	for _, pr := range batch {
@@ -364,7 +406,7 @@ func (p *Proposer) apply(batch []*proposal, ncmds int) {
 	}
 	data, err := raftfsm.EncodeEntry(all)
 	if err != nil {
-		<-p.slots
+		release()
 		fail(err)
 		return
 	}
@@ -378,7 +420,7 @@ func (p *Proposer) apply(batch []*proposal, ncmds int) {
 	freeing := raftfsm.EntryFreesSpace(all)
 	go func() {
 		err := p.waitFuture(f, freeing)
-		<-p.slots
+		release()
 		if err != nil {
 			if errors.Is(err, raft.ErrNotLeader) {
 				err = ErrNotLeader
