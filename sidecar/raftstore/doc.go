@@ -20,8 +20,10 @@
 //     the trailing log is bounded in bytes, and badger compaction waits
 //     for room (Compactor).
 //   - Group commit (proposer.go): Proposer batches the leader's proposals
-//     into entries, admits submits against the handler's backlog, holds
-//     proposals while storage is unavailable, and waits for the commit.
+//     into entries, with at most MaxInflightEntries entries in flight so
+//     that concurrent proposals gather, admits submits against the
+//     handler's backlog, holds proposals while storage is unavailable,
+//     and waits for the commit.
 //   - Peer routing (peerroute.go): --peer-route overrides of the
 //     addresses this node dials, for the Raft transport and the peer API;
 //     the transport runs over Config.Stream's stream layer when set (the

@@ -301,3 +301,25 @@ func TestProposerFullEntryDoesNotWait(t *testing.T) {
 		t.Fatalf("e: %v, %d slots taken", o.err, len(p.slots))
 	}
 }
+
+// A negative bound is none (a single node): Run proposes an entry while
+// others are in flight, as soon as it is built.
+func TestProposerNoInflightBound(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := &handRaft{state: raft.Leader, entries: make(chan *handEntry, 8)}
+	p := NewProposer(ProposerConfig{Raft: r, MaxInflightEntries: -1})
+	go p.Run(ctx)
+	var es []*handEntry
+	var prs []*proposal
+	for _, id := range []string{"a", "b", "c"} {
+		prs = append(prs, queue(t, p, nodeCmd(id)))
+		es = append(es, <-r.entries) // with none of the others applied
+	}
+	for i, e := range es {
+		e.commit()
+		if o := <-prs[i].done; o.err != nil {
+			t.Fatalf("%d: %v", i, o.err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -85,7 +86,10 @@ type ProposerConfig struct {
 	MaxBatchCommands int
 	// MaxInflightEntries bounds the entries proposed and not yet applied
 	// (group commit: proposals that arrive while the bound is reached
-	// gather into the next entry); 0 or less: MaxInflightEntriesDefault.
+	// gather into the next entry); 0: MaxInflightEntriesDefault; less
+	// than 0: no bound, every entry goes as soon as it is built and raft
+	// pipelines them (a node without followers, whose entries cost
+	// little each and whose rate is bound by the log's sync, not by CPU).
 	MaxInflightEntries int
 	// BacklogLimit is Config.BacklogLimit; 0 or less: no admission check.
 	BacklogLimit int
@@ -125,8 +129,11 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 	if cfg.MaxBatchCommands <= 0 {
 		cfg.MaxBatchCommands = MaxBatchCommandsDefault
 	}
-	if cfg.MaxInflightEntries <= 0 {
+	switch {
+	case cfg.MaxInflightEntries == 0:
 		cfg.MaxInflightEntries = MaxInflightEntriesDefault
+	case cfg.MaxInflightEntries < 0:
+		cfg.MaxInflightEntries = math.MaxInt32 // no bound
 	}
 	return &Proposer{cfg: cfg, ch: make(chan *proposal, 1024), slots: make(chan struct{}, cfg.MaxInflightEntries)}
 }
