@@ -166,9 +166,16 @@ func putTask(w *writer, prev, t *Task) error {
 	return w.putRecord(taskKey(t.ID), t)
 }
 
+// loadTask returns the stored task id, nil when there is none. An id the
+// FSM's id filter does not hold is not read: a submit's usual case is a
+// new id.
 func loadTask(w *writer, id string) (*Task, error) {
-	var t *Task // allocated only when the task exists: a submit's usual case is a new id
-	ok, err := w.getWith(taskKey(id), func(b []byte) error {
+	key := taskKey(id)
+	if ids := w.f.ids; ids != nil && !ids.mayContain(key) {
+		return nil, nil
+	}
+	var t *Task // allocated only when the task exists
+	ok, err := w.getWith(key, func(b []byte) error {
 		t = new(Task)
 		return decodeRecord(b, t)
 	})

@@ -83,6 +83,12 @@ type FSM struct {
 
 	handlerCounts // tasks per handler and state (pause.go)
 
+	// ids holds every stored task id, and maybe others (idfilter.go): a
+	// submit of an id it does not hold reads nothing. nil until Open's
+	// scan, and from the start of a Restore until its scan. Used only on
+	// the apply goroutine.
+	ids *idFilter
+
 	// broken is set when a Restore failed after dropping the old state:
 	// badger then holds neither state, so Apply, StoreConfiguration and
 	// Snapshot refuse to run until a Restore succeeds.
@@ -472,6 +478,9 @@ func (w *writer) getWith(key []byte, decode func([]byte) error) (bool, error) {
 }
 
 func (w *writer) set(key, val []byte) error {
+	if ids := w.f.ids; ids != nil && isTaskKey(key) {
+		ids.add(key)
+	}
 	err := w.txn.Set(key, val)
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		if err := w.split(); err != nil {
@@ -549,6 +558,7 @@ var errRestoreFailed = errors.New("state is half restored after a failed snapsho
 // Restore succeeds.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	f.ids = nil // the state it holds ids of is dropped: read until the scan
 	idx, dropped, err := restore(f.db, rc)
 	if err != nil {
 		if dropped {

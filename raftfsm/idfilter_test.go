@@ -1,0 +1,108 @@
+package raftfsm
+
+import (
+	"fmt"
+	"testing"
+)
+
+// The filter never answers "absent" for an added id, across its growth
+// from the smallest first part to several parts, and its false "maybe
+// present" stay near idFilterFP.
+func TestIDFilterNoFalseAbsent(t *testing.T) {
+	f := newIDFilter(0)
+	const n = 4*idFilterMin + 1000 // three parts: 64Ki, 128Ki, 256Ki
+	for i := range n {
+		f.add(taskKey(fmt.Sprintf("task-%d", i)))
+	}
+	if len(f.parts) != 3 {
+		t.Fatalf("%d parts after %d ids, want 3", len(f.parts), n)
+	}
+	for i := range n {
+		if k := taskKey(fmt.Sprintf("task-%d", i)); !f.mayContain(k) {
+			t.Fatalf("added id %q reported absent", k)
+		}
+	}
+	fp := 0
+	const probes = 100000
+	for i := range probes {
+		if f.mayContain(taskKey(fmt.Sprintf("other-%d", i))) {
+			fp++
+		}
+	}
+	// Three parts at 1 % each: at most about 3 %.
+	if rate := float64(fp) / probes; rate > 3.5*idFilterFP {
+		t.Fatalf("false maybe-present rate %.4f, want about %.2f per part", rate, idFilterFP)
+	}
+	if f.added != n {
+		t.Fatalf("added %d, want %d", f.added, n)
+	}
+}
+
+// A stored task is found by a submit of the same id wherever the id came
+// from: written by an earlier entry, by the same entry, found by Open's
+// scan after a restart, or restored from a snapshot (over an FSM holding
+// other ids). Without the ids in the filter, the submit would see no
+// task and create it again (Created).
+func TestSubmitOfStoredIDThroughFilter(t *testing.T) {
+	again := func(t *testing.T, e *env, idx uint64, id string) {
+		t.Helper()
+		r := e.apply1(idx, submitCmd(id, spec("h", "p"), 5000, 1000))
+		if r.Created {
+			t.Fatalf("submit of the stored id %q created it again", id)
+		}
+	}
+	t.Run("same and later entry", func(t *testing.T) {
+		e := newEnv(t)
+		rs := e.apply(1, submitCmd("a", spec("h", "p"), 5000, 1000), submitCmd("a", spec("h", "p"), 5000, 1000))
+		if !rs[0].Created || rs[1].Created {
+			t.Fatalf("created %v, %v; want true, false", rs[0].Created, rs[1].Created)
+		}
+		again(t, e, 2, "a")
+	})
+	t.Run("after a restart", func(t *testing.T) {
+		e := newEnv(t)
+		e.apply(1, submitCmd("a", spec("h", "p"), 5000, 1000))
+		e.reopen()
+		if e.f.ids == nil || !e.f.ids.mayContain(taskKey("a")) {
+			t.Fatal("Open's scan did not put the stored id in the filter")
+		}
+		again(t, e, 2, "a")
+	})
+	t.Run("after a restore", func(t *testing.T) {
+		src := newEnv(t)
+		src.apply(1, submitCmd("a", spec("h", "p"), 5000, 1000))
+		stream := persist(t, src.snapshot())
+		dst := newEnv(t)
+		dst.apply(1, submitCmd("other", spec("h", "p"), 5000, 1000))
+		if err := dst.restore(stream); err != nil {
+			t.Fatal(err)
+		}
+		if dst.f.ids == nil || !dst.f.ids.mayContain(taskKey("a")) {
+			t.Fatal("Restore's scan did not put the restored id in the filter")
+		}
+		again(t, dst, 2, "a")
+		// "other" went with the restore: a submit creates it.
+		if r := dst.apply1(3, submitCmd("other", spec("h", "p"), 5000, 1000)); !r.Created {
+			t.Fatal("submit of an id the restore dropped was not created")
+		}
+	})
+}
+
+// A purged id stays in the filter ("maybe present"): the read then finds
+// nothing, and a submit of the id creates the task again.
+func TestSubmitAfterPurgeThroughFilter(t *testing.T) {
+	e := newEnv(t)
+	e.apply(1, submitCmd("a", spec("h", "p"), 5000, 1000))
+	e.apply(2, Command{Type: CmdCancel, Cancel: &Cancel{ID: "a", AtMs: 2000}})
+	rs := e.apply1(3, purgeCmd(targetOf(e.task("a"))))
+	if len(rs.Purged) != 1 || !rs.Purged[0] {
+		t.Fatalf("purge: %+v", rs)
+	}
+	e.noTask("a")
+	if !e.f.ids.mayContain(taskKey("a")) {
+		t.Fatal("a purged id left the filter (a Bloom filter cannot remove)")
+	}
+	if r := e.apply1(4, submitCmd("a", spec("h", "p"), 5000, 1000)); !r.Created {
+		t.Fatal("submit after purge did not create the task")
+	}
+}
