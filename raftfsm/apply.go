@@ -166,15 +166,25 @@ func putTask(w *writer, prev, t *Task) error {
 	return w.putRecord(taskKey(t.ID), t)
 }
 
-// loadTask returns the stored task id, nil when there is none. An id the
-// FSM's id filter does not hold is not read: a submit's usual case is a
-// new id.
+// loadTask returns the stored task id, nil when there is none.
 func loadTask(w *writer, id string) (*Task, error) {
+	return loadTaskKey(w, taskKey(id))
+}
+
+// loadSubmitted is loadTask for the id of a submit, usually new: an id the
+// FSM's id filter does not hold is not read (idfilter.go). The other
+// commands name stored tasks, for which the filter would only add its
+// hashing to the read.
+func loadSubmitted(w *writer, id string) (*Task, error) {
 	key := taskKey(id)
 	if ids := w.f.ids; ids != nil && !ids.mayContain(key) {
 		return nil, nil
 	}
-	var t *Task // allocated only when the task exists
+	return loadTaskKey(w, key)
+}
+
+func loadTaskKey(w *writer, key []byte) (*Task, error) {
+	var t *Task // allocated only when the task exists: a submit's usual case is a new id
 	ok, err := w.getWith(key, func(b []byte) error {
 		t = new(Task)
 		return decodeRecord(b, t)
@@ -186,7 +196,7 @@ func loadTask(w *writer, id string) (*Task, error) {
 }
 
 func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {
-	prev, err := loadTask(w, s.ID)
+	prev, err := loadSubmitted(w, s.ID)
 	if err != nil {
 		return Result{}, nil, err
 	}
