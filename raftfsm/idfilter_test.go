@@ -106,3 +106,29 @@ func TestSubmitAfterPurgeThroughFilter(t *testing.T) {
 		t.Fatal("submit after purge did not create the task")
 	}
 }
+
+// BenchmarkIDFilter measures the filter's answer for a new id (the
+// submit's usual case) and its add, with a filter of 1 part and of 6
+// parts (4M ids added to an empty store's filter).
+func BenchmarkIDFilter(b *testing.B) {
+	for _, n := range []int{1000, 4 << 20} {
+		f := newIDFilter(0)
+		for i := range n {
+			f.add(taskKey(fmt.Sprintf("stored-%012d", i)))
+		}
+		keys := make([][]byte, 1024)
+		for i := range keys {
+			keys[i] = taskKey(fmt.Sprintf("new-task-%012d", i))
+		}
+		b.Run(fmt.Sprintf("mayContain/%dparts", len(f.parts)), func(b *testing.B) {
+			for i := range b.N {
+				f.mayContain(keys[i%len(keys)])
+			}
+		})
+		b.Run(fmt.Sprintf("add/%dparts", len(f.parts)), func(b *testing.B) {
+			for i := range b.N {
+				f.add(keys[i%len(keys)])
+			}
+		})
+	}
+}
