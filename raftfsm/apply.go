@@ -119,7 +119,8 @@ func taskEnded(w *writer, index uint64, evs []Event, atMs, cronNextMs int64, ale
 }
 
 // putTask stores t and keeps the due, running and finished indexes in step
-// with the change from prev (nil when t is new).
+// with the change from prev (nil when t is new; otherwise the record of
+// t.ID as stored). It is the one writer of task records.
 func putTask(w *writer, prev, t *Task) error {
 	if err := indexFinished(w, prev, t); err != nil {
 		return err
@@ -163,7 +164,16 @@ func putTask(w *writer, prev, t *Task) error {
 			}
 		}
 	}
-	return w.putRecord(taskKey(t.ID), t)
+	key := taskKey(t.ID)
+	if prev == nil && w.f.ids != nil {
+		// A new record (prev is always the stored one: putTask is the
+		// one writer of task records): its id joins the filter before
+		// the transaction takes it; a later command of the same entry or
+		// batch finds the pending write by the read. An update adds
+		// nothing: the filter grows with ids, not with writes.
+		w.f.ids.add(key)
+	}
+	return w.putRecord(key, t)
 }
 
 // loadTask returns the stored task id, nil when there is none.

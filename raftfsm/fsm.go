@@ -478,9 +478,6 @@ func (w *writer) getWith(key []byte, decode func([]byte) error) (bool, error) {
 }
 
 func (w *writer) set(key, val []byte) error {
-	if ids := w.f.ids; ids != nil && isTaskKey(key) {
-		ids.add(key)
-	}
 	err := w.txn.Set(key, val)
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		if err := w.split(); err != nil {

@@ -19,8 +19,11 @@ import (
 // 10M stored ids (the first part takes half as many again), 20 MB for 10M
 // ids added from empty (a plain map of the ids would take about 1 GB).
 //
-// The FSM's apply goroutine is its only user once the FSM is open (Open,
-// Restore, and the writer's set and loadTask all run there).
+// putTask adds the id of each record it creates (prev nil; it is the one
+// writer of task records), so the filter grows with ids, not with the
+// writes of fires and completions. The FSM's apply goroutine is its only
+// user once the FSM is open (Open, Restore, putTask and loadSubmitted all
+// run there).
 type idFilter struct {
 	parts []*bloom.BloomFilter
 	// last is the newest part's capacity, room how many more ids it

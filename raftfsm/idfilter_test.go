@@ -132,3 +132,30 @@ func BenchmarkIDFilter(b *testing.B) {
 		})
 	}
 }
+
+// The filter grows with ids, not with writes: a task's fire and completion
+// rewrite its record but add nothing; the records other commands create
+// (a sharded run's shards) are added.
+func TestIDFilterGrowsWithIDsNotWrites(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	e.next(submitCmd("a", spec("h", "p"), 1000, 1000))
+	tk := e.task("a")
+	e.next(fireCmd("a", tk.Epoch, 1, "n1", 1000, 31000))
+	e.next(completeCmd("a", tk.Epoch, 1, OutcomeSuccess, "", 0, 2000))
+	if got := e.f.ids.added; got != 1 {
+		t.Fatalf("%d ids added for one task submitted, fired and completed; want 1", got)
+	}
+	e.startRun("p", shardSpec(Shards{Count: 3}), 3)
+	for i := range 3 {
+		if k := taskKey(ShardID("p", 1, i)); !e.f.ids.mayContain(k) {
+			t.Fatalf("shard %q not in the filter", k)
+		}
+	}
+	if got := e.f.ids.added; got != 1+1+3 {
+		t.Fatalf("%d ids added, want 5 (a, p, 3 shards)", got)
+	}
+	// A submit of a shard's id finds it stored.
+	if r := e.next(submitCmd(ShardID("p", 1, 0), spec("h", "p"), 1000, 1000)); r[0].Created {
+		t.Fatal("a submit of a shard's id did not find the shard")
+	}
+}

@@ -51,8 +51,3 @@ func parseDueKey(k []byte) (int64, string) {
 	k = k[len(prefixDue):]
 	return int64(binary.BigEndian.Uint64(k[:8])), string(k[8:])
 }
-
-// isTaskKey reports whether k is a task record's key.
-func isTaskKey(k []byte) bool {
-	return len(k) >= len(prefixTask) && k[0] == prefixTask[0] && k[1] == prefixTask[1]
-}
