@@ -172,6 +172,9 @@ func putTask(w *writer, prev, t *Task) error {
 		// batch finds the pending write by the read. An update adds
 		// nothing: the filter grows with ids, not with writes.
 		w.f.ids.add(key)
+		if r := w.f.rebuild; r != nil {
+			r.next.add(key)
+		}
 	}
 	return w.putRecord(key, t)
 }

@@ -88,6 +88,12 @@ type FSM struct {
 	// scan, and from the start of a Restore until its scan. Used only on
 	// the apply goroutine.
 	ids *idFilter
+	// rebuild is the next filter while it is built in steps
+	// (stepIDRebuild); idRebuildSlack and idRebuildStep are its
+	// constants, fields for tests.
+	rebuild        *idRebuild
+	idRebuildSlack uint64
+	idRebuildStep  int
 
 	// broken is set when a Restore failed after dropping the old state:
 	// badger then holds neither state, so Apply, StoreConfiguration and
@@ -107,7 +113,7 @@ var (
 // Open opens the FSM over an open badger database and reads its applied
 // index.
 func Open(db *badger.DB) (*FSM, error) {
-	f := &FSM{db: db, waitCh: make(chan struct{})}
+	f := &FSM{db: db, waitCh: make(chan struct{}), idRebuildSlack: idRebuildSlack, idRebuildStep: idRebuildStep}
 	f.abortCh = make(chan struct{})
 	var idx uint64
 	err := db.View(func(txn *badger.Txn) error {
@@ -215,6 +221,7 @@ type appliedEntry struct {
 // in order, after the commit.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
+	f.stepIDRebuild()
 	var w *writer
 	var group []appliedEntry
 	flush := func() {
@@ -555,7 +562,7 @@ var errRestoreFailed = errors.New("state is half restored after a failed snapsho
 // Restore succeeds.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	f.ids = nil // the state it holds ids of is dropped: read until the scan
+	f.ids, f.rebuild = nil, nil // the state they hold ids of is dropped: read until the scan
 	idx, dropped, err := restore(f.db, rc)
 	if err != nil {
 		if dropped {

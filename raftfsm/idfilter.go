@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/dgraph-io/badger/v4"
 )
 
 // idFilter answers "is there a task record with this id?" in memory, with
@@ -14,8 +15,9 @@ import (
 // each next one twice the last, started when the last has taken its
 // capacity; an id is maybe present when any part says so. Ids are only
 // added: a purged or replaced task's id stays "maybe present" (a read tells)
-// until the filter is built again from the stored keys, at Open and
-// Restore. 9.6 bits per id of capacity at 1 %: 18 MB after a start with
+// until the filter is built again from the stored keys: at Open and
+// Restore, and in steps while the FSM runs once it has taken many more ids
+// than are stored (stepIDRebuild). 9.6 bits per id of capacity at 1 %: 18 MB after a start with
 // 10M stored ids (the first part takes half as many again), 20 MB for 10M
 // ids added from empty (a plain map of the ids would take about 1 GB).
 //
@@ -85,4 +87,76 @@ func (f *idFilter) mayContain(k []byte) bool {
 		}
 	}
 	return false
+}
+
+// A filter takes every id created since it was built, purged ones too,
+// so a node that creates and purges tasks for months would grow it
+// without bound. Once it holds more than idRebuildSlack plus twice the
+// stored tasks, the FSM builds the next one from the stored keys
+// (idRebuild), a step of idRebuildStep keys at the start of each
+// ApplyBatch on the apply goroutine (no goroutine, no long read view, no
+// stall: about a millisecond a step), and swaps it in when the scan ends.
+const (
+	idRebuildSlack = 1 << 20
+	idRebuildStep  = 1024
+)
+
+// idRebuild is a filter being built from the stored task keys. Never a
+// false "absent" in next: a key stored before the rebuild started is at
+// or after cursor, or was scanned already; one created since is added by
+// putTask (to the current filter and to next).
+type idRebuild struct {
+	next   *idFilter
+	cursor []byte // the next task key to scan from
+}
+
+// stepIDRebuild starts a rebuild of the id filter when it is due, or scans
+// the next step of the one going on, and swaps the new filter in when its
+// scan is done. It runs on the apply goroutine, before an ApplyBatch's
+// writer opens: every earlier write is committed, so the scan sees it.
+// A read error drops the rebuild (the current filter stays; a later
+// ApplyBatch starts again).
+func (f *FSM) stepIDRebuild() {
+	if f.ids == nil {
+		return
+	}
+	r := f.rebuild
+	if r == nil {
+		var live int64
+		for _, c := range f.Counts() {
+			live += c
+		}
+		live = max(live, 0)
+		if f.ids.added <= 2*uint64(live)+f.idRebuildSlack {
+			return
+		}
+		r = &idRebuild{next: newIDFilter(uint64(live)), cursor: append([]byte(nil), prefixTask...)}
+		f.rebuild = r
+	}
+	done := false
+	err := f.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.PrefetchValues = false
+		opts.Prefix = prefixTask
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		n := 0
+		for it.Seek(r.cursor); it.Valid(); it.Next() {
+			k := it.Item().Key()
+			if n == f.idRebuildStep {
+				r.cursor = append(r.cursor[:0], k...)
+				return nil
+			}
+			r.next.add(k)
+			n++
+		}
+		done = true
+		return nil
+	})
+	switch {
+	case err != nil:
+		f.rebuild = nil
+	case done:
+		f.ids, f.rebuild = r.next, nil
+	}
 }

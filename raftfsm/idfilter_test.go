@@ -159,3 +159,71 @@ func TestIDFilterGrowsWithIDsNotWrites(t *testing.T) {
 		t.Fatal("a submit of a shard's id did not find the shard")
 	}
 }
+
+// Once the filter holds many more ids than are stored (purged ones), the
+// FSM builds the next one from the stored keys in steps, one per
+// ApplyBatch, and swaps it in: no stored id is lost, neither those stored
+// before the rebuild started nor those created while it ran, and the
+// purged ones are gone.
+func TestIDFilterRebuiltWhenPurgedIDsPileUp(t *testing.T) {
+	e := newEnv(t)
+	e.f.idRebuildSlack, e.f.idRebuildStep = 10, 3
+	idx := uint64(0)
+	next := func(cmds ...Command) []Result { idx++; return e.apply(idx, cmds...) }
+	var cmds []Command
+	for i := range 5 {
+		cmds = append(cmds, submitCmd(fmt.Sprintf("keep%d", i), spec("h", "p"), 5000, 1000))
+	}
+	for i := range 20 {
+		cmds = append(cmds, submitCmd(fmt.Sprintf("gone%d", i), spec("h", "p"), 5000, 1000))
+	}
+	next(cmds...)
+	cmds = nil
+	for i := range 20 {
+		cmds = append(cmds, cancelCmd(fmt.Sprintf("gone%d", i), 2000))
+	}
+	next(cmds...)
+	var targets []PurgeTask
+	for i := range 20 {
+		targets = append(targets, targetOf(e.task(fmt.Sprintf("gone%d", i))))
+	}
+	next(purgeCmd(targets...))
+	old := e.f.ids
+	if old.added != 25 || e.f.rebuild != nil {
+		t.Fatalf("before: %d ids added, rebuilding %v", old.added, e.f.rebuild != nil)
+	}
+	// 25 ids > 2×5 stored + 10: the next ApplyBatch starts the rebuild and
+	// scans 3 keys, the one after that the rest, and swaps.
+	next(submitCmd("new1", spec("h", "p"), 5000, 1000))
+	if e.f.rebuild == nil || e.f.ids != old {
+		t.Fatal("the rebuild did not start, or ended in one step of 3 keys")
+	}
+	next(submitCmd("new2", spec("h", "p"), 5000, 1000))
+	if e.f.rebuild != nil || e.f.ids == old {
+		t.Fatal("the rebuild did not end in its second step")
+	}
+	// Scanned: keep0–2, then keep3, keep4 and new1 (stored by then, past
+	// the cursor); added by putTask while it ran: new1 (again: harmless)
+	// and new2.
+	if e.f.ids.added != 8 {
+		t.Fatalf("new filter took %d ids, want 8", e.f.ids.added)
+	}
+	for _, id := range []string{"keep0", "keep1", "keep2", "keep3", "keep4", "new1", "new2"} {
+		if !e.f.ids.mayContain(taskKey(id)) {
+			t.Fatalf("stored id %q absent from the rebuilt filter", id)
+		}
+		if r := next(submitCmd(id, spec("h", "p"), 5000, 1000)); r[0].Created {
+			t.Fatalf("resubmit of %q created it again", id)
+		}
+	}
+	// The purged ids are gone (up to the rare false "maybe present").
+	absent := 0
+	for i := range 20 {
+		if !e.f.ids.mayContain(taskKey(fmt.Sprintf("gone%d", i))) {
+			absent++
+		}
+	}
+	if absent < 18 {
+		t.Fatalf("%d of 20 purged ids absent from the rebuilt filter", absent)
+	}
+}
