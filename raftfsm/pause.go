@@ -235,6 +235,7 @@ func (f *FSM) loadHandlerCounts() error {
 	err := f.db.View(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
 		opts.Prefix = prefixTask
+		opts.PrefetchValues = false // each record is decoded from its block, not copied first
 		it := txn.NewIterator(opts)
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
