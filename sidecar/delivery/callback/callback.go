@@ -1,15 +1,13 @@
 package callback
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -224,8 +222,12 @@ func (o CallerOptions) WithDefaults() CallerOptions {
 type Caller struct {
 	opts CallerOptions
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// pools holds the callbacks' connections per executor address
+	// (conn.go); clients the net/http clients of the alerts (PostAlert).
+	pools   map[endpointKey]*pool
 	clients map[endpointKey]*endpointClient
+	urls    map[string]executorURL // executorURL's cache
 }
 
 // endpointClient is the HTTP client of one executor address and the idle
@@ -239,22 +241,25 @@ type endpointKey struct{ network, address string }
 
 // NewCaller returns a Caller.
 func NewCaller(opts CallerOptions) *Caller {
-	return &Caller{opts: opts.WithDefaults(), clients: make(map[endpointKey]*endpointClient)}
+	return &Caller{opts: opts.WithDefaults(), pools: make(map[endpointKey]*pool), clients: make(map[endpointKey]*endpointClient), urls: make(map[string]executorURL)}
 }
 
 // Close closes the idle connections of every executor. Requests in flight
 // are not affected; the Caller remains usable.
 func (c *Caller) Close() {
 	c.mu.Lock()
-	clients := c.clients
-	c.clients = make(map[endpointKey]*endpointClient)
+	clients, pools := c.clients, c.pools
+	c.clients, c.pools = make(map[endpointKey]*endpointClient), make(map[endpointKey]*pool)
 	c.mu.Unlock()
 	for _, cl := range clients {
 		cl.CloseIdleConnections()
 	}
+	for _, p := range pools {
+		p.closeIdle()
+	}
 }
 
-// client returns the HTTP client of one executor address keeping maxIdle
+// client returns the net/http client of one address (the alerts'), keeping maxIdle
 // idle connections (0: the default), creating it once per address and
 // count: a new count replaces the pool (the old one's idle connections are
 // closed; its requests in flight finish).
@@ -321,7 +326,7 @@ func (c *Caller) Execute(ctx context.Context, baseURL string, cb Callback) Outco
 }
 
 func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL string, cb Callback) Outcome {
-	ep, err := parseExecutorURL(baseURL)
+	ep, err := c.executorURL(baseURL)
 	if err != nil {
 		return Outcome{Kind: raftfsm.OutcomeRetryable, Error: err.Error()}
 	}
@@ -332,62 +337,55 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 		if !cb.Deadline.After(start) {
 			return Outcome{Kind: raftfsm.OutcomeTimeout, Error: "timeout: the deadline passed before the callback started"}
 		}
-		var cancel context.CancelFunc
-		ctx, cancel = c.withDeadline(ctx, cb.Deadline)
-		defer cancel()
+		if c.opts.Clock != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = c.withDeadline(ctx, cb.Deadline)
+			defer cancel()
+		}
 	}
 	if ctx.Err() != nil {
 		return aborted(ctx, parent, start, cb.Deadline)
 	}
 
-	target := ep.url
+	target := ep.path + ExecutePath
 	if cb.Path != "" {
-		target = ep.base + cb.Path
+		target = ep.path + cb.Path
 	}
-	// The trace goes into the request's context at once: Request.WithContext
-	// would copy the request.
-	tr := &sendTrace{}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, tr.trace()), http.MethodPost, target, bytes.NewReader(cb.Payload))
-	if err != nil {
-		return Outcome{Kind: raftfsm.OutcomeRetryable, Error: "build request: " + err.Error()}
-	}
-	// The headers are set by their canonical keys (Header.Set would
-	// canonicalize each, and the lowercase trace names into a new string
-	// per callback), in a map sized for them, their values in one array.
-	h := make(http.Header, 11)
-	req.Header = h
-	vals := make([]string, 0, 11)
-	set := func(k, v string) {
-		vals = append(vals, v)
-		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
-	}
-	set("Content-Type", "application/octet-stream")
-	set("User-Agent", c.opts.UserAgent)
-	set(canonicalTaskID, cb.TaskID)
-	set(canonicalHandler, cb.Handler)
-	set(canonicalAttempt, strconv.Itoa(cb.Attempt))
-	set(canonicalRun, strconv.Itoa(cb.Run))
+	// The headers, each value checked and trimmed as net/http does
+	// (appendRequest), in an array on the stack.
+	var hdr [11]headerField
+	var nums [3][20]byte
+	h := append(hdr[:0],
+		headerField{canonicalAttempt, string(strconv.AppendInt(nums[0][:0], int64(cb.Attempt), 10))})
 	if !cb.Deadline.IsZero() {
-		set(canonicalDeadline, cb.Deadline.UTC().Format(DeadlineFormat))
+		var db [len(DeadlineFormat) + 8]byte
+		h = append(h, headerField{canonicalDeadline, string(cb.Deadline.UTC().AppendFormat(db[:0], DeadlineFormat))})
 	}
+	h = append(h, headerField{canonicalHandler, cb.Handler}, headerField{canonicalRun, string(strconv.AppendInt(nums[1][:0], int64(cb.Run), 10))})
 	if cb.ShardTotal > 0 {
-		set(canonicalShardIndex, strconv.Itoa(cb.ShardIndex))
-		set(canonicalShardTotal, strconv.Itoa(cb.ShardTotal))
+		h = append(h, headerField{canonicalShardIndex, string(strconv.AppendInt(nums[2][:0], int64(cb.ShardIndex), 10))},
+			headerField{canonicalShardTotal, strconv.Itoa(cb.ShardTotal)})
 	}
 	var tp [55]byte
-	set(canonicalTraceParent, string(axapi.CallbackTraceParent(tp[:0], cb.TraceParent, cb.TaskID, cb.Run, cb.Attempt)))
+	h = append(h, headerField{canonicalTaskID, cb.TaskID}, headerField{"Content-Type", "application/octet-stream"},
+		headerField{"User-Agent", c.opts.UserAgent},
+		headerField{canonicalTraceParent, string(axapi.CallbackTraceParent(tp[:0], cb.TraceParent, cb.TaskID, cb.Run, cb.Attempt))})
 	if cb.TraceState != "" {
-		set(canonicalTraceState, cb.TraceState)
+		h = append(h, headerField{canonicalTraceState, cb.TraceState})
 	}
+	req := request{host: ep.host, target: target, header: h, body: cb.Payload}
 
-	resp, err := c.client(endpointKey{ep.network, ep.address}, cb.MaxIdleConns).Do(req)
+	// On the wall clock the deadline is the connection's (no timer of a
+	// context per callback); on another clock, ctx's (withDeadline).
+	var connDeadline time.Time
+	if c.opts.Clock == nil {
+		connDeadline = cb.Deadline
+	}
+	var tr sendTrace
+	a, err := c.pool(endpointKey{ep.network, ep.address}, cb.MaxIdleConns).roundTrip(ctx, connDeadline, &req, errorBodyMaxBytes, &tr)
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) && !connDeadline.IsZero() && !time.Now().Before(connDeadline) {
 			return aborted(ctx, parent, start, cb.Deadline)
-		}
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
 		}
 		out := Outcome{Kind: raftfsm.OutcomeRetryable, Error: err.Error(), Service: tr.service()}
 		if unavailable, overloaded := tr.notSent(err); unavailable {
@@ -396,11 +394,7 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 		}
 		return out
 	}
-	var body []byte
-	if resp.ContentLength != 0 { // 0: known empty (io.ReadAll would allocate 512 bytes)
-		body, _ = io.ReadAll(io.LimitReader(resp.Body, errorBodyMaxBytes+1))
-	}
-	_ = resp.Body.Close()
+	resp, body := a.resp, a.body
 
 	out := Outcome{Status: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), Service: tr.service()}
 	switch s := resp.StatusCode; {
@@ -418,7 +412,7 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 	if out.Kind != raftfsm.OutcomeSuccess && out.Kind != raftfsm.OutcomeAccepted {
 		out.Error = httpErrorText(resp.StatusCode, body[:min(len(body), errorBodyMaxBytes)])
 	} else if out.Kind == raftfsm.OutcomeSuccess && len(body) > 0 {
-		out.Body, out.BodyTruncated = body, len(body) > errorBodyMaxBytes
+		out.Body, out.BodyTruncated = body, a.truncated
 		if out.BodyTruncated {
 			out.Body = body[:errorBodyMaxBytes]
 		}
@@ -426,13 +420,36 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 	return out
 }
 
-// withDeadline is context.WithDeadline on the Caller's clock: on the wall
-// clock, a context deadline; on another (CallerOptions.Clock), a timer on
-// it that cancels the context with the cause context.DeadlineExceeded.
-func (c *Caller) withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	if c.opts.Clock == nil {
-		return context.WithDeadline(ctx, deadline)
+// executorURL is parseExecutorURL of the base URLs seen, kept (a node
+// has a few executors; at most urlCacheMax are kept).
+func (c *Caller) executorURL(s string) (executorURL, error) {
+	c.mu.Lock()
+	ep, ok := c.urls[s]
+	c.mu.Unlock()
+	if ok {
+		return ep, nil
 	}
+	ep, err := parseExecutorURL(s)
+	if err != nil {
+		return ep, err
+	}
+	c.mu.Lock()
+	if len(c.urls) >= urlCacheMax {
+		clear(c.urls)
+	}
+	c.urls[s] = ep
+	c.mu.Unlock()
+	return ep, nil
+}
+
+// urlCacheMax bounds the parsed executor URLs a Caller keeps.
+const urlCacheMax = 1024
+
+// withDeadline is context.WithDeadline on the Caller's clock
+// (CallerOptions.Clock, not nil): a timer on it that cancels the context
+// with the cause context.DeadlineExceeded. On the wall clock the deadline
+// is the connection's (pool.roundTrip).
+func (c *Caller) withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
 	dctx, cancel := context.WithCancelCause(ctx)
 	t := c.opts.Clock.NewTimer(deadline.Sub(c.opts.Clock.Now()))
 	go func() {
@@ -523,6 +540,8 @@ type executorURL struct {
 	network, address string
 	url              string // full URL of the callback
 	base             string // the URL to append a path to (webhook.go)
+	host             string // the Host header of its requests
+	path             string // the path prefix to append a path to, "" for none
 }
 
 // ParseExecutorURL checks an executor base URL and returns the network and
@@ -569,7 +588,7 @@ func parseBaseURL(what, s string) (executorURL, error) {
 		if len(u.Path) >= unixPathMax {
 			return bad("socket path is %d bytes, the limit is %d", len(u.Path), unixPathMax-1)
 		}
-		return executorURL{network: "unix", address: u.Path, url: "http://localhost" + ExecutePath, base: "http://localhost"}, nil
+		return executorURL{network: "unix", address: u.Path, url: "http://localhost" + ExecutePath, base: "http://localhost", host: "localhost"}, nil
 	case "http":
 		host, port, err := net.SplitHostPort(u.Host)
 		if err != nil {
@@ -582,7 +601,7 @@ func parseBaseURL(what, s string) (executorURL, error) {
 			return bad("host %q is not a loopback address (127.0.0.1, ::1, localhost)", host)
 		}
 		prefix := strings.TrimRight(u.EscapedPath(), "/")
-		return executorURL{network: "tcp", address: u.Host, url: "http://" + u.Host + prefix + ExecutePath, base: "http://" + u.Host + prefix}, nil
+		return executorURL{network: "tcp", address: u.Host, url: "http://" + u.Host + prefix + ExecutePath, base: "http://" + u.Host + prefix, host: u.Host, path: prefix}, nil
 	case "":
 		return bad("missing scheme: want unix:///path/to.sock or http://127.0.0.1:PORT")
 	default:
