@@ -7,7 +7,8 @@ import (
 )
 
 // The hot path's msgpack without reflection: the task record (Task and its
-// Spec) and the submit command (Command with Submit), which a batch of
+// Spec), the run record (RunRecord, written by every completed run) and
+// the submit command (Command with Submit), which a batch of
 // submits writes and reads once per task, and the fire and complete
 // commands (Command with Fire, with Complete), one each per task processed.
 //
@@ -303,6 +304,105 @@ func appendTask(b []byte, t *Task) ([]byte, error) {
 // taskSize is about the bytes appendTask writes, to size buffers.
 func taskSize(t *Task) int {
 	return 128 + len(t.ID) + specSize(&t.Spec) + len(t.Node) + len(t.LastError) + len(t.RunParked)
+}
+
+// appendRunRecord writes r as msgpack.Marshal writes a RunRecord: every
+// completed run writes one.
+func appendRunRecord(b []byte, r *RunRecord) []byte {
+	b, m := beginMap(b)
+	b = appendInt(m.key(b, "r"), int64(r.Run))
+	b = appendUint64(m.key(b, "e"), r.Epoch)
+	b = append(m.key(b, "s"), 0xcc, byte(r.State))
+	b = appendInt64(m.key(b, "du"), r.DueMs)
+	b = appendInt64(m.key(b, "fi"), r.FiredMs)
+	if r.StartedMs != 0 {
+		b = appendInt64(m.key(b, "st"), r.StartedMs)
+	}
+	if r.FinishedMs != 0 {
+		b = appendInt64(m.key(b, "f"), r.FinishedMs)
+	}
+	if r.ParkedReason != "" {
+		b = appendStr(m.key(b, "pr"), r.ParkedReason)
+	}
+	if r.Late {
+		b = appendBool(m.key(b, "lt"), true)
+	}
+	for _, f := range [...]struct {
+		name string
+		v    int64
+	}{{"lp", r.ParkedNs}, {"lc", r.CommitNs}, {"lq", r.QueueNs}, {"ln", r.ConnectNs}} {
+		if f.v != 0 {
+			b = appendInt64(m.key(b, f.name), f.v)
+		}
+	}
+	b = m.key(b, "a")
+	if r.Attempts == nil {
+		b = append(b, 0xc0)
+	} else {
+		b = appendArrayLen(b, len(r.Attempts))
+		for i := range r.Attempts {
+			b = appendAttemptRecord(b, &r.Attempts[i])
+		}
+	}
+	if r.DroppedAttempts != 0 {
+		b = appendInt(m.key(b, "da"), int64(r.DroppedAttempts))
+	}
+	if len(r.Result) > 0 {
+		b = appendBin(m.key(b, "res"), r.Result)
+	}
+	if r.ResultBinary {
+		b = appendBool(m.key(b, "rb"), true)
+	}
+	if r.ResultTruncated {
+		b = appendBool(m.key(b, "rt"), true)
+	}
+	for _, f := range [...]struct {
+		name string
+		v    int
+	}{{"sh", r.Shards}, {"shs", r.ShardsSucceeded}, {"shf", r.ShardsFailed}} {
+		if f.v != 0 {
+			b = appendInt(m.key(b, f.name), int64(f.v))
+		}
+	}
+	return m.end(b)
+}
+
+// appendAttemptRecord writes a as msgpack.Marshal writes an AttemptRecord.
+func appendAttemptRecord(b []byte, a *AttemptRecord) []byte {
+	b, m := beginMap(b)
+	b = appendInt(m.key(b, "a"), int64(a.Attempt))
+	b = appendStr(m.key(b, "n"), a.Node)
+	b = appendInt64(m.key(b, "fi"), a.FiredMs)
+	if a.Executor != "" {
+		b = appendStr(m.key(b, "x"), a.Executor)
+	}
+	for _, f := range [...]struct {
+		name string
+		v    int64
+	}{{"st", a.StartedMs}, {"en", a.EndedMs}, {"d", a.DurationNs}} {
+		if f.v != 0 {
+			b = appendInt64(m.key(b, f.name), f.v)
+		}
+	}
+	if a.Outcome != 0 {
+		b = append(m.key(b, "o"), 0xcc, byte(a.Outcome))
+	}
+	if a.HTTPStatus != 0 {
+		b = appendInt(m.key(b, "hs"), int64(a.HTTPStatus))
+	}
+	if a.Error != "" {
+		b = appendStr(m.key(b, "er"), a.Error)
+	}
+	return m.end(b)
+}
+
+// runRecordSize is about the bytes appendRunRecord writes, to size buffers.
+func runRecordSize(r *RunRecord) int {
+	n := 160 + len(r.ParkedReason) + len(r.Result)
+	for i := range r.Attempts {
+		n += 96 + len(r.Attempts[i].Node) + len(r.Attempts[i].Executor) + len(r.Attempts[i].Error)
+	}
+	return n
 }
 
 // isSubmitOnly reports whether c is a submit command with only its

@@ -381,6 +381,27 @@ func FuzzFastDecodeMatchesReflection(f *testing.F) {
 	})
 }
 
+// TestCodecWritesRunRecordsAsReflection checks appendRunRecord against
+// msgpack.Marshal byte for byte on random run records (encodeRecord).
+func TestCodecWritesRunRecordsAsReflection(t *testing.T) {
+	f := &filler{r: rand.New(rand.NewPCG(11, 12))}
+	for i := range 3000 {
+		var r RunRecord
+		f.fill(reflect.ValueOf(&r).Elem(), 0)
+		got, err := encodeRecord(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := msgpack.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[1:], want) || got[0] != recordVersion {
+			t.Fatalf("run record %d: %+v\nfast:       %x\nreflection: %x", i, r, got[1:], want)
+		}
+	}
+}
+
 // TestCodecReadsFireAndCompleteFast: fire and complete commands, random in
 // every field and written by msgpack.Marshal, are read by the fast path
 // (not handed to msgpack) into what msgpack.Unmarshal reads, and written
