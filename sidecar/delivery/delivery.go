@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/axsched/ax/clients/go/axapi"
@@ -517,6 +518,10 @@ type slot struct {
 	// change would bring a deleted series back).
 	gmu     sync.Mutex
 	dropped bool
+	// flightG and queueG are the slot's series of ExecutorFlight and
+	// ExecutorQueue, looked up once (not per grant: a hash of the label
+	// and a map lookup each); written only while !dropped.
+	flightG, queueG prometheus.Gauge
 	// parked is the share of its handlers' runs the leader holds back as
 	// executor_busy (SetParked, load.go): backlog the limiter sees with its own.
 	parked atomic.Int64
@@ -547,7 +552,8 @@ func (d *Delivery) slot(x *raftfsm.Executor) *slot {
 	m := d.m
 	s = &slot{
 		name: name, m: m, clock: d.clock, wait: map[string]chan *engine.Token{}, minC: minC, maxC: maxC,
-		ready: engine.NewReadyQueue(d.clock, engine.ReadyOptions{Capacity: readyCapacity}),
+		ready:   engine.NewReadyQueue(d.clock, engine.ReadyOptions{Capacity: readyCapacity}),
+		flightG: m.ExecutorFlight.WithLabelValues(name), queueG: m.ExecutorQueue.WithLabelValues(name),
 	}
 	// A wider latency margin (1.5× the baseline before easing down) than
 	// the limiter's default: on a busy 2-core host callbacks slow by
@@ -694,8 +700,8 @@ func (s *slot) gauges() {
 	if s.dropped {
 		return
 	}
-	s.m.ExecutorFlight.WithLabelValues(s.name).Set(float64(s.lim.InFlight()))
-	s.m.ExecutorQueue.WithLabelValues(s.name).Set(float64(s.ready.Len()))
+	s.flightG.Set(float64(s.lim.InFlight()))
+	s.queueG.Set(float64(s.ready.Len()))
 }
 
 // queue counts attempts of handler waiting for a slot.
