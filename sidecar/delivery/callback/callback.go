@@ -351,29 +351,10 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 	if cb.Path != "" {
 		target = ep.path + cb.Path
 	}
-	// The headers, each value checked and trimmed as net/http does
-	// (appendRequest), in an array on the stack.
-	var hdr [11]headerField
-	var nums [3][20]byte
-	h := append(hdr[:0],
-		headerField{canonicalAttempt, string(strconv.AppendInt(nums[0][:0], int64(cb.Attempt), 10))})
-	if !cb.Deadline.IsZero() {
-		var db [len(DeadlineFormat) + 8]byte
-		h = append(h, headerField{canonicalDeadline, string(cb.Deadline.UTC().AppendFormat(db[:0], DeadlineFormat))})
-	}
-	h = append(h, headerField{canonicalHandler, cb.Handler}, headerField{canonicalRun, string(strconv.AppendInt(nums[1][:0], int64(cb.Run), 10))})
-	if cb.ShardTotal > 0 {
-		h = append(h, headerField{canonicalShardIndex, string(strconv.AppendInt(nums[2][:0], int64(cb.ShardIndex), 10))},
-			headerField{canonicalShardTotal, strconv.Itoa(cb.ShardTotal)})
-	}
-	var tp [55]byte
-	h = append(h, headerField{canonicalTaskID, cb.TaskID}, headerField{"Content-Type", "application/octet-stream"},
-		headerField{"User-Agent", c.opts.UserAgent},
-		headerField{canonicalTraceParent, string(axapi.CallbackTraceParent(tp[:0], cb.TraceParent, cb.TaskID, cb.Run, cb.Attempt))})
-	if cb.TraceState != "" {
-		h = append(h, headerField{canonicalTraceState, cb.TraceState})
-	}
-	req := request{host: ep.host, target: target, header: h, body: cb.Payload}
+	// The headers are written by appendRequest straight into the
+	// connection's buffer (not built here: a smaller frame for the
+	// attempt's goroutine, whose stack would grow to hold it).
+	req := request{host: ep.host, target: target, userAgent: c.opts.UserAgent, cb: &cb}
 
 	// On the wall clock the deadline is the connection's (no timer of a
 	// context per callback); on another clock, ctx's (withDeadline).

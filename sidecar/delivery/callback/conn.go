@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // The callback's HTTP/1.1 client. A callback is one small POST on a kept-
@@ -202,14 +204,12 @@ func (p *pool) closeIdle() {
 	}
 }
 
-// request is one POST: its target and headers, written by writeRequest.
+// request is one callback's POST: its target, Host and User-Agent, and
+// the callback (headers and body), written by appendRequest.
 type request struct {
-	host, target string
-	header       []headerField
-	body         []byte
+	host, target, userAgent string
+	cb                      *Callback
 }
-
-type headerField struct{ name, value string }
 
 // errHeaderValue is returned for a header value with a control character
 // (CR, LF, NUL…): it would end the header or split the request. net/http
@@ -244,25 +244,55 @@ func trimHeaderValue(v string) string {
 }
 
 // appendRequest appends the request line and headers of r (with its
-// Content-Length) to b.
+// Content-Length) to b: Content-Type, User-Agent, Ax-Task-Id, Ax-Handler,
+// Ax-Attempt, Ax-Run, Ax-Deadline (a deadline set), Ax-Shard-Index and
+// Ax-Shard-Total (a shard's callback), traceparent and tracestate (when
+// the task has one). A value is checked and trimmed as net/http does
+// (errHeaderValue).
 func appendRequest(b []byte, r *request) ([]byte, error) {
+	cb := r.cb
 	b = append(b, "POST "...)
 	b = append(b, r.target...)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = append(b, r.host...)
-	b = append(b, "\r\n"...)
-	for _, f := range r.header {
-		if !validHeaderValue(f.value) {
-			return b, errHeaderValue{f.name}
+	b = append(b, "\r\nContent-Type: application/octet-stream\r\n"...)
+	var err error
+	field := func(b []byte, name, value string) []byte {
+		if !validHeaderValue(value) {
+			err = errHeaderValue{name}
+			return b
 		}
-		b = append(b, f.name...)
+		b = append(b, name...)
 		b = append(b, ": "...)
-		b = append(b, trimHeaderValue(f.value)...)
-		b = append(b, "\r\n"...)
+		b = append(b, trimHeaderValue(value)...)
+		return append(b, "\r\n"...)
+	}
+	b = field(b, "User-Agent", r.userAgent)
+	b = field(b, canonicalTaskID, cb.TaskID)
+	b = field(b, canonicalHandler, cb.Handler)
+	b = append(append(b, canonicalAttempt...), ": "...)
+	b = append(strconv.AppendInt(b, int64(cb.Attempt), 10), "\r\n"...)
+	b = append(append(b, canonicalRun...), ": "...)
+	b = append(strconv.AppendInt(b, int64(cb.Run), 10), "\r\n"...)
+	if !cb.Deadline.IsZero() {
+		b = append(append(b, canonicalDeadline...), ": "...)
+		b = append(cb.Deadline.UTC().AppendFormat(b, DeadlineFormat), "\r\n"...)
+	}
+	if cb.ShardTotal > 0 {
+		b = append(append(b, canonicalShardIndex...), ": "...)
+		b = append(strconv.AppendInt(b, int64(cb.ShardIndex), 10), "\r\n"...)
+		b = append(append(b, canonicalShardTotal...), ": "...)
+		b = append(strconv.AppendInt(b, int64(cb.ShardTotal), 10), "\r\n"...)
+	}
+	// The traceparent is written by axapi (valid by construction).
+	b = append(append(b, canonicalTraceParent...), ": "...)
+	b = append(axapi.CallbackTraceParent(b, cb.TraceParent, cb.TaskID, cb.Run, cb.Attempt), "\r\n"...)
+	if cb.TraceState != "" {
+		b = field(b, canonicalTraceState, cb.TraceState)
 	}
 	b = append(b, "Content-Length: "...)
-	b = strconv.AppendInt(b, int64(len(r.body)), 10)
-	return append(b, "\r\n\r\n"...), nil
+	b = strconv.AppendInt(b, int64(len(cb.Payload)), 10)
+	return append(b, "\r\n\r\n"...), err
 }
 
 // answer is an executor's answer: its status and headers, and its body,
@@ -344,7 +374,7 @@ func (p *pool) exchange(ctx context.Context, deadline time.Time, cc *clientConn,
 			_ = cc.ec.SetDeadline(time.Time{})
 		}
 	}()
-	body := r.body
+	body := r.cb.Payload
 	if len(cc.buf)+len(body) <= connBufSize {
 		cc.buf, body = append(cc.buf, body...), nil
 	}
