@@ -167,8 +167,16 @@ func putTask(w *writer, prev, t *Task) error {
 }
 
 func loadTask(w *writer, id string) (*Task, error) {
+	key := taskKey(id)
+	if b, ok := w.f.tasks.get(key); ok { // written lately: no badger read
+		t := new(Task)
+		if err := decodeRecord(b, t); err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
 	var t *Task // allocated only when the task exists: a submit's usual case is a new id
-	ok, err := w.getWith(taskKey(id), func(b []byte) error {
+	ok, err := w.getWith(key, func(b []byte) error {
 		t = new(Task)
 		return decodeRecord(b, t)
 	})

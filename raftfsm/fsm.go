@@ -89,6 +89,9 @@ type FSM struct {
 	broken atomic.Bool
 
 	storageState // degraded mode: see sidecar/raftstore/storage.go
+
+	// tasks holds the task records written last (taskcache.go).
+	tasks taskCache
 }
 
 type observerBox struct{ o Observer }
@@ -417,6 +420,7 @@ func (w *writer) commit() {
 		}
 		return nil
 	})
+	w.f.tasks.committed(w.ops)
 	w.ops = w.ops[:0]
 }
 
@@ -481,6 +485,9 @@ func (w *writer) set(key, val []byte) error {
 	}
 	if err == nil {
 		w.ops = append(w.ops, writeOp{key: key, val: val})
+		if isTaskKey(key) {
+			w.f.tasks.forget(key)
+		}
 	}
 	return err
 }
@@ -495,6 +502,9 @@ func (w *writer) del(key []byte) error {
 	}
 	if err == nil {
 		w.ops = append(w.ops, writeOp{key: key, del: true})
+		if isTaskKey(key) {
+			w.f.tasks.forget(key)
+		}
 	}
 	return err
 }
@@ -549,6 +559,7 @@ var errRestoreFailed = errors.New("state is half restored after a failed snapsho
 // Restore succeeds.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	f.tasks.clear()
 	idx, dropped, err := restore(f.db, rc)
 	if err != nil {
 		if dropped {
