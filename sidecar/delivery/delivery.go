@@ -49,7 +49,11 @@ type Delivery struct {
 	// self caches this node's record (its executors); nil after it
 	// changes (node, executor and restore events), read again on use.
 	self *raftfsm.Node
-	down map[string]downState // executor name|URL → unreachable lately
+	// forHandler caches self.ExecutorsFor by handler (read only: shared
+	// by the attempts), for the record forSelf; at most forHandlerMax.
+	forSelf    *raftfsm.Node
+	forHandler map[string][]*raftfsm.Executor
+	down       map[string]downState // executor name|URL → unreachable lately
 	// resumed holds the attempts started from a snapshot install
 	// (resumeAfterRestore) whose Fire may still come as an event: that
 	// event must not start them a second time.
@@ -333,7 +337,19 @@ func (d *Delivery) executorsFor(handler string) []*raftfsm.Executor {
 		}
 		d.self = rec
 	}
-	xs := d.self.ExecutorsFor(handler)
+	if d.forSelf != d.self { // the record changed: the matches too
+		d.forSelf, d.forHandler = d.self, map[string][]*raftfsm.Executor{}
+	}
+	xs, ok := d.forHandler[handler]
+	if !ok {
+		xs = d.self.ExecutorsFor(handler)
+		if len(d.forHandler) < forHandlerMax {
+			d.forHandler[handler] = xs
+		}
+	}
+	if len(d.down) == 0 {
+		return xs // none down: the order stands
+	}
 	now := d.clock.Now()
 	var up, down []*raftfsm.Executor
 	for _, x := range xs {
@@ -345,6 +361,10 @@ func (d *Delivery) executorsFor(handler string) []*raftfsm.Executor {
 	}
 	return append(up, down...)
 }
+
+// forHandlerMax bounds the handlers whose executors Delivery keeps
+// matched (executorsFor).
+const forHandlerMax = 4096
 
 // downState is an executor that was unavailable (the request could not be
 // given to it, see raftfsm.OutcomeUnavailable): THE record, in Delivery.down,
@@ -423,8 +443,12 @@ func (d *Delivery) markDown(x *raftfsm.Executor, overloaded bool) {
 // markUp forgets that x was unavailable (it answered), which resets its
 // probe backoff and wakes the attempts waiting for it.
 func (d *Delivery) markUp(x *raftfsm.Executor) {
-	key := x.Name + "|" + x.URL
 	d.mu.Lock()
+	if len(d.down) == 0 {
+		d.mu.Unlock()
+		return
+	}
+	key := x.Name + "|" + x.URL
 	st, ok := d.down[key]
 	delete(d.down, key)
 	d.mu.Unlock()
