@@ -489,7 +489,7 @@ func (d *Delivery) deliver(ctx context.Context, t *raftfsm.Task, r *attemptRun, 
 	if r.startMs.Swap(start.UnixMilli()) == 0 {
 		// Lateness: from the run's due time (not from the Fire: a late
 		// timer or a slow commit is lateness too), once per attempt.
-		d.m.Lateness.WithLabelValues(t.Spec.Handler).Observe(max(0, start.Sub(time.UnixMilli(t.DueMs)).Seconds()))
+		d.m.late(t.Spec.Handler, start.Sub(time.UnixMilli(t.DueMs)))
 	}
 	// The attempt's timeout counts from its start, not from the Fire: it
 	// may have waited for a slot (its lease was renewed meanwhile).
