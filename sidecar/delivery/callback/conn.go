@@ -38,6 +38,8 @@ import (
 //     a request that could not write a byte to a reused connection goes
 //     to another one, as net/http's Transport retries a request that
 //     wrote nothing;
+//   - a request whose write failed takes the answer the executor may
+//     have sent first (a 413 before reading a large body);
 //   - idle connections beyond the executor's count are closed, and those
 //     idle for IdleConnTimeout are closed by a timer of the pool.
 //
@@ -378,16 +380,43 @@ func (p *pool) exchange(ctx context.Context, deadline time.Time, cc *clientConn,
 	if len(cc.buf)+len(body) <= connBufSize {
 		cc.buf, body = append(cc.buf, body...), nil
 	}
+	before := cc.ec.written.Load()
 	if _, err = cc.ec.Write(cc.buf); err == nil && len(body) > 0 {
 		_, err = cc.ec.Write(body)
 	}
 	if err != nil {
+		if cc.ec.written.Load() > before && ctx.Err() == nil {
+			// The executor may have answered before taking the whole
+			// request (a 413 to a large payload) and closed: its answer,
+			// when it is there, decides, as net/http's Transport has it.
+			wait := time.Now().Add(earlyAnswerWait)
+			if !deadline.IsZero() && deadline.Before(wait) {
+				wait = deadline
+			}
+			_ = cc.ec.SetReadDeadline(wait)
+			if resp, rerr := readAnswer(cc.br); rerr == nil {
+				a, _ = readBody(resp, cc.br, bodyMax)
+				return a, nil, false
+			}
+		}
 		return answer{}, err, false
 	}
 	resp, err := readAnswer(cc.br)
 	if err != nil {
 		return answer{}, err, false
 	}
+	a, keep = readBody(resp, cc.br, bodyMax)
+	return a, nil, keep
+}
+
+// earlyAnswerWait bounds the wait for an executor's answer once writing
+// the request to it failed (it may have answered first).
+const earlyAnswerWait = 50 * time.Millisecond
+
+// readBody reads resp's body, at most bodyMax bytes, from br; keep says
+// the connection may carry another request (the body read to its end,
+// no Connection: close, nothing more sent).
+func readBody(resp *http.Response, br *bufio.Reader, bodyMax int64) (a answer, keep bool) {
 	a.resp = resp
 	keep = !resp.Close
 	if resp.Body != http.NoBody {
@@ -402,10 +431,10 @@ func (p *pool) exchange(ctx context.Context, deadline time.Time, cc *clientConn,
 			_ = resp.Body.Close() // at its end: nothing left to read
 		}
 	}
-	if cc.br.Buffered() > 0 {
+	if br.Buffered() > 0 {
 		keep = false // the executor sent more than its answer
 	}
-	return a, nil, keep
+	return a, keep
 }
 
 // readAnswer reads an answer, skipping informational ones (1xx but 101),

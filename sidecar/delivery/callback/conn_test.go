@@ -248,3 +248,53 @@ func TestCaller_IdleConnsClosedAfterTheirTimeout(t *testing.T) {
 		t.Fatal("the idle connection was not closed")
 	}
 }
+
+// An executor that answers before reading the whole request (here 413
+// after the headers of a large payload) and closes: its answer decides
+// the outcome, as with net/http's Transport, not the write cut short.
+func TestCaller_EarlyAnswerToALargeRequest(t *testing.T) {
+	for _, network := range []string{"unix", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			var ln net.Listener
+			var err error
+			if network == "unix" {
+				ln, err = net.Listen("unix", filepath.Join(t.TempDir(), "x.sock"))
+			} else {
+				ln, err = net.Listen("tcp", "127.0.0.1:0")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for { // the headers only
+					line, err := br.ReadString('\n')
+					if err != nil || line == "\r\n" {
+						break
+					}
+				}
+				io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big!")
+				if tc, ok := c.(*net.TCPConn); ok {
+					tc.CloseWrite()
+					time.Sleep(100 * time.Millisecond) // let the answer go before the unread body resets the connection
+				}
+			}()
+			base := "unix://" + ln.Addr().String()
+			if network == "tcp" {
+				base = "http://" + ln.Addr().String()
+			}
+			cb := cb1
+			cb.Payload = make([]byte, 8<<20)
+			out := newTestCaller(t).Execute(context.Background(), base, cb)
+			if out.Kind != raftfsm.OutcomePermanent || out.Status != 413 {
+				t.Fatalf("outcome %+v, want permanent 413", out)
+			}
+		})
+	}
+}
