@@ -69,6 +69,7 @@ type pool struct {
 // clientConn is one connection to an executor with its buffers.
 type clientConn struct {
 	ec     *execConn
+	lim    *capReader      // under br: bounds an answer's headers
 	rc     syscall.RawConn // ec's socket, for peerOpen; nil when not had
 	br     *bufio.Reader
 	buf    []byte    // the request being written
@@ -136,7 +137,8 @@ func (p *pool) dial(ctx context.Context, deadline time.Time) (*clientConn, error
 		return nil, err
 	}
 	ec := newExecConn(conn)
-	cc := &clientConn{ec: ec, br: bufio.NewReaderSize(ec, connBufSize)}
+	lim := &capReader{r: ec, n: noCap}
+	cc := &clientConn{ec: ec, lim: lim, br: bufio.NewReaderSize(lim, connBufSize)}
 	if sc, ok := conn.(syscall.Conn); ok {
 		cc.rc, _ = sc.SyscallConn()
 	}
@@ -394,14 +396,14 @@ func (p *pool) exchange(ctx context.Context, deadline time.Time, cc *clientConn,
 				wait = deadline
 			}
 			_ = cc.ec.SetReadDeadline(wait)
-			if resp, rerr := readAnswer(cc.br); rerr == nil {
+			if resp, rerr := readAnswer(cc); rerr == nil {
 				a, _ = readBody(resp, cc.br, bodyMax)
 				return a, nil, false
 			}
 		}
 		return answer{}, err, false
 	}
-	resp, err := readAnswer(cc.br)
+	resp, err := readAnswer(cc)
 	if err != nil {
 		return answer{}, err, false
 	}
@@ -437,12 +439,47 @@ func readBody(resp *http.Response, br *bufio.Reader, bodyMax int64) (a answer, k
 	return a, keep
 }
 
-// readAnswer reads an answer, skipping informational ones (1xx but 101),
-// at most maxInformational of them, as net/http's Transport does.
-func readAnswer(br *bufio.Reader) (*http.Response, error) {
+// maxAnswerHeaderBytes bounds the status line and headers of an answer
+// (with the informational answers before it), as net/http's Transport
+// bounds them (MaxResponseHeaderBytes, 10 MiB by default): an executor
+// that sends headers without end fails its callback, not the node.
+const maxAnswerHeaderBytes = 1 << 20
+
+// noCap is a capReader's budget while a body is read (bounded by its
+// own limit).
+const noCap = 1 << 62
+
+// errAnswerHeaderTooLarge is the error of an answer whose headers pass
+// maxAnswerHeaderBytes.
+var errAnswerHeaderTooLarge = errors.New("executor's answer headers exceed 1 MiB")
+
+// capReader reads from r until its budget n ends, then fails.
+type capReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.n <= 0 {
+		return 0, errAnswerHeaderTooLarge
+	}
+	if int64(len(p)) > c.n {
+		p = p[:c.n]
+	}
+	n, err := c.r.Read(p)
+	c.n -= int64(n)
+	return n, err
+}
+
+// readAnswer reads an answer on cc, skipping informational ones (1xx but
+// 101), at most maxInformational of them, as net/http's Transport does;
+// their headers read at most maxAnswerHeaderBytes from the connection.
+func readAnswer(cc *clientConn) (*http.Response, error) {
 	const maxInformational = 5
+	cc.lim.n = maxAnswerHeaderBytes
+	defer func() { cc.lim.n = noCap }()
 	for i := 0; ; i++ {
-		resp, err := http.ReadResponse(br, nil)
+		resp, err := http.ReadResponse(cc.br, nil)
 		if err != nil {
 			return nil, err
 		}

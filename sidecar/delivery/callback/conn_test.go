@@ -298,3 +298,44 @@ func TestCaller_EarlyAnswerToALargeRequest(t *testing.T) {
 		})
 	}
 }
+
+// An executor whose answer's headers do not end fails its callback (a
+// failed attempt: it had the request) once 1 MiB of them came, as
+// net/http's Transport bounds them, instead of the node reading on.
+func TestCaller_AnswerHeadersAreBounded(t *testing.T) {
+	ln, err := net.Listen("unix", filepath.Join(t.TempDir(), "x.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	sent := make(chan int, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, req.Body)
+		n, _ := io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+		line := "X-Pad: " + strings.Repeat("x", 1000) + "\r\n"
+		for n < 64<<20 { // 64 MiB of headers at most, then give up
+			k, err := io.WriteString(c, line)
+			n += k
+			if err != nil {
+				break
+			}
+		}
+		sent <- n
+	}()
+	out := newTestCaller(t).Execute(context.Background(), "unix://"+ln.Addr().String(), cb1)
+	if out.Kind != raftfsm.OutcomeRetryable || !strings.Contains(out.Error, "exceed 1 MiB") {
+		t.Fatalf("outcome %+v, want a failed attempt for headers over 1 MiB", out)
+	}
+	if n := <-sent; n >= 64<<20 {
+		t.Fatalf("the executor could send %d bytes of headers", n)
+	}
+}
