@@ -112,7 +112,7 @@ type Callback struct {
 	// MaxIdleConns is how many idle connections to keep to this executor
 	// (its concurrency limit, so that a burst reuses them instead of
 	// dialling again); 0 means CallerOptions.MaxIdleConnsPerExecutor.
-	// A change replaces the executor's pool.
+	// A change applies at once: the idle connections beyond it are closed.
 	MaxIdleConns int
 }
 
@@ -313,7 +313,9 @@ func (c *Caller) client(k endpointKey, maxIdle int) *http.Client {
 // deadline, aborts the request in flight (the executor sees its request
 // context end) and gives raftfsm.OutcomeCancelled or raftfsm.OutcomeTimeout.
 //
-// Execute never retries; it reads at most 64 KiB of the answer.
+// Execute never retries a request the executor may have received (one that
+// wrote no byte to a kept-alive connection goes to another); it reads at
+// most 1 MiB of the answer's headers and 64 KiB of its body.
 func (c *Caller) Execute(ctx context.Context, baseURL string, cb Callback) Outcome {
 	start := time.Now()
 	parent := ctx
