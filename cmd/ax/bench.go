@@ -320,8 +320,10 @@ func benchThroughputCmd(f *benchFlags) *cobra.Command {
 		Long: `Measure the disk's synced-write rate (4 KiB write + fsync in a loop for
 --sync-probe, in the nodes' data directory), then run one phase per
 --callers entry in which that many concurrent callers submit one task per
-request (POST /v1/tasks) as fast as they can for --duration, and a last
-phase in which the largest number of callers submit --batch tasks per
+request (POST /v1/tasks) as fast as they can for --duration (each on its
+own connection; a single caller through a blocking socket client, so that
+the bench's own CPU stays off the path it measures), and a last phase in
+which the largest number of callers submit --batch tasks per
 request (POST /v1/tasks/batch). Tasks are due in 24h, so nothing fires
 meanwhile. The report gives, per phase, tasks/s and its ratio to the synced
 writes/s, requests/s, the latency of a request (until the tasks are durable
