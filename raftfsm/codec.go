@@ -544,6 +544,42 @@ func commandSize(c *Command) int {
 	return 64 + len(c.Submit.ID) + specSize(&c.Submit.Spec)
 }
 
+// appendResult writes r as msgpack.Marshal writes a Result: itself when
+// only the fields of a submit's, cancel's or other task command's result
+// are set, else by reflection (a purge's or a flow's).
+func appendResult(b []byte, r *Result) ([]byte, error) {
+	if r.Purged != nil || r.PurgedFlows != nil || r.Flow != nil {
+		return appendReflect(b, r)
+	}
+	var err error
+	b, m := beginMap(b)
+	if r.Code != "" {
+		b = appendStr(m.key(b, "c"), r.Code)
+	}
+	if r.Created {
+		b = appendBool(m.key(b, "cr"), true)
+	}
+	if r.Task != nil {
+		if b, err = appendTask(m.key(b, "t"), r.Task); err != nil {
+			return b, err
+		}
+	}
+	b = appendUint64(m.key(b, "i"), r.Index)
+	if r.Warning != "" {
+		b = appendStr(m.key(b, "w"), r.Warning)
+	}
+	return m.end(b), nil
+}
+
+// resultSize is about the bytes appendResult writes, to size buffers.
+func resultSize(r *Result) int {
+	n := 32 + len(r.Code) + len(r.Warning)
+	if r.Task != nil {
+		n += taskSize(r.Task)
+	}
+	return n
+}
+
 // ---- reading
 
 // reader reads msgpack from b at p. Any value it does not expect sets
@@ -1138,4 +1174,74 @@ func decodeCommands(b []byte) ([]Command, error) {
 		r = reader{b: b, p: start + end}
 	}
 	return out, nil
+}
+
+// decodeResultFast reads a Result map into res (a zero Result); a nil
+// task, or anything decodeTaskFast gives up on, fails r.
+func decodeResultFast(r *reader, res *Result) bool {
+	var mask uint64
+	for n := r.mapLen(); n > 0 && !r.fail; n-- {
+		switch string(r.key()) {
+		case "c":
+			r.seen(&mask, 0)
+			res.Code = r.str()
+		case "cr":
+			r.seen(&mask, 1)
+			res.Created = r.bool()
+		case "t":
+			r.seen(&mask, 2)
+			if r.p < len(r.b) && r.b[r.p] == 0xc0 { // nil: left to msgpack
+				r.fail = true
+				break
+			}
+			res.Task = new(Task)
+			decodeTaskFast(r, res.Task)
+		case "i":
+			r.seen(&mask, 3)
+			res.Index = r.uint()
+		case "pg":
+			r.seen(&mask, 4)
+			r.reflect(&res.Purged)
+		case "pf":
+			r.seen(&mask, 5)
+			r.reflect(&res.PurgedFlows)
+		case "w":
+			r.seen(&mask, 6)
+			res.Warning = r.str()
+		case "fl":
+			r.seen(&mask, 7)
+			r.reflect(&res.Flow)
+		default:
+			r.fail = true
+		}
+	}
+	return !r.fail
+}
+
+// decodeResultsFast reads a msgpack array of results (EncodeResults'
+// bytes) with decodeResultFast; false when any of it is left to msgpack
+// (the caller then decodes all of b with decodeArray).
+func decodeResultsFast(b []byte) ([]Result, bool) {
+	r := reader{b: b}
+	var n int
+	switch c := r.code(); {
+	case c >= 0x90 && c <= 0x9f:
+		n = int(c & 0x0f)
+	case c == 0xdc:
+		n = int(r.be(2))
+	case c == 0xdd:
+		n = int(r.be(4))
+	default:
+		return nil, false
+	}
+	if r.fail || n > len(b) {
+		return nil, false
+	}
+	out := make([]Result, n)
+	for i := range out {
+		if !decodeResultFast(&r, &out[i]) {
+			return nil, false
+		}
+	}
+	return out, r.p == len(b)
 }

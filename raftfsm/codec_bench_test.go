@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // benchSubmits returns n submits shaped like ax bench throughput's
@@ -124,4 +126,35 @@ func BenchmarkEntryFireComplete(b *testing.B) {
 	b.StopTimer()
 	runtime.ReadMemStats(&m1)
 	reportPerTask(b, b.N*100, &m0, &m1)
+}
+
+// BenchmarkResultsCodec encodes and decodes a forwarded submit's answer
+// (one result with its task, as the peer API carries it): the fast codec
+// against msgpack's reflection.
+func BenchmarkResultsCodec(b *testing.B) {
+	rs := []Result{{Code: CodeOK, Created: true, Task: benchTask(), Index: 123456}}
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			data, err := EncodeResults(rs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := DecodeResults(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("reflection", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			data, err := msgpack.Marshal(rs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := decodeArray[Result](data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -505,3 +505,88 @@ func TestCodecFallsBackToReflection(t *testing.T) {
 		}
 	}
 }
+
+// randomResult returns a task command's result (code, task, warning) most
+// of the time, else one with a purge's or a flow's fields set.
+func randomResult(f *filler) Result {
+	var r Result
+	if f.r.IntN(5) > 0 {
+		r.Code = []string{"", CodeOK, CodeNotFound, CodeConflict}[f.r.IntN(4)]
+		r.Created = f.r.IntN(2) == 0
+		if f.r.IntN(4) > 0 {
+			r.Task = randomTask(f)
+		}
+		r.Index = uint64(f.int())
+		if f.r.IntN(4) == 0 {
+			r.Warning = f.str()
+		}
+		return r
+	}
+	f.fill(reflect.ValueOf(&r).Elem(), 0)
+	return r
+}
+
+// EncodeResults writes what msgpack.Marshal writes, and DecodeResults
+// reads it as msgpack.Unmarshal does, taking the fast path for the
+// results of task commands.
+func TestResultsCodecMatchesReflection(t *testing.T) {
+	f := &filler{r: rand.New(rand.NewPCG(9, 10)), oneLabel: true}
+	for i := range 2000 {
+		rs := make([]Result, f.r.IntN(20))
+		fast := true
+		for j := range rs {
+			rs[j] = randomResult(f)
+			if rs[j].Purged != nil || rs[j].PurgedFlows != nil || rs[j].Flow != nil {
+				fast = false
+			}
+		}
+		if f.r.IntN(50) == 0 {
+			rs = nil
+		}
+		got, err := EncodeResults(rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := msgpack.Marshal(rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("results %d: %+v\nfast:       %x\nreflection: %x", i, rs, got, want)
+		}
+		dec, err := DecodeResults(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := decodeArray[Result](got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(dec, ref) {
+			t.Fatalf("results %d:\nfast:       %+v\nreflection: %+v", i, dec, ref)
+		}
+		if _, ok := decodeResultsFast(got); fast && rs != nil && !ok {
+			t.Fatalf("results %d: the fast path gave up on %x", i, got)
+		}
+	}
+}
+
+// FuzzResultsDecodeMatchesReflection: DecodeResults answers as
+// decodeArray (msgpack.Unmarshal) does, on any bytes.
+func FuzzResultsDecodeMatchesReflection(f *testing.F) {
+	fl := &filler{r: rand.New(rand.NewPCG(11, 12))}
+	for range 20 {
+		b, _ := msgpack.Marshal([]Result{randomResult(fl), randomResult(fl)})
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err1 := DecodeResults(b)
+		want, err2 := decodeArray[Result](b)
+		if (err1 == nil) != (err2 == nil) {
+			t.Fatalf("%x: fast error %v, reflection error %v", b, err1, err2)
+		}
+		if err1 == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("%x:\nfast:       %+v\nreflection: %+v", b, got, want)
+		}
+	})
+}
