@@ -197,6 +197,13 @@ func loadSubmitted(w *writer, id string) (*Task, error) {
 }
 
 func loadTaskKey(w *writer, key []byte) (*Task, error) {
+	if b, ok := w.f.tasks.get(key); ok { // written lately: no badger read
+		t := new(Task)
+		if err := decodeRecord(b, t); err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
 	var t *Task // allocated only when the task exists: a submit's usual case is a new id
 	ok, err := w.getWith(key, func(b []byte) error {
 		t = new(Task)

@@ -381,6 +381,63 @@ func FuzzFastDecodeMatchesReflection(f *testing.F) {
 	})
 }
 
+// TestCodecWritesRunRecordsAsReflection checks appendRunRecord against
+// msgpack.Marshal byte for byte on random run records (encodeRecord).
+func TestCodecWritesRunRecordsAsReflection(t *testing.T) {
+	f := &filler{r: rand.New(rand.NewPCG(11, 12))}
+	for i := range 3000 {
+		var r RunRecord
+		f.fill(reflect.ValueOf(&r).Elem(), 0)
+		got, err := encodeRecord(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := msgpack.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[1:], want) || got[0] != recordVersion {
+			t.Fatalf("run record %d: %+v\nfast:       %x\nreflection: %x", i, r, got[1:], want)
+		}
+	}
+}
+
+// TestCodecReadsFireAndCompleteFast: fire and complete commands, random in
+// every field and written by msgpack.Marshal, are read by the fast path
+// (not handed to msgpack) into what msgpack.Unmarshal reads, and written
+// back by appendCommand into the same bytes.
+func TestCodecReadsFireAndCompleteFast(t *testing.T) {
+	f := &filler{r: rand.New(rand.NewPCG(9, 10))}
+	for i := range 3000 {
+		var c Command
+		if i%2 == 0 {
+			c.Type, c.Fire = CmdFire, new(Fire)
+			f.fill(reflect.ValueOf(c.Fire).Elem(), 1)
+		} else {
+			c.Type, c.Complete = CmdComplete, new(Complete)
+			f.fill(reflect.ValueOf(c.Complete).Elem(), 1)
+		}
+		b, err := msgpack.Marshal(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fast, slow Command
+		if !decodeCommandFast(&reader{b: b}, &fast) {
+			t.Fatalf("command %d: the fast path gave up on %x", i, b)
+		}
+		if err := msgpack.Unmarshal(b, &slow); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("command %d:\nfast:       %+v\nreflection: %+v", i, fast, slow)
+		}
+		again, err := appendCommand(nil, &c)
+		if err != nil || !bytes.Equal(again, b) {
+			t.Fatalf("command %d (%v):\nfast:       %x\nreflection: %x", i, err, again, b)
+		}
+	}
+}
+
 // TestCodecFallsBackToReflection gives the fast readers values they give
 // up on (a field of a later version, before or after the known ones):
 // decodeRecord and DecodeEntry must still answer as msgpack does.
@@ -447,4 +504,89 @@ func TestCodecFallsBackToReflection(t *testing.T) {
 			t.Fatalf("entry %d:\ngot  %+v\nwant %+v", i, cmds, wantCmds)
 		}
 	}
+}
+
+// randomResult returns a task command's result (code, task, warning) most
+// of the time, else one with a purge's or a flow's fields set.
+func randomResult(f *filler) Result {
+	var r Result
+	if f.r.IntN(5) > 0 {
+		r.Code = []string{"", CodeOK, CodeNotFound, CodeConflict}[f.r.IntN(4)]
+		r.Created = f.r.IntN(2) == 0
+		if f.r.IntN(4) > 0 {
+			r.Task = randomTask(f)
+		}
+		r.Index = uint64(f.int())
+		if f.r.IntN(4) == 0 {
+			r.Warning = f.str()
+		}
+		return r
+	}
+	f.fill(reflect.ValueOf(&r).Elem(), 0)
+	return r
+}
+
+// EncodeResults writes what msgpack.Marshal writes, and DecodeResults
+// reads it as msgpack.Unmarshal does, taking the fast path for the
+// results of task commands.
+func TestResultsCodecMatchesReflection(t *testing.T) {
+	f := &filler{r: rand.New(rand.NewPCG(9, 10)), oneLabel: true}
+	for i := range 2000 {
+		rs := make([]Result, f.r.IntN(20))
+		fast := true
+		for j := range rs {
+			rs[j] = randomResult(f)
+			if rs[j].Purged != nil || rs[j].PurgedFlows != nil || rs[j].Flow != nil {
+				fast = false
+			}
+		}
+		if f.r.IntN(50) == 0 {
+			rs = nil
+		}
+		got, err := EncodeResults(rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := msgpack.Marshal(rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("results %d: %+v\nfast:       %x\nreflection: %x", i, rs, got, want)
+		}
+		dec, err := DecodeResults(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := decodeArray[Result](got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(dec, ref) {
+			t.Fatalf("results %d:\nfast:       %+v\nreflection: %+v", i, dec, ref)
+		}
+		if _, ok := decodeResultsFast(got); fast && rs != nil && !ok {
+			t.Fatalf("results %d: the fast path gave up on %x", i, got)
+		}
+	}
+}
+
+// FuzzResultsDecodeMatchesReflection: DecodeResults answers as
+// decodeArray (msgpack.Unmarshal) does, on any bytes.
+func FuzzResultsDecodeMatchesReflection(f *testing.F) {
+	fl := &filler{r: rand.New(rand.NewPCG(11, 12))}
+	for range 20 {
+		b, _ := msgpack.Marshal([]Result{randomResult(fl), randomResult(fl)})
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err1 := DecodeResults(b)
+		want, err2 := decodeArray[Result](b)
+		if (err1 == nil) != (err2 == nil) {
+			t.Fatalf("%x: fast error %v, reflection error %v", b, err1, err2)
+		}
+		if err1 == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("%x:\nfast:       %+v\nreflection: %+v", b, got, want)
+		}
+	})
 }

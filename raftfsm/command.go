@@ -371,8 +371,37 @@ var msgpackHeaders = [...]struct {
 // the commands nest a few levels.
 const maxNesting = 32
 
-// EncodeResults and DecodeResults carry results over the peer API.
-func EncodeResults(rs []Result) ([]byte, error) { return msgpack.Marshal(rs) }
+// EncodeResults and DecodeResults carry results over the peer API (a
+// forwarded proposal's answer). The bytes are those msgpack.Marshal writes
+// for rs; a submit's result (its task) is written without reflection
+// (codec.go).
+func EncodeResults(rs []Result) ([]byte, error) {
+	if rs == nil {
+		return []byte{0xc0}, nil // msgpack's nil slice
+	}
+	size := 5
+	for i := range rs {
+		size += resultSize(&rs[i])
+	}
+	b := appendArrayLen(make([]byte, 0, size), len(rs))
+	for i := range rs {
+		var err error
+		if b, err = appendResult(b, &rs[i]); err != nil {
+			return nil, fmt.Errorf("encode results: %w", err)
+		}
+	}
+	return b, nil
+}
 
-// DecodeResults decodes what EncodeResults wrote.
-func DecodeResults(b []byte) ([]Result, error) { return decodeArray[Result](b) }
+// DecodeResults decodes what EncodeResults wrote: results of the usual
+// shape without reflection (decodeResultsFast), anything else as
+// msgpack.Unmarshal reads it.
+func DecodeResults(b []byte) ([]Result, error) {
+	if err := checkLengths(b); err != nil {
+		return nil, err
+	}
+	if rs, ok := decodeResultsFast(b); ok {
+		return rs, nil
+	}
+	return decodeArray[Result](b)
+}

@@ -101,6 +101,9 @@ type FSM struct {
 	broken atomic.Bool
 
 	storageState // degraded mode: see sidecar/raftstore/storage.go
+
+	// tasks holds the task records written last (taskcache.go).
+	tasks taskCache
 }
 
 type observerBox struct{ o Observer }
@@ -430,6 +433,7 @@ func (w *writer) commit() {
 		}
 		return nil
 	})
+	w.f.tasks.committed(w.ops)
 	w.ops = w.ops[:0]
 }
 
@@ -494,6 +498,9 @@ func (w *writer) set(key, val []byte) error {
 	}
 	if err == nil {
 		w.ops = append(w.ops, writeOp{key: key, val: val})
+		if isTaskKey(key) {
+			w.f.tasks.forget(key)
+		}
 	}
 	return err
 }
@@ -508,6 +515,9 @@ func (w *writer) del(key []byte) error {
 	}
 	if err == nil {
 		w.ops = append(w.ops, writeOp{key: key, del: true})
+		if isTaskKey(key) {
+			w.f.tasks.forget(key)
+		}
 	}
 	return err
 }
@@ -563,6 +573,7 @@ var errRestoreFailed = errors.New("state is half restored after a failed snapsho
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	f.ids, f.rebuild = nil, nil // the state they hold ids of is dropped: read until the scan
+	f.tasks.clear()
 	idx, dropped, err := restore(f.db, rc)
 	if err != nil {
 		if dropped {

@@ -7,7 +7,8 @@
 //
 //   - Setup (store.go): OpenState opens badger and the FSM; StartRaft
 //     opens the Raft log (walstore.go: DataDir/wal, migrating an earlier
-//     version's raft.db into it), the snapshot store and the transport,
+//     version's raft.db into it; logcache.go keeps its newest entries in
+//     memory for raft's reads), the snapshot store and the transport,
 //     and applies the applied-index rule at boot (no snapshot restore when
 //     badger already holds it).
 //   - The storage guard (storage.go, diskpressure.go): whether this node's

@@ -129,7 +129,10 @@ func (p routeProvider) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) 
 // after the disk was freed it never applied another entry (the disk-full
 // e2e test; stacks showed the leader's replicate goroutine parked in
 // netPipeline.AppendEntries). In synchronous mode raft still ships every
-// entry pending for a follower in one AppendEntries round trip.
+// entry pending for a follower in one AppendEntries round trip; a follower
+// handles them one at a time anyway, so pipelining would mostly send
+// smaller batches, each one more log append and fsync on the follower
+// (docs/perf/README.md, "Three nodes, single submits").
 func newRaftTransport(cfg *Config, fsm *raftfsm.FSM, adv net.Addr, maxPool int, timeout time.Duration, log hclog.Logger) (*raft.NetworkTransport, error) {
 	tc := &raft.NetworkTransportConfig{Logger: log, MaxPool: maxPool, Timeout: timeout, MaxRPCsInFlight: raftMaxRPCsInFlight}
 	if len(cfg.PeerRoutes) > 0 {

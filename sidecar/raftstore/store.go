@@ -174,7 +174,7 @@ func (st *Store) StartRaft(advertise func() (net.Addr, error)) error {
 			st.log.Info().Uint64("applied", applied).Uint64("snapshot", metas[0].Index).Msg("badger is behind the newest snapshot: restoring it")
 		}
 	}
-	st.Raft, err = raft.NewRaft(rc, st.FSM, guardedLogStore{st.logStore, st.Guard, &st.LogStats}, guardedStableStore{st.logStore, st.Guard}, snaps, st.transport)
+	st.Raft, err = raft.NewRaft(rc, st.FSM, newTailCache(guardedLogStore{st.logStore, st.Guard, &st.LogStats}, tailCacheEntries, tailCacheBytes), guardedStableStore{st.logStore, st.Guard}, snaps, st.transport)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}

@@ -1,0 +1,176 @@
+package raftstore
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+// failingLogStore refuses writes while fail is set.
+type failingLogStore struct {
+	raft.LogStore
+	fail error
+}
+
+func (s *failingLogStore) StoreLogs(ls []*raft.Log) error {
+	if s.fail != nil {
+		return s.fail
+	}
+	return s.LogStore.StoreLogs(ls)
+}
+
+// getLog reads idx through c and checks it against want (nil: absent).
+func getLog(t *testing.T, c *tailCache, idx uint64, want *raft.Log) {
+	t.Helper()
+	var got raft.Log
+	err := c.GetLog(idx, &got)
+	if want == nil {
+		if !errors.Is(err, raft.ErrLogNotFound) {
+			t.Fatalf("GetLog(%d) = %v, want raft.ErrLogNotFound", idx, err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("GetLog(%d): %v", idx, err)
+	}
+	if got.Index != want.Index || got.Term != want.Term || got.Type != want.Type || !bytes.Equal(got.Data, want.Data) {
+		t.Fatalf("GetLog(%d) = index %d term %d, want index %d term %d (or other data)", idx, got.Index, got.Term, want.Index, want.Term)
+	}
+}
+
+// The entries just written are read back from memory, the older ones from
+// the store, and the cache keeps to its bounds in entries and in bytes.
+func TestTailCacheAnswersTheNewestEntriesFromMemory(t *testing.T) {
+	c := newTailCache(raft.NewInmemStore(), 8, 1<<30)
+	all := testEntries(1, 20)
+	for i := 0; i < len(all); i += 5 {
+		if err := c.StoreLogs(all[i : i+5]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range all[12:] {
+		getLog(t, c, l.Index, l)
+	}
+	if h, m := c.hits.Load(), c.misses.Load(); h != 8 || m != 0 {
+		t.Fatalf("the 8 newest entries: %d hits, %d misses; want 8, 0", h, m)
+	}
+	getLog(t, c, 3, all[2])
+	if m := c.misses.Load(); m != 1 {
+		t.Fatalf("an entry past the cache's 8: %d misses, want 1 (read from the store)", m)
+	}
+
+	// In bytes: entries 1..20 carry idx*97 bytes; a bound of 4 000 keeps
+	// 20, 19 (3 783 bytes) and not 18.
+	c = newTailCache(raft.NewInmemStore(), 100, 4000)
+	if err := c.StoreLogs(all); err != nil {
+		t.Fatal(err)
+	}
+	if c.first != 19 || len(c.ents) != 2 || c.bytes != (19+20)*97 {
+		t.Fatalf("cache of 4 000 bytes holds from %d, %d entries, %d bytes; want from 19, 2, %d", c.first, len(c.ents), c.bytes, (19+20)*97)
+	}
+	// The newest entry stays whatever its size.
+	c = newTailCache(raft.NewInmemStore(), 100, 10)
+	if err := c.StoreLogs(all); err != nil {
+		t.Fatal(err)
+	}
+	if c.first != 20 || len(c.ents) != 1 {
+		t.Fatalf("cache of 10 bytes holds from %d, %d entries; want the newest one", c.first, len(c.ents))
+	}
+}
+
+// No deleted entry is answered from memory: compaction drops the head, a
+// follower's truncated suffix drops the run, and a write that does not
+// continue the run replaces it.
+func TestTailCacheForgetsDeletedEntries(t *testing.T) {
+	c := newTailCache(raft.NewInmemStore(), 100, 1<<30)
+	all := testEntries(1, 10)
+	if err := c.StoreLogs(all); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteRange(1, 4); err != nil { // compaction
+		t.Fatal(err)
+	}
+	getLog(t, c, 4, nil)
+	getLog(t, c, 5, all[4])
+	if c.first != 5 || len(c.ents) != 6 {
+		t.Fatalf("after compacting 1..4 the cache holds from %d, %d entries; want from 5, 6", c.first, len(c.ents))
+	}
+	if err := c.DeleteRange(8, 10); err != nil { // a conflicting suffix
+		t.Fatal(err)
+	}
+	getLog(t, c, 8, nil)
+	getLog(t, c, 10, nil)
+	// The leader's entries 8..9 of a later term replace them.
+	repl := []*raft.Log{{Index: 8, Term: 7, Type: raft.LogCommand, Data: []byte("new 8")}, {Index: 9, Term: 7, Type: raft.LogCommand, Data: []byte("new 9")}}
+	if err := c.StoreLogs(repl); err != nil {
+		t.Fatal(err)
+	}
+	getLog(t, c, 8, repl[0])
+	getLog(t, c, 9, repl[1])
+	getLog(t, c, 10, nil)
+	getLog(t, c, 7, all[6]) // from the store
+	if c.first != 8 || len(c.ents) != 2 {
+		t.Fatalf("after the new suffix the cache holds from %d, %d entries; want from 8, 2", c.first, len(c.ents))
+	}
+}
+
+// A write the store refuses is not cached, and its error reaches raft
+// unchanged (the storage guard and raft's logs read it).
+func TestTailCacheKeepsTheStoresError(t *testing.T) {
+	inner := &failingLogStore{LogStore: raft.NewInmemStore()}
+	c := newTailCache(inner, 100, 1<<30)
+	all := testEntries(1, 4)
+	if err := c.StoreLogs(all[:2]); err != nil {
+		t.Fatal(err)
+	}
+	full := errors.New("no space left on device")
+	inner.fail = full
+	if err := c.StoreLogs(all[2:]); err != full {
+		t.Fatalf("StoreLogs on a refusing store = %v, want the store's own error", err)
+	}
+	getLog(t, c, 3, nil)
+	getLog(t, c, 2, all[1])
+	if m, ok := any(newTailCache(guardedLogStore{LogStore: raft.NewInmemStore()}, 1, 1)).(raft.MonotonicLogStore); !ok || m.IsMonotonic() {
+		t.Fatal("the cache over a store with gaps claims to be monotonic (or is no MonotonicLogStore)")
+	}
+}
+
+// BenchmarkTailCacheGetLog reads back an entry just written to the WAL,
+// as raft does once per follower and once per apply: through the cache,
+// and straight from raft-wal.
+func BenchmarkTailCacheGetLog(b *testing.B) {
+	for _, cached := range []bool{true, false} {
+		name := "wal"
+		if cached {
+			name = "cache"
+		}
+		b.Run(name, func(b *testing.B) {
+			w, err := openWAL(b.TempDir(), testHlog)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			var s raft.LogStore = w
+			if cached {
+				s = newTailCache(w, tailCacheEntries, tailCacheBytes)
+			}
+			ls := make([]*raft.Log, 256)
+			for i := range ls {
+				ls[i] = &raft.Log{Index: uint64(i + 1), Term: 1, Type: raft.LogCommand, Data: bytes.Repeat([]byte("x"), 200)}
+			}
+			if err := s.StoreLogs(ls); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			var l raft.Log
+			for i := 0; i < b.N; i++ {
+				if err := s.GetLog(uint64(i%256+1), &l); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
