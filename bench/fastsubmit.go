@@ -1,20 +1,18 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // fastSubmitter sends the one-task submits of the throughput workload
 // (POST /v1/tasks) over one connection to a node's Unix socket with
-// fasthttp, like one app with its own connection. It reads the answer's
-// status only (and an error body's message): the Go client's net/http
+// fasthttp, like one app with its own connection, for all phases but the
+// one with a single caller (sockSubmitter). It parses the answer as
+// sockSubmitter does (checkAnswer): the Go client's net/http
 // (a read and a write goroutine per connection, the task decoded) cost
 // the bench about 45 µs of CPU per request, which the node it measures
 // shares on a small machine. One per caller; not safe for concurrent use.
@@ -24,7 +22,7 @@ type fastSubmitter struct {
 	resp *fasthttp.Response
 }
 
-func newFastSubmitter(socket string, timeout time.Duration) *fastSubmitter {
+func newFastSubmitter(socket string, timeout time.Duration) submitter {
 	return &fastSubmitter{
 		hc: &fasthttp.HostClient{
 			Addr:         "ax",
@@ -37,9 +35,10 @@ func newFastSubmitter(socket string, timeout time.Duration) *fastSubmitter {
 	}
 }
 
-// submit posts one encoded submit request; an answer other than 200 or
-// 201 is an error with the API's code and message.
-func (f *fastSubmitter) submit(body []byte, deadline time.Time) error {
+// submit posts body, the encoded submit request of task id; an answer
+// other than 200 or 201 with the view of task id is an error (with the
+// API's code and message when it has them).
+func (f *fastSubmitter) submit(body []byte, id string, deadline time.Time) error {
 	f.req.Reset()
 	f.resp.Reset()
 	f.req.SetRequestURI("http://ax/v1/tasks")
@@ -49,16 +48,7 @@ func (f *fastSubmitter) submit(body []byte, deadline time.Time) error {
 	if err := f.hc.DoDeadline(f.req, f.resp, deadline); err != nil {
 		return fmt.Errorf("POST /v1/tasks: %w", err)
 	}
-	switch st := f.resp.StatusCode(); st {
-	case fasthttp.StatusOK, fasthttp.StatusCreated:
-		return nil
-	default:
-		var eb axapi.ErrorBody
-		if json.Unmarshal(f.resp.Body(), &eb) == nil && eb.Error.Code != "" {
-			return fmt.Errorf("POST /v1/tasks: %d %s: %s", st, eb.Error.Code, eb.Error.Message)
-		}
-		return fmt.Errorf("POST /v1/tasks: %d: %.80s", st, f.resp.Body())
-	}
+	return checkAnswer(f.resp.StatusCode(), f.resp.Body(), id)
 }
 
 // close releases the connection and the buffers.

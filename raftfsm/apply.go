@@ -119,7 +119,8 @@ func taskEnded(w *writer, index uint64, evs []Event, atMs, cronNextMs int64, ale
 }
 
 // putTask stores t and keeps the due, running and finished indexes in step
-// with the change from prev (nil when t is new).
+// with the change from prev (nil when t is new; otherwise the record of
+// t.ID as stored). It is the one writer of task records.
 func putTask(w *writer, prev, t *Task) error {
 	if err := indexFinished(w, prev, t); err != nil {
 		return err
@@ -163,12 +164,48 @@ func putTask(w *writer, prev, t *Task) error {
 			}
 		}
 	}
-	return w.putRecord(taskKey(t.ID), t)
+	key := taskKey(t.ID)
+	if prev == nil && w.f.ids != nil {
+		// A new record (prev is always the stored one: putTask is the
+		// one writer of task records): its id joins the filter before
+		// the transaction takes it; a later command of the same entry or
+		// batch finds the pending write by the read. An update adds
+		// nothing: the filter grows with ids, not with writes.
+		w.f.ids.add(key)
+		if r := w.f.rebuild; r != nil {
+			r.next.add(key)
+		}
+	}
+	return w.putRecord(key, t)
 }
 
+// loadTask returns the stored task id, nil when there is none.
 func loadTask(w *writer, id string) (*Task, error) {
+	return loadTaskKey(w, taskKey(id))
+}
+
+// loadSubmitted is loadTask for the id of a submit, usually new: an id the
+// FSM's id filter does not hold is not read (idfilter.go). The other
+// commands name stored tasks, for which the filter would only add its
+// hashing to the read.
+func loadSubmitted(w *writer, id string) (*Task, error) {
+	key := taskKey(id)
+	if ids := w.f.ids; ids != nil && !ids.mayContain(key) {
+		return nil, nil
+	}
+	return loadTaskKey(w, key)
+}
+
+func loadTaskKey(w *writer, key []byte) (*Task, error) {
+	if b, ok := w.f.tasks.get(key); ok { // written lately: no badger read
+		t := new(Task)
+		if err := decodeRecord(b, t); err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
 	var t *Task // allocated only when the task exists: a submit's usual case is a new id
-	ok, err := w.getWith(taskKey(id), func(b []byte) error {
+	ok, err := w.getWith(key, func(b []byte) error {
 		t = new(Task)
 		return decodeRecord(b, t)
 	})
@@ -179,7 +216,7 @@ func loadTask(w *writer, id string) (*Task, error) {
 }
 
 func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {
-	prev, err := loadTask(w, s.ID)
+	prev, err := loadSubmitted(w, s.ID)
 	if err != nil {
 		return Result{}, nil, err
 	}

@@ -7,10 +7,13 @@ import (
 )
 
 // The hot path's msgpack without reflection: the task record (Task and its
-// Spec) and the submit command (Command with Submit), which a batch of
-// submits writes and reads once per task.
+// Spec), the run record (RunRecord, written by every completed run) and
+// the submit command (Command with Submit), which a batch of
+// submits writes and reads once per task, and the fire and complete
+// commands (Command with Fire, with Complete), one each per task processed.
 //
-// Writing: appendTask and appendCommand write byte for byte what
+// Writing: appendTask and appendCommand (a submit, a fire or a complete
+// with only its body set) write byte for byte what
 // vmihailenco/msgpack v5's reflection (msgpack.Marshal) writes for the same
 // value: a struct is a map of its non-omitted fields in declaration order,
 // keyed by the tag's name; int as the shortest integer, int64 and uint64 as
@@ -303,6 +306,105 @@ func taskSize(t *Task) int {
 	return 128 + len(t.ID) + specSize(&t.Spec) + len(t.Node) + len(t.LastError) + len(t.RunParked)
 }
 
+// appendRunRecord writes r as msgpack.Marshal writes a RunRecord: every
+// completed run writes one.
+func appendRunRecord(b []byte, r *RunRecord) []byte {
+	b, m := beginMap(b)
+	b = appendInt(m.key(b, "r"), int64(r.Run))
+	b = appendUint64(m.key(b, "e"), r.Epoch)
+	b = append(m.key(b, "s"), 0xcc, byte(r.State))
+	b = appendInt64(m.key(b, "du"), r.DueMs)
+	b = appendInt64(m.key(b, "fi"), r.FiredMs)
+	if r.StartedMs != 0 {
+		b = appendInt64(m.key(b, "st"), r.StartedMs)
+	}
+	if r.FinishedMs != 0 {
+		b = appendInt64(m.key(b, "f"), r.FinishedMs)
+	}
+	if r.ParkedReason != "" {
+		b = appendStr(m.key(b, "pr"), r.ParkedReason)
+	}
+	if r.Late {
+		b = appendBool(m.key(b, "lt"), true)
+	}
+	for _, f := range [...]struct {
+		name string
+		v    int64
+	}{{"lp", r.ParkedNs}, {"lc", r.CommitNs}, {"lq", r.QueueNs}, {"ln", r.ConnectNs}} {
+		if f.v != 0 {
+			b = appendInt64(m.key(b, f.name), f.v)
+		}
+	}
+	b = m.key(b, "a")
+	if r.Attempts == nil {
+		b = append(b, 0xc0)
+	} else {
+		b = appendArrayLen(b, len(r.Attempts))
+		for i := range r.Attempts {
+			b = appendAttemptRecord(b, &r.Attempts[i])
+		}
+	}
+	if r.DroppedAttempts != 0 {
+		b = appendInt(m.key(b, "da"), int64(r.DroppedAttempts))
+	}
+	if len(r.Result) > 0 {
+		b = appendBin(m.key(b, "res"), r.Result)
+	}
+	if r.ResultBinary {
+		b = appendBool(m.key(b, "rb"), true)
+	}
+	if r.ResultTruncated {
+		b = appendBool(m.key(b, "rt"), true)
+	}
+	for _, f := range [...]struct {
+		name string
+		v    int
+	}{{"sh", r.Shards}, {"shs", r.ShardsSucceeded}, {"shf", r.ShardsFailed}} {
+		if f.v != 0 {
+			b = appendInt(m.key(b, f.name), int64(f.v))
+		}
+	}
+	return m.end(b)
+}
+
+// appendAttemptRecord writes a as msgpack.Marshal writes an AttemptRecord.
+func appendAttemptRecord(b []byte, a *AttemptRecord) []byte {
+	b, m := beginMap(b)
+	b = appendInt(m.key(b, "a"), int64(a.Attempt))
+	b = appendStr(m.key(b, "n"), a.Node)
+	b = appendInt64(m.key(b, "fi"), a.FiredMs)
+	if a.Executor != "" {
+		b = appendStr(m.key(b, "x"), a.Executor)
+	}
+	for _, f := range [...]struct {
+		name string
+		v    int64
+	}{{"st", a.StartedMs}, {"en", a.EndedMs}, {"d", a.DurationNs}} {
+		if f.v != 0 {
+			b = appendInt64(m.key(b, f.name), f.v)
+		}
+	}
+	if a.Outcome != 0 {
+		b = append(m.key(b, "o"), 0xcc, byte(a.Outcome))
+	}
+	if a.HTTPStatus != 0 {
+		b = appendInt(m.key(b, "hs"), int64(a.HTTPStatus))
+	}
+	if a.Error != "" {
+		b = appendStr(m.key(b, "er"), a.Error)
+	}
+	return m.end(b)
+}
+
+// runRecordSize is about the bytes appendRunRecord writes, to size buffers.
+func runRecordSize(r *RunRecord) int {
+	n := 160 + len(r.ParkedReason) + len(r.Result)
+	for i := range r.Attempts {
+		n += 96 + len(r.Attempts[i].Node) + len(r.Attempts[i].Executor) + len(r.Attempts[i].Error)
+	}
+	return n
+}
+
 // isSubmitOnly reports whether c is a submit command with only its
 // Submit set: the one command appendCommand writes itself.
 func isSubmitOnly(c *Command) bool {
@@ -311,9 +413,101 @@ func isSubmitOnly(c *Command) bool {
 		c.Pause == nil && c.Flow == nil && c.AlertDone == nil
 }
 
+// isFireOnly and isCompleteOnly report whether c is a fire (a complete)
+// command with only its Fire (Complete) set: those appendCommand writes
+// itself too, as every processed task has one of each.
+func isFireOnly(c *Command) bool {
+	return c.Type == CmdFire && c.Fire != nil && c.Submit == nil && c.Cancel == nil && c.Complete == nil &&
+		c.Node == nil && c.Executor == nil && c.Retry == nil && c.Lease == nil && c.Purge == nil &&
+		c.Pause == nil && c.Flow == nil && c.AlertDone == nil
+}
+
+func isCompleteOnly(c *Command) bool {
+	return c.Type == CmdComplete && c.Complete != nil && c.Submit == nil && c.Cancel == nil && c.Fire == nil &&
+		c.Node == nil && c.Executor == nil && c.Retry == nil && c.Lease == nil && c.Purge == nil &&
+		c.Pause == nil && c.Flow == nil && c.AlertDone == nil
+}
+
+// appendFire writes f as msgpack.Marshal writes a Fire.
+func appendFire(b []byte, f *Fire) []byte {
+	b, m := beginMap(b)
+	b = appendStr(m.key(b, "id"), f.ID)
+	b = appendUint64(m.key(b, "e"), f.Epoch)
+	b = appendInt(m.key(b, "a"), int64(f.Attempt))
+	b = appendStr(m.key(b, "n"), f.Node)
+	b = appendInt64(m.key(b, "at"), f.AtMs)
+	b = appendInt64(m.key(b, "le"), f.LeaseMs)
+	if f.HistoryRuns != 0 {
+		b = appendInt(m.key(b, "hr"), int64(f.HistoryRuns))
+	}
+	if f.ParkedReason != "" {
+		b = appendStr(m.key(b, "pr"), f.ParkedReason)
+	}
+	return m.end(b)
+}
+
+// appendComplete writes c as msgpack.Marshal writes a Complete.
+func appendComplete(b []byte, c *Complete) []byte {
+	b, m := beginMap(b)
+	b = appendStr(m.key(b, "id"), c.ID)
+	b = appendUint64(m.key(b, "e"), c.Epoch)
+	b = appendInt(m.key(b, "a"), int64(c.Attempt))
+	b = append(m.key(b, "o"), 0xcc, byte(c.Outcome))
+	if c.Error != "" {
+		b = appendStr(m.key(b, "er"), c.Error)
+	}
+	for _, f := range [...]struct {
+		name string
+		v    int64
+	}{{"r", c.RetryDueMs}, {"ra", c.RetryAfterMs}, {"ns", c.NextSlotMs}, {"nd", c.NextDueMs}} {
+		if f.v != 0 {
+			b = appendInt64(m.key(b, f.name), f.v)
+		}
+	}
+	b = appendInt64(m.key(b, "at"), c.AtMs)
+	if c.Alert {
+		b = appendBool(m.key(b, "al"), true)
+	}
+	if c.FlowNextSlotMs != 0 {
+		b = appendInt64(m.key(b, "fn"), c.FlowNextSlotMs)
+	}
+	if c.Executor != "" {
+		b = appendStr(m.key(b, "xn"), c.Executor)
+	}
+	if c.HTTPStatus != 0 {
+		b = appendInt(m.key(b, "hs"), int64(c.HTTPStatus))
+	}
+	for _, f := range [...]struct {
+		name string
+		v    int64
+	}{{"ap", c.AppliedMs}, {"sa", c.StartedMs}, {"ea", c.EndedMs}, {"dn", c.DurationNs}, {"qn", c.QueueNs}, {"cn", c.ConnectNs}} {
+		if f.v != 0 {
+			b = appendInt64(m.key(b, f.name), f.v)
+		}
+	}
+	if len(c.Result) > 0 {
+		b = appendBin(m.key(b, "res"), c.Result)
+	}
+	if c.ResultBinary {
+		b = appendBool(m.key(b, "rbi"), true)
+	}
+	if c.ResultTruncated {
+		b = appendBool(m.key(b, "rtr"), true)
+	}
+	if c.ShardCount != 0 {
+		b = appendInt(m.key(b, "shc"), int64(c.ShardCount))
+	}
+	return m.end(b)
+}
+
 // appendCommand writes c as msgpack.Marshal writes a Command.
 func appendCommand(b []byte, c *Command) ([]byte, error) {
-	if !isSubmitOnly(c) {
+	switch {
+	case isFireOnly(c):
+		return appendFire(append(b, 0x82, 0xa1, 't', 0xcc, byte(c.Type), 0xa1, 'f'), c.Fire), nil
+	case isCompleteOnly(c):
+		return appendComplete(append(b, 0x82, 0xa1, 't', 0xcc, byte(c.Type), 0xa1, 'x'), c.Complete), nil
+	case !isSubmitOnly(c):
 		return appendReflect(b, c)
 	}
 	s := c.Submit
@@ -336,8 +530,14 @@ func appendCommand(b []byte, c *Command) ([]byte, error) {
 }
 
 // commandSize is about the bytes appendCommand writes for c when it is
-// a submit, to size buffers.
+// a submit, a fire or a complete, to size buffers.
 func commandSize(c *Command) int {
+	if c.Fire != nil {
+		return 96 + len(c.Fire.ID) + len(c.Fire.Node) + len(c.Fire.ParkedReason)
+	}
+	if c.Complete != nil {
+		return 192 + len(c.Complete.ID) + len(c.Complete.Error) + len(c.Complete.Executor) + len(c.Complete.Result)
+	}
 	if c.Submit == nil {
 		return 64
 	}
@@ -782,23 +982,152 @@ func decodeSubmitFast(r *reader, s *Submit) bool {
 	return !r.fail
 }
 
-// decodeCommandFast reads a Command map holding a type and a Submit into
-// c (a zero Command); any other command fails r.
-func decodeCommandFast(r *reader, c *Command) bool {
+// decodeFireFast reads a Fire map into f; false when r failed.
+func decodeFireFast(r *reader, f *Fire) bool {
 	var mask uint64
 	for n := r.mapLen(); n > 0 && !r.fail; n-- {
 		switch string(r.key()) {
+		case "id":
+			r.seen(&mask, 0)
+			f.ID = r.str()
+		case "e":
+			r.seen(&mask, 1)
+			f.Epoch = r.uint()
+		case "a":
+			r.seen(&mask, 2)
+			f.Attempt = int(r.int())
+		case "n":
+			r.seen(&mask, 3)
+			f.Node = r.str()
+		case "at":
+			r.seen(&mask, 4)
+			f.AtMs = r.int()
+		case "le":
+			r.seen(&mask, 5)
+			f.LeaseMs = r.int()
+		case "hr":
+			r.seen(&mask, 6)
+			f.HistoryRuns = int(r.int())
+		case "pr":
+			r.seen(&mask, 7)
+			f.ParkedReason = r.str()
+		default:
+			r.fail = true
+		}
+	}
+	return !r.fail
+}
+
+// decodeCompleteFast reads a Complete map into c; false when r failed.
+func decodeCompleteFast(r *reader, c *Complete) bool {
+	var mask uint64
+	for n := r.mapLen(); n > 0 && !r.fail; n-- {
+		switch string(r.key()) {
+		case "id":
+			r.seen(&mask, 0)
+			c.ID = r.str()
+		case "e":
+			r.seen(&mask, 1)
+			c.Epoch = r.uint()
+		case "a":
+			r.seen(&mask, 2)
+			c.Attempt = int(r.int())
+		case "o":
+			r.seen(&mask, 3)
+			c.Outcome = Outcome(r.uint())
+		case "er":
+			r.seen(&mask, 4)
+			c.Error = r.str()
+		case "r":
+			r.seen(&mask, 5)
+			c.RetryDueMs = r.int()
+		case "ra":
+			r.seen(&mask, 6)
+			c.RetryAfterMs = r.int()
+		case "ns":
+			r.seen(&mask, 7)
+			c.NextSlotMs = r.int()
+		case "nd":
+			r.seen(&mask, 8)
+			c.NextDueMs = r.int()
+		case "at":
+			r.seen(&mask, 9)
+			c.AtMs = r.int()
+		case "al":
+			r.seen(&mask, 10)
+			c.Alert = r.bool()
+		case "fn":
+			r.seen(&mask, 11)
+			c.FlowNextSlotMs = r.int()
+		case "xn":
+			r.seen(&mask, 12)
+			c.Executor = r.str()
+		case "hs":
+			r.seen(&mask, 13)
+			c.HTTPStatus = int(r.int())
+		case "ap":
+			r.seen(&mask, 14)
+			c.AppliedMs = r.int()
+		case "sa":
+			r.seen(&mask, 15)
+			c.StartedMs = r.int()
+		case "ea":
+			r.seen(&mask, 16)
+			c.EndedMs = r.int()
+		case "dn":
+			r.seen(&mask, 17)
+			c.DurationNs = r.int()
+		case "qn":
+			r.seen(&mask, 18)
+			c.QueueNs = r.int()
+		case "cn":
+			r.seen(&mask, 19)
+			c.ConnectNs = r.int()
+		case "res":
+			r.seen(&mask, 20)
+			c.Result = r.bin()
+		case "rbi":
+			r.seen(&mask, 21)
+			c.ResultBinary = r.bool()
+		case "rtr":
+			r.seen(&mask, 22)
+			c.ResultTruncated = r.bool()
+		case "shc":
+			r.seen(&mask, 23)
+			c.ShardCount = int(r.int())
+		default:
+			r.fail = true
+		}
+	}
+	return !r.fail
+}
+
+// decodeCommandFast reads a Command map holding a type and a Submit, a
+// Fire or a Complete into c (a zero Command); any other command fails r.
+func decodeCommandFast(r *reader, c *Command) bool {
+	var mask uint64
+	for n := r.mapLen(); n > 0 && !r.fail; n-- {
+		k := r.key()
+		if len(k) == 1 && (k[0] == 's' || k[0] == 'f' || k[0] == 'x') && r.p < len(r.b) && r.b[r.p] == 0xc0 {
+			r.fail = true // nil: left to msgpack
+			break
+		}
+		switch string(k) {
 		case "t":
 			r.seen(&mask, 0)
 			c.Type = CommandType(r.uint())
 		case "s":
 			r.seen(&mask, 1)
-			if r.p < len(r.b) && r.b[r.p] == 0xc0 { // nil: left to msgpack
-				r.fail = true
-				break
-			}
 			c.Submit = new(Submit)
 			decodeSubmitFast(r, c.Submit)
+		case "f":
+			r.seen(&mask, 2)
+			c.Fire = new(Fire)
+			decodeFireFast(r, c.Fire)
+		case "x":
+			r.seen(&mask, 3)
+			c.Complete = new(Complete)
+			decodeCompleteFast(r, c.Complete)
 		default:
 			r.fail = true
 		}

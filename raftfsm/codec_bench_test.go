@@ -91,6 +91,43 @@ func BenchmarkDecodeTaskRecord(b *testing.B) {
 	}
 }
 
+// BenchmarkEntryFireComplete measures EncodeEntry then DecodeEntry of a
+// task's Fire and its Complete (as the delivering node reports a success),
+// one entry of 100 of each: per task processed.
+func BenchmarkEntryFireComplete(b *testing.B) {
+	var cmds []Command
+	for i := range 100 {
+		id := fmt.Sprintf("axb1a2b3c4d-p-%d", i)
+		at := int64(1_700_000_000_000 + i)
+		cmds = append(cmds, fireCmd(id, 12345, 1, "n1", at, at+35_000))
+	}
+	for i := range 100 {
+		id := fmt.Sprintf("axb1a2b3c4d-p-%d", i)
+		at := int64(1_700_000_000_000 + i)
+		c := completeCmd(id, 12345, 1, OutcomeSuccess, "", 0, at+20)
+		x := c.Complete
+		x.Executor, x.HTTPStatus, x.AppliedMs, x.StartedMs, x.EndedMs = "ax-bench", 200, at+2, at+3, at+4
+		x.DurationNs, x.QueueNs, x.ConnectNs = 150e3, 1e6, 2e3
+		cmds = append(cmds, c)
+	}
+	b.ReportAllocs()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	b.ResetTimer()
+	for range b.N {
+		data, err := EncodeEntry(cmds)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := DecodeEntry(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	runtime.ReadMemStats(&m1)
+	reportPerTask(b, b.N*100, &m0, &m1)
+}
+
 // BenchmarkResultsCodec encodes and decodes a forwarded submit's answer
 // (one result with its task, as the peer API carries it): the fast codec
 // against msgpack's reflection.

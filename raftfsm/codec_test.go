@@ -381,6 +381,63 @@ func FuzzFastDecodeMatchesReflection(f *testing.F) {
 	})
 }
 
+// TestCodecWritesRunRecordsAsReflection checks appendRunRecord against
+// msgpack.Marshal byte for byte on random run records (encodeRecord).
+func TestCodecWritesRunRecordsAsReflection(t *testing.T) {
+	f := &filler{r: rand.New(rand.NewPCG(11, 12))}
+	for i := range 3000 {
+		var r RunRecord
+		f.fill(reflect.ValueOf(&r).Elem(), 0)
+		got, err := encodeRecord(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := msgpack.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[1:], want) || got[0] != recordVersion {
+			t.Fatalf("run record %d: %+v\nfast:       %x\nreflection: %x", i, r, got[1:], want)
+		}
+	}
+}
+
+// TestCodecReadsFireAndCompleteFast: fire and complete commands, random in
+// every field and written by msgpack.Marshal, are read by the fast path
+// (not handed to msgpack) into what msgpack.Unmarshal reads, and written
+// back by appendCommand into the same bytes.
+func TestCodecReadsFireAndCompleteFast(t *testing.T) {
+	f := &filler{r: rand.New(rand.NewPCG(9, 10))}
+	for i := range 3000 {
+		var c Command
+		if i%2 == 0 {
+			c.Type, c.Fire = CmdFire, new(Fire)
+			f.fill(reflect.ValueOf(c.Fire).Elem(), 1)
+		} else {
+			c.Type, c.Complete = CmdComplete, new(Complete)
+			f.fill(reflect.ValueOf(c.Complete).Elem(), 1)
+		}
+		b, err := msgpack.Marshal(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fast, slow Command
+		if !decodeCommandFast(&reader{b: b}, &fast) {
+			t.Fatalf("command %d: the fast path gave up on %x", i, b)
+		}
+		if err := msgpack.Unmarshal(b, &slow); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("command %d:\nfast:       %+v\nreflection: %+v", i, fast, slow)
+		}
+		again, err := appendCommand(nil, &c)
+		if err != nil || !bytes.Equal(again, b) {
+			t.Fatalf("command %d (%v):\nfast:       %x\nreflection: %x", i, err, again, b)
+		}
+	}
+}
+
 // TestCodecFallsBackToReflection gives the fast readers values they give
 // up on (a field of a later version, before or after the known ones):
 // decodeRecord and DecodeEntry must still answer as msgpack does.

@@ -83,12 +83,27 @@ type FSM struct {
 
 	handlerCounts // tasks per handler and state (pause.go)
 
+	// ids holds every stored task id, and maybe others (idfilter.go): a
+	// submit of an id it does not hold reads nothing. nil until Open's
+	// scan, and from the start of a Restore until its scan. Used only on
+	// the apply goroutine.
+	ids *idFilter
+	// rebuild is the next filter while it is built in steps
+	// (stepIDRebuild); idRebuildSlack and idRebuildStep are its
+	// constants, fields for tests.
+	rebuild        *idRebuild
+	idRebuildSlack uint64
+	idRebuildStep  int
+
 	// broken is set when a Restore failed after dropping the old state:
 	// badger then holds neither state, so Apply, StoreConfiguration and
 	// Snapshot refuse to run until a Restore succeeds.
 	broken atomic.Bool
 
 	storageState // degraded mode: see sidecar/raftstore/storage.go
+
+	// tasks holds the task records written last (taskcache.go).
+	tasks taskCache
 }
 
 type observerBox struct{ o Observer }
@@ -101,7 +116,7 @@ var (
 // Open opens the FSM over an open badger database and reads its applied
 // index.
 func Open(db *badger.DB) (*FSM, error) {
-	f := &FSM{db: db, waitCh: make(chan struct{})}
+	f := &FSM{db: db, waitCh: make(chan struct{}), idRebuildSlack: idRebuildSlack, idRebuildStep: idRebuildStep}
 	f.abortCh = make(chan struct{})
 	var idx uint64
 	err := db.View(func(txn *badger.Txn) error {
@@ -209,6 +224,7 @@ type appliedEntry struct {
 // in order, after the commit.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
+	f.stepIDRebuild()
 	var w *writer
 	var group []appliedEntry
 	flush := func() {
@@ -417,6 +433,7 @@ func (w *writer) commit() {
 		}
 		return nil
 	})
+	w.f.tasks.committed(w.ops)
 	w.ops = w.ops[:0]
 }
 
@@ -481,6 +498,9 @@ func (w *writer) set(key, val []byte) error {
 	}
 	if err == nil {
 		w.ops = append(w.ops, writeOp{key: key, val: val})
+		if isTaskKey(key) {
+			w.f.tasks.forget(key)
+		}
 	}
 	return err
 }
@@ -495,6 +515,9 @@ func (w *writer) del(key []byte) error {
 	}
 	if err == nil {
 		w.ops = append(w.ops, writeOp{key: key, del: true})
+		if isTaskKey(key) {
+			w.f.tasks.forget(key)
+		}
 	}
 	return err
 }
@@ -549,6 +572,8 @@ var errRestoreFailed = errors.New("state is half restored after a failed snapsho
 // Restore succeeds.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	f.ids, f.rebuild = nil, nil // the state they hold ids of is dropped: read until the scan
+	f.tasks.clear()
 	idx, dropped, err := restore(f.db, rc)
 	if err != nil {
 		if dropped {

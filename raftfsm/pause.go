@@ -220,13 +220,22 @@ func (f *FSM) addHandlerCounts(d map[string]*[numStates]int64) {
 	}
 }
 
-// loadHandlerCounts counts the stored tasks per handler and state (one
-// scan of the task records).
+// loadHandlerCounts counts the stored tasks per handler and state, and
+// builds the filter of stored task ids (idfilter.go), in one scan of the
+// task records. The filter stays off (nil: every lookup reads badger) when
+// the scan fails.
 func (f *FSM) loadHandlerCounts() error {
+	f.ids = nil
 	hc := map[string]*[numStates]int64{}
+	var total int64
+	for _, c := range f.Counts() {
+		total += c
+	}
+	ids := newIDFilter(uint64(max(total, 0)))
 	err := f.db.View(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
 		opts.Prefix = prefixTask
+		opts.PrefetchValues = false // each record is decoded from its block, not copied first
 		it := txn.NewIterator(opts)
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -248,12 +257,14 @@ func (f *FSM) loadHandlerCounts() error {
 				hc[t.Spec.Handler] = c
 			}
 			c[t.State]++
+			ids.add(it.Item().Key())
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
+	f.ids = ids
 	f.handlerCounts.hmu.Lock()
 	f.handlerCounts.hc = hc
 	f.handlerCounts.hmu.Unlock()

@@ -313,6 +313,9 @@ func encodeRecord(v any) ([]byte, error) {
 	if t, ok := v.(*Task); ok {
 		return appendTask(append(make([]byte, 0, taskSize(t)), recordVersion), t)
 	}
+	if r, ok := v.(*RunRecord); ok {
+		return appendRunRecord(append(make([]byte, 0, runRecordSize(r)), recordVersion), r), nil
+	}
 	b, err := msgpack.Marshal(v)
 	if err != nil {
 		return nil, err

@@ -38,7 +38,13 @@ func (s *snapshot) write(w io.Writer) error {
 	var hdr [8]byte
 	binary.BigEndian.PutUint64(hdr[:], s.applied)
 	bw.Write(hdr[:])
-	it := s.txn.NewIterator(badger.DefaultIteratorOptions)
+	// No value prefetch: the values sit in the tables next to their keys
+	// (below badger's value threshold), and each is written straight from
+	// its block into bw; prefetching copied every value once more, on
+	// goroutines started per 100 keys.
+	opts := badger.DefaultIteratorOptions
+	opts.PrefetchValues = false
+	it := s.txn.NewIterator(opts)
 	defer it.Close()
 	var lenBuf [binary.MaxVarintLen64]byte
 	sawApplied := s.applied == 0
@@ -48,17 +54,17 @@ func (s *snapshot) write(w io.Writer) error {
 		if len(k) == 0 {
 			continue
 		}
-		v, err := item.ValueCopy(nil)
-		if err != nil {
+		err := item.Value(func(v []byte) error {
+			if string(k) == string(keyApplied) {
+				sawApplied = string(v) == string(hdr[:])
+			}
+			bw.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(k)))])
+			bw.Write(k)
+			bw.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(v)))])
+			_, err := bw.Write(v)
 			return err
-		}
-		if string(k) == string(keyApplied) {
-			sawApplied = string(v) == string(hdr[:])
-		}
-		bw.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(k)))])
-		bw.Write(k)
-		bw.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(v)))])
-		if _, err := bw.Write(v); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"regexp"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,7 @@ type benchFlags struct {
 	nodeArgs       []string
 	seed           uint64
 	cpuProfile     string
+	goTrace        string
 }
 
 func (f *benchFlags) register(cmd *cobra.Command) {
@@ -52,6 +54,7 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.nodeArgs, "node-arg", nil, "extra argument for every node the bench starts, e.g. --node-arg=--fire-lead=100ms (repeatable)")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the random delays (0: random)")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write the bench process's own CPU profile (its callers, executor and readings, not the nodes') to this file")
+	fl.StringVar(&f.goTrace, "go-trace", "", "write a Go runtime trace of the bench process (its callers, not the nodes) to this file, for go tool trace")
 }
 
 // options turns the flags into bench.Options.
@@ -111,22 +114,31 @@ func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 		ctx = context.Background()
 	}
 	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	if fl := cmd.Flags().Lookup("cpu-profile"); fl != nil && fl.Value.String() != "" {
+	stops := []func(){cancel}
+	start := func(flag string, begin func(io.Writer) error, end func()) {
+		fl := cmd.Flags().Lookup(flag)
+		if fl == nil || fl.Value.String() == "" {
+			return
+		}
 		f, err := os.Create(fl.Value.String())
 		if err == nil {
-			err = pprof.StartCPUProfile(f)
+			if err = begin(f); err != nil {
+				f.Close()
+			}
 		}
 		if err != nil {
-			fmt.Fprintf(cmd.ErrOrStderr(), "ax bench: --cpu-profile: %v\n", err)
-			return ctx, cancel
+			fmt.Fprintf(cmd.ErrOrStderr(), "ax bench: --%s: %v\n", flag, err)
+			return
 		}
-		return ctx, func() {
-			pprof.StopCPUProfile()
-			f.Close()
-			cancel()
+		stops = append(stops, func() { end(); f.Close() })
+	}
+	start("cpu-profile", pprof.StartCPUProfile, pprof.StopCPUProfile)
+	start("go-trace", trace.Start, trace.Stop)
+	return ctx, func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
 		}
 	}
-	return ctx, cancel
 }
 
 func benchCmd() *cobra.Command {
@@ -308,8 +320,10 @@ func benchThroughputCmd(f *benchFlags) *cobra.Command {
 		Long: `Measure the disk's synced-write rate (4 KiB write + fsync in a loop for
 --sync-probe, in the nodes' data directory), then run one phase per
 --callers entry in which that many concurrent callers submit one task per
-request (POST /v1/tasks) as fast as they can for --duration, and a last
-phase in which the largest number of callers submit --batch tasks per
+request (POST /v1/tasks) as fast as they can for --duration (each on its
+own connection; a single caller through a blocking socket client, so that
+the bench's own CPU stays off the path it measures), and a last phase in
+which the largest number of callers submit --batch tasks per
 request (POST /v1/tasks/batch). Tasks are due in 24h, so nothing fires
 meanwhile. The report gives, per phase, tasks/s and its ratio to the synced
 writes/s, requests/s, the latency of a request (until the tasks are durable

@@ -107,10 +107,14 @@ func TestBenchBurstAndThroughputSmall(t *testing.T) {
 	if b, err := os.ReadFile(trace); err != nil || !strings.HasPrefix(string(b), "run,at_ms,limit,in_flight,queue\n4,") || !strings.Contains(string(b), "\nadaptive,") {
 		t.Errorf("trace file: %v\n%.300s", err, b)
 	}
+	goTrace := t.TempDir() + "/bench.trace"
 	out, errOut, code = runAx(t, "bench", "throughput", "--callers", "1,2", "--duration", "500ms", "--batch", "10", "--sync-probe", "100ms",
-		"--processing", "300", "--workers", "8", "--json")
+		"--processing", "300", "--workers", "8", "--json", "--go-trace", goTrace)
 	if code != 0 {
 		t.Fatalf("throughput: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	if b, err := os.ReadFile(goTrace); err != nil || !strings.HasPrefix(string(b), "go 1.") {
+		t.Errorf("--go-trace file: %v, starts %.12q; want a Go runtime trace", err, b)
 	}
 	var r struct {
 		Phases []struct {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/axsched/ax/clients/go/axapi"
@@ -48,7 +49,11 @@ type Delivery struct {
 	// self caches this node's record (its executors); nil after it
 	// changes (node, executor and restore events), read again on use.
 	self *raftfsm.Node
-	down map[string]downState // executor name|URL → unreachable lately
+	// forHandler caches self.ExecutorsFor by handler (read only: shared
+	// by the attempts), for the record forSelf; at most forHandlerMax.
+	forSelf    *raftfsm.Node
+	forHandler map[string][]*raftfsm.Executor
+	down       map[string]downState // executor name|URL → unreachable lately
 	// resumed holds the attempts started from a snapshot install
 	// (resumeAfterRestore) whose Fire may still come as an event: that
 	// event must not start them a second time.
@@ -332,7 +337,19 @@ func (d *Delivery) executorsFor(handler string) []*raftfsm.Executor {
 		}
 		d.self = rec
 	}
-	xs := d.self.ExecutorsFor(handler)
+	if d.forSelf != d.self { // the record changed: the matches too
+		d.forSelf, d.forHandler = d.self, map[string][]*raftfsm.Executor{}
+	}
+	xs, ok := d.forHandler[handler]
+	if !ok {
+		xs = d.self.ExecutorsFor(handler)
+		if len(d.forHandler) < forHandlerMax {
+			d.forHandler[handler] = xs
+		}
+	}
+	if len(d.down) == 0 {
+		return xs // none down: the order stands
+	}
 	now := d.clock.Now()
 	var up, down []*raftfsm.Executor
 	for _, x := range xs {
@@ -344,6 +361,10 @@ func (d *Delivery) executorsFor(handler string) []*raftfsm.Executor {
 	}
 	return append(up, down...)
 }
+
+// forHandlerMax bounds the handlers whose executors Delivery keeps
+// matched (executorsFor).
+const forHandlerMax = 4096
 
 // downState is an executor that was unavailable (the request could not be
 // given to it, see raftfsm.OutcomeUnavailable): THE record, in Delivery.down,
@@ -422,8 +443,12 @@ func (d *Delivery) markDown(x *raftfsm.Executor, overloaded bool) {
 // markUp forgets that x was unavailable (it answered), which resets its
 // probe backoff and wakes the attempts waiting for it.
 func (d *Delivery) markUp(x *raftfsm.Executor) {
-	key := x.Name + "|" + x.URL
 	d.mu.Lock()
+	if len(d.down) == 0 {
+		d.mu.Unlock()
+		return
+	}
+	key := x.Name + "|" + x.URL
 	st, ok := d.down[key]
 	delete(d.down, key)
 	d.mu.Unlock()
@@ -464,7 +489,7 @@ func (d *Delivery) deliver(ctx context.Context, t *raftfsm.Task, r *attemptRun, 
 	if r.startMs.Swap(start.UnixMilli()) == 0 {
 		// Lateness: from the run's due time (not from the Fire: a late
 		// timer or a slow commit is lateness too), once per attempt.
-		d.m.Lateness.WithLabelValues(t.Spec.Handler).Observe(max(0, start.Sub(time.UnixMilli(t.DueMs)).Seconds()))
+		d.m.late(t.Spec.Handler, start.Sub(time.UnixMilli(t.DueMs)))
 	}
 	// The attempt's timeout counts from its start, not from the Fire: it
 	// may have waited for a slot (its lease was renewed meanwhile).
@@ -517,6 +542,10 @@ type slot struct {
 	// change would bring a deleted series back).
 	gmu     sync.Mutex
 	dropped bool
+	// flightG and queueG are the slot's series of ExecutorFlight and
+	// ExecutorQueue, looked up once (not per grant: a hash of the label
+	// and a map lookup each); written only while !dropped.
+	flightG, queueG prometheus.Gauge
 	// parked is the share of its handlers' runs the leader holds back as
 	// executor_busy (SetParked, load.go): backlog the limiter sees with its own.
 	parked atomic.Int64
@@ -547,7 +576,8 @@ func (d *Delivery) slot(x *raftfsm.Executor) *slot {
 	m := d.m
 	s = &slot{
 		name: name, m: m, clock: d.clock, wait: map[string]chan *engine.Token{}, minC: minC, maxC: maxC,
-		ready: engine.NewReadyQueue(d.clock, engine.ReadyOptions{Capacity: readyCapacity}),
+		ready:   engine.NewReadyQueue(d.clock, engine.ReadyOptions{Capacity: readyCapacity}),
+		flightG: m.ExecutorFlight.WithLabelValues(name), queueG: m.ExecutorQueue.WithLabelValues(name),
 	}
 	// A wider latency margin (1.5× the baseline before easing down) than
 	// the limiter's default: on a busy 2-core host callbacks slow by
@@ -694,8 +724,8 @@ func (s *slot) gauges() {
 	if s.dropped {
 		return
 	}
-	s.m.ExecutorFlight.WithLabelValues(s.name).Set(float64(s.lim.InFlight()))
-	s.m.ExecutorQueue.WithLabelValues(s.name).Set(float64(s.ready.Len()))
+	s.flightG.Set(float64(s.lim.InFlight()))
+	s.queueG.Set(float64(s.ready.Len()))
 }
 
 // queue counts attempts of handler waiting for a slot.

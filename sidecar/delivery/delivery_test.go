@@ -20,8 +20,9 @@ func testSlot(limit int) *slot {
 		ExecutorQueue:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "q"}, []string{"executor"}),
 	}
 	return &slot{name: "x", m: m, clock: engine.RealClock(), wait: map[string]chan *engine.Token{},
-		lim:   engine.NewLimiter(engine.RealClock(), engine.LimiterOptions{Min: limit, Max: limit}),
-		ready: engine.NewReadyQueue(engine.RealClock(), engine.ReadyOptions{Capacity: 100})}
+		lim:     engine.NewLimiter(engine.RealClock(), engine.LimiterOptions{Min: limit, Max: limit}),
+		ready:   engine.NewReadyQueue(engine.RealClock(), engine.ReadyOptions{Capacity: 100}),
+		flightG: m.ExecutorFlight.WithLabelValues("x"), queueG: m.ExecutorQueue.WithLabelValues("x")}
 }
 
 var okOutcome = callback.Outcome{Kind: raftfsm.OutcomeSuccess, Duration: time.Millisecond}

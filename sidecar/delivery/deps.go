@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,14 +58,59 @@ type Metrics struct {
 	// each executor's concurrency limit, callbacks in flight and attempts
 	// waiting for a slot.
 	ExecutorLimit, ExecutorFlight, ExecutorQueue *prometheus.GaugeVec
+
+	// series caches the per-handler series of the attempts' metrics (a
+	// WithLabelValues per attempt hashed the labels three times); they
+	// are never deleted. At most seriesMax handlers are kept.
+	seriesMu sync.Mutex
+	series   map[string]*handlerSeries
+}
+
+// handlerSeries is one handler's series of Lateness, AttemptDuration and
+// Attempts (by outcome label).
+type handlerSeries struct {
+	lateness, duration prometheus.Observer
+	mu                 sync.Mutex
+	attempts           map[string]prometheus.Counter
+}
+
+// seriesMax bounds the handlers whose series Metrics keeps.
+const seriesMax = 4096
+
+// handler returns h's series, looked up once.
+func (m *Metrics) handler(h string) *handlerSeries {
+	m.seriesMu.Lock()
+	defer m.seriesMu.Unlock()
+	if s := m.series[h]; s != nil {
+		return s
+	}
+	s := &handlerSeries{lateness: m.Lateness.WithLabelValues(h), duration: m.AttemptDuration.WithLabelValues(h), attempts: map[string]prometheus.Counter{}}
+	if m.series == nil || len(m.series) >= seriesMax {
+		m.series = map[string]*handlerSeries{}
+	}
+	m.series[h] = s
+	return s
+}
+
+// late observes the lateness of an attempt of handler h.
+func (m *Metrics) late(h string, d time.Duration) {
+	m.handler(h).lateness.Observe(max(0, d.Seconds()))
 }
 
 // attempt counts one attempt of handler ending with outcome (a label of
 // ax_attempts_total) after d.
 func (m *Metrics) attempt(handler, outcome string, d time.Duration) {
-	m.Attempts.WithLabelValues(handler, outcome).Inc()
+	s := m.handler(handler)
+	s.mu.Lock()
+	c := s.attempts[outcome]
+	if c == nil {
+		c = m.Attempts.WithLabelValues(handler, outcome)
+		s.attempts[outcome] = c
+	}
+	s.mu.Unlock()
+	c.Inc()
 	if outcome != "cancelled" {
-		m.AttemptDuration.WithLabelValues(handler).Observe(d.Seconds())
+		s.duration.Observe(d.Seconds())
 	}
 }
 

@@ -33,6 +33,9 @@ import (
 func (d *Delivery) downUntil(x *raftfsm.Executor) (downState, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if len(d.down) == 0 { // the usual case: no key built
+		return downState{}, false
+	}
 	st, ok := d.down[x.Name+"|"+x.URL]
 	return st, ok && d.clock.Now().Before(st.until)
 }

@@ -17,7 +17,7 @@ import (
 const testReserve = 64 << 20
 
 // lowGuard is a storage guard over a fake free-space source.
-func lowGuard(t *testing.T) (*Guard, *atomic.Uint64, *atomic.Int64) {
+func lowGuard(t testing.TB) (*Guard, *atomic.Uint64, *atomic.Int64) {
 	g := newStorageGuard("/data", testReserve, time.Hour, fsmtest.Open(t), zerolog.New(zerolog.NewTestWriter(t)))
 	var free atomic.Uint64
 	var inodes atomic.Int64

@@ -165,12 +165,14 @@ func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 		return nil, err
 	}
 	pr := &proposal{cmds: cmds, done: make(chan proposalResult, 1), warnings: warnings}
-	if !p.applyDirect(pr) {
-		select {
-		case p.ch <- pr:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	if p.applyDirect(ctx, pr) {
+		r := <-pr.done
+		return r.results, r.err
+	}
+	select {
+	case p.ch <- pr:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 	select {
 	case r := <-pr.done:
@@ -182,33 +184,53 @@ func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 
 // applyDirect builds and applies pr's entry on the caller's goroutine when
 // the proposer is idle (nothing queued, no entry being built by Run or
-// another caller, fewer than MaxInflightEntries in flight) and reports
-// whether it did. A caller that comes alone saves the hand-off to Run
-// (about a tenth of a single submit's time on one node); callers that
-// meet queue, and Run groups them. Two
-// entries built at once (Run just took a proposal when a caller found the
-// queue empty) are harmless: raft.Apply is safe for concurrent use, and
-// concurrent proposals have no order between them.
-func (p *Proposer) applyDirect(pr *proposal) bool {
+// another caller, fewer than MaxInflightEntries in flight), waits there
+// for its outcome (or for ctx to end: the
+// entry may still be applied), and reports whether it did; pr.done then
+// holds the outcome. A caller that comes alone saves the hand-offs to Run
+// and to the goroutine that waits for an entry of Run's (about a tenth of
+// a single submit's time on one node); callers that meet queue, and Run
+// groups them as before. The proposer is idle again as soon as the entry
+// is handed to raft, so the next caller may take the direct path while
+// this one waits. Two entries built at once (Run just took a proposal
+// when a caller found the queue empty) are harmless: raft.Apply is safe
+// for concurrent use, and concurrent proposals have no order between
+// them.
+func (p *Proposer) applyDirect(ctx context.Context, pr *proposal) bool {
+	batch := []*proposal{pr}
 	if w, n := p.cfg.Weight(pr.cmds), cmdBytes(pr.cmds); p.full(w, n) {
 		// A full entry gains nothing by waiting: it goes now, beside
 		// whatever is in flight (a batch of tasks, fires of a big slot).
-		p.apply([]*proposal{pr}, w, false)
+		if e, ok := p.propose(batch, w); ok {
+			p.deliver(batch, e, p.waitFuture(ctx, e.f, e.freeing))
+		}
 		return true
 	}
 	if p.running.Load() || len(p.ch) > 0 || !p.direct.CompareAndSwap(false, true) {
 		return false
 	}
-	defer p.direct.Store(false)
 	if p.running.Load() || len(p.ch) > 0 {
+		p.direct.Store(false)
 		return false
 	}
 	select {
 	case p.slots <- struct{}{}:
 	default:
+		p.direct.Store(false)
 		return false // the bound is reached: pr gathers into Run's next entry
 	}
-	p.apply([]*proposal{pr}, p.cfg.Weight(pr.cmds), true)
+	e, ok := p.propose(batch, p.cfg.Weight(pr.cmds))
+	p.direct.Store(false)
+	if !ok {
+		<-p.slots
+		return true
+	}
+	// The slot is given back when the outcome is known, or when ctx ends
+	// first (the entry may still be applied: the bound is then loose by
+	// one entry for a while, as it is for an entry a storage error answered).
+	err := p.waitFuture(ctx, e.f, e.freeing)
+	<-p.slots
+	p.deliver(batch, e, err)
 	return true
 }
 
@@ -388,14 +410,41 @@ func cmdBytes(cmds []raftfsm.Command) int {
 	return n
 }
 
-// apply proposes batch's entry; with slot, the caller has taken a slot,
-// which apply gives back once the entry's outcome is known.
+// apply proposes the entry of batch and hands its outcome to the
+// proposals once it is committed and applied, waiting for it off this
+// goroutine so that the next entry can be built meanwhile. With slot, the
+// caller has taken a slot, which apply gives back once the entry's
+// outcome is known.
 func (p *Proposer) apply(batch []*proposal, ncmds int, slot bool) {
 	release := func() {
 		if slot {
 			<-p.slots
 		}
 	}
+	e, ok := p.propose(batch, ncmds)
+	if !ok {
+		release()
+		return
+	}
+	go func() {
+		err := p.waitFuture(context.Background(), e.f, e.freeing)
+		release()
+		p.deliver(batch, e, err)
+	}()
+}
+
+// proposed is an entry handed to raft.
+type proposed struct {
+	f       raft.ApplyFuture
+	ncmds   int
+	start   time.Time // when it was handed to raft
+	freeing bool      // every command frees space (waitFuture)
+}
+
+// propose prepares, encodes and hands to raft the entry of batch, ncmds
+// commands. It reports false when it could not (the proposals then have
+// their error).
+func (p *Proposer) propose(batch []*proposal, ncmds int) (proposed, bool) {
 	all := make([]raftfsm.Command, 0, ncmds)
 	now := p.cfg.Clock.Now()
 	for _, pr := range batch {
@@ -406,55 +455,56 @@ func (p *Proposer) apply(batch []*proposal, ncmds int, slot bool) {
 		}
 		all = append(all, pr.cmds...)
 	}
-	fail := func(err error) {
-		for _, pr := range batch {
-			pr.done <- proposalResult{err: err}
-		}
-	}
 	data, err := raftfsm.EncodeEntry(all)
 	if err != nil {
-		release()
-		fail(err)
-		return
+		fail(batch, err)
+		return proposed{}, false
 	}
 	if m := p.cfg.Metrics.EntryCommands; m != nil {
 		m.Observe(float64(len(all)))
 	}
 	start := p.cfg.Clock.Now()
 	f := p.cfg.Raft.Apply(data, applyTimeout)
-	// Wait for the commit off this goroutine so that the next batch can be
-	// built and enqueued meanwhile (raft pipelines the entries).
-	freeing := raftfsm.EntryFreesSpace(all)
-	go func() {
-		err := p.waitFuture(f, freeing)
-		release()
-		if err != nil {
-			if errors.Is(err, raft.ErrNotLeader) {
-				err = ErrNotLeader
-			}
-			fail(err)
-			return
-		}
-		if m := p.cfg.Metrics.CommitLatency; m != nil {
-			m.Observe(p.cfg.Clock.Now().Sub(start).Seconds())
-		}
-		results, ok := f.Response().([]raftfsm.Result)
-		if !ok || len(results) != len(all) {
-			fail(fmt.Errorf("entry %d: unexpected apply response %T", f.Index(), f.Response()))
-			return
-		}
-		for _, pr := range batch {
-			mine := results[:len(pr.cmds):len(pr.cmds)]
-			for i, w := range pr.warnings {
-				mine[i].Warning = w
-			}
-			pr.done <- proposalResult{results: mine}
-			results = results[len(pr.cmds):]
-		}
-	}()
+	return proposed{f: f, ncmds: len(all), start: start, freeing: raftfsm.EntryFreesSpace(all)}, true
 }
 
-// waitFuture returns f's error, or a *StorageUnavailableError as soon as
+// deliver hands each proposal of batch its results of entry e, or err
+// (the outcome of waitFuture).
+func (p *Proposer) deliver(batch []*proposal, e proposed, err error) {
+	if err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			err = ErrNotLeader
+		}
+		fail(batch, err)
+		return
+	}
+	if m := p.cfg.Metrics.CommitLatency; m != nil {
+		m.Observe(p.cfg.Clock.Now().Sub(e.start).Seconds())
+	}
+	results, ok := e.f.Response().([]raftfsm.Result)
+	if !ok || len(results) != e.ncmds {
+		fail(batch, fmt.Errorf("entry %d: unexpected apply response %T", e.f.Index(), e.f.Response()))
+		return
+	}
+	for _, pr := range batch {
+		mine := results[:len(pr.cmds):len(pr.cmds)]
+		for i, w := range pr.warnings {
+			mine[i].Warning = w
+		}
+		pr.done <- proposalResult{results: mine}
+		results = results[len(pr.cmds):]
+	}
+}
+
+// fail hands err to every proposal of batch.
+func fail(batch []*proposal, err error) {
+	for _, pr := range batch {
+		pr.done <- proposalResult{err: err}
+	}
+}
+
+// waitFuture returns f's error, ctx's error when ctx ends first (the
+// entry may still be applied), or a *StorageUnavailableError as soon as
 // this node can no longer apply the entry while it waits (Guard.applyErr):
 // the entry may be committed, but this node cannot apply it until its disk
 // takes writes again, so the caller hears now (and retries, with the same
@@ -462,13 +512,21 @@ func (p *Proposer) apply(batch []*proposal, ncmds int, slot bool) {
 // refuses new writes (free space inside the reserve or the snapshot
 // headroom, above the FSM's own gate) the entry is still applied, so it
 // waits for the outcome, checking free space every 50 ms.
-func (p *Proposer) waitFuture(f raft.ApplyFuture, freeing bool) error {
+func (p *Proposer) waitFuture(ctx context.Context, f raft.ApplyFuture, freeing bool) error {
 	g := p.cfg.Guard
-	if g == nil {
+	if g == nil && ctx.Done() == nil {
 		return f.Error()
 	}
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
+	if g == nil {
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	var tick <-chan time.Time
 	for {
 		ch := g.Changed()
@@ -488,6 +546,8 @@ func (p *Proposer) waitFuture(f raft.ApplyFuture, freeing bool) error {
 		select {
 		case err := <-done:
 			return err
+		case <-ctx.Done():
+			return ctx.Err()
 		case <-ch:
 		case <-tick:
 		}

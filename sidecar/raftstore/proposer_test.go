@@ -202,20 +202,20 @@ func TestProposerWaitFutureStorageDown(t *testing.T) {
 	g, free, _ := lowGuard(t)
 	g.Probe()
 	p := NewProposer(ProposerConfig{Raft: &fakeRaft{state: raft.Leader}, Guard: g})
-	if err := p.waitFuture(&doneFuture{err: raft.ErrLeadershipLost}, false); !errors.Is(err, raft.ErrLeadershipLost) {
+	if err := p.waitFuture(context.Background(), &doneFuture{err: raft.ErrLeadershipLost}, false); !errors.Is(err, raft.ErrLeadershipLost) {
 		t.Fatalf("completed future: %v", err)
 	}
 	pending := &doneFuture{block: make(chan struct{})}
 	defer close(pending.block)
 	errc := make(chan error, 1)
-	go func() { errc <- p.waitFuture(pending, false) }()
+	go func() { errc <- p.waitFuture(context.Background(), pending, false) }()
 	free.Store(1 << 20) // below the floor
 	g.Probe()
 	var se *StorageUnavailableError
 	if err := <-errc; !errors.As(err, &se) {
 		t.Fatalf("pending future with storage down: %v", err)
 	}
-	if err := p.waitFuture(pending, true); !errors.As(err, &se) {
+	if err := p.waitFuture(context.Background(), pending, true); !errors.As(err, &se) {
 		t.Fatalf("freeing entry below the floor: %v", err)
 	}
 }
@@ -237,7 +237,7 @@ func TestProposerWaitFutureWaitsWhileTheNodeStillApplies(t *testing.T) {
 	for _, freeing := range []bool{false, true} {
 		pending := &doneFuture{block: make(chan struct{})}
 		errc := make(chan error, 1)
-		go func() { errc <- p.waitFuture(pending, freeing) }()
+		go func() { errc <- p.waitFuture(context.Background(), pending, freeing) }()
 		select {
 		case err := <-errc:
 			t.Fatalf("freeing=%v: answered %v before the entry was applied", freeing, err)
@@ -251,7 +251,7 @@ func TestProposerWaitFutureWaitsWhileTheNodeStillApplies(t *testing.T) {
 	pending := &doneFuture{block: make(chan struct{})}
 	defer close(pending.block)
 	errc := make(chan error, 1)
-	go func() { errc <- p.waitFuture(pending, false) }()
+	go func() { errc <- p.waitFuture(context.Background(), pending, false) }()
 	free.Store(testReserve*3/4 - 1) // the FSM applies only freeing entries
 	var se *StorageUnavailableError
 	if err := <-errc; !errors.As(err, &se) {
@@ -297,5 +297,38 @@ func TestProposerAppliesDirectlyWhenIdle(t *testing.T) {
 	}
 	if len(p.ch) != 2 || len(r.entries) != 0 {
 		t.Fatalf("behind a queued proposal: %d queued, %d applied; want 2 queued", len(p.ch), len(r.entries))
+	}
+}
+
+// A caller on the direct path waits for its entry on its own goroutine
+// and hears ctx's end while the entry is pending; the proposer is idle
+// again as soon as the entry is handed to raft, so another caller takes
+// the direct path meanwhile (Run is not started here) when the entries in
+// flight are not bounded (a single node; with the group commit's bound the
+// second caller would gather into Run's next entry:
+// TestProposerGroupsWhileEntriesInFlight).
+func TestProposerDirectCallerWaitsOnItsOwn(t *testing.T) {
+	r := &fakeRaft{state: raft.Leader, entries: make(chan []raftfsm.Command, 8), hold: make(chan struct{})}
+	defer close(r.hold)
+	p := NewProposer(ProposerConfig{Raft: r, MaxInflightEntries: -1})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.Propose(ctx, []raftfsm.Command{nodeCmd("held")})
+		errc <- err
+	}()
+	if e := <-r.entries; e[0].Node.ID != "held" {
+		t.Fatalf("entry %v", e)
+	}
+	res, err := p.Propose(context.Background(), []raftfsm.Command{cancelCmd("x")})
+	if err != nil || len(res) != 1 || res[0].Index != 7 {
+		t.Fatalf("second caller while the first waits: %v %+v", err, res)
+	}
+	if len(p.ch) != 0 {
+		t.Fatalf("%d proposals queued, want the second applied directly", len(p.ch))
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first caller after its ctx ended: %v, want context.Canceled", err)
 	}
 }

@@ -327,3 +327,28 @@ func TestCacheForRecomputesOnlyWhenOld(t *testing.T) {
 		t.Fatalf("after a step back: value %d", v)
 	}
 }
+
+// The byte trigger grows with the state: the last snapshot's size when it
+// is larger than the bound and free space covers the expected snapshot
+// plus that many log bytes above the reserve; the bound otherwise.
+func TestByteTriggerGrowsWithTheState(t *testing.T) {
+	s, free := testSnapStore(t)
+	const M = 1 << 20
+	s.est.record(300*M, 1000) // the expected snapshot: 300 MiB at 1000 tasks
+	free.Store(testReserve + 600*M)
+	if got := s.byteTrigger(64 * M); got != 64*M {
+		t.Fatalf("no snapshot taken yet: trigger %d MiB, want the bound", got/M)
+	}
+	s.lastSize.Store(10 * M)
+	if got := s.byteTrigger(64 * M); got != 64*M {
+		t.Fatalf("a snapshot smaller than the bound: trigger %d MiB, want the bound", got/M)
+	}
+	s.lastSize.Store(300 * M)
+	if got := s.byteTrigger(64 * M); got != 300*M {
+		t.Fatalf("a 300 MiB snapshot with room: trigger %d MiB, want 300", got/M)
+	}
+	free.Store(testReserve + 600*M - 1) // one byte short of the snapshot plus as much log
+	if got := s.byteTrigger(64 * M); got != 64*M {
+		t.Fatalf("under disk pressure: trigger %d MiB, want the bound", got/M)
+	}
+}

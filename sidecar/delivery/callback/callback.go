@@ -1,15 +1,13 @@
 package callback
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -114,7 +112,7 @@ type Callback struct {
 	// MaxIdleConns is how many idle connections to keep to this executor
 	// (its concurrency limit, so that a burst reuses them instead of
 	// dialling again); 0 means CallerOptions.MaxIdleConnsPerExecutor.
-	// A change replaces the executor's pool.
+	// A change applies at once: the idle connections beyond it are closed.
 	MaxIdleConns int
 }
 
@@ -224,8 +222,12 @@ func (o CallerOptions) WithDefaults() CallerOptions {
 type Caller struct {
 	opts CallerOptions
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// pools holds the callbacks' connections per executor address
+	// (conn.go); clients the net/http clients of the alerts (PostAlert).
+	pools   map[endpointKey]*pool
 	clients map[endpointKey]*endpointClient
+	urls    map[string]executorURL // executorURL's cache
 }
 
 // endpointClient is the HTTP client of one executor address and the idle
@@ -239,22 +241,25 @@ type endpointKey struct{ network, address string }
 
 // NewCaller returns a Caller.
 func NewCaller(opts CallerOptions) *Caller {
-	return &Caller{opts: opts.WithDefaults(), clients: make(map[endpointKey]*endpointClient)}
+	return &Caller{opts: opts.WithDefaults(), pools: make(map[endpointKey]*pool), clients: make(map[endpointKey]*endpointClient), urls: make(map[string]executorURL)}
 }
 
 // Close closes the idle connections of every executor. Requests in flight
 // are not affected; the Caller remains usable.
 func (c *Caller) Close() {
 	c.mu.Lock()
-	clients := c.clients
-	c.clients = make(map[endpointKey]*endpointClient)
+	clients, pools := c.clients, c.pools
+	c.clients, c.pools = make(map[endpointKey]*endpointClient), make(map[endpointKey]*pool)
 	c.mu.Unlock()
 	for _, cl := range clients {
 		cl.CloseIdleConnections()
 	}
+	for _, p := range pools {
+		p.closeIdle()
+	}
 }
 
-// client returns the HTTP client of one executor address keeping maxIdle
+// client returns the net/http client of one address (the alerts'), keeping maxIdle
 // idle connections (0: the default), creating it once per address and
 // count: a new count replaces the pool (the old one's idle connections are
 // closed; its requests in flight finish).
@@ -308,7 +313,9 @@ func (c *Caller) client(k endpointKey, maxIdle int) *http.Client {
 // deadline, aborts the request in flight (the executor sees its request
 // context end) and gives raftfsm.OutcomeCancelled or raftfsm.OutcomeTimeout.
 //
-// Execute never retries; it reads at most 64 KiB of the answer.
+// Execute never retries a request the executor may have received (one that
+// wrote no byte to a kept-alive connection goes to another); it reads at
+// most 1 MiB of the answer's headers and 64 KiB of its body.
 func (c *Caller) Execute(ctx context.Context, baseURL string, cb Callback) Outcome {
 	start := time.Now()
 	parent := ctx
@@ -321,7 +328,7 @@ func (c *Caller) Execute(ctx context.Context, baseURL string, cb Callback) Outco
 }
 
 func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL string, cb Callback) Outcome {
-	ep, err := parseExecutorURL(baseURL)
+	ep, err := c.executorURL(baseURL)
 	if err != nil {
 		return Outcome{Kind: raftfsm.OutcomeRetryable, Error: err.Error()}
 	}
@@ -332,62 +339,36 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 		if !cb.Deadline.After(start) {
 			return Outcome{Kind: raftfsm.OutcomeTimeout, Error: "timeout: the deadline passed before the callback started"}
 		}
-		var cancel context.CancelFunc
-		ctx, cancel = c.withDeadline(ctx, cb.Deadline)
-		defer cancel()
+		if c.opts.Clock != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = c.withDeadline(ctx, cb.Deadline)
+			defer cancel()
+		}
 	}
 	if ctx.Err() != nil {
 		return aborted(ctx, parent, start, cb.Deadline)
 	}
 
-	target := ep.url
+	target := ep.path + ExecutePath
 	if cb.Path != "" {
-		target = ep.base + cb.Path
+		target = ep.path + cb.Path
 	}
-	// The trace goes into the request's context at once: Request.WithContext
-	// would copy the request.
-	tr := &sendTrace{}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, tr.trace()), http.MethodPost, target, bytes.NewReader(cb.Payload))
-	if err != nil {
-		return Outcome{Kind: raftfsm.OutcomeRetryable, Error: "build request: " + err.Error()}
-	}
-	// The headers are set by their canonical keys (Header.Set would
-	// canonicalize each, and the lowercase trace names into a new string
-	// per callback), in a map sized for them, their values in one array.
-	h := make(http.Header, 11)
-	req.Header = h
-	vals := make([]string, 0, 11)
-	set := func(k, v string) {
-		vals = append(vals, v)
-		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
-	}
-	set("Content-Type", "application/octet-stream")
-	set("User-Agent", c.opts.UserAgent)
-	set(canonicalTaskID, cb.TaskID)
-	set(canonicalHandler, cb.Handler)
-	set(canonicalAttempt, strconv.Itoa(cb.Attempt))
-	set(canonicalRun, strconv.Itoa(cb.Run))
-	if !cb.Deadline.IsZero() {
-		set(canonicalDeadline, cb.Deadline.UTC().Format(DeadlineFormat))
-	}
-	if cb.ShardTotal > 0 {
-		set(canonicalShardIndex, strconv.Itoa(cb.ShardIndex))
-		set(canonicalShardTotal, strconv.Itoa(cb.ShardTotal))
-	}
-	var tp [55]byte
-	set(canonicalTraceParent, string(axapi.CallbackTraceParent(tp[:0], cb.TraceParent, cb.TaskID, cb.Run, cb.Attempt)))
-	if cb.TraceState != "" {
-		set(canonicalTraceState, cb.TraceState)
-	}
+	// The headers are written by appendRequest straight into the
+	// connection's buffer (not built here: a smaller frame for the
+	// attempt's goroutine, whose stack would grow to hold it).
+	req := request{host: ep.host, target: target, userAgent: c.opts.UserAgent, cb: &cb}
 
-	resp, err := c.client(endpointKey{ep.network, ep.address}, cb.MaxIdleConns).Do(req)
+	// On the wall clock the deadline is the connection's (no timer of a
+	// context per callback); on another clock, ctx's (withDeadline).
+	var connDeadline time.Time
+	if c.opts.Clock == nil {
+		connDeadline = cb.Deadline
+	}
+	var tr sendTrace
+	a, err := c.pool(endpointKey{ep.network, ep.address}, cb.MaxIdleConns).roundTrip(ctx, connDeadline, &req, errorBodyMaxBytes, &tr)
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) && !connDeadline.IsZero() && !time.Now().Before(connDeadline) {
 			return aborted(ctx, parent, start, cb.Deadline)
-		}
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
 		}
 		out := Outcome{Kind: raftfsm.OutcomeRetryable, Error: err.Error(), Service: tr.service()}
 		if unavailable, overloaded := tr.notSent(err); unavailable {
@@ -396,11 +377,7 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 		}
 		return out
 	}
-	var body []byte
-	if resp.ContentLength != 0 { // 0: known empty (io.ReadAll would allocate 512 bytes)
-		body, _ = io.ReadAll(io.LimitReader(resp.Body, errorBodyMaxBytes+1))
-	}
-	_ = resp.Body.Close()
+	resp, body := a.resp, a.body
 
 	out := Outcome{Status: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), Service: tr.service()}
 	switch s := resp.StatusCode; {
@@ -418,7 +395,7 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 	if out.Kind != raftfsm.OutcomeSuccess && out.Kind != raftfsm.OutcomeAccepted {
 		out.Error = httpErrorText(resp.StatusCode, body[:min(len(body), errorBodyMaxBytes)])
 	} else if out.Kind == raftfsm.OutcomeSuccess && len(body) > 0 {
-		out.Body, out.BodyTruncated = body, len(body) > errorBodyMaxBytes
+		out.Body, out.BodyTruncated = body, a.truncated
 		if out.BodyTruncated {
 			out.Body = body[:errorBodyMaxBytes]
 		}
@@ -426,13 +403,36 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 	return out
 }
 
-// withDeadline is context.WithDeadline on the Caller's clock: on the wall
-// clock, a context deadline; on another (CallerOptions.Clock), a timer on
-// it that cancels the context with the cause context.DeadlineExceeded.
-func (c *Caller) withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	if c.opts.Clock == nil {
-		return context.WithDeadline(ctx, deadline)
+// executorURL is parseExecutorURL of the base URLs seen, kept (a node
+// has a few executors; at most urlCacheMax are kept).
+func (c *Caller) executorURL(s string) (executorURL, error) {
+	c.mu.Lock()
+	ep, ok := c.urls[s]
+	c.mu.Unlock()
+	if ok {
+		return ep, nil
 	}
+	ep, err := parseExecutorURL(s)
+	if err != nil {
+		return ep, err
+	}
+	c.mu.Lock()
+	if len(c.urls) >= urlCacheMax {
+		clear(c.urls)
+	}
+	c.urls[s] = ep
+	c.mu.Unlock()
+	return ep, nil
+}
+
+// urlCacheMax bounds the parsed executor URLs a Caller keeps.
+const urlCacheMax = 1024
+
+// withDeadline is context.WithDeadline on the Caller's clock
+// (CallerOptions.Clock, not nil): a timer on it that cancels the context
+// with the cause context.DeadlineExceeded. On the wall clock the deadline
+// is the connection's (pool.roundTrip).
+func (c *Caller) withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
 	dctx, cancel := context.WithCancelCause(ctx)
 	t := c.opts.Clock.NewTimer(deadline.Sub(c.opts.Clock.Now()))
 	go func() {
@@ -523,6 +523,8 @@ type executorURL struct {
 	network, address string
 	url              string // full URL of the callback
 	base             string // the URL to append a path to (webhook.go)
+	host             string // the Host header of its requests
+	path             string // the path prefix to append a path to, "" for none
 }
 
 // ParseExecutorURL checks an executor base URL and returns the network and
@@ -569,7 +571,7 @@ func parseBaseURL(what, s string) (executorURL, error) {
 		if len(u.Path) >= unixPathMax {
 			return bad("socket path is %d bytes, the limit is %d", len(u.Path), unixPathMax-1)
 		}
-		return executorURL{network: "unix", address: u.Path, url: "http://localhost" + ExecutePath, base: "http://localhost"}, nil
+		return executorURL{network: "unix", address: u.Path, url: "http://localhost" + ExecutePath, base: "http://localhost", host: "localhost"}, nil
 	case "http":
 		host, port, err := net.SplitHostPort(u.Host)
 		if err != nil {
@@ -582,7 +584,7 @@ func parseBaseURL(what, s string) (executorURL, error) {
 			return bad("host %q is not a loopback address (127.0.0.1, ::1, localhost)", host)
 		}
 		prefix := strings.TrimRight(u.EscapedPath(), "/")
-		return executorURL{network: "tcp", address: u.Host, url: "http://" + u.Host + prefix + ExecutePath, base: "http://" + u.Host + prefix}, nil
+		return executorURL{network: "tcp", address: u.Host, url: "http://" + u.Host + prefix + ExecutePath, base: "http://" + u.Host + prefix, host: u.Host, path: prefix}, nil
 	case "":
 		return bad("missing scheme: want unix:///path/to.sock or http://127.0.0.1:PORT")
 	default:

@@ -12,6 +12,11 @@
 // CallerOptions.Clock when that is set (a test's fake clock, so that a
 // callback times out when the test moves its clock past the deadline).
 //
+// The callback's client is its own (conn.go): an HTTP/1.1 POST written and
+// read on the caller's goroutine over a pool of kept-alive connections per
+// executor, the answer parsed by net/http's http.ReadResponse; alerts
+// (PostAlert) go through a net/http Client.
+//
 // A Caller delivers one attempt with Execute: it POSTs the payload, byte for
 // byte, to the executor's base URL + "/ax/v1/execute". Base URLs are
 // unix:///abs/path.sock or http://127.0.0.1:PORT (loopback only; see

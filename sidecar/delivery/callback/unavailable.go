@@ -5,8 +5,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net"
-	"net/http/httptrace"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -14,13 +12,10 @@ import (
 
 // Telling "the executor never got the request" (raftfsm.OutcomeUnavailable) from
 // "it may have run" (a failed attempt) needs to know whether any byte of
-// the request left for the executor. net/http's own signals are too coarse
-// for that: httptrace's WroteRequest fires once the request is in the
-// transport's buffer, and a transport error does not say whether the
-// write reached the socket. So every connection to an executor is an
-// execConn, which counts the bytes written to it, and a sendTrace
-// (httptrace's GotConn) tells which connection a request got and how many
-// bytes it had written before. The request reached the executor's socket
+// the request left for the executor. So every connection to an executor
+// is an execConn, which counts the bytes written to it, and a sendTrace
+// tells which connection a request got and how many bytes it had written
+// before. The request reached the executor's socket
 // when that count grew. Over TCP, bytes in the socket still need the
 // executor's kernel to take them: with a full accept queue it drops them
 // (see CallerOptions.UnackedTimeout), so a connection the kernel ended for
@@ -74,40 +69,16 @@ func (c *execConn) noteTimeout(err error) {
 	}
 }
 
-// sendTrace follows one request through the transport: the connection it
-// got, and when.
+// sendTrace is the connection one request got (pool.roundTrip), how
+// many bytes had been written to it before, and when it was ready.
 type sendTrace struct {
-	mu    sync.Mutex
 	conn  *execConn
 	base  int64     // conn's bytes written before this request
 	gotAt time.Time // when a connection was ready
-	other bool      // a connection that is not an execConn (cannot happen)
-	wrote bool      // WroteRequest fired for it
-}
-
-func (t *sendTrace) trace() *httptrace.ClientTrace {
-	return &httptrace.ClientTrace{
-		GotConn: func(info httptrace.GotConnInfo) {
-			t.mu.Lock()
-			defer t.mu.Unlock()
-			ec, ok := info.Conn.(*execConn)
-			t.conn, t.other, t.wrote, t.gotAt = ec, !ok, false, time.Now()
-			if ok {
-				t.base = ec.written.Load()
-			}
-		},
-		WroteRequest: func(httptrace.WroteRequestInfo) {
-			t.mu.Lock()
-			t.wrote = true
-			t.mu.Unlock()
-		},
-	}
 }
 
 // service returns the time since a connection was ready, zero if none was.
 func (t *sendTrace) service() time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.gotAt.IsZero() {
 		return 0
 	}
@@ -118,11 +89,7 @@ func (t *sendTrace) service() time.Duration {
 // certainly did not reach the executor, and then overloaded when the
 // executor is there but did not take it (see Outcome.Overloaded).
 func (t *sendTrace) notSent(err error) (unavailable, overloaded bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	switch {
-	case t.other:
-		return !t.wrote, true
 	case t.conn == nil:
 		// No connection: the connect failed.
 		return true, dialOverloaded(err)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -48,4 +49,27 @@ func tcpBytesAcked(c net.Conn) (int64, bool) {
 		return 0, false
 	}
 	return int64(info.Bytes_acked), true
+}
+
+// peerOpen reports whether an idle connection is still open for a request:
+// nothing to read, not even its end (a non-blocking peek, one recvfrom).
+// An executor that closed it (its idle time-out, a restart) gives the end
+// of the stream; bytes it sent unasked (an error answer before closing)
+// make it unfit too. rc is the connection's syscall.RawConn (nil: taken
+// as open).
+func peerOpen(rc syscall.RawConn) bool {
+	if rc == nil {
+		return true
+	}
+	open := false
+	var b [1]byte
+	if err := rc.Read(func(fd uintptr) bool {
+		// The raw call: unix.Recvfrom allocates for the address.
+		_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		open = errno == unix.EAGAIN
+		return true // never wait
+	}); err != nil {
+		return false
+	}
+	return open
 }

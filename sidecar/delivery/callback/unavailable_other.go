@@ -17,3 +17,7 @@ func setUnackedTimeout(time.Duration) func(network, address string, c syscall.Ra
 
 // tcpBytesAcked is unknown outside Linux.
 func tcpBytesAcked(net.Conn) (int64, bool) { return 0, false }
+
+// peerOpen cannot peek outside Linux: an idle connection is taken as open
+// (a request that writes nothing on it goes to another, pool.roundTrip).
+func peerOpen(syscall.RawConn) bool { return true }

@@ -1,0 +1,94 @@
+package raftfsm
+
+import (
+	"strconv"
+	"testing"
+)
+
+// The Fire and the Complete of a task read its record from the task cache
+// (the submit and the Fire wrote it), not from badger, and apply as
+// before; a task written in the same entry is read from the entry's own
+// transaction.
+func TestTaskCacheServesTheNextCommand(t *testing.T) {
+	e := newEnv(t)
+	s := Spec{Handler: "h", TimeoutNs: 30e9, MaxAttempts: 3}
+	epoch := e.apply1(1, submitCmd("a", s, 1000, 1)).Task.Epoch
+	if r := e.apply1(2, fireCmd("a", epoch, 1, "n1", 1000, 40_000)); r.Code != CodeOK {
+		t.Fatalf("fire: %+v", r)
+	}
+	if r := e.apply1(3, completeCmd("a", epoch, 1, OutcomeSuccess, "", 0, 1010)); r.Code != CodeOK {
+		t.Fatalf("complete: %+v", r)
+	}
+	if got := e.task("a").State; got != StateSuccess {
+		t.Fatalf("state %v, want SUCCESS", got)
+	}
+	if e.f.tasks.hits != 2 {
+		t.Fatalf("%d reads from the task cache, want 2 (the fire's and the complete's)", e.f.tasks.hits)
+	}
+	// Fire and complete in one entry, the task cached WAITING by its
+	// submit: the complete reads the fire's write from the entry's
+	// transaction (the cache forgot the id as the fire wrote it).
+	epoch = e.apply1(4, submitCmd("b", s, 1000, 2)).Task.Epoch
+	rs := e.apply(5, fireCmd("b", epoch, 1, "n1", 1000, 40_000), completeCmd("b", epoch, 1, OutcomeSuccess, "", 0, 1010))
+	if rs[0].Code != CodeOK || rs[1].Code != CodeOK {
+		t.Fatalf("fire and complete in one entry: %+v", rs)
+	}
+	if got := e.task("b").State; got != StateSuccess {
+		t.Fatalf("state %v, want SUCCESS", got)
+	}
+	e.checkIndexes()
+}
+
+// A restored snapshot replaces every task: the records cached before it
+// must not answer after it. Here the task ran (cached RUNNING) after the
+// snapshot that holds it WAITING; once restored, a Complete of that
+// attempt is stale and the task stays WAITING.
+func TestTaskCacheClearedByRestore(t *testing.T) {
+	e := newEnv(t)
+	s := Spec{Handler: "h", TimeoutNs: 30e9, MaxAttempts: 3}
+	epoch := e.apply1(1, submitCmd("a", s, 1000, 1)).Task.Epoch
+	stream := persist(t, e.snapshot())
+	if r := e.apply1(2, fireCmd("a", epoch, 1, "n1", 1000, 40_000)); r.Code != CodeOK {
+		t.Fatalf("fire: %+v", r)
+	}
+	if err := e.restore(stream); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.apply1(2, completeCmd("a", epoch, 1, OutcomeSuccess, "", 0, 1010)); r.Code == CodeOK {
+		t.Fatalf("complete of an attempt the restored state never fired: %+v, want it refused", r)
+	}
+	if got := e.task("a").State; got != StateWaiting {
+		t.Fatalf("state %v after the restore, want WAITING", got)
+	}
+	e.checkIndexes()
+}
+
+// The cache keeps at most taskCacheSize records, the last written.
+func TestTaskCacheIsBounded(t *testing.T) {
+	var c taskCache
+	ops := make([]writeOp, taskCacheSize+10)
+	for i := range ops {
+		ops[i] = writeOp{key: taskKey("t" + strconv.Itoa(i)), val: []byte{byte(i)}}
+	}
+	c.committed(ops)
+	if len(c.m) != taskCacheSize {
+		t.Fatalf("%d records, want %d", len(c.m), taskCacheSize)
+	}
+	if _, ok := c.get(ops[0].key); ok {
+		t.Fatal("the first record is still cached")
+	}
+	if v, ok := c.get(ops[len(ops)-1].key); !ok || v[0] != byte(len(ops)-1) {
+		t.Fatal("the last record is not cached")
+	}
+	// A record written again is kept by its last write, not evicted by
+	// its first one's slot.
+	c.committed([]writeOp{{key: ops[len(ops)-1].key, val: []byte{1}}})
+	c.committed(ops[:taskCacheSize-1])
+	if v, ok := c.get(ops[len(ops)-1].key); !ok || v[0] != 1 {
+		t.Fatal("a record written again was evicted by its first write's slot")
+	}
+	c.committed([]writeOp{{key: ops[len(ops)-1].key, del: true}})
+	if _, ok := c.get(ops[len(ops)-1].key); ok {
+		t.Fatal("a deleted task is still cached")
+	}
+}
