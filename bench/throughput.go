@@ -13,7 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	ax "github.com/axsched/ax/clients/go"
 )
 
 // throughputDelay is the delay of the tasks the throughput workload
@@ -258,8 +257,6 @@ func runThroughputPhase(ctx context.Context, e *env, duration time.Duration, cal
 			// Each client has its own connection, like one app; the clients
 			// go round robin over the target's sockets.
 			socket := e.clients[c%len(e.clients)].Socket()
-			own := ax.New(ax.Config{SocketPath: socket, Timeout: submitTimeout})
-			defer own.CloseIdleConnections()
 			// One caller waits on every request, so the bench's own CPU
 			// per request is on the measured path: it gets the leaner
 			// blocking client (sockSubmitter); more callers share
@@ -272,6 +269,11 @@ func runThroughputPhase(ctx context.Context, e *env, duration time.Duration, cal
 				fast = newFastSubmitter(socket, submitTimeout)
 			}
 			defer fast.close()
+			// Batches go through fasthttp with the answer parsed by
+			// fastjson (fastSubmitter.submitBatch).
+			batcher := newFastSubmitter(socket, submitTimeout).(*fastSubmitter)
+			defer batcher.close()
+			ids := make([]string, batch)
 			delay := throughputDelay.String()
 			for seq := 0; time.Now().Before(end); seq++ {
 				t0 := time.Now()
@@ -283,12 +285,13 @@ func runThroughputPhase(ctx context.Context, e *env, duration time.Duration, cal
 				} else {
 					items := make([]json.RawMessage, batch)
 					for k := range items {
-						it := submitItem(fmt.Sprintf("%s-b%d-%d-%d", prefix, c, seq, k), handler)
+						ids[k] = fmt.Sprintf("%s-b%d-%d-%d", prefix, c, seq, k)
+						it := submitItem(ids[k], handler)
 						it.Delay = new(throughputDelay.String())
 						items[k] = raw(it)
 					}
 					var res []batchResultLite
-					res, err = submitBatchLite(pctx, own, items)
+					res, err = batcher.submitBatch(items, ids, t0.Add(submitTimeout))
 					for _, r := range res {
 						if r.failed {
 							errs.add(r.msg)
@@ -331,25 +334,6 @@ func runThroughputPhase(ctx context.Context, e *env, duration time.Duration, cal
 type batchResultLite struct {
 	failed bool
 	msg    string
-}
-
-// submitBatchLite sends one batch once (no retry: a busy answer is an
-// error of the throughput run) and reports failed items.
-func submitBatchLite(ctx context.Context, c *ax.Client, items []json.RawMessage) ([]batchResultLite, error) {
-	res, err := postBatch(ctx, c, items)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]batchResultLite, len(res))
-	for i, r := range res {
-		if r.Status != 200 && r.Status != 201 {
-			out[i].failed = true
-			if r.Error != nil {
-				out[i].msg = r.Error.Message
-			}
-		}
-	}
-	return out, nil
 }
 
 // Print writes the report for people.
