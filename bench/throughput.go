@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
-
 )
 
 // throughputDelay is the delay of the tasks the throughput workload
