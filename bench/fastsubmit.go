@@ -8,8 +8,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
-
-	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // fastSubmitter sends the one-task submits of the throughput workload
@@ -98,11 +96,7 @@ func (f *fastSubmitter) submitBatch(items []json.RawMessage, ids []string, deadl
 // task (its id, a state), else failed with the API's message.
 func checkBatchAnswer(p *fastjson.Parser, status int, body []byte, ids []string) ([]batchResultLite, error) {
 	if status != 200 {
-		var eb axapi.ErrorBody
-		if json.Unmarshal(body, &eb) == nil && eb.Error.Code != "" {
-			return nil, fmt.Errorf("POST /v1/tasks/batch: %d %s: %s", status, eb.Error.Code, eb.Error.Message)
-		}
-		return nil, fmt.Errorf("POST /v1/tasks/batch: %d: %.80s", status, body)
+		return nil, answerError("POST /v1/tasks/batch", status, body)
 	}
 	v, err := p.ParseBytes(body)
 	if err != nil {

@@ -1,32 +1,16 @@
 package bench
 
 import (
-	"bytes"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/axsched/ax/internal/syncbuf"
 )
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestProgressBar(t *testing.T) {
-	var buf lockedBuffer
+	var buf syncbuf.Buffer
 	frac := 0.0
 	var mu sync.Mutex
 	p := startProgress(&buf, "delayed", func() (float64, string) {

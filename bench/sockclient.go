@@ -109,10 +109,17 @@ func checkAnswer(status int, body []byte, id string) error {
 		}
 		return nil
 	default:
-		var eb axapi.ErrorBody
-		if json.Unmarshal(body, &eb) == nil && eb.Error.Code != "" {
-			return fmt.Errorf("POST /v1/tasks: %d %s: %s", status, eb.Error.Code, eb.Error.Message)
-		}
-		return fmt.Errorf("POST /v1/tasks: %d: %.80s", status, body)
+		return answerError("POST /v1/tasks", status, body)
 	}
+}
+
+// answerError is the error of an API answer other than success: its status
+// with the API's code and message when body has them, else the body's
+// start.
+func answerError(call string, status int, body []byte) error {
+	var eb axapi.ErrorBody
+	if json.Unmarshal(body, &eb) == nil && eb.Error.Code != "" {
+		return fmt.Errorf("%s: %d %s: %s", call, status, eb.Error.Code, eb.Error.Message)
+	}
+	return fmt.Errorf("%s: %d: %.80s", call, status, body)
 }

@@ -1,32 +1,18 @@
 package ipc
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/axsched/ax/internal/syncbuf"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // No log line of the socket API, at debug level, holds a payload: not
 // the request log of a submit, nor the error of one refused, nor
@@ -34,7 +20,7 @@ func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); retur
 // request's bytes).
 func TestServer_PayloadsStayOutOfLogs(t *testing.T) {
 	const payload = "payload-Xw42-SECRET"
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	path := filepath.Join(t.TempDir(), "ax.sock")
 	srv := NewServer(newFakeBackend(), zerolog.New(&logs).Level(zerolog.DebugLevel), ServerOptions{})
 	ts := &testServer{t: t, srv: srv, path: path, done: make(chan error, 1)}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axsched/ax/internal/syncbuf"
 	"github.com/axsched/ax/sidecar"
 	"github.com/axsched/ax/sidecar/peerapi"
 	"github.com/axsched/ax/sidecar/sidecartest"
@@ -57,7 +58,7 @@ func (c *capturingT) text() string { c.mu.Lock(); defer c.mu.Unlock(); return c.
 // ones that carry it.
 func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 	const token, payload = "tok-Zq81-SECRET", "payload-Xw42-SECRET"
-	stdlog := &lockedBuffer{} // fasthttp's own messages go to the standard logger
+	stdlog := &syncbuf.Buffer{} // fasthttp's own messages go to the standard logger
 	log.SetOutput(stdlog)
 	t.Cleanup(func() { log.SetOutput(os.Stderr) })
 	ct := &capturingT{T: t}
@@ -144,23 +145,4 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 	if !strings.Contains(stdlog.String(), "peer API: error when serving connection") {
 		t.Errorf("the standard logger's output is not captured: %q", stdlog.String())
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that the standard logger may write from
-// fasthttp's workers while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
