@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -367,7 +366,10 @@ func (c *Caller) execute(ctx, parent context.Context, start time.Time, baseURL s
 	var tr sendTrace
 	a, err := c.pool(endpointKey{ep.network, ep.address}, cb.MaxIdleConns).roundTrip(ctx, connDeadline, &req, errorBodyMaxBytes, &tr)
 	if err != nil {
-		if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) && !connDeadline.IsZero() && !time.Now().Before(connDeadline) {
+		// Past the deadline any error is the timeout's: a write or read
+		// cut by the connection's deadline, or a dial cut by the dial's
+		// context (which is not os.ErrDeadlineExceeded).
+		if ctx.Err() != nil || !connDeadline.IsZero() && !time.Now().Before(connDeadline) {
 			return aborted(ctx, parent, start, cb.Deadline)
 		}
 		out := Outcome{Kind: raftfsm.OutcomeRetryable, Error: err.Error(), Service: tr.service()}

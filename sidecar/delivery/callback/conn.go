@@ -314,6 +314,7 @@ type answer struct {
 // before (tr), for the classification of an error.
 func (p *pool) roundTrip(ctx context.Context, deadline time.Time, r *request, bodyMax int64, tr *sendTrace) (answer, error) {
 	for {
+		*tr = sendTrace{} // a dial that fails says nothing of a connection tried before
 		cc, reused := p.get(), true
 		if cc == nil {
 			reused = false
@@ -341,10 +342,12 @@ func (p *pool) roundTrip(ctx context.Context, deadline time.Time, r *request, bo
 			return answer{}, err
 		}
 		_ = cc.ec.Close()
-		if reused && ctx.Err() == nil && cc.ec.written.Load() == tr.base {
+		if reused && ctx.Err() == nil && (deadline.IsZero() || time.Now().Before(deadline)) && cc.ec.written.Load() == tr.base {
 			// Not one byte of the request went out on a kept-alive
 			// connection (the executor closed it as it was taken):
-			// another one, as net/http's Transport does.
+			// another one, as net/http's Transport does; not once the
+			// deadline has passed (that write failed by the deadline,
+			// and so would every other connection's).
 			continue
 		}
 		return answer{}, err

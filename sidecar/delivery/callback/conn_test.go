@@ -339,3 +339,26 @@ func TestCaller_AnswerHeadersAreBounded(t *testing.T) {
 		t.Fatalf("the executor could send %d bytes of headers", n)
 	}
 }
+
+// A deadline that passes while the callback is on its way (before the
+// dial, between taking a kept-alive connection and writing, during the
+// read) is a timeout, never an unavailable executor: the retry of a
+// request that wrote nothing stops at the deadline, and a dial cut by the
+// deadline counts as the timeout. Deadlines from 0 to 400 µs ahead land in
+// each of those steps on some of the 81 callbacks.
+func TestCaller_DeadlinePassingOnTheWayIsATimeout(t *testing.T) {
+	ex := startExecutorWith(t, "unix", func(w http.ResponseWriter, r *http.Request) {}, nil)
+	c := newTestCaller(t)
+	for i := 0; i <= 80; i++ {
+		if i%10 == 0 { // refill the pool with kept-alive connections
+			if out := c.Execute(context.Background(), ex.base, Callback{TaskID: "w", Handler: "h"}); out.Kind != raftfsm.OutcomeSuccess {
+				t.Fatalf("warm-up outcome = %+v", out)
+			}
+		}
+		out := c.Execute(context.Background(), ex.base,
+			Callback{TaskID: "t", Handler: "h", Deadline: time.Now().Add(time.Duration(i*5) * time.Microsecond)})
+		if out.Kind != raftfsm.OutcomeTimeout && out.Kind != raftfsm.OutcomeSuccess {
+			t.Fatalf("deadline %d µs ahead: outcome = %+v, want a timeout (or success)", i*5, out)
+		}
+	}
+}
