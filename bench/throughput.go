@@ -270,9 +270,13 @@ func runThroughputPhase(ctx context.Context, e *env, duration time.Duration, cal
 			defer fast.close()
 			// Batches go through fasthttp with the answer parsed by
 			// fastjson (fastSubmitter.submitBatch).
-			batcher := newFastSubmitter(socket, submitTimeout).(*fastSubmitter)
-			defer batcher.close()
-			ids := make([]string, batch)
+			var batcher *fastSubmitter
+			var ids []string
+			if batch > 1 {
+				batcher = newFastSubmitter(socket, submitTimeout).(*fastSubmitter)
+				defer batcher.close()
+				ids = make([]string, batch)
+			}
 			delay := throughputDelay.String()
 			for seq := 0; time.Now().Before(end); seq++ {
 				t0 := time.Now()

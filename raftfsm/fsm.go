@@ -613,6 +613,16 @@ func (f *FSM) Counts() [numStates]int64 {
 	return c
 }
 
+// TotalTasks is the number of stored tasks, all states (the sum of
+// Counts; never negative).
+func (f *FSM) TotalTasks() int64 {
+	var n int64
+	for _, c := range f.Counts() {
+		n += c
+	}
+	return max(n, 0)
+}
+
 func (f *FSM) addCounts(d *[numStates]int64) {
 	for i, v := range d {
 		if v != 0 {

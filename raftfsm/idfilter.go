@@ -63,15 +63,6 @@ func (f *idFilter) add(k []byte) {
 	f.added++
 }
 
-// bytes returns the memory the filter's bit sets take.
-func (f *idFilter) bytes() uint64 {
-	var n uint64
-	for _, p := range f.parts {
-		n += uint64(p.Cap()) / 8
-	}
-	return n
-}
-
 // mayContain reports false only when no record with task key k was added.
 // With several parts, k is hashed once (the parts differ in size only).
 func (f *idFilter) mayContain(k []byte) bool {
@@ -122,11 +113,7 @@ func (f *FSM) stepIDRebuild() {
 	}
 	r := f.rebuild
 	if r == nil {
-		var live int64
-		for _, c := range f.Counts() {
-			live += c
-		}
-		live = max(live, 0)
+		live := f.TotalTasks()
 		if f.ids.added <= 2*uint64(live)+f.idRebuildSlack {
 			return
 		}

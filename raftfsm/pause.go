@@ -227,11 +227,7 @@ func (f *FSM) addHandlerCounts(d map[string]*[numStates]int64) {
 func (f *FSM) loadHandlerCounts() error {
 	f.ids = nil
 	hc := map[string]*[numStates]int64{}
-	var total int64
-	for _, c := range f.Counts() {
-		total += c
-	}
-	ids := newIDFilter(uint64(max(total, 0)))
+	ids := newIDFilter(uint64(f.TotalTasks()))
 	err := f.db.View(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
 		opts.Prefix = prefixTask

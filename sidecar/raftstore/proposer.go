@@ -198,7 +198,8 @@ func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 // them.
 func (p *Proposer) applyDirect(ctx context.Context, pr *proposal) bool {
 	batch := []*proposal{pr}
-	if w, n := p.cfg.Weight(pr.cmds), cmdBytes(pr.cmds); p.full(w, n) {
+	w := p.cfg.Weight(pr.cmds)
+	if p.full(w, cmdBytes(pr.cmds)) {
 		// A full entry gains nothing by waiting: it goes now, beside
 		// whatever is in flight (a batch of tasks, fires of a big slot).
 		if e, ok := p.propose(batch, w); ok {
@@ -219,7 +220,7 @@ func (p *Proposer) applyDirect(ctx context.Context, pr *proposal) bool {
 		p.direct.Store(false)
 		return false // the bound is reached: pr gathers into Run's next entry
 	}
-	e, ok := p.propose(batch, p.cfg.Weight(pr.cmds))
+	e, ok := p.propose(batch, w)
 	p.direct.Store(false)
 	if !ok {
 		<-p.slots

@@ -444,15 +444,9 @@ func (st *Store) openSnapshots(hlog hclog.Logger) (*gatedSnapshotStore, error) {
 	g := st.Guard
 	s := &gatedSnapshotStore{
 		SnapshotStore: fs, dir: dir, log: st.log, now: st.clock.Now,
-		freeSpace: func() (DiskFree, error) { return g.freeSpace(dataDir) },
-		reserve:   g.reserve.Load,
-		tasks: func() int64 {
-			var sum int64
-			for _, c := range st.FSM.Counts() {
-				sum += c
-			}
-			return sum
-		},
+		freeSpace:      func() (DiskFree, error) { return g.freeSpace(dataDir) },
+		reserve:        g.reserve.Load,
+		tasks:          st.FSM.TotalTasks,
 		diskSize:       dropErr(cacheFor(diskSizeCacheFor, st.clock.Now, func() (uint64, error) { return dirAllocatedBytes(filepath.Join(dataDir, "state")), nil })),
 		beforeSnapshot: st.lowerTrailingLogs,
 	}

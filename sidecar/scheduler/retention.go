@@ -299,10 +299,7 @@ func (r *Retention) reclaim() {
 	total := r.deleted.Load()
 	r.pending += total - r.deletedReclaim
 	r.lastReclaim, r.deletedReclaim = r.clock.Now(), total
-	var live int64
-	for _, c := range r.fsm.Counts() {
-		live += c
-	}
+	live := r.fsm.TotalTasks()
 	big := r.pending >= r.minDeletes && r.pending*4 >= live+r.pending
 	if big || r.flattenAgain {
 		deleted := r.pending
