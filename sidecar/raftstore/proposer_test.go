@@ -320,7 +320,19 @@ func TestProposerDirectCallerWaitsOnItsOwn(t *testing.T) {
 	if e := <-r.entries; e[0].Node.ID != "held" {
 		t.Fatalf("entry %v", e)
 	}
-	res, err := p.Propose(context.Background(), []raftfsm.Command{cancelCmd("x")})
+	// The entry reaches raft a moment before the first caller marks the
+	// proposer idle again (applyDirect clears direct after raft.Apply
+	// returns); a second caller in that moment queues for Run, which this
+	// test does not start. Wait for the mark, as a caller arriving a
+	// little later would find it.
+	for deadline := time.Now().Add(10 * time.Second); p.direct.Load(); time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first caller never marked the proposer idle after handing its entry to raft")
+		}
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	res, err := p.Propose(ctx2, []raftfsm.Command{cancelCmd("x")})
 	if err != nil || len(res) != 1 || res[0].Index != 7 {
 		t.Fatalf("second caller while the first waits: %v %+v", err, res)
 	}
