@@ -37,7 +37,10 @@ import (
 //     (an executor that closed it meanwhile is not sent a request), and
 //     a request that could not write a byte to a reused connection goes
 //     to another one, as net/http's Transport retries a request that
-//     wrote nothing;
+//     wrote nothing, and a request sent whole on a reused connection
+//     that the executor closed without a byte of answer goes once more
+//     on a new connection (net/http does so for a request with an
+//     Idempotency-Key);
 //   - a request whose write failed takes the answer the executor may
 //     have sent first (a 413 before reading a large body);
 //   - idle connections beyond the executor's count are closed, and those
@@ -313,13 +316,29 @@ type answer struct {
 // exchange says which connection it used and how many bytes it had sent
 // before (tr), for the classification of an error.
 func (p *pool) roundTrip(ctx context.Context, deadline time.Time, r *request, bodyMax int64, tr *sendTrace) (answer, error) {
+	// first is the try on a kept-alive connection that the executor
+	// closed without an answer, when the request is sent again on a new
+	// connection (see below).
+	var first *unansweredTry
 	for {
 		*tr = sendTrace{} // a dial that fails says nothing of a connection tried before
-		cc, reused := p.get(), true
+		var cc *clientConn
+		if first == nil {
+			cc = p.get()
+		}
+		reused := cc != nil
 		if cc == nil {
-			reused = false
 			var err error
 			if cc, err = p.dial(ctx, deadline); err != nil {
+				if first != nil {
+					// The executor is not there to take the request
+					// again: the first try's error stands, with its
+					// connection (the request was sent on it, so the
+					// attempt counts: an executor that dies on a task
+					// cannot keep its attempts from being counted).
+					*tr = first.trace
+					return answer{}, first.err
+				}
 				return answer{}, err
 			}
 		}
@@ -350,8 +369,42 @@ func (p *pool) roundTrip(ctx context.Context, deadline time.Time, r *request, bo
 			// and so would every other connection's).
 			continue
 		}
+		if reused && first == nil && ctx.Err() == nil && (deadline.IsZero() || time.Now().Before(deadline)) && errors.As(err, new(closedUnanswered)) {
+			// The whole request went out on a kept-alive connection and
+			// the executor closed it without a byte of answer: it most
+			// likely closed the connection as idle (its keep-alive
+			// time-out) while the request was on its way. The request
+			// goes once more, on a new connection, as net/http's
+			// Transport sends a request with an Idempotency-Key again
+			// after a reused connection's "server closed idle
+			// connection"; the executor may see this (task, attempt)
+			// twice, which at-least-once delivery allows.
+			first = &unansweredTry{err: err, trace: *tr}
+			continue
+		}
 		return answer{}, err
 	}
+}
+
+// unansweredTry is a try that a kept-alive connection's close ended
+// before any answer (roundTrip sends the request again on a new one).
+type unansweredTry struct {
+	err   error
+	trace sendTrace
+}
+
+// closedUnanswered wraps the error of an exchange whose request was
+// written whole and whose connection then ended (EOF or a reset) before
+// a byte of the answer came. It reads as the error it wraps.
+type closedUnanswered struct{ err error }
+
+func (e closedUnanswered) Error() string { return e.err.Error() }
+func (e closedUnanswered) Unwrap() error { return e.err }
+
+// endedUnanswered reports whether err, from reading an answer of which
+// no byte came, is the connection's end: the peer's close (EOF) or reset.
+func endedUnanswered(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // Is makes errors.Is(err, errHeaderValue{}) match any header value error.
@@ -406,8 +459,12 @@ func (p *pool) exchange(ctx context.Context, deadline time.Time, cc *clientConn,
 		}
 		return answer{}, err, false
 	}
+	readBefore := cc.ec.read.Load()
 	resp, err := readAnswer(cc)
 	if err != nil {
+		if cc.ec.read.Load() == readBefore && endedUnanswered(err) {
+			err = closedUnanswered{err}
+		}
 		return answer{}, err, false
 	}
 	a, keep = readBody(resp, cc.br, bodyMax)

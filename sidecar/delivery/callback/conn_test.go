@@ -362,3 +362,146 @@ func TestCaller_DeadlinePassingOnTheWayIsATimeout(t *testing.T) {
 		}
 	}
 }
+
+// rawExecutor serves callbacks by hand: for the n-th request on a
+// connection (from 0), close says whether it reads the request and then
+// closes the connection without an answer (as an executor whose
+// keep-alive time-out ends the connection just as a request comes).
+type rawExecutor struct {
+	ln    net.Listener
+	base  string
+	close func(n int) bool
+	// beforeClose runs before such a close (the test may stop the
+	// listener there, an executor that is gone for the next try).
+	beforeClose func()
+
+	mu    sync.Mutex
+	conns int
+	seen  []string // Ax-Task-Id/Ax-Attempt of each request read
+	wg    sync.WaitGroup
+}
+
+func startRawExecutor(t *testing.T, network string, close func(n int) bool, beforeClose func()) *rawExecutor {
+	t.Helper()
+	addr := "127.0.0.1:0"
+	if network == "unix" {
+		addr = filepath.Join(t.TempDir(), "raw.sock")
+	}
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := &rawExecutor{ln: ln, close: close, beforeClose: beforeClose, base: "http://" + ln.Addr().String()}
+	if network == "unix" {
+		ex.base = "unix://" + addr
+	}
+	ex.wg.Add(1)
+	go func() {
+		defer ex.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			ex.mu.Lock()
+			ex.conns++
+			ex.mu.Unlock()
+			ex.wg.Add(1)
+			go ex.serve(c)
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); ex.wg.Wait() })
+	return ex
+}
+
+func (ex *rawExecutor) serve(c net.Conn) {
+	defer ex.wg.Done()
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second)) // a stray silent connection ends too
+	br := bufio.NewReader(c)
+	for n := 0; ; n++ {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, req.Body)
+		ex.mu.Lock()
+		ex.seen = append(ex.seen, req.Header.Get("Ax-Task-Id")+"/"+req.Header.Get("Ax-Attempt"))
+		ex.mu.Unlock()
+		if ex.close(n) {
+			if ex.beforeClose != nil {
+				ex.beforeClose()
+			}
+			return
+		}
+		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+			return
+		}
+	}
+}
+
+func (ex *rawExecutor) counts() (conns int, seen []string) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	return ex.conns, append([]string(nil), ex.seen...)
+}
+
+// A kept-alive connection that the executor closes without an answer once
+// the whole request is on it (its idle time-out met the request on the
+// way) does not cost the attempt: the request goes once more on a new
+// connection and its answer counts; the executor saw the (task, attempt)
+// twice. Without the second send the callback failed as a counted attempt
+// ("unexpected EOF").
+func TestCaller_KeptAliveConnClosedUnansweredIsSentAgain(t *testing.T) {
+	for _, network := range []string{"unix", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			// The second request on each connection is read and not answered.
+			ex := startRawExecutor(t, network, func(n int) bool { return n == 1 }, nil)
+			c := newTestCaller(t)
+			for i := range 2 {
+				if out := c.Execute(context.Background(), ex.base, cb1); out.Kind != raftfsm.OutcomeSuccess {
+					t.Fatalf("callback %d: %+v, want success", i, out)
+				}
+			}
+			conns, seen := ex.counts()
+			if conns != 2 || len(seen) != 3 || seen[1] != seen[2] {
+				t.Fatalf("%d connections, requests %v; want 2 connections and the second callback sent twice", conns, seen)
+			}
+		})
+	}
+}
+
+// Sent once more and the executor is not there (gone after it closed the
+// kept-alive connection without an answer): the first try's failure
+// stands, a counted attempt, not "unavailable" (an executor that dies on a
+// task must not keep the task's attempts from counting). A request on a
+// new connection that ends so is not sent again.
+func TestCaller_ClosedUnansweredAndGoneIsAFailedAttempt(t *testing.T) {
+	for _, network := range []string{"unix", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			var ex *rawExecutor
+			ex = startRawExecutor(t, network, func(n int) bool { return n == 1 }, func() { ex.ln.Close() })
+			c := newTestCaller(t)
+			if out := c.Execute(context.Background(), ex.base, cb1); out.Kind != raftfsm.OutcomeSuccess {
+				t.Fatalf("first callback: %+v", out)
+			}
+			out := c.Execute(context.Background(), ex.base, cb1)
+			if out.Kind != raftfsm.OutcomeRetryable || out.Overloaded {
+				t.Fatalf("closed unanswered, then gone: %+v, want a failed attempt (retryable)", out)
+			}
+			if conns, seen := ex.counts(); conns != 1 || len(seen) != 2 {
+				t.Fatalf("%d connections, %d requests; want 1 and 2", conns, len(seen))
+			}
+		})
+	}
+	t.Run("new connection", func(t *testing.T) {
+		ex := startRawExecutor(t, "tcp", func(n int) bool { return true }, nil)
+		out := newTestCaller(t).Execute(context.Background(), ex.base, cb1)
+		if out.Kind != raftfsm.OutcomeRetryable {
+			t.Fatalf("closed unanswered on a new connection: %+v, want a failed attempt", out)
+		}
+		if conns, seen := ex.counts(); conns != 1 || len(seen) != 1 {
+			t.Fatalf("%d connections, %d requests; want the request sent once", conns, len(seen))
+		}
+	})
+}

@@ -28,6 +28,8 @@ import (
 type execConn struct {
 	net.Conn
 	written atomic.Int64
+	// read counts the bytes read from the connection.
+	read atomic.Int64
 	// ackedAtTimeout is the peer's acknowledged byte count (TCP_INFO's
 	// tcpi_bytes_acked) when a read or write failed with ETIMEDOUT (the
 	// TCP_USER_TIMEOUT expired); -1 when that did not happen or is
@@ -52,6 +54,7 @@ func (c *execConn) Write(p []byte) (int, error) {
 
 func (c *execConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
+	c.read.Add(int64(n))
 	if err != nil {
 		c.noteTimeout(err)
 	}
