@@ -27,7 +27,7 @@ func BenchmarkPersist(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		snap := e.snapshot()
-		if err := snap.(*snapshot).write(io.Discard); err != nil {
+		if _, err := snap.(*snapshot).write(io.Discard); err != nil {
 			b.Fatal(err)
 		}
 		snap.Release()
