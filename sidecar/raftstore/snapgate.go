@@ -49,7 +49,8 @@ import (
 //     bytes of state than the log took since the last one. The state size
 //     is that of the records before compression (the FSM reports it,
 //     raftfsm.StateSizeSink): the file is about ten times smaller, but a
-//     snapshot's work is reading the whole state.
+//     snapshot's work is reading the whole state, and the free-space
+//     estimate keeps the uncompressed size too (snapshotEstimate).
 
 // snapSinkCheckEvery is how many bytes a snapshot sink writes between two
 // free-space checks; snapSinkSlack is the free space above the reserve it
@@ -68,10 +69,21 @@ func snapshotAllowed(free, reserve, need uint64) bool {
 }
 
 // snapshotEstimate is the expected size of the next snapshot: the last
-// one's size scaled by how the task count changed since (a purge shrinks
-// it), the bytes a cancelled one had written when that is more, and
-// badger's size on disk when no snapshot was taken since start and none is
-// on disk.
+// one's state size (its records before compression: the file is about ten
+// times smaller, see below) scaled by how the task count changed since (a
+// purge shrinks it), the bytes a cancelled one had written when that is
+// more, and badger's size on disk when no snapshot was taken since start
+// and none is on disk.
+//
+// The estimate is the uncompressed size on purpose. It is the room the
+// write gate keeps above the reserve (DESIGN §14), and that room is also
+// what the Raft log may grow into between two snapshots: with the
+// compressed size (a few MiB) a fast writer filled a 256 MiB disk with log
+// before the next snapshot could truncate it, and the snapshot, refused
+// below the reserve, never came (e2e
+// TestDiskPressure_FreeingWritesSnapshotsCompaction). So the arithmetic of
+// the levels stays what it was with uncompressed snapshots, and a snapshot
+// takes about a tenth of the room it is given.
 type snapshotEstimate struct {
 	mu    sync.Mutex
 	size  uint64 // bytes of the last snapshot (or written by an aborted one)
@@ -261,11 +273,13 @@ func (k *gatedSink) Close() error {
 		k.removeTemp()
 		return err
 	}
-	k.s.est.record(k.written, k.tasks)
 	state := k.stateBytes
 	if state == 0 {
-		state = k.written
+		// Not told (a snapshot installed from the leader): the larger of
+		// its file and what was expected.
+		state = max(k.written, k.s.expectedSize())
 	}
+	k.s.est.record(state, k.tasks)
 	k.s.lastState.Store(state)
 	k.s.saveEstimate(snapEstimateRecord{ID: k.ID(), Size: k.written, Tasks: k.tasks, StateBytes: state})
 	if k.s.persisted != nil {
@@ -474,8 +488,8 @@ func (st *Store) openSnapshots(hlog hclog.Logger) (*gatedSnapshotStore, error) {
 	g.snapNeed = s.expectedSize
 	if metas, err := fs.List(); err == nil && len(metas) > 0 {
 		rec := s.loadEstimate(metas[0].ID)
-		s.est.size, s.est.tasks = uint64(max(metas[0].Size, 0)), rec.Tasks
-		s.lastState.Store(max(rec.StateBytes, s.est.size))
+		s.est.size, s.est.tasks = max(rec.StateBytes, uint64(max(metas[0].Size, 0))), rec.Tasks
+		s.lastState.Store(s.est.size)
 	}
 	return s, nil
 }
@@ -645,7 +659,7 @@ func (s *gatedSnapshotStore) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_snapshots_skipped_total", Help: "Raft snapshots not started because free space did not cover their expected size plus --storage-reserve (raft tries again at its next interval)."},
 			func() float64 { return float64(s.skipped.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ax_raft_snapshot_expected_bytes", Help: "Expected size of the next Raft snapshot: writes leave this much free on top of --storage-reserve."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ax_raft_snapshot_expected_bytes", Help: "Expected size of the next Raft snapshot (the state before compression: the file is smaller): writes leave this much free on top of --storage-reserve."},
 			func() float64 { return float64(s.expectedSize()) }),
 	}
 }

@@ -72,6 +72,7 @@ func TestSnapshotGate(t *testing.T) {
 	if _, err := sink.Write(bytes.Repeat([]byte{1}, 2*M)); err != nil {
 		t.Fatal(err)
 	}
+	sink.(raftfsm.StateSizeSink).SetStateBytes(2 * M) // as raftfsm's Persist tells
 	if err := sink.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -253,11 +254,13 @@ func TestSnapshotEstimateSurvivesRestart(t *testing.T) {
 	}
 }
 
-// The byte trigger follows the state's size the FSM reports, not the
-// compressed file's (about ten times smaller): a snapshot reads the whole
-// state, so a trigger at the file's size would snapshot ten times as often
-// once the state is larger than the bound. A snapshot whose state size is
-// not told (one installed from the leader) counts by its file.
+// The byte trigger and the free-space estimate follow the state's size the
+// FSM reports, not the compressed file's (about ten times smaller): a
+// snapshot reads the whole state, so a trigger at the file's size would
+// snapshot ten times as often once the state is larger than the bound, and
+// the room the write gate keeps is also where the log grows until the next
+// snapshot. A snapshot whose state size is not told (one installed from the
+// leader) counts by the larger of its file and the estimate.
 func TestByteTriggerFollowsTheStateNotTheFile(t *testing.T) {
 	s, free := testSnapStore(t)
 	const M = 1 << 20
@@ -271,8 +274,8 @@ func TestByteTriggerFollowsTheStateNotTheFile(t *testing.T) {
 	if err := sink.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.expectedSize(); got != 30*M {
-		t.Fatalf("expected next snapshot %d MiB, want the file's 30", got/M)
+	if got := s.expectedSize(); got != 300*M {
+		t.Fatalf("expected next snapshot %d MiB, want the state's 300 (the room the log may grow into)", got/M)
 	}
 	if got := s.byteTrigger(64 * M); got != 300*M {
 		t.Fatalf("trigger %d MiB, want the state's 300", got/M)
@@ -285,8 +288,19 @@ func TestByteTriggerFollowsTheStateNotTheFile(t *testing.T) {
 	if err := sink.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.byteTrigger(64 * M); got != 100*M {
-		t.Fatalf("state size not told: trigger %d MiB, want the file's 100", got/M)
+	if got := s.byteTrigger(64 * M); got != 300*M {
+		t.Fatalf("state size not told, file smaller than expected: trigger %d MiB, want the expected 300", got/M)
+	}
+	sink, err = createSnap(s, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.Write(make([]byte, 400*M))
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.byteTrigger(64 * M); got != 400*M {
+		t.Fatalf("state size not told, file larger than expected: trigger %d MiB, want the file's 400", got/M)
 	}
 }
 
