@@ -11,12 +11,34 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/hashicorp/raft"
+	"github.com/klauspost/compress/s2"
 )
 
-// Snapshot stream format: the 8-byte magic "axsnap01", the applied index
-// (uint64 big-endian), then each key/value as uvarint(len key) key
-// uvarint(len value) value, then a zero-length key as the end mark.
-var snapMagic = []byte("axsnap01")
+// Snapshot stream format: the 8-byte magic "axsnap02", the applied index
+// (uint64 big-endian), then the records compressed as one S2 stream
+// (github.com/klauspost/compress/s2, stream format, CRC per block): each
+// key/value as uvarint(len key) key uvarint(len value) value, then a
+// zero-length key as the end mark. An "axsnap01" stream (ax before
+// 2026-12-05) has the same records uncompressed; restore reads both.
+//
+// The records compress about ten times (the task records of one handler
+// are much alike): a snapshot of 370 000 waiting tasks took 76 MB as
+// axsnap01 and 7.9 MB as axsnap02, and writing the bytes (the write
+// system calls and raft's CRC-64 of the file) cost more CPU than the S2
+// compression of them (docs/perf/README.md, branch snap).
+var (
+	snapMagic   = []byte("axsnap02")
+	snapMagicV1 = []byte("axsnap01")
+)
+
+// StateSizeSink is a snapshot sink that wants the size of the state it
+// stores: the bytes of the records before compression. Persist reports it
+// (SetStateBytes) before it closes such a sink. raftstore's snapshot store
+// triggers the next snapshot by it, since a snapshot's cost follows the
+// state it reads rather than the compressed bytes it writes.
+type StateSizeSink interface {
+	SetStateBytes(n uint64)
+}
 
 type snapshot struct {
 	txn     *badger.Txn // read view pinned at Snapshot time
@@ -25,22 +47,61 @@ type snapshot struct {
 
 // Persist streams the pinned read view into sink.
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	if err := s.write(sink); err != nil {
+	raw, err := s.write(sink)
+	if err != nil {
 		sink.Cancel()
 		return fmt.Errorf("persist snapshot: %w", err)
+	}
+	if ss, ok := sink.(StateSizeSink); ok {
+		ss.SetStateBytes(raw)
 	}
 	return sink.Close()
 }
 
-func (s *snapshot) write(w io.Writer) error {
-	bw := bufio.NewWriterSize(w, 64<<10)
-	bw.Write(snapMagic)
-	var hdr [8]byte
-	binary.BigEndian.PutUint64(hdr[:], s.applied)
-	bw.Write(hdr[:])
+// write writes the snapshot stream to w and returns the bytes of its
+// records before compression.
+func (s *snapshot) write(w io.Writer) (uint64, error) {
+	var hdr [16]byte
+	copy(hdr[:8], snapMagic)
+	binary.BigEndian.PutUint64(hdr[8:], s.applied)
+	if _, err := w.Write(hdr[:]); err != nil {
+		return 0, err
+	}
+	// One compressing goroutine: the snapshot is background work next to
+	// the node's applies and deliveries on few cores; S2's default of one
+	// per core would take them all at once.
+	// On an error the writer is dropped unclosed: Persist cancels the sink.
+	zw := s2.NewWriter(w, s2.WriterConcurrency(1))
+	bw := bufio.NewWriterSize(zw, 64<<10)
+	cw := countWriter{w: bw}
+	if err := s.writeRecords(&cw, hdr[8:]); err != nil {
+		return cw.n, err
+	}
+	if err := bw.Flush(); err != nil {
+		return cw.n, err
+	}
+	return cw.n, zw.Close()
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w *bufio.Writer
+	n uint64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += uint64(n)
+	return n, err
+}
+
+// writeRecords writes every key and value of the read view as records,
+// then the end mark; applied is the 8-byte applied index the view must
+// hold.
+func (s *snapshot) writeRecords(w io.Writer, applied []byte) error {
 	// No value prefetch: the values sit in the tables next to their keys
 	// (below badger's value threshold), and each is written straight from
-	// its block into bw; prefetching copied every value once more, on
+	// its block into w; prefetching copied every value once more, on
 	// goroutines started per 100 keys.
 	opts := badger.DefaultIteratorOptions
 	opts.PrefetchValues = false
@@ -56,12 +117,12 @@ func (s *snapshot) write(w io.Writer) error {
 		}
 		err := item.Value(func(v []byte) error {
 			if string(k) == string(keyApplied) {
-				sawApplied = string(v) == string(hdr[:])
+				sawApplied = string(v) == string(applied)
 			}
-			bw.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(k)))])
-			bw.Write(k)
-			bw.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(v)))])
-			_, err := bw.Write(v)
+			w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(k)))])
+			w.Write(k)
+			w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(v)))])
+			_, err := w.Write(v)
 			return err
 		})
 		if err != nil {
@@ -74,8 +135,8 @@ func (s *snapshot) write(w io.Writer) error {
 	if !sawApplied {
 		return errors.New("snapshot read view lost its state (the FSM was restored after Snapshot)")
 	}
-	bw.Write(lenBuf[:binary.PutUvarint(lenBuf[:], 0)])
-	return bw.Flush()
+	_, err := w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], 0)])
+	return err
 }
 
 // Release ends the pinned read view.
@@ -90,14 +151,21 @@ func (s *snapshot) Release() { s.txn.Discard() }
 // claims state badger does not hold, or a restart would skip the entries it
 // came from.
 func restore(db *badger.DB, r io.Reader) (idx uint64, dropped bool, err error) {
-	br := bufio.NewReaderSize(r, 64<<10)
 	magic := make([]byte, len(snapMagic))
-	if _, err := io.ReadFull(br, magic); err != nil || string(magic) != string(snapMagic) {
+	if _, err := io.ReadFull(r, magic); err != nil || (string(magic) != string(snapMagic) && string(magic) != string(snapMagicV1)) {
 		return 0, false, fmt.Errorf("not an ax snapshot: %w", ErrBadEntry)
 	}
 	var hdr [8]byte
-	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return 0, false, fmt.Errorf("snapshot header: %w", err)
+	}
+	var br *bufio.Reader
+	if string(magic) == string(snapMagic) {
+		// S2 checks each block's CRC and refuses a block longer than its
+		// maximum (4 MiB) before allocating it.
+		br = bufio.NewReaderSize(s2.NewReader(r), 64<<10)
+	} else {
+		br = bufio.NewReaderSize(r, 64<<10)
 	}
 	if err := db.DropAll(); err != nil {
 		return 0, true, err

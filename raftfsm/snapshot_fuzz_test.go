@@ -20,20 +20,23 @@ func FuzzRestore(f *testing.F) {
 	goodDump := src.dump()
 
 	f.Add(good)
+	f.Add(plainStream(f, good)) // the uncompressed axsnap01 form
 	f.Add([]byte{})
 	f.Add(snapMagic)
 	f.Add(good[:len(snapMagic)+8])
 	f.Add(good[:len(good)/2])
-	// A stream whose first key claims 2^62 bytes.
-	huge := append(append([]byte{}, good[:len(snapMagic)+8]...), binary.AppendUvarint(nil, 1<<62)...)
+	// A stream whose first key claims 2^62 bytes, in both forms.
+	huge := append(append([]byte{}, snapMagicV1...), good[len(snapMagic):len(snapMagic)+8]...)
+	huge = binary.AppendUvarint(huge, 1<<62)
 	f.Add(huge)
+	f.Add(packStream(f, huge))
 	// A header that does not match the applied index in the data.
 	bad := bytes.Clone(good)
 	bad[len(snapMagic)+7] ^= 1
 	f.Add(bad)
 	// One record with a task key and garbage for a value, then the end.
 	var rec []byte
-	rec = append(rec, snapMagic...)
+	rec = append(rec, snapMagicV1...)
 	rec = append(rec, make([]byte, 8)...)
 	k := taskKey("x")
 	rec = binary.AppendUvarint(rec, uint64(len(k)))
@@ -42,6 +45,7 @@ func FuzzRestore(f *testing.F) {
 	rec = append(rec, 0xff, 0x00, 0x01)
 	rec = binary.AppendUvarint(rec, 0)
 	f.Add(rec)
+	f.Add(packStream(f, rec))
 
 	dst := newEnv(f)
 	f.Fuzz(func(t *testing.T, stream []byte) {

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/raftfsm"
 )
 
 // Snapshots under disk pressure (issue 12). A Raft snapshot is a full copy
@@ -43,9 +44,13 @@ import (
 //     with raft.ReloadConfig); and that many log bytes written since the
 //     last snapshot trigger one (SnapshotByBytes), so that the Raft log
 //     stays near twice the bound even when entries are large. While free
-//     space is plentiful, the trigger is the last snapshot's size when that
-//     is larger (byteTrigger): a snapshot then never writes more bytes than
-//     the log took since the last one.
+//     space is plentiful, the trigger is the last snapshot's state size
+//     when that is larger (byteTrigger): a snapshot then never reads more
+//     bytes of state than the log took since the last one. The state size
+//     is that of the records before compression (the FSM reports it,
+//     raftfsm.StateSizeSink): the file is about ten times smaller, but a
+//     snapshot's work is reading the whole state, and the free-space
+//     estimate keeps the uncompressed size too (snapshotEstimate).
 
 // snapSinkCheckEvery is how many bytes a snapshot sink writes between two
 // free-space checks; snapSinkSlack is the free space above the reserve it
@@ -64,10 +69,21 @@ func snapshotAllowed(free, reserve, need uint64) bool {
 }
 
 // snapshotEstimate is the expected size of the next snapshot: the last
-// one's size scaled by how the task count changed since (a purge shrinks
-// it), the bytes a cancelled one had written when that is more, and
-// badger's size on disk when no snapshot was taken since start and none is
-// on disk.
+// one's state size (its records before compression: the file is about ten
+// times smaller, see below) scaled by how the task count changed since (a
+// purge shrinks it), the bytes a cancelled one had written when that is
+// more, and badger's size on disk when no snapshot was taken since start
+// and none is on disk.
+//
+// The estimate is the uncompressed size on purpose. It is the room the
+// write gate keeps above the reserve (DESIGN §14), and that room is also
+// what the Raft log may grow into between two snapshots: with the
+// compressed size (a few MiB) a fast writer filled a 256 MiB disk with log
+// before the next snapshot could truncate it, and the snapshot, refused
+// below the reserve, never came (e2e
+// TestDiskPressure_FreeingWritesSnapshotsCompaction). So the arithmetic of
+// the levels stays what it was with uncompressed snapshots, and a snapshot
+// takes about a tenth of the room it is given.
 type snapshotEstimate struct {
 	mu    sync.Mutex
 	size  uint64 // bytes of the last snapshot (or written by an aborted one)
@@ -133,9 +149,11 @@ type gatedSnapshotStore struct {
 
 	skipped atomic.Uint64 // snapshots refused by the gate
 	// logBytesAtSnap is LogWriteStats.bytes when the last snapshot was
-	// complete, lastSize that snapshot's bytes (SnapshotByBytes).
+	// complete, lastState the bytes of the state it stored
+	// (gatedSink.SetStateBytes; its file's bytes when the FSM did not
+	// say, as for a snapshot installed from the leader) (SnapshotByBytes).
 	logBytesAtSnap atomic.Uint64
-	lastSize       atomic.Uint64
+	lastState      atomic.Uint64
 	lastSkipM      sync.Mutex
 	lastSkip       time.Time
 	now            func() time.Time
@@ -208,13 +226,14 @@ func (s *gatedSnapshotStore) admit(need uint64) error {
 // snapshot's temp dir when it is cancelled.
 type gatedSink struct {
 	raft.SnapshotSink
-	s        *gatedSnapshotStore
-	dir      string // the temp dir FileSnapshotStore writes into
-	tasks    int64
-	written  uint64
-	nextChk  uint64
-	failed   error
-	canceled bool
+	s          *gatedSnapshotStore
+	dir        string // the temp dir FileSnapshotStore writes into
+	tasks      int64
+	written    uint64
+	stateBytes uint64 // the state's bytes before compression (SetStateBytes); 0: not told
+	nextChk    uint64
+	failed     error
+	canceled   bool
 }
 
 func (k *gatedSink) Write(p []byte) (int, error) {
@@ -238,6 +257,10 @@ func (k *gatedSink) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// SetStateBytes records the size of the state the snapshot stores, before
+// compression (raftfsm.StateSizeSink): the next byte trigger.
+func (k *gatedSink) SetStateBytes(n uint64) { k.stateBytes = n }
+
 // Close finishes the snapshot; it records its size for the next estimate.
 func (k *gatedSink) Close() error {
 	if k.failed != nil {
@@ -250,9 +273,15 @@ func (k *gatedSink) Close() error {
 		k.removeTemp()
 		return err
 	}
-	k.s.est.record(k.written, k.tasks)
-	k.s.lastSize.Store(k.written)
-	k.s.saveEstimate(k.ID(), k.written, k.tasks)
+	state := k.stateBytes
+	if state == 0 {
+		// Not told (a snapshot installed from the leader): the larger of
+		// its file and what was expected.
+		state = max(k.written, k.s.expectedSize())
+	}
+	k.s.est.record(state, k.tasks)
+	k.s.lastState.Store(state)
+	k.s.saveEstimate(snapEstimateRecord{ID: k.ID(), Size: k.written, Tasks: k.tasks, StateBytes: state})
 	if k.s.persisted != nil {
 		k.s.persisted()
 	}
@@ -276,7 +305,10 @@ func (k *gatedSink) removeTemp() {
 	}
 }
 
-var _ io.Writer = (*gatedSink)(nil)
+var (
+	_ io.Writer             = (*gatedSink)(nil)
+	_ raftfsm.StateSizeSink = (*gatedSink)(nil)
+)
 
 // removeStaleSnapshotTemps removes the temp dirs (*.tmp) of snapshots that
 // never finished from the snapshot store's directory dir (raft skips them
@@ -370,19 +402,21 @@ func (st *Store) lowerTrailingLogs() {
 
 // byteTrigger returns how many log bytes written since the last snapshot
 // trigger the next one, for a bound of Config.TrailingLogsBytes: the last
-// snapshot's size when that is larger and free space covers the expected
-// snapshot plus that many log bytes above the reserve; bound otherwise.
+// snapshot's state size (before compression) when that is larger and free
+// space covers the expected snapshot plus that many log bytes above the
+// reserve; bound otherwise.
 //
 // With the fixed bound, a state much larger than it was written out in
 // full for every bound of log bytes: at 110 000 batched submits/s the
 // 64 MiB bound fired every 2 s and the snapshots took 12 % of the node's
-// CPU (docs/perf/README.md). Grown with the state, a snapshot writes at
-// most the bytes the log took since the last one, and the log stays under
-// bound (trailing) plus the larger of bound and the snapshot's size. Under
+// CPU (docs/perf/README.md). Grown with the state, a snapshot reads at
+// most as many bytes of state as the log took since the last one, and the
+// log stays under bound (trailing) plus the larger of bound and the
+// state's size. Under
 // disk pressure the fixed bound holds, so that the log's growth never
 // stands between a full disk and the snapshot that truncates the log.
 func (s *gatedSnapshotStore) byteTrigger(bound uint64) uint64 {
-	last := s.lastSize.Load()
+	last := s.lastState.Load()
 	if last <= bound {
 		return bound
 	}
@@ -453,41 +487,48 @@ func (st *Store) openSnapshots(hlog hclog.Logger) (*gatedSnapshotStore, error) {
 	s.persisted = func() { s.logBytesAtSnap.Store(st.LogStats.Bytes.Load()) }
 	g.snapNeed = s.expectedSize
 	if metas, err := fs.List(); err == nil && len(metas) > 0 {
-		s.est.size, s.est.tasks = uint64(max(metas[0].Size, 0)), s.loadEstimate(metas[0].ID)
-		s.lastSize.Store(s.est.size)
+		rec := s.loadEstimate(metas[0].ID)
+		s.est.size, s.est.tasks = max(rec.StateBytes, uint64(max(metas[0].Size, 0))), rec.Tasks
+		s.lastState.Store(s.est.size)
 	}
 	return s, nil
 }
 
 // snapEstimateFile, in the snapshot store's directory, keeps the task
-// count of the newest snapshot, so that after a restart the estimate still
-// follows the task count (a purge before the restart shrinks it).
+// count and state size of the newest snapshot, so that after a restart the
+// estimate still follows the task count (a purge before the restart
+// shrinks it) and the byte trigger the state's size.
 const snapEstimateFile = "ax-snapshot-tasks.json"
 
+// snapEstimateRecord is snapEstimateFile's content: the snapshot's id, its
+// file's bytes, its tasks and its state's bytes before compression (0 in
+// a file written before ax compressed snapshots).
 type snapEstimateRecord struct {
-	ID    string `json:"id"`
-	Size  uint64 `json:"size"`
-	Tasks int64  `json:"tasks"`
+	ID         string `json:"id"`
+	Size       uint64 `json:"size"`
+	Tasks      int64  `json:"tasks"`
+	StateBytes uint64 `json:"state_bytes,omitempty"`
 }
 
-// saveEstimate records the task count of snapshot id (best effort).
-func (s *gatedSnapshotStore) saveEstimate(id string, size uint64, tasks int64) {
-	b, _ := json.Marshal(snapEstimateRecord{ID: id, Size: size, Tasks: tasks})
+// saveEstimate records the task count and state size of a snapshot (best
+// effort).
+func (s *gatedSnapshotStore) saveEstimate(r snapEstimateRecord) {
+	b, _ := json.Marshal(r)
 	p := filepath.Join(s.dir, snapEstimateFile)
 	if err := os.WriteFile(p+".new", b, 0o600); err == nil {
 		_ = os.Rename(p+".new", p)
 	}
 }
 
-// loadEstimate returns the task count recorded for snapshot id, -1 when
-// none is.
-func (s *gatedSnapshotStore) loadEstimate(id string) int64 {
+// loadEstimate returns what is recorded for snapshot id; Tasks is -1 and
+// StateBytes 0 when nothing is.
+func (s *gatedSnapshotStore) loadEstimate(id string) snapEstimateRecord {
 	b, err := os.ReadFile(filepath.Join(s.dir, snapEstimateFile))
 	var r snapEstimateRecord
 	if err != nil || json.Unmarshal(b, &r) != nil || r.ID != id || r.Tasks < 0 {
-		return -1
+		return snapEstimateRecord{ID: id, Tasks: -1}
 	}
-	return r.Tasks
+	return r
 }
 
 // Compactor wraps the retention's badger compaction (Flatten), which
@@ -618,7 +659,7 @@ func (s *gatedSnapshotStore) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_snapshots_skipped_total", Help: "Raft snapshots not started because free space did not cover their expected size plus --storage-reserve (raft tries again at its next interval)."},
 			func() float64 { return float64(s.skipped.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ax_raft_snapshot_expected_bytes", Help: "Expected size of the next Raft snapshot: writes leave this much free on top of --storage-reserve."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ax_raft_snapshot_expected_bytes", Help: "Expected size of the next Raft snapshot (the state before compression: the file is smaller): writes leave this much free on top of --storage-reserve."},
 			func() float64 { return float64(s.expectedSize()) }),
 	}
 }

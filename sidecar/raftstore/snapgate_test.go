@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axsched/ax/raftfsm"
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
 )
@@ -71,6 +72,7 @@ func TestSnapshotGate(t *testing.T) {
 	if _, err := sink.Write(bytes.Repeat([]byte{1}, 2*M)); err != nil {
 		t.Fatal(err)
 	}
+	sink.(raftfsm.StateSizeSink).SetStateBytes(2 * M) // as raftfsm's Persist tells
 	if err := sink.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -225,8 +227,9 @@ func TestTrailingForBytes(t *testing.T) {
 	}
 }
 
-// The task count of the newest snapshot survives a restart, so the
-// estimate still follows the count (a purge before the restart).
+// The task count and state size of the newest snapshot survive a
+// restart, so the estimate still follows the count (a purge before the
+// restart) and the byte trigger the state's size.
 func TestSnapshotEstimateSurvivesRestart(t *testing.T) {
 	s, free := testSnapStore(t)
 	free.Store(1 << 30)
@@ -235,6 +238,7 @@ func TestSnapshotEstimateSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink.Write(make([]byte, 1<<20))
+	sink.(raftfsm.StateSizeSink).SetStateBytes(9 << 20)
 	if err := sink.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -242,11 +246,61 @@ func TestSnapshotEstimateSurvivesRestart(t *testing.T) {
 	if len(metas) != 1 {
 		t.Fatalf("snapshots %v", metas)
 	}
-	if got := s.loadEstimate(metas[0].ID); got != 1000 {
-		t.Fatalf("recorded tasks %d, want 1000", got)
+	if got := s.loadEstimate(metas[0].ID); got.Tasks != 1000 || got.StateBytes != 9<<20 || got.Size != 1<<20 {
+		t.Fatalf("recorded %+v, want 1000 tasks, 9 MiB of state in a 1 MiB file", got)
 	}
-	if got := s.loadEstimate("1-2-3"); got != -1 {
-		t.Fatalf("tasks of another snapshot: %d", got)
+	if got := s.loadEstimate("1-2-3"); got.Tasks != -1 || got.StateBytes != 0 {
+		t.Fatalf("record of another snapshot: %+v", got)
+	}
+}
+
+// The byte trigger and the free-space estimate follow the state's size the
+// FSM reports, not the compressed file's (about ten times smaller): a
+// snapshot reads the whole state, so a trigger at the file's size would
+// snapshot ten times as often once the state is larger than the bound, and
+// the room the write gate keeps is also where the log grows until the next
+// snapshot. A snapshot whose state size is not told (one installed from the
+// leader) counts by the larger of its file and the estimate.
+func TestByteTriggerFollowsTheStateNotTheFile(t *testing.T) {
+	s, free := testSnapStore(t)
+	const M = 1 << 20
+	free.Store(testReserve + 1024*M)
+	sink, err := createSnap(s, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.Write(make([]byte, 30*M))
+	sink.(raftfsm.StateSizeSink).SetStateBytes(300 * M)
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.expectedSize(); got != 300*M {
+		t.Fatalf("expected next snapshot %d MiB, want the state's 300 (the room the log may grow into)", got/M)
+	}
+	if got := s.byteTrigger(64 * M); got != 300*M {
+		t.Fatalf("trigger %d MiB, want the state's 300", got/M)
+	}
+	sink, err = createSnap(s, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.Write(make([]byte, 100*M))
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.byteTrigger(64 * M); got != 300*M {
+		t.Fatalf("state size not told, file smaller than expected: trigger %d MiB, want the expected 300", got/M)
+	}
+	sink, err = createSnap(s, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.Write(make([]byte, 400*M))
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.byteTrigger(64 * M); got != 400*M {
+		t.Fatalf("state size not told, file larger than expected: trigger %d MiB, want the file's 400", got/M)
 	}
 }
 
@@ -339,11 +393,11 @@ func TestByteTriggerGrowsWithTheState(t *testing.T) {
 	if got := s.byteTrigger(64 * M); got != 64*M {
 		t.Fatalf("no snapshot taken yet: trigger %d MiB, want the bound", got/M)
 	}
-	s.lastSize.Store(10 * M)
+	s.lastState.Store(10 * M)
 	if got := s.byteTrigger(64 * M); got != 64*M {
 		t.Fatalf("a snapshot smaller than the bound: trigger %d MiB, want the bound", got/M)
 	}
-	s.lastSize.Store(300 * M)
+	s.lastState.Store(300 * M)
 	if got := s.byteTrigger(64 * M); got != 300*M {
 		t.Fatalf("a 300 MiB snapshot with room: trigger %d MiB, want 300", got/M)
 	}

@@ -132,9 +132,13 @@ func TestStoreLifecycle(t *testing.T) {
 	if st.snaps.logBytesAtSnap.Load() != st.LogStats.Bytes.Load() {
 		t.Fatal("snapshot did not record the log bytes it covers")
 	}
-	if metas, err := st.snaps.List(); err != nil || len(metas) != 1 || st.snaps.lastSize.Load() != uint64(metas[0].Size) {
-		t.Fatalf("snapshot size recorded for the byte trigger: %d; snapshots %+v (%v)", st.snaps.lastSize.Load(), metas, err)
+	// The FSM told the state's size (before compression): more than the
+	// file's.
+	metas, err := st.snaps.List()
+	if err != nil || len(metas) != 1 || st.snaps.lastState.Load() <= uint64(metas[0].Size) {
+		t.Fatalf("state size recorded for the byte trigger: %d; snapshots %+v (%v)", st.snaps.lastState.Load(), metas, err)
 	}
+	stateAtSnap := st.snaps.lastState.Load()
 
 	// The metrics of the guard and the snapshot gate register and read.
 	reg := prometheus.NewRegistry()
@@ -170,8 +174,8 @@ func TestStoreLifecycle(t *testing.T) {
 	if !st.HasState {
 		t.Fatal("reopened store has no Raft state")
 	}
-	if st.snaps.lastSize.Load() == 0 {
-		t.Fatal("reopened store did not take the snapshot's size for the byte trigger")
+	if got := st.snaps.lastState.Load(); got != stateAtSnap {
+		t.Fatalf("reopened store took %d bytes for the byte trigger, want the snapshot's state size %d", got, stateAtSnap)
 	}
 	if nodes, err := st.FSM.Nodes(); err != nil || len(nodes) != 20 {
 		t.Fatalf("%d nodes after reopening (%v), want 20", len(nodes), err)
