@@ -13,8 +13,12 @@ import (
 	"time"
 )
 
-// imageMaxBytes bounds the image: its layers, uncompressed.
-const imageMaxBytes = 25_000_000
+// imageMaxBytes bounds the image: its layers, uncompressed. It was 25 MB
+// until compressed snapshots (S2's encoder, already linked by badger for
+// its reader, added 0.2 MB of encoder code: 24.95 → 25.15 MB stripped);
+// the bound is there to catch a dependency that drags in megabytes (gRPC
+// would add 3.7 MB), not to forbid code ax uses.
+const imageMaxBytes = 26_000_000
 
 // buildah runs buildah and returns its trimmed stdout.
 func buildah(t *testing.T, args ...string) string {
@@ -32,7 +36,7 @@ func buildah(t *testing.T, args ...string) string {
 // image/build.sh builds the image offline; its root file system holds
 // only /ax and /var/lib/ax, the entrypoint runs (in a chroot of the
 // image's root file system, as the image's user: containers cannot run
-// here) and the image is at most 25 MB.
+// here) and the image is at most 26 MB.
 func TestImageBuildsOfflineAndRuns(t *testing.T) {
 	skip := t.Skip
 	if os.Getenv("AX_DEPLOY_REQUIRE_BUILDAH") == "1" {

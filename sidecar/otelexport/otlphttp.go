@@ -26,7 +26,7 @@ import (
 // Why not the SDK's otlptracehttp: it imports the OTLP collector
 // package, whose generated gRPC service code links google.golang.org/grpc
 // and grpc-gateway into the binary (3.7 MB of a stripped ax, which took
-// the image past its 25 MB bound). The span data is built with the
+// the image past its 26 MB bound). The span data is built with the
 // OpenTelemetry SDK and encoded with the official OTLP protobuf types
 // (go.opentelemetry.io/proto/otlp); only the request's one-field wrapper
 // (ExportTraceServiceRequest: repeated ResourceSpans resource_spans = 1)
