@@ -387,10 +387,23 @@ type Config struct {
 	// HOST:PORT) instead of a plain TCP dial; a test refuses the dials of
 	// a partitioned node with it.
 	PeerDial func(addr string) (net.Conn, error)
+
+	// defaulted is set by WithDefaults, so that a second call changes
+	// nothing: a field given -1 ("off") is 0 after the first call, which a
+	// second would take for "not set" and give the default (the CLI fills
+	// the defaults, then Start does again: --storage-reserve -1 got the
+	// 64 MiB reserve, --retention -1 a 24 h retention).
+	defaulted bool
 }
 
-// WithDefaults returns a copy of c with every zero field set to its default.
+// WithDefaults returns a copy of c with every zero field set to its
+// default, and -1 in the fields that take it ("off") set to 0. Called again
+// on its result, it returns it unchanged.
 func (c Config) WithDefaults() Config {
+	if c.defaulted {
+		return c
+	}
+	c.defaulted = true
 	if c.NodeID == "" {
 		c.NodeID, _ = os.Hostname()
 	}

@@ -157,3 +157,22 @@ func TestConfigValidate_DeadMemberCleanup(t *testing.T) {
 		t.Fatalf("below replace-after: %v", err)
 	}
 }
+
+// A field given -1 ("off") stays off when the defaults are filled twice,
+// as the CLI does before sidecar.Start does again: the second pass took
+// the first's 0 for "not set" (--storage-reserve -1 got the 64 MiB
+// reserve, --retention -1 a 24 h retention that purged finished tasks).
+func TestWithDefaultsTwiceKeepsOff(t *testing.T) {
+	off := Config{NodeID: "n1", StorageReserve: -1, TrailingLogsBytes: -1, Retention: -1, RetentionDead: -1, FireLead: -1, BacklogLimit: -1}
+	once := off.WithDefaults()
+	twice := once.WithDefaults()
+	for _, c := range []Config{once, twice} {
+		if c.StorageReserve != 0 || c.TrailingLogsBytes != 0 || c.Retention != 0 || c.RetentionDead != 0 || c.FireLead != 0 || c.BacklogLimit != 0 {
+			t.Fatalf("off fields after the defaults: reserve %d, log bytes %d, retention %v, dead %v, fire lead %v, backlog %d; want all 0 (off)",
+				c.StorageReserve, c.TrailingLogsBytes, c.Retention, c.RetentionDead, c.FireLead, c.BacklogLimit)
+		}
+	}
+	if d := (Config{NodeID: "n1"}).WithDefaults().WithDefaults(); d.StorageReserve != StorageReserveDefault || d.Retention != RetentionDefault {
+		t.Fatalf("defaults twice: reserve %d, retention %v", d.StorageReserve, d.Retention)
+	}
+}
