@@ -273,15 +273,21 @@ func (k *gatedSink) Close() error {
 		k.removeTemp()
 		return err
 	}
-	state := k.stateBytes
+	state, tasks := k.stateBytes, k.tasks
 	if state == 0 {
-		// Not told (a snapshot installed from the leader): the larger of
-		// its file and what was expected.
-		state = max(k.written, k.s.expectedSize())
+		// Not told: a snapshot installed from the leader, stored here
+		// before this node restores it. Its state's size is taken as the
+		// larger of its file and what was expected, and its task count
+		// is unknown (-1: the estimate is not scaled by it): the count
+		// read at Create is this node's before the restore, 0 on a new or
+		// wiped node, and scaled by it the estimate of a 300 000-task
+		// state came out at terabytes and refused every write here, even
+		// after a restart (its record is saved).
+		state, tasks = max(k.written, k.s.expectedSize()), -1
 	}
-	k.s.est.record(state, k.tasks)
+	k.s.est.record(state, tasks)
 	k.s.lastState.Store(state)
-	k.s.saveEstimate(snapEstimateRecord{ID: k.ID(), Size: k.written, Tasks: k.tasks, StateBytes: state})
+	k.s.saveEstimate(snapEstimateRecord{ID: k.ID(), Size: k.written, Tasks: tasks, StateBytes: state})
 	if k.s.persisted != nil {
 		k.s.persisted()
 	}

@@ -406,3 +406,38 @@ func TestByteTriggerGrowsWithTheState(t *testing.T) {
 		t.Fatalf("under disk pressure: trigger %d MiB, want the bound", got/M)
 	}
 }
+
+// A snapshot installed from the leader on a node that held no tasks (new,
+// or its data dir wiped) is not scaled by the task count the node had
+// before restoring it: scaled by (tasks now + 1) / (0 + 1), the estimate of
+// a 300 000-task state came out at terabytes, above any free space, and
+// every write was refused (503 storage_unavailable), after a restart too.
+func TestInstalledSnapshotEstimateIsNotScaledByTheTasksBeforeRestore(t *testing.T) {
+	s, free := testSnapStore(t)
+	const M = 1 << 20
+	free.Store(testReserve + 1024*M)
+	var tasks atomic.Int64 // the node holds no tasks until the restore
+	s.tasks = tasks.Load
+	sink, err := createSnap(s, 10) // raft storing the leader's snapshot
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.Write(make([]byte, 8*M)) // not our FSM's Persist: no state size told
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tasks.Store(300_000) // restored
+	if got := s.expectedSize(); got < 8*M || got > 64*M {
+		t.Fatalf("expected next snapshot %d MiB after installing an 8 MiB one, want about 8 (not scaled by the tasks before the restore)", got/M)
+	}
+	if err := s.admit(s.expectedSize()); err != nil {
+		t.Fatalf("a snapshot refused with 1 GiB free: %v", err)
+	}
+	// After a restart the saved record gives the same.
+	s2, _ := testSnapStore(t)
+	s2.dir, s2.SnapshotStore, s2.tasks = s.dir, s.SnapshotStore, tasks.Load
+	rec := s2.loadEstimate(sink.ID())
+	if rec.Tasks >= 0 && rec.Tasks < 1000 {
+		t.Fatalf("saved record %+v: a task count from before the restore", rec)
+	}
+}
