@@ -283,20 +283,14 @@ func (p *Proposer) Run(ctx context.Context) {
 			if slot || p.full(ncmds, nbytes) {
 				break
 			}
-			if carry != nil { // the entry cannot grow: wait for a slot only
-				select {
-				case p.slots <- struct{}{}:
-					slot = true
-				case <-ctx.Done():
-					p.running.Store(false)
-					return
-				}
-				break
+			in := p.ch
+			if carry != nil {
+				in = nil // the entry cannot grow: wait for a slot only
 			}
 			select {
 			case p.slots <- struct{}{}:
 				slot = true // drain once more: what came meanwhile goes too
-			case pr := <-p.ch:
+			case pr := <-in:
 				add(pr)
 			case <-ctx.Done():
 				p.running.Store(false)
