@@ -304,27 +304,16 @@ func TestCaller_ConnectionErrors(t *testing.T) {
 }
 
 func TestCaller_ReusesConnections(t *testing.T) {
-	var mu sync.Mutex
-	var newConns int
-	ex := startExecutorWith(t, "unix", func(w http.ResponseWriter, r *http.Request) {}, func(hs *http.Server) {
-		hs.ConnState = func(_ net.Conn, s http.ConnState) {
-			if s == http.StateNew {
-				mu.Lock()
-				newConns++
-				mu.Unlock()
-			}
-		}
-	})
+	var conns connCounter
+	ex := startExecutorWith(t, "unix", func(w http.ResponseWriter, r *http.Request) {}, conns.hook)
 	c := newTestCaller(t)
 	for i := 0; i < 5; i++ {
 		if out := c.Execute(context.Background(), ex.base, Callback{TaskID: "t", Handler: "h", Payload: []byte("x")}); out.Kind != raftfsm.OutcomeSuccess {
 			t.Fatalf("outcome = %+v", out)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if newConns != 1 {
-		t.Errorf("5 sequential callbacks opened %d connections, want 1", newConns)
+	if n := conns.count(); n != 1 {
+		t.Errorf("5 sequential callbacks used %d connections, want 1", n)
 	}
 }
 

@@ -16,18 +16,28 @@ import (
 	"github.com/axsched/ax/raftfsm"
 )
 
-// connCounter counts the connections an executor's http.Server accepted
-// and keeps them, for a test to close one from the executor's side.
+// connCounter counts the connections that carried a request to an
+// executor's http.Server and keeps them, for a test to close one from the
+// executor's side. Not every accepted connection: a connect try that
+// timed out on a loaded host (dialTryMin) may have been completed by the
+// kernel already, and the executor sees it closed before a byte.
 type connCounter struct {
 	mu    sync.Mutex
 	conns []net.Conn
+	seen  map[net.Conn]bool
 }
 
 func (cc *connCounter) hook(hs *http.Server) {
 	hs.ConnState = func(c net.Conn, s http.ConnState) {
-		if s == http.StateNew {
+		if s == http.StateActive {
 			cc.mu.Lock()
-			cc.conns = append(cc.conns, c)
+			if !cc.seen[c] {
+				if cc.seen == nil {
+					cc.seen = map[net.Conn]bool{}
+				}
+				cc.seen[c] = true
+				cc.conns = append(cc.conns, c)
+			}
 			cc.mu.Unlock()
 		}
 	}
@@ -403,9 +413,6 @@ func startRawExecutor(t *testing.T, network string, close func(n int) bool, befo
 			if err != nil {
 				return
 			}
-			ex.mu.Lock()
-			ex.conns++
-			ex.mu.Unlock()
 			ex.wg.Add(1)
 			go ex.serve(c)
 		}
@@ -426,6 +433,11 @@ func (ex *rawExecutor) serve(c net.Conn) {
 		}
 		io.Copy(io.Discard, req.Body)
 		ex.mu.Lock()
+		if n == 0 {
+			// A connection counts once it carries a request (see
+			// connCounter).
+			ex.conns++
+		}
 		ex.seen = append(ex.seen, req.Header.Get("Ax-Task-Id")+"/"+req.Header.Get("Ax-Attempt"))
 		ex.mu.Unlock()
 		if ex.close(n) {

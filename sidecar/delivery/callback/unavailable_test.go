@@ -263,18 +263,9 @@ func TestSendTrace_UnackedRequest(t *testing.T) {
 // burst of 100 reuses the first one's 100 connections.
 func TestCaller_IdleConnsFollowTheLimit(t *testing.T) {
 	const n = 100
-	var mu sync.Mutex
-	newConns := 0
+	var conns connCounter // the connections that carried a request
 	var gate sync.WaitGroup
-	ex := startExecutorWith(t, "unix", func(w http.ResponseWriter, r *http.Request) { gate.Done(); gate.Wait() }, func(hs *http.Server) {
-		hs.ConnState = func(_ net.Conn, s http.ConnState) {
-			if s == http.StateNew {
-				mu.Lock()
-				newConns++
-				mu.Unlock()
-			}
-		}
-	})
+	ex := startExecutorWith(t, "unix", func(w http.ResponseWriter, r *http.Request) { gate.Done(); gate.Wait() }, conns.hook)
 	c := newTestCaller(t)
 	// A connection goes back to the pool before its Execute returns: the
 	// second burst finds the first one's connections idle.
@@ -297,10 +288,8 @@ func TestCaller_IdleConnsFollowTheLimit(t *testing.T) {
 	}
 	// With the default of 64 idle connections the second burst would
 	// open 36 more (136 in all).
-	mu.Lock()
-	defer mu.Unlock()
-	if newConns != n {
-		t.Fatalf("two bursts of %d opened %d connections, want %d", n, newConns, n)
+	if got := conns.count(); got != n {
+		t.Fatalf("two bursts of %d used %d connections, want %d", n, got, n)
 	}
 }
 
