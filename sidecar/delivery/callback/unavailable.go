@@ -130,6 +130,12 @@ const (
 	// send it again only after 1 s). Grown by a quarter per try, so that
 	// a dropped SYN is sent again, in a new connect, about ten times
 	// within DialTimeout, each a chance to find the queue with room.
+	//
+	// A Unix socket's connect never waits (it connects or fails with
+	// EAGAIN at once), so its tries have no time-out of their own: one
+	// would only expire on a host short of CPU, after the kernel had
+	// connected, and the executor would accept a connection closed
+	// before a byte while the try was made again.
 	dialTryMin = 20 * time.Millisecond
 	// dialPauseMin and dialPauseMax bound the pause between tries after
 	// an overload (jittered, doubled per try): an accept loop drains its
@@ -152,6 +158,9 @@ func dialRetrying(ctx context.Context, d *net.Dialer, network, address string, b
 	try, pause := dialTryMin, dialPauseMin
 	for {
 		left := time.Until(end)
+		if network == "unix" {
+			try = left // no time-out of its own (dialTryMin)
+		}
 		tctx, cancel := context.WithTimeout(ctx, max(min(try, left), time.Millisecond))
 		conn, err := d.DialContext(tctx, network, address)
 		cancel()

@@ -329,3 +329,56 @@ func TestCaller_OverloadedConnectIsRetried(t *testing.T) {
 		t.Fatalf("service %v not below duration %v: the connect wait was counted", out.Service, out.Duration)
 	}
 }
+
+// A Unix socket's connect never waits, so a try of it has no time-out of
+// its own: on a host short of CPU the goroutine may run again only after
+// such a time-out (here the dialer's Control stalls each try for twice
+// dialTryMin), and the try would then close a connection the kernel had
+// made (the executor accepts it and sees it closed before a byte) and
+// connect again.
+func TestDialRetrying_UnixTryHasNoTimeoutOfItsOwn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "exec.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	d := &net.Dialer{Control: func(string, string, syscall.RawConn) error {
+		time.Sleep(2 * dialTryMin) // the goroutine is not run for a while
+		return nil
+	}}
+	conn, err := dialRetrying(context.Background(), d, "unix", path, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	// The accept queue is in order: a connection closed by a try before
+	// this one is accepted first.
+	var b [1]byte
+	for n := 1; ; n++ {
+		c := <-accepted
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := c.Read(b[:])
+		c.Close()
+		if err == nil {
+			if n != 1 {
+				t.Fatalf("the executor accepted %d connections for one dial, %d closed before a byte", n, n-1)
+			}
+			return
+		}
+	}
+}
