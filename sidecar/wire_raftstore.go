@@ -51,6 +51,12 @@ func newGroupCommit(n *Node) *raftstore.Proposer {
 		// commit: bound 1 cost 8 callers ~15 % there). A node added later
 		// with 'ax cluster add' keeps this until it restarts.
 		cfg.MaxInflightEntries = -1
+		// Entries that arrive while the leader writes its log wait for
+		// the write's end and go as one (raftstore.LogWriting): raft's
+		// leader loop then takes the write's commit first.
+		if n.store != nil {
+			cfg.LogWrites = &n.store.LogWriting
+		}
 	}
 	if n.metrics != nil {
 		cfg.Metrics = raftstore.ProposerMetrics{EntryCommands: n.metrics.EntryCommands, CommitLatency: n.metrics.CommitLatency}

@@ -21,7 +21,8 @@
 //     for room (Compactor).
 //   - Group commit (proposer.go): Proposer batches the leader's proposals
 //     into entries, with at most MaxInflightEntries entries in flight so
-//     that concurrent proposals gather, admits submits against the
+//     that concurrent proposals gather (on a single node: those that
+//     arrive while the Raft log is written, logwriting.go), admits submits against the
 //     handler's backlog, holds proposals while storage is unavailable,
 //     and waits for the commit.
 //   - Peer routing (peerroute.go): --peer-route overrides of the

@@ -43,6 +43,9 @@ type tailCache struct {
 	maxB  int
 
 	hits, misses atomic.Uint64 // GetLogs answered from memory, passed to the store
+
+	// writing, when set, is told when each StoreLogs starts and returns.
+	writing *LogWriting
 }
 
 // newTailCache wraps s with a cache of its newest maxN entries and about
@@ -73,6 +76,10 @@ func (c *tailCache) StoreLog(l *raft.Log) error {
 // StoreLogs writes ls to the store and, when that succeeds, caches them.
 // The store's error is returned as it is.
 func (c *tailCache) StoreLogs(ls []*raft.Log) error {
+	if c.writing != nil {
+		c.writing.begin()
+		defer c.writing.end()
+	}
 	if err := c.LogStore.StoreLogs(ls); err != nil {
 		return err
 	}

@@ -91,10 +91,26 @@ type ProposerConfig struct {
 	// pipelines them (a node without followers, whose entries cost
 	// little each and whose rate is bound by the log's sync, not by CPU).
 	MaxInflightEntries int
+	// LogWrites, when set, holds new entries while this node writes its
+	// Raft log (LogWriting): a caller that finds a write in progress
+	// queues for Run, which proposes what gathered as one entry when the
+	// write ends, so that raft's leader loop, back from the write, finds
+	// only its commit to handle. nil: entries go as soon as they are
+	// built. Set on a single node (MaxInflightEntries unbounded); with
+	// the group commit's bound an entry waits for the one in flight
+	// anyway.
+	LogWrites LogWrites
 	// BacklogLimit is Config.BacklogLimit; 0 or less: no admission check.
 	BacklogLimit int
 	Clock        engine.Clock
 	Metrics      ProposerMetrics
+}
+
+// LogWrites is what the proposer needs of LogWriting.
+type LogWrites interface {
+	// Idle returns a channel that is closed when no write of the Raft log
+	// is in progress (at once when none is).
+	Idle() <-chan struct{}
 }
 
 // Proposer group-commits the leader's proposals: at most
@@ -184,7 +200,8 @@ func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 
 // applyDirect builds and applies pr's entry on the caller's goroutine when
 // the proposer is idle (nothing queued, no entry being built by Run or
-// another caller, fewer than MaxInflightEntries in flight), waits there
+// another caller, fewer than MaxInflightEntries in flight, no log write in
+// progress when LogWrites is set), waits there
 // for its outcome (or for ctx to end: the
 // entry may still be applied), and reports whether it did; pr.done then
 // holds the outcome. A caller that comes alone saves the hand-offs to Run
@@ -207,7 +224,7 @@ func (p *Proposer) applyDirect(ctx context.Context, pr *proposal) bool {
 		}
 		return true
 	}
-	if p.running.Load() || len(p.ch) > 0 || !p.direct.CompareAndSwap(false, true) {
+	if p.running.Load() || len(p.ch) > 0 || p.logWrite() != nil || !p.direct.CompareAndSwap(false, true) {
 		return false
 	}
 	if p.running.Load() || len(p.ch) > 0 {
@@ -287,6 +304,19 @@ func (p *Proposer) Run(ctx context.Context) {
 			if carry != nil {
 				in = nil // the entry cannot grow: wait for a slot only
 			}
+			if w := p.logWrite(); w != nil {
+				// The log is being written: what arrives meanwhile joins
+				// this entry, proposed when the write ends.
+				select {
+				case <-w:
+				case pr := <-in:
+					add(pr)
+				case <-ctx.Done():
+					p.running.Store(false)
+					return
+				}
+				continue
+			}
 			select {
 			case p.slots <- struct{}{}:
 				slot = true // drain once more: what came meanwhile goes too
@@ -299,6 +329,21 @@ func (p *Proposer) Run(ctx context.Context) {
 		}
 		p.apply(batch, ncmds, slot)
 		p.running.Store(false)
+	}
+}
+
+// logWrite returns a channel that is closed when the Raft log write in
+// progress ends, or nil when none is (or LogWrites is not set).
+func (p *Proposer) logWrite() <-chan struct{} {
+	if p.cfg.LogWrites == nil {
+		return nil
+	}
+	idle := p.cfg.LogWrites.Idle()
+	select {
+	case <-idle:
+		return nil
+	default:
+		return idle
 	}
 }
 

@@ -84,6 +84,8 @@ type Store struct {
 	Incarnation string
 	// LogStats counts the Raft log's writes.
 	LogStats LogWriteStats
+	// LogWriting tells whether the Raft log is being written.
+	LogWriting LogWriting
 
 	logStore  *wal.WAL
 	transport raft.Transport
@@ -174,7 +176,9 @@ func (st *Store) StartRaft(advertise func() (net.Addr, error)) error {
 			st.log.Info().Uint64("applied", applied).Uint64("snapshot", metas[0].Index).Msg("badger is behind the newest snapshot: restoring it")
 		}
 	}
-	st.Raft, err = raft.NewRaft(rc, st.FSM, newTailCache(guardedLogStore{st.logStore, st.Guard, &st.LogStats}, tailCacheEntries, tailCacheBytes), guardedStableStore{st.logStore, st.Guard}, snaps, st.transport)
+	logs := newTailCache(guardedLogStore{st.logStore, st.Guard, &st.LogStats}, tailCacheEntries, tailCacheBytes)
+	logs.writing = &st.LogWriting
+	st.Raft, err = raft.NewRaft(rc, st.FSM, logs, guardedStableStore{st.logStore, st.Guard}, snaps, st.transport)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
