@@ -123,6 +123,9 @@ func DecodeFlow(body []byte) (FlowSpec, error) {
 	if err := ValidateID(req.ID.s); err != nil {
 		return FlowSpec{}, err
 	}
+	if err := checkIDEnds("id", req.ID.s); err != nil {
+		return FlowSpec{}, err
+	}
 	if len(req.ID.s) > FlowIDMaxBytes {
 		return FlowSpec{}, Errorf(ErrInvalid, "id: %d bytes, the limit for a flow is %d (its stages' task ids, flow/<id>/<run>/<stage>, must fit in %d)",
 			len(req.ID.s), FlowIDMaxBytes, axapi.IDMaxBytes)

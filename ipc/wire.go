@@ -250,6 +250,8 @@ func (r *submitRequest) spec() (TaskSpec, error) {
 		s.ID = NewID()
 	} else if err := ValidateID(s.ID); err != nil {
 		return TaskSpec{}, err
+	} else if err := checkIDEnds("id", s.ID); err != nil {
+		return TaskSpec{}, err
 	}
 	if strings.HasPrefix(s.ID, FlowStagePrefix) {
 		return TaskSpec{}, Errorf(ErrInvalid, "id: the prefix %q is reserved for flow stages, got %q", FlowStagePrefix, s.ID)
@@ -323,6 +325,9 @@ func (r *submitRequest) spec() (TaskSpec, error) {
 		// earlier time would silently mean "now".
 		if !t.After(time.Unix(0, 0)) {
 			return TaskSpec{}, Errorf(ErrInvalid, "run_at: must be after 1970-01-01T00:00:00Z, got %q", *r.RunAt)
+		}
+		if err := checkYear("run_at", t, *r.RunAt); err != nil {
+			return TaskSpec{}, err
 		}
 		s.RunAt = t.UTC()
 	}
@@ -460,6 +465,9 @@ func (r *submitRequest) recurring(s *TaskSpec) error {
 		if err != nil {
 			return Errorf(ErrInvalid, "until: must be an RFC 3339 time like \"2026-01-02T15:04:05Z\", got %q", *r.Until)
 		}
+		if err := checkYear("until", t, *r.Until); err != nil {
+			return err
+		}
 		s.Until = t.UTC()
 		if err := checkUntil(s, sched, time.Now()); err != nil {
 			return err
@@ -585,6 +593,29 @@ func ValidateID(id string) error {
 		return Errorf(ErrInvalid, "id: must not be empty")
 	}
 	return checkName("id", id, axapi.IDMaxBytes)
+}
+
+// checkIDEnds refuses a new id (of a task or flow) that begins or ends
+// with white space: the executor gets the id in the Ax-Task-Id header,
+// whose value HTTP trims, so it would see, and report to, another id.
+// ValidateID still takes such ids, so that one stored before this rule
+// can be read and cancelled.
+func checkIDEnds(field, id string) error {
+	if strings.TrimSpace(id) != id {
+		return Errorf(ErrInvalid, "%s: must not begin or end with white space, got %q", field, id)
+	}
+	return nil
+}
+
+// checkYear refuses a time after year 9999 (in UTC): the task views give
+// times in RFC 3339, which has four digits for the year, and a task with
+// such a time could be stored but not shown (every read of it, and every
+// list page with it, failed).
+func checkYear(field string, t time.Time, raw string) error {
+	if t.UTC().Year() > 9999 {
+		return Errorf(ErrInvalid, "%s: must be before 10000-01-01T00:00:00Z, got %q", field, raw)
+	}
+	return nil
 }
 
 // checkName checks a string field: length, UTF-8, no control characters.

@@ -132,6 +132,10 @@ func TestDecodeSubmit_RefusesWhatItWouldMisread(t *testing.T) {
 		{"zero run_at", `{"handler":"h","run_at":"0001-01-01T00:00:00Z"}`, `run_at: must be after 1970-01-01T00:00:00Z, got "0001-01-01T00:00:00Z"`},
 		{"epoch run_at", `{"handler":"h","run_at":"1970-01-01T00:00:00Z"}`, "run_at: must be after 1970-01-01T00:00:00Z"},
 		{"pre-1970 run_at", `{"handler":"h","run_at":"1969-12-31T23:59:59Z"}`, "run_at: must be after 1970-01-01T00:00:00Z"},
+		{"run_at after 9999", `{"handler":"h","run_at":"9999-12-31T23:59:59-23:59"}`, `run_at: must be before 10000-01-01T00:00:00Z, got "9999-12-31T23:59:59-23:59"`},
+		{"until after 9999", `{"handler":"h","every":"1h","until":"9999-12-31T23:00:00-02:00"}`, `until: must be before 10000-01-01T00:00:00Z`},
+		{"id with a leading space", `{"handler":"h","id":" pad"}`, `id: must not begin or end with white space, got " pad"`},
+		{"id with a trailing space", `{"handler":"h","id":"pad "}`, `id: must not begin or end with white space`},
 		{"blank handler", `{"handler":"   "}`, `handler: must not be blank, got "   "`},
 		{"handler with a leading space", `{"handler":" q"}`, `handler: must not begin or end with white space, got " q"`},
 		{"handler with a trailing nbsp", `{"handler":"q\u00a0"}`, "handler: must not begin or end with white space"},
@@ -171,6 +175,8 @@ func TestDecodeSubmit_RefusesWhatItWouldMisread(t *testing.T) {
 		`{"handler":"h","every":"1m","run_at":"` + soon + `","until":"` + soon + `"}`,
 		`{"handler":"h","cron":"0 2 * * *","until":"2099-01-01T00:00:00Z"}`,
 		`{"handler":"h","run_at":"1970-01-01T00:00:00.001Z"}`,
+		`{"handler":"h","run_at":"9999-12-31T23:59:59.999Z"}`,
+		`{"handler":"h","id":"inner space"}`,
 	} {
 		if _, err := DecodeSubmit([]byte(body)); err != nil {
 			t.Errorf("%s: %v", body, err)
@@ -184,6 +190,8 @@ func TestDecodeSubmit_RefusesWhatItWouldMisread(t *testing.T) {
 	}
 }
 
+// ValidateID checks ids of lookups too: " spaced " (refused for a new
+// task or flow, checkIDEnds) stays valid there, for one stored before.
 func TestValidateID(t *testing.T) {
 	for _, id := range []string{"order|42", "a@b", "A/B", "ü日本", " spaced ", "%2F", strings.Repeat("x", axapi.IDMaxBytes)} {
 		if err := ValidateID(id); err != nil {
