@@ -1087,6 +1087,9 @@ class Client:
             # fails at once: nothing was sent, a fresh connection is safe.
             if reused:
                 raise _Stale() from None
+            early = self._early_answer(conn)
+            if early is not None:
+                return early
             raise self._unavailable(f"lost connection to sidecar at {self._socket_path}: {e}", e, True)
         except (socket.timeout, TimeoutError) as e:
             raise self._timeout_error(e)
@@ -1106,6 +1109,21 @@ class Client:
         if len(data) > _RESPONSE_MAX_BYTES:
             raise AxError(f"{method} {path}: answer over {_RESPONSE_MAX_BYTES} bytes", status=resp.status)
         return resp.status, resp.msg, data, bool(resp.will_close)
+
+    def _early_answer(
+        self, conn: _UnixHTTPConnection
+    ) -> Optional[Tuple[int, http.client.HTTPMessage, bytes, bool]]:
+        """The answer the sidecar sent before closing a connection whose
+        request it did not read whole (413 payload_too_large for a body over
+        its limit), or None when there is none to read."""
+        try:
+            resp = conn.getresponse()
+            data = resp.read(_RESPONSE_MAX_BYTES + 1)
+        except (OSError, http.client.HTTPException):
+            return None
+        if len(data) > _RESPONSE_MAX_BYTES:
+            return None
+        return resp.status, resp.msg, data, True
 
     def _lost(self, e: BaseException) -> str:
         detail = str(e) or type(e).__name__

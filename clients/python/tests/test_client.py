@@ -25,6 +25,7 @@ from axsched import (
     NoLeader,
     NotFound,
     NotReady,
+    PayloadTooLarge,
     QueueFull,
     RawJSON,
     State,
@@ -847,6 +848,33 @@ class UnavailableTest(unittest.TestCase):
         # pipe when it closed while the request was still being sent.
         self.assertTrue(str(cm.exception).startswith(f"ax: lost connection to sidecar at {path}: "), str(cm.exception))
         self.assertTrue(cm.exception.request_sent)
+
+    def test_early_answer_to_an_oversized_body(self):
+        # The sidecar answers 413 after the headers and closes without
+        # reading the body: the client's write fails, the answer is read.
+        path = os.path.join(self.dir, "small.sock")
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(path)
+        s.listen(1)
+        self.addCleanup(s.close)
+
+        def refuse():
+            c, _ = s.accept()
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += c.recv(4096)
+            body = b'{"error":{"code":"payload_too_large","message":"request body over 1468006 bytes"}}'
+            c.sendall(b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: "
+                      + str(len(body)).encode() + b"\r\n\r\n" + body)
+            c.close()
+
+        t = threading.Thread(target=refuse, daemon=True)
+        t.start()
+        with self.assertRaises(PayloadTooLarge) as cm:
+            Client(path).submit("h", payload="x" * (4 << 20))
+        t.join()
+        self.assertEqual(cm.exception.code, "payload_too_large")
+        self.assertEqual(cm.exception.status, 413)
 
     def capture_logs(self):
         """Records of the "axsched" logger at INFO and above, until cleanup."""
