@@ -73,8 +73,9 @@ func (c *tailCache) StoreLog(l *raft.Log) error {
 	return c.StoreLogs([]*raft.Log{l})
 }
 
-// StoreLogs writes ls to the store and, when that succeeds, caches them.
-// The store's error is returned as it is.
+// StoreLogs writes ls to the store and, when that succeeds, caches them;
+// writing (when set) is busy from its start to its return. The store's
+// error is returned as it is.
 func (c *tailCache) StoreLogs(ls []*raft.Log) error {
 	if c.writing != nil {
 		c.writing.begin()
