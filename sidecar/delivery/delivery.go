@@ -899,13 +899,15 @@ func ParseShardCount(body []byte) (int, error) {
 // record (raftfsm.RunRecord): the executor, the HTTP status, when the Fire
 // was applied here, the call's start, end and length, its wait for a slot
 // (queue: from the apply, or the Fire's start time if later, to the call)
-// and for a connection, and a success's body as the result.
+// and for a connection, and a success's body as the result. A call that
+// did not reach an executor (OutcomeUnavailable) has no start: the run's
+// start and lateness come from the first call that did.
 func (r *attemptRun) facts(c *raftfsm.Complete, t *raftfsm.Task, out callback.Outcome) {
 	c.Executor, c.HTTPStatus = r.execName, out.Status
 	if !r.appliedAt.IsZero() {
 		c.AppliedMs = r.appliedAt.UnixMilli()
 	}
-	if !r.callStart.IsZero() {
+	if !r.callStart.IsZero() && out.Kind != raftfsm.OutcomeUnavailable {
 		c.StartedMs = r.callStart.UnixMilli()
 		c.EndedMs = r.callStart.Add(out.Duration).UnixMilli()
 		c.DurationNs = int64(out.Duration)

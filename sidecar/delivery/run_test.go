@@ -177,6 +177,23 @@ func TestDeliveryWithoutExecutorReportsBusy(t *testing.T) {
 	}
 }
 
+// An attempt that could not reach its executor (no socket file) reports
+// no call start: the run's record takes its start and lateness from the
+// first call that reached an executor, not from one that never connected.
+func TestDeliveryUnavailableReportsNoCallStart(t *testing.T) {
+	x := raftfsm.Executor{Name: "x", Handlers: []string{"h"}, URL: "unix://" + filepath.Join(t.TempDir(), "absent.sock"), MinConcurrency: 4, MaxConcurrency: 4}
+	e := newRunEnv(t, engine.RealClock(), Config{Concurrency: 10, MinConcurrency: 4}, x)
+	now := time.Now()
+	e.fire("a", now, now.Add(time.Hour))
+	c := e.p.next(t)[0].Complete
+	if c == nil || c.Outcome != raftfsm.OutcomeUnavailable {
+		t.Fatalf("reported %+v, want unavailable", c)
+	}
+	if c.StartedMs != 0 || c.EndedMs != 0 || c.DurationNs != 0 || c.QueueNs != 0 || c.ConnectNs != 0 {
+		t.Fatalf("unavailable attempt reported call times %+v, want none", c)
+	}
+}
+
 // A report the leader does not take (no leader) is proposed again until it
 // commits.
 func TestDeliveryReportIsRetried(t *testing.T) {
