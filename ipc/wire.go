@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"strings"
 	"time"
 	"unicode"
@@ -309,7 +310,7 @@ func (r *submitRequest) spec() (TaskSpec, error) {
 	if r.Delay != nil {
 		d, err := time.ParseDuration(*r.Delay)
 		if err != nil {
-			return TaskSpec{}, Errorf(ErrInvalid, "delay: must be a Go duration like \"1.5s\", got %q", *r.Delay)
+			return TaskSpec{}, durationError("delay", "1.5s", *r.Delay)
 		}
 		if d < 0 {
 			return TaskSpec{}, Errorf(ErrInvalid, "delay: must not be negative, got %q", *r.Delay)
@@ -341,7 +342,7 @@ func (r *submitRequest) spec() (TaskSpec, error) {
 	if r.Timeout != nil {
 		d, err := time.ParseDuration(*r.Timeout)
 		if err != nil {
-			return TaskSpec{}, Errorf(ErrInvalid, "timeout: must be a Go duration like \"30s\", got %q", *r.Timeout)
+			return TaskSpec{}, durationError("timeout", "30s", *r.Timeout)
 		}
 		if d <= 0 || d > axapi.TimeoutMax {
 			return TaskSpec{}, Errorf(ErrInvalid, "timeout: must be > 0 and <= %s, got %q", axapi.TimeoutMax, *r.Timeout)
@@ -438,7 +439,7 @@ func (r *submitRequest) recurring(s *TaskSpec) error {
 	if r.Every != nil {
 		d, err := time.ParseDuration(*r.Every)
 		if err != nil {
-			return Errorf(ErrInvalid, "every: must be a Go duration like \"5m\", got %q", *r.Every)
+			return durationError("every", "5m", *r.Every)
 		}
 		if d < axapi.EveryMin {
 			return Errorf(ErrInvalid, "every: must be at least %s, got %q", axapi.EveryMin, *r.Every)
@@ -593,6 +594,20 @@ func ValidateID(id string) error {
 		return Errorf(ErrInvalid, "id: must not be empty")
 	}
 	return checkName("id", id, axapi.IDMaxBytes)
+}
+
+// durationSyntax matches what time.ParseDuration reads: a string that
+// matches and is still refused is beyond its range.
+var durationSyntax = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
+
+// durationError is the error for s, a field's value time.ParseDuration
+// refused: out of range (a duration is at most 2562047h47m16s, about 292
+// years) when it has the syntax, else not a duration.
+func durationError(field, example, s string) error {
+	if durationSyntax.MatchString(s) {
+		return Errorf(ErrInvalid, "%s: %q is too long: a duration is at most 2562047h47m16s (about 292 years)", field, s)
+	}
+	return Errorf(ErrInvalid, "%s: must be a Go duration like %q, got %q", field, example, s)
 }
 
 // checkIDEnds refuses a new id (of a task or flow) that begins or ends

@@ -132,6 +132,8 @@ func TestDecodeSubmit_RefusesWhatItWouldMisread(t *testing.T) {
 		{"zero run_at", `{"handler":"h","run_at":"0001-01-01T00:00:00Z"}`, `run_at: must be after 1970-01-01T00:00:00Z, got "0001-01-01T00:00:00Z"`},
 		{"epoch run_at", `{"handler":"h","run_at":"1970-01-01T00:00:00Z"}`, "run_at: must be after 1970-01-01T00:00:00Z"},
 		{"pre-1970 run_at", `{"handler":"h","run_at":"1969-12-31T23:59:59Z"}`, "run_at: must be after 1970-01-01T00:00:00Z"},
+		{"delay too long", `{"handler":"h","delay":"277777777h46m40s"}`, `delay: "277777777h46m40s" is too long: a duration is at most 2562047h47m16s`},
+		{"every too long", `{"handler":"h","every":"9999999h"}`, `every: "9999999h" is too long`},
 		{"run_at after 9999", `{"handler":"h","run_at":"9999-12-31T23:59:59-23:59"}`, `run_at: must be before 10000-01-01T00:00:00Z, got "9999-12-31T23:59:59-23:59"`},
 		{"until after 9999", `{"handler":"h","every":"1h","until":"9999-12-31T23:00:00-02:00"}`, `until: must be before 10000-01-01T00:00:00Z`},
 		{"id with a leading space", `{"handler":"h","id":" pad"}`, `id: must not begin or end with white space, got " pad"`},

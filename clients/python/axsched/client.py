@@ -31,7 +31,7 @@ from .errors import (
     Unavailable,
     error_from_response,
 )
-from .task import Backoff, BatchResult, ClusterInfo, HandlerInfo, State, SubmitRequest, Task, TaskPage
+from .task import Backoff, BatchResult, ClusterInfo, HandlerInfo, State, SubmitRequest, Task, TaskPage, utf8_json
 
 __all__ = [
     "HEADER_BACKLOG_WARNING",
@@ -144,16 +144,23 @@ class _Stale(Exception):
     """A reused keep-alive connection turned out to be closed."""
 
 
+def _quote_id(what: str, id: str) -> str:
+    try:
+        return urllib.parse.quote(id, safe="")
+    except UnicodeEncodeError:
+        raise BadRequest(f"{what} id: not valid UTF-8 (a lone surrogate)") from None
+
+
 def _task_path(id: str, suffix: str = "") -> str:
     if not isinstance(id, str) or not id:
         raise BadRequest("task id must be a non-empty string")
-    return f"{_TASKS}/{urllib.parse.quote(id, safe='')}{suffix}"
+    return f"{_TASKS}/{_quote_id('task', id)}{suffix}"
 
 
 def _flow_path(id: str) -> str:
     if not isinstance(id, str) or not id:
         raise BadRequest("flow id must be a non-empty string")
-    return "/v1/flows/" + urllib.parse.quote(id, safe="")
+    return "/v1/flows/" + _quote_id("flow", id)
 
 
 #: Executor names the sidecar accepts: 1 to 128 characters of
@@ -817,7 +824,7 @@ class Client:
         if result is not None:
             doc["result"] = result
         path = _task_path(id, "/result")
-        body = json.dumps(doc, ensure_ascii=False).encode("utf-8")
+        body = utf8_json(doc)
         _, _, data = self._request("POST", path, body, replayable=True)
         return self._maybe_task("POST", path, data)
 
@@ -863,7 +870,7 @@ class Client:
             doc["max_concurrency"] = max_concurrency
         if timeout is not None:
             doc["timeout"] = format_duration(timeout, "timeout")
-        body = json.dumps(doc, ensure_ascii=False).encode("utf-8")
+        body = utf8_json(doc)
         out = self._json("POST", "/v1/executors", body, replayable=True, allow_empty=True)
         return dict(out) if isinstance(out, Mapping) else {}
 

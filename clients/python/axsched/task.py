@@ -283,7 +283,27 @@ def _encode_payload(payload: Any) -> Optional[bytes]:
         text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as e:
         raise BadRequest(f"payload: cannot encode as JSON: {e}") from None
-    return text.encode("utf-8")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest("payload: not valid UTF-8 (a str holds a lone surrogate)") from None
+
+
+def utf8_json(doc: Mapping[str, Any], compact: bool = False) -> bytes:
+    """doc as JSON in UTF-8. A str in it that holds a lone surrogate
+    (``"\\ud800"``: not valid UTF-8, which the sidecar refuses) raises
+    :class:`BadRequest` naming its field."""
+    separators = (",", ":") if compact else None
+    try:
+        return json.dumps(doc, ensure_ascii=False, separators=separators).encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    for name, value in doc.items():
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest(f"{name}: not valid UTF-8 (a str holds a lone surrogate)") from None
+    raise BadRequest("not valid UTF-8 (a str holds a lone surrogate)")
 
 
 @dataclass
@@ -455,7 +475,7 @@ class SubmitRequest:
             body["tracestate"] = _str("tracestate", self.tracestate)
         if self.shards is not None:
             body["shards"] = _shards(self.shards)
-        out = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        out = utf8_json(body, compact=True)
         payload = _encode_payload(self.payload)
         if payload is None:
             return out

@@ -170,6 +170,24 @@ class SubmitTest(ClientTestCase):
             self.client.submit("h", delay="5s")
         self.assertEqual(self.stub.requests, [])
 
+    def test_lone_surrogates_are_bad_requests(self):
+        # Not valid UTF-8: refused before sending, naming the field, not a
+        # raw UnicodeEncodeError from the encoder.
+        for kw, field in [
+            (dict(handler="h", id="a\ud800b"), "id"),
+            (dict(handler="h\udc00"), "handler"),
+            (dict(handler="h", payload={"k": "\ud800"}), "payload"),
+            (dict(handler="h", labels={"k": "\ud800"}), "labels"),
+        ]:
+            with self.subTest(kw=kw), self.assertRaises(BadRequest) as cm:
+                self.client.submit(**kw)
+            self.assertTrue(str(cm.exception).startswith(f"ax: {field}: not valid UTF-8"), str(cm.exception))
+        for call in (self.client.get, self.client.cancel):
+            with self.subTest(call=call.__name__), self.assertRaises(BadRequest) as cm:
+                call("a\ud800")
+            self.assertIn("task id: not valid UTF-8", str(cm.exception))
+        self.assertEqual(self.stub.requests, [])
+
     def test_idempotent_and_conflict(self):
         first = self.client.submit("h", {"a": 1}, id="k")
         again = self.client.submit("h", {"a": 1}, id="k")
