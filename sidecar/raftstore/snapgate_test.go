@@ -38,6 +38,26 @@ func createSnap(s *gatedSnapshotStore, index uint64) (raft.SnapshotSink, error) 
 	return s.Create(1, index, 1, raft.Configuration{}, 1, nil)
 }
 
+// writeSnap stores a snapshot at index of fileBytes zero bytes, telling
+// the state's size when stateBytes is not 0 (our FSM's Persist does; raft
+// storing a snapshot installed from the leader does not), and returns its
+// sink.
+func writeSnap(t *testing.T, s *gatedSnapshotStore, index uint64, fileBytes int, stateBytes uint64) raft.SnapshotSink {
+	t.Helper()
+	sink, err := createSnap(s, index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.Write(make([]byte, fileBytes))
+	if stateBytes != 0 {
+		sink.(raftfsm.StateSizeSink).SetStateBytes(stateBytes)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return sink
+}
+
 func tmpDirs(t *testing.T, dir string) []string {
 	m, err := filepath.Glob(filepath.Join(dir, "*.tmp"))
 	if err != nil {
@@ -233,15 +253,7 @@ func TestTrailingForBytes(t *testing.T) {
 func TestSnapshotEstimateSurvivesRestart(t *testing.T) {
 	s, free := testSnapStore(t)
 	free.Store(1 << 30)
-	sink, err := createSnap(s, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink.Write(make([]byte, 1<<20))
-	sink.(raftfsm.StateSizeSink).SetStateBytes(9 << 20)
-	if err := sink.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeSnap(t, s, 10, 1<<20, 9<<20)
 	metas, _ := s.List()
 	if len(metas) != 1 {
 		t.Fatalf("snapshots %v", metas)
@@ -265,40 +277,18 @@ func TestByteTriggerFollowsTheStateNotTheFile(t *testing.T) {
 	s, free := testSnapStore(t)
 	const M = 1 << 20
 	free.Store(testReserve + 1024*M)
-	sink, err := createSnap(s, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink.Write(make([]byte, 30*M))
-	sink.(raftfsm.StateSizeSink).SetStateBytes(300 * M)
-	if err := sink.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeSnap(t, s, 10, 30*M, 300*M)
 	if got := s.expectedSize(); got != 300*M {
 		t.Fatalf("expected next snapshot %d MiB, want the state's 300 (the room the log may grow into)", got/M)
 	}
 	if got := s.byteTrigger(64 * M); got != 300*M {
 		t.Fatalf("trigger %d MiB, want the state's 300", got/M)
 	}
-	sink, err = createSnap(s, 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink.Write(make([]byte, 100*M))
-	if err := sink.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeSnap(t, s, 20, 100*M, 0)
 	if got := s.byteTrigger(64 * M); got != 300*M {
 		t.Fatalf("state size not told, file smaller than expected: trigger %d MiB, want the expected 300", got/M)
 	}
-	sink, err = createSnap(s, 30)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink.Write(make([]byte, 400*M))
-	if err := sink.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeSnap(t, s, 30, 400*M, 0)
 	if got := s.byteTrigger(64 * M); got != 400*M {
 		t.Fatalf("state size not told, file larger than expected: trigger %d MiB, want the file's 400", got/M)
 	}
@@ -418,15 +408,10 @@ func TestInstalledSnapshotEstimateIsNotScaledByTheTasksBeforeRestore(t *testing.
 	free.Store(testReserve + 1024*M)
 	var tasks atomic.Int64 // the node holds no tasks until the restore
 	s.tasks = tasks.Load
-	sink, err := createSnap(s, 10) // raft storing the leader's snapshot
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink.Write(make([]byte, 8*M)) // not our FSM's Persist: no state size told
-	if err := sink.Close(); err != nil {
-		t.Fatal(err)
-	}
-	tasks.Store(300_000) // restored
+	// Raft stores the leader's snapshot (no state size told), then the
+	// node restores it.
+	sink := writeSnap(t, s, 10, 8*M, 0)
+	tasks.Store(300_000)
 	if got := s.expectedSize(); got < 8*M || got > 64*M {
 		t.Fatalf("expected next snapshot %d MiB after installing an 8 MiB one, want about 8 (not scaled by the tasks before the restore)", got/M)
 	}
