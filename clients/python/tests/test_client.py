@@ -794,6 +794,16 @@ class UnavailableTest(unittest.TestCase):
         self.dir = tempfile.mkdtemp(prefix="axtest-")
         self.addCleanup(lambda: __import__("shutil").rmtree(self.dir, ignore_errors=True))
 
+    def listening(self, name):
+        """A Unix socket at name in the test's dir that listens and never
+        accepts unless the test does; its path and socket."""
+        path = os.path.join(self.dir, name)
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(path)
+        s.listen(1)
+        self.addCleanup(s.close)
+        return path, s
+
     def test_missing_socket(self):
         path = os.path.join(self.dir, "ax.sock")
         client = Client(path)
@@ -835,22 +845,14 @@ class UnavailableTest(unittest.TestCase):
         self.assertEqual(str(cm.exception), f"ax: cannot reach sidecar at {path}: [Errno 111] Connection refused")
 
     def test_no_answer_within_timeout(self):
-        path = os.path.join(self.dir, "mute.sock")
-        s = socket.socket(socket.AF_UNIX)
-        s.bind(path)
-        s.listen(1)
-        self.addCleanup(s.close)
+        path, _ = self.listening("mute.sock")
         with self.assertRaises(Unavailable) as cm:
             Client(path, timeout=0.05).get("x")
         self.assertEqual(str(cm.exception), f"ax: no answer from sidecar at {path} within 0.05s")
         self.assertTrue(cm.exception.request_sent)
 
     def test_connection_closed_without_answer(self):
-        path = os.path.join(self.dir, "rude.sock")
-        s = socket.socket(socket.AF_UNIX)
-        s.bind(path)
-        s.listen(1)
-        self.addCleanup(s.close)
+        path, s = self.listening("rude.sock")
 
         def rude():
             c, _ = s.accept()
@@ -870,11 +872,7 @@ class UnavailableTest(unittest.TestCase):
     def test_early_answer_to_an_oversized_body(self):
         # The sidecar answers 413 after the headers and closes without
         # reading the body: the client's write fails, the answer is read.
-        path = os.path.join(self.dir, "small.sock")
-        s = socket.socket(socket.AF_UNIX)
-        s.bind(path)
-        s.listen(1)
-        self.addCleanup(s.close)
+        path, s = self.listening("small.sock")
 
         def refuse():
             c, _ = s.accept()
