@@ -138,7 +138,7 @@ func (n *Node) open() error {
 		return err
 	}
 	n.db, n.fsm, n.storage = st.DB, st.FSM, st.Guard
-	n.events = newEventQueue()
+	n.events = newEventQueue(&n.pauses)
 	n.fsm.SetObserver(n.events)
 	if err := n.pauses.Load(n.fsm); err != nil {
 		return fmt.Errorf("read paused handlers: %w", err)
@@ -376,6 +376,7 @@ func (n *Node) dispatchEvents(ctx context.Context) {
 				n.otel.OnEvent(&evs[i])
 			}
 		}
+		n.pauses.Handled(evs)
 	}
 }
 

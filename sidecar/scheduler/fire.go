@@ -127,10 +127,12 @@ func (l *Scheduler) fireWithin(ctx context.Context, due, leases []string, lead t
 // it keeps the event's task (payload dropped, like a parked run) and the
 // fire takes that copy instead of a store read (a badger read and a
 // decode, about a tenth of a node's CPU per task processed). A copy is as
-// fresh as the events the scheduler has handled: an event still queued
-// when the fire starts is counted by startReading like an event during a
-// store read (the run is not parked from the older copy), and the FSM
-// checks epoch and attempt of every Fire anyway. At most taskCopiesMax
+// fresh as the events the scheduler has handled: an event handled while
+// the fire reads is counted by startReading like one during a store read
+// (the run is not parked from the older copy), one handled after the run
+// was parked takes the parked copy out of its queue (OnEvent), a pause
+// applied before the drain is waited for (Pauses.await, in dispatch), and
+// the FSM checks state, epoch and attempt of every Fire. At most taskCopiesMax
 // copies are kept (beyond, the fire reads the store as before).
 const (
 	taskCopyHorizon = time.Minute

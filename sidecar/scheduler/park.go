@@ -179,6 +179,12 @@ func (l *Scheduler) dispatchLoop(ctx context.Context) {
 // applied (or failed).
 func (l *Scheduler) dispatch(ctx context.Context) {
 	l.dispatches.Add(1)
+	// A pause applied before this drain may not have reached the parked
+	// runs, the kept copies and the pause set yet (Pauses): wait for it,
+	// so that no run is fired after its pause was answered.
+	if l.pauses != nil && !l.pauses.await(ctx, pauseAwaitLimit) && ctx.Err() == nil {
+		l.log.Warn().Dur("waited", pauseAwaitLimit).Msg("pause events not handed to the scheduler in time; draining without them")
+	}
 	nodes := l.nodes()
 	now := l.clock.Now()
 	var self []ExecutorLoad

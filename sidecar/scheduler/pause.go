@@ -1,8 +1,11 @@
 package scheduler
 
 import (
+	"context"
 	"sort"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/raftfsm"
@@ -18,8 +21,97 @@ import (
 // Pauses is the set of paused handlers, copied on write (a pause is
 // rare; the leader reads it for every run it fires). The zero value is
 // an empty set, safe for concurrent use.
+//
+// It also counts the pause events the FSM has applied (Queued) and those
+// the node has handed to the scheduler (Handled): the node answers a pause
+// once it is applied, but hands its event to the scheduler afterwards, on
+// its event goroutine. Until then the scheduler's kept copy of the task,
+// a run it parked, and this set still say "not paused", so a drain in
+// between would fire a run its client has just paused. The scheduler's
+// drain (dispatch) first waits for the pause events applied before it
+// (await), which costs nothing while none is in between.
 type Pauses struct {
 	handlers atomic.Pointer[map[string]bool]
+
+	queued, handled atomic.Uint64 // pause events applied, and handed to the scheduler
+	mu              sync.Mutex
+	progress        chan struct{} // closed when handled moves, while a drain waits
+}
+
+// pauseAwaitLimit bounds a drain's wait for pause events not yet handed
+// to the scheduler (Pauses.await). Past it the drain goes on as if they
+// had not applied (the node's event goroutine is stuck: the FSM's checks
+// still hold, and a pause may then let one run start).
+const pauseAwaitLimit = time.Second
+
+// pauseEvents counts the events of evs a drain must not overtake: pauses
+// (of a handler or a task; a resume only holds a run a little longer)
+// and a restore, which may bring pauses with it.
+func pauseEvents(evs []raftfsm.Event) uint64 {
+	var n uint64
+	for i := range evs {
+		if ev := &evs[i]; ev.Restored || (ev.Type == raftfsm.CmdPause && ev.Pause != nil && ev.Pause.Paused) {
+			n++
+		}
+	}
+	return n
+}
+
+// Queued records the pause events among evs, which the FSM has just
+// applied; the node calls it from its FSM observer, before the
+// application answers the pause's client and before the events reach the
+// scheduler.
+func (c *Pauses) Queued(evs []raftfsm.Event) {
+	if n := pauseEvents(evs); n > 0 {
+		c.queued.Add(n)
+	}
+}
+
+// Handled records the pause events among evs as handed to the scheduler
+// (OnPauseEvent and OnEvent have run for each); evs are events passed to
+// Queued before.
+func (c *Pauses) Handled(evs []raftfsm.Event) {
+	n := pauseEvents(evs)
+	if n == 0 {
+		return
+	}
+	c.mu.Lock()
+	c.handled.Add(n)
+	if c.progress != nil {
+		close(c.progress)
+		c.progress = nil
+	}
+	c.mu.Unlock()
+}
+
+// await returns once every pause event queued before the call is
+// handled, ctx ends, or limit passes (false then).
+func (c *Pauses) await(ctx context.Context, limit time.Duration) bool {
+	target := c.queued.Load()
+	if c.handled.Load() >= target {
+		return true
+	}
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		if c.handled.Load() >= target {
+			c.mu.Unlock()
+			return true
+		}
+		if c.progress == nil {
+			c.progress = make(chan struct{})
+		}
+		ch := c.progress
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return false
+		}
+	}
 }
 
 // Load reads the paused handlers from the store (f.PausedHandlers).
