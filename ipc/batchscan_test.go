@@ -78,7 +78,7 @@ var jsonBodies = []string{
 	`{"tasks":[{"handler":"h","backoff":{"initial":"1s"}}]}`,      // an object field
 	`{"tasks":[{"handler":"h","shards":{"count":2}}]}`,            // an object field
 	`{"tasks":[{"ID":"a","handler":"h"}]}`,                        // another case: encoding/json folds it
-	`{"tasks":[{"id":"a","id":"b","handler":"h"}]}`,               // a duplicate: the last wins
+	`{"tasks":[{"id":"a","id":"b","handler":"h"}]}`,               // a duplicate: refused (decodeStrict)
 	`{"tasks":[{"handler":"h","priority":1.0}]}`,                  // not an integer
 	`{"tasks":[{"handler":"h","priority":1e0}]}`,                  // not an integer
 	`{"tasks":[{"handler":"h","priority":01}]}`,                   // not JSON

@@ -30,14 +30,28 @@ func batchBody(n int, payload string) []byte {
 
 // BenchmarkDecodeSubmitBatch measures DecodeSubmitBatch (decoding and
 // validation) of a body of 1 000 tasks, per task: without a payload, as
-// ax bench throughput sends them, and with a 200-byte JSON object.
+// ax bench throughput sends them, and with a 200-byte JSON object (both
+// read by scanSubmitBatch); and, through encoding/json (decodeStrict),
+// the same with labels on every task, which the scanner leaves to it.
 func BenchmarkDecodeSubmitBatch(b *testing.B) {
-	for _, tc := range []struct{ name, payload string }{
-		{"no-payload", ""},
-		{"payload-200B", `{"order":"` + string(bytes.Repeat([]byte("x"), 178)) + `","n":42}`},
+	payload := `{"order":"` + string(bytes.Repeat([]byte("x"), 178)) + `","n":42}`
+	for _, tc := range []struct {
+		name, payload string
+		labels        bool
+	}{
+		{"no-payload", "", false},
+		{"payload-200B", payload, false},
+		{"json-labels", "", true},
+		{"json-labels-payload-200B", payload, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			body := batchBody(1000, tc.payload)
+			if tc.labels {
+				body = bytes.ReplaceAll(body, []byte(`"delay":`), []byte(`"labels":{"team":"a","env":"prod"},"delay":`))
+				if _, ok := scanSubmitBatch(body); ok {
+					b.Fatal("the scanner read the body with labels")
+				}
+			}
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			var m0, m1 runtime.MemStats
@@ -55,6 +69,27 @@ func BenchmarkDecodeSubmitBatch(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/task")
 			b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/n, "B/task")
 			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/n, "allocs/task")
+		})
+	}
+}
+
+// BenchmarkDecodeSubmit measures DecodeSubmit of one task as ax bench
+// throughput sends it (read by scanSubmit) and with labels (which
+// scanSubmit leaves to encoding/json, decodeStrict).
+func BenchmarkDecodeSubmit(b *testing.B) {
+	for _, tc := range []struct{ name, body string }{
+		{"scanned", `{"id":"axb1a2b3c4d-b3-0-1","handler":"axbench.throughput","delay":"24h0m0s","payload":{"n":42}}`},
+		{"json-labels", `{"id":"axb1a2b3c4d-b3-0-1","handler":"axbench.throughput","delay":"24h0m0s","labels":{"team":"a","env":"prod"},"payload":{"n":42}}`},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			body := []byte(tc.body)
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for range b.N {
+				if _, err := DecodeSubmit(body); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

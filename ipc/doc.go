@@ -80,7 +80,10 @@
 // "payload" as raw JSON, or "payload_base64". Recurring tasks take cron
 // (+ timezone) or every, with repeats and until; backoff overrides the
 // retry backoff; route_key and labels are kept with the task. An unknown
-// field is refused with 400.
+// field is refused with 400 bad_request; an object with the same key twice
+// (field names compared without regard to case, as encoding/json matches
+// them; label keys exactly) with 400 invalid_json, in every body, except
+// inside a payload or a result, which are the app's JSON as sent.
 //
 // POST /v1/tasks/batch takes {"tasks": [<submit body>, ...]}; every item is
 // decoded as by DecodeSubmit, and one invalid item refuses the whole batch
@@ -113,7 +116,7 @@
 //
 //	code                status  sentinel             meaning
 //	bad_request         400     ErrInvalid           invalid field, unknown field, bad id
-//	invalid_json        400     ErrInvalidJSON       the body is not a JSON object
+//	invalid_json        400     ErrInvalidJSON       the body is not a JSON object, or has a key twice
 //	not_found           404     ErrNotFound          unknown task, executor or path
 //	handler_not_found   404     ErrHandlerNotFound   pause or resume of a handler with no task, executor or pause
 //	method_not_allowed  405     ErrMethodNotAllowed  see the Allow header

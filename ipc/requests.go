@@ -58,7 +58,7 @@ func decodeSubmitBatchJSON(body []byte) ([]TaskSpec, error) {
 		if !bytes.HasPrefix(raw, []byte("{")) { // RawMessage holds the value without leading space
 			return nil, Errorf(ErrInvalid, "tasks[%d]: must be a JSON object, got %s", i, jsonKind(raw))
 		}
-		spec, err := DecodeSubmit(raw)
+		spec, err := decodeSubmit(raw, decodeKeysChecked)
 		if err != nil {
 			return nil, batchItemErr(i, err)
 		}

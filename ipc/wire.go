@@ -166,27 +166,44 @@ var fieldTypes = map[string]string{
 //   - max_attempts: 1 … axapi.MaxAttemptsMax, default axapi.MaxAttemptsDefault.
 //   - overwrite: bool.
 //
-// Malformed JSON fails with ErrInvalidJSON; unknown fields, fields of later
-// versions (cron, timezone, every, repeats, until, backoff, route_key,
-// labels) and invalid values with ErrInvalid; a payload over the limit with
-// ErrTooLarge. Messages name the field.
+// Malformed JSON fails with ErrInvalidJSON, as does an object with the
+// same key twice (checkDuplicateKeys; keys inside the payload are the
+// user's); unknown fields, fields of later versions (cron, timezone,
+// every, repeats, until, backoff, route_key, labels) and invalid values
+// with ErrInvalid; a payload over the limit with ErrTooLarge. Messages
+// name the field.
 func DecodeSubmit(body []byte) (TaskSpec, error) {
+	return decodeSubmit(body, decodeStrict)
+}
+
+// decodeSubmit is DecodeSubmit with decode for the bodies scanSubmit
+// leaves to encoding/json.
+func decodeSubmit(body []byte, decode func([]byte, any) error) (TaskSpec, error) {
 	if req, ok := scanSubmit(body); ok {
 		return req.spec()
 	}
 	var req submitRequest
-	if err := decodeStrict(body, &req); err != nil {
+	if err := decode(body, &req); err != nil {
 		return TaskSpec{}, err
 	}
 	return req.spec()
 }
 
-// decodeStrict decodes one JSON object from body into v, refusing unknown
-// fields and trailing data.
+// decodeStrict decodes one JSON object from body into v, refusing
+// duplicate keys (checkDuplicateKeys), unknown fields and trailing data.
 func decodeStrict(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return Errorf(ErrInvalidJSON, "request body is empty; want a JSON object")
 	}
+	if err := checkDuplicateKeys(body); err != nil {
+		return err
+	}
+	return decodeKeysChecked(body, v)
+}
+
+// decodeKeysChecked is decodeStrict for a body checkDuplicateKeys has
+// checked already: an item of a batch, checked with the batch.
+func decodeKeysChecked(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

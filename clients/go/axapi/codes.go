@@ -14,8 +14,9 @@ const (
 	// CodeBadRequest: well-formed JSON asking for something invalid (a
 	// missing handler, a negative delay, an unknown field). HTTP 400.
 	CodeBadRequest = "bad_request"
-	// CodeInvalidJSON: the body is not valid JSON, or not a JSON object.
-	// HTTP 400.
+	// CodeInvalidJSON: the body is not valid JSON, or not a JSON object,
+	// or one of its objects has the same key twice (outside a payload or
+	// a result). HTTP 400.
 	CodeInvalidJSON = "invalid_json"
 	// CodeInvalidTraceparent: a submit's traceparent (header or field) is
 	// not a valid W3C traceparent (ParseTraceParent). HTTP 400.
