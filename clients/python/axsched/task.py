@@ -520,6 +520,32 @@ class Task:
             task runs and once it is terminal.
         last_error: describes the last failed attempt (``"http 500: ..."``).
         node: the node running the current attempt, while ``RUNNING``.
+        waiting_reason: why a due ``WAITING`` task has not started (the
+            leader holds the run until the event that can start it):
+            ``"no_executor"`` (no executor for its handler on a live
+            node), ``"executor_busy"`` (every executor at its capacity: its
+            limit in flight plus a queue of ``max_concurrency``),
+            ``"executor_unavailable"`` (its executors unreachable lately,
+            tried again at ``waiting_until``), ``"circuit_open"`` (the
+            handler's circuit breaker, until ``waiting_until``, then one
+            probe), ``"handler_limit"`` (the sidecar's ``--handler-limit``
+            of running attempts reached), ``"paused"`` (the task or its
+            handler is paused: :meth:`Client.pause_task`,
+            :meth:`Client.pause_handler`) or ``"previous_run_running"``
+            (reserved); a reason of a newer sidecar is kept as sent. A run
+            handed back without counting an attempt (its executor
+            unavailable, or a 429/503 answer) shows
+            ``"executor_unavailable"`` or ``"executor_busy"`` until it is
+            due again. ``None`` when the task is not due or not waiting,
+            when a follower could not ask the leader (best effort, 300
+            ms), and from a sidecar older than waiting reasons. Read it
+            from :meth:`Client.get` or :meth:`Client.list`: the answers of
+            other calls may lack the leader's reasons.
+        waiting_since: when the task began to wait for ``waiting_reason``
+            (UTC); ``None`` without a reason.
+        waiting_until: when ``waiting_reason`` may end (UTC): the next try
+            of ``"executor_unavailable"``, the end of ``"circuit_open"``,
+            the due time of a run handed back; ``None`` when not known.
         created_at, updated_at, finished_at: times in UTC (``finished_at`` is
             ``None`` until the task is terminal).
         payload: the decoded JSON value when the payload was submitted as
@@ -599,6 +625,9 @@ class Task:
     shards: Optional[Dict[str, Any]] = None
     shard_index: Optional[int] = None
     shard_total: int = 0
+    waiting_reason: Optional[str] = None
+    waiting_since: Optional[datetime] = None
+    waiting_until: Optional[datetime] = None
     backlog_warning: Optional[str] = field(default=None, compare=False)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -657,6 +686,9 @@ class Task:
                 raise ValueError(f"task {tid!r}: payload_base64: {e}") from None
         elif "payload" in d:
             payload = d["payload"]
+        waiting_reason = d.get("waiting_reason")
+        if waiting_reason is not None and not isinstance(waiting_reason, str):
+            raise ValueError(f"task {tid!r}: waiting_reason: want a string, got {waiting_reason!r:.100}")
         backoff: Optional[Backoff] = None
         if isinstance(d.get("backoff"), Mapping):
             try:
@@ -699,6 +731,9 @@ class Task:
             shards=dict(d["shards"]) if isinstance(d.get("shards"), Mapping) else None,
             shard_index=int(d["shard_index"]) if d.get("shard_index") is not None else None,
             shard_total=int(d.get("shard_total") or 0),
+            waiting_reason=waiting_reason or None,
+            waiting_since=when("waiting_since"),
+            waiting_until=when("waiting_until"),
             raw=dict(d),
         )
 

@@ -214,11 +214,17 @@ class LiveSidecarTest(unittest.TestCase):
                 time.sleep(0.05)
             self.assertTrue(h.paused)
             self.assertEqual(h.parked.get("paused"), 1, h)
-            self.assertEqual(self.client.get(t.id).state, State.WAITING)
+            got = self.client.get(t.id)
+            self.assertEqual((got.state, got.waiting_reason, got.waiting_until), (State.WAITING, "paused", None))
+            self.assertLessEqual(got.created_at, got.waiting_since)
+            self.assertLessEqual(got.waiting_since, datetime.now(timezone.utc))
+            listed = {x.id: x for x in self.client.list(handler="order.timeout", state="WAITING")}
+            self.assertEqual(listed[t.id].waiting_reason, "paused")
             self.assertNotIn(t.id, self.deliveries)
         finally:
             self.client.resume_handler("order.timeout")
-        self.assertEqual(self.wait_terminal(t.id).state, State.SUCCESS)
+        done = self.wait_terminal(t.id)
+        self.assertEqual((done.state, done.waiting_reason, done.waiting_since), (State.SUCCESS, None, None))
         self.assertEqual(len(self.deliveries[t.id]), 1)
         # One task paused and resumed; bad input.
         later = self.client.submit("order.timeout", id="live-paused-task", delay=3600)
