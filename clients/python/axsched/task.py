@@ -560,6 +560,21 @@ class Task:
             not report it.
         snoozes: busy answers (429/503, :class:`Snooze`) so far; they are
             not attempts.
+        last_run: the number of the newest run on record (its history:
+            :meth:`Client.run`); 0 when there is none, from a sidecar older
+            than run history, and on tasks from other calls than
+            :meth:`Client.get` and :meth:`Client.wait` (only
+            ``GET /v1/tasks/{id}`` sends it).
+        result: that run's result: the body of the executor's 2xx answer
+            (a :class:`Worker` handler's return value), or the ``result``
+            of :meth:`Client.report_result` after :class:`Async`: the
+            decoded JSON value when it was JSON, ``bytes`` when it was not
+            (sent as ``result_base64``); ``None`` when the run has none
+            (not succeeded yet, an empty body) and when ``last_run`` is 0.
+        result_truncated: ``True`` when the executor's body was longer
+            than 64 KiB and was cut: ``result`` is its first 65536 bytes
+            (``bytes``, unless they happen to be valid JSON). ``False``
+            otherwise.
         backoff: the task's retry backoff (a :class:`Backoff` of timedeltas)
             when it was submitted with one, ``None`` for the sidecar's
             default.
@@ -628,6 +643,9 @@ class Task:
     waiting_reason: Optional[str] = None
     waiting_since: Optional[datetime] = None
     waiting_until: Optional[datetime] = None
+    last_run: int = 0
+    result: Any = None
+    result_truncated: bool = False
     backlog_warning: Optional[str] = field(default=None, compare=False)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -686,9 +704,23 @@ class Task:
                 raise ValueError(f"task {tid!r}: payload_base64: {e}") from None
         elif "payload" in d:
             payload = d["payload"]
+        result: Any = None
+        if d.get("result_base64") is not None:
+            try:
+                result = base64.b64decode(d["result_base64"], validate=True)
+            except (binascii.Error, ValueError, TypeError) as e:
+                raise ValueError(f"task {tid!r}: result_base64: {e}") from None
+        elif "result" in d:
+            result = d["result"]
         waiting_reason = d.get("waiting_reason")
         if waiting_reason is not None and not isinstance(waiting_reason, str):
             raise ValueError(f"task {tid!r}: waiting_reason: want a string, got {waiting_reason!r:.100}")
+        last_run = d.get("last_run")
+        if last_run is not None and (isinstance(last_run, bool) or not isinstance(last_run, int)):
+            raise ValueError(f"task {tid!r}: last_run: want an integer, got {last_run!r:.100}")
+        truncated = d.get("result_truncated")
+        if truncated is not None and not isinstance(truncated, bool):
+            raise ValueError(f"task {tid!r}: result_truncated: want a boolean, got {truncated!r:.100}")
         backoff: Optional[Backoff] = None
         if isinstance(d.get("backoff"), Mapping):
             try:
@@ -734,6 +766,9 @@ class Task:
             waiting_reason=waiting_reason or None,
             waiting_since=when("waiting_since"),
             waiting_until=when("waiting_until"),
+            last_run=last_run or 0,
+            result=result,
+            result_truncated=truncated is True,
             raw=dict(d),
         )
 

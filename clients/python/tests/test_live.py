@@ -98,6 +98,11 @@ class LiveSidecarTest(unittest.TestCase):
         def every(d):
             record(d)
 
+        @cls.worker.handler("live.result")
+        def result(d):
+            record(d)
+            return {"sum": sum(d.json()), "text": "\u00e9"}
+
         cls.worker.start()
 
     @classmethod
@@ -246,6 +251,20 @@ class LiveSidecarTest(unittest.TestCase):
         self.assertEqual(cm.exception.task.state, State.WAITING)
         self.assertEqual(self.client.cancel(later.id).state, State.CANCELLED)
         self.assertEqual(self.client.wait(later.id, timeout=0).state, State.CANCELLED)
+
+    def test_result_of_the_last_run(self):
+        # A Worker handler's return value is the run's result, which
+        # client.get shows with the run's number.
+        t = self.client.submit("live.result", [1, 2])
+        self.assertEqual((t.last_run, t.result, t.result_truncated), (0, None, False))
+        done = self.wait_terminal(t.id)
+        self.assertEqual(done.state, State.SUCCESS)
+        self.assertEqual((done.last_run, done.result, done.result_truncated), (1, {"sum": 3, "text": "\u00e9"}, False))
+        self.assertEqual(self.client.run(t.id, done.last_run)["result"], done.result)
+        # A handler that returns None answers an empty body: no result.
+        t = self.client.submit("order.timeout", {"order_id": 8})
+        done = self.wait_terminal(t.id)
+        self.assertEqual((done.state, done.last_run, done.result), (State.SUCCESS, 1, None))
 
     def test_every_runs_first_one_interval_after_the_submit(self):
         # What the README says: no delay and no run_at means the first run is

@@ -1,5 +1,5 @@
-"""Task.from_json: the waiting reason, as the sidecar sends it (schema Task
-of ipc/openapi.yaml; axapi.Task in Go)."""
+"""Task.from_json: the waiting reason and the newest run's result, as the
+sidecar sends them (schema Task of ipc/openapi.yaml; axapi.Task in Go)."""
 
 import json
 import os
@@ -50,6 +50,38 @@ class WaitingReasonTest(unittest.TestCase):
             self.assertIn(next(iter(bad)), str(cm.exception))
 
 
+class LastRunResultTest(unittest.TestCase):
+    def test_json_result(self):
+        for result in ({"rows": 3, "text": "\u00e9"}, [1, 2], "done", 7, True):
+            with self.subTest(result=result):
+                t = Task.from_json(view(state="SUCCESS", last_run=2, result=result))
+                self.assertEqual((t.last_run, t.result, t.result_truncated), (2, result, False))
+
+    def test_binary_and_truncated_result(self):
+        t = Task.from_json(view(state="SUCCESS", last_run=1, result_base64="AP8="))
+        self.assertEqual((t.last_run, t.result, t.result_truncated), (1, b"\x00\xff", False))
+        t = Task.from_json(view(state="SUCCESS", last_run=4, result_base64="eyJhIjog", result_truncated=True))
+        self.assertEqual((t.last_run, t.result, t.result_truncated), (4, b'{"a": ', True))
+        self.assertEqual(Task.from_json(view(result_base64="")).result, b"")
+
+    def test_absent(self):
+        for d in (BASE, {"id": "a", "handler": "h", "state": "WAITING"},
+                  view(last_run=None, result=None, result_base64=None, result_truncated=None)):
+            with self.subTest(d=d):
+                t = Task.from_json(d)
+                self.assertEqual((t.last_run, t.result, t.result_truncated), (0, None, False))
+        # A run on record without a result (it failed, or answered an empty body).
+        t = Task.from_json(view(state="DEAD", last_run=1))
+        self.assertEqual((t.last_run, t.result, t.result_truncated), (1, None, False))
+
+    def test_malformed(self):
+        for bad in ({"last_run": "2"}, {"last_run": 2.5}, {"last_run": True}, {"result_base64": "not base64!"},
+                    {"result_base64": 12}, {"result_truncated": "yes"}, {"result_truncated": 1}):
+            with self.subTest(bad=bad), self.assertRaises(ValueError) as cm:
+                Task.from_json(view(**bad))
+            self.assertIn(next(iter(bad)), str(cm.exception))
+
+
 class GetTest(unittest.TestCase):
     """The fields reach the Task of Client.get; a malformed one is an
     AxError naming the request, as for the other fields."""
@@ -67,9 +99,14 @@ class GetTest(unittest.TestCase):
     def test_get(self):
         self.answer(waiting_reason="paused", waiting_since=NOW, paused=True)
         t = self.client.get("A/B")
-        self.assertEqual((t.waiting_reason, t.paused), ("paused", True))
-        self.answer(state="SUCCESS")
-        self.assertIsNone(self.client.get("A/B").waiting_reason)
+        self.assertEqual((t.waiting_reason, t.paused, t.last_run, t.result), ("paused", True, 0, None))
+        self.answer(state="SUCCESS", last_run=1, result={"ok": True})
+        t = self.client.get("A/B")
+        self.assertEqual((t.waiting_reason, t.last_run, t.result), (None, 1, {"ok": True}))
+        self.answer(last_run="one")
+        with self.assertRaises(axsched.AxError) as cm:
+            self.client.get("A/B")
+        self.assertIn("last_run", str(cm.exception))
         self.answer(waiting_since="soon")
         with self.assertRaises(axsched.AxError) as cm:
             self.client.get("A/B")
