@@ -32,6 +32,7 @@ __all__ = [
     "BatchResult",
     "ClusterInfo",
     "Member",
+    "StorageStatus",
 ]
 
 #: The highest priority: picked first.
@@ -815,6 +816,27 @@ class Member:
     Attributes:
         id: node id. raft_addr, peer_addr: its addresses.
         suffrage: ``"Voter"`` or ``"Nonvoter"``. leader: whether it leads.
+        reachable: the leader heard from it within about a second;
+            ``None`` when no leader is known (or from an older sidecar).
+        last_contact_ms: milliseconds since the leader last heard from it;
+            -1 when it has not since it was elected; ``None`` when no
+            leader is known.
+        applied_index: its applied Raft index at its last report to the
+            leader; 0 when unknown.
+        role: its Raft state at its last report: ``"leader"``,
+            ``"follower"`` or ``"candidate"``; ``""`` when it has not been
+            heard from.
+        status: autopilot's: ``"leader"``, ``"voter"``, ``"nonvoter"`` or
+            ``"staging"`` (a healthy non-voter that autopilot promotes once
+            it has been stable); ``""`` when not known.
+        healthy: heard from within 1.5 s and then within 250 entries of
+            the leader's commit index (autopilot's rule); ``None`` when not
+            known.
+        stable_since: when its current healthy streak began (UTC);
+            ``None`` while it is unhealthy.
+
+    ``reachable`` and the fields after it are the leader's view (a
+    follower asks the leader).
     """
 
     id: str
@@ -822,16 +844,58 @@ class Member:
     peer_addr: str = ""
     suffrage: str = ""
     leader: bool = False
+    reachable: Optional[bool] = None
+    last_contact_ms: Optional[int] = None
+    applied_index: int = 0
+    role: str = ""
+    status: str = ""
+    healthy: Optional[bool] = None
+    stable_since: Optional[datetime] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Member":
+        """Read a member of ``GET /v1/cluster``. Raises ``ValueError`` for a
+        malformed ``stable_since``."""
+        since = d.get("stable_since")
+        contact = d.get("last_contact_ms")
         return cls(
             id=str(d.get("id", "")),
             raft_addr=str(d.get("raft_addr", "")),
             peer_addr=str(d.get("peer_addr", "") or ""),
             suffrage=str(d.get("suffrage", "")),
             leader=bool(d.get("leader", False)),
+            reachable=d["reachable"] if isinstance(d.get("reachable"), bool) else None,
+            last_contact_ms=int(contact) if contact is not None else None,
+            applied_index=int(d.get("applied_index") or 0),
+            role=str(d.get("role") or ""),
+            status=str(d.get("status") or ""),
+            healthy=d["healthy"] if isinstance(d.get("healthy"), bool) else None,
+            stable_since=_time_field("stable_since", since),
         )
+
+
+def _time_field(name: str, v: Any) -> Optional[datetime]:
+    if v in (None, ""):
+        return None
+    try:
+        return parse_time(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: invalid time {v!r}") from None
+
+
+@dataclass
+class StorageStatus:
+    """Why a node's storage takes no writes (:attr:`ClusterInfo.storage`).
+
+    Attributes:
+        cause: the data dir is below its free-space reserve or not
+            writable, a badger write is being retried, or a Raft log write
+            failed.
+        since: when the node stopped accepting writes (UTC).
+    """
+
+    cause: str
+    since: Optional[datetime] = None
 
 
 @dataclass
@@ -845,6 +909,15 @@ class ClusterInfo:
         leader: the node id of the leader, ``""`` when none is known.
         term, applied_index, commit_index: Raft counters.
         members: the servers of the configuration.
+        storage: set while this node's storage cannot take writes (every
+            write raises :class:`StorageUnavailable`; reads still work);
+            ``None`` when it is healthy.
+        voters_target: the number of voters autopilot keeps (the sidecar's
+            ``--voters``); 0 from an older sidecar.
+        failure_tolerance: how many more voters may fail before the
+            cluster loses its quorum: the reachable voters less a quorum of
+            all voters (the leader's view); ``None`` when no leader is
+            known.
     """
 
     node_id: str
@@ -854,9 +927,16 @@ class ClusterInfo:
     applied_index: int = 0
     commit_index: int = 0
     members: List[Member] = field(default_factory=list)
+    storage: Optional[StorageStatus] = None
+    voters_target: int = 0
+    failure_tolerance: Optional[int] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "ClusterInfo":
+        """Read the answer of ``GET /v1/cluster``. Raises ``ValueError`` for
+        a malformed time."""
+        storage = d.get("storage")
+        tolerance = d.get("failure_tolerance")
         return cls(
             node_id=str(d.get("node_id", "")),
             state=str(d.get("state", "")),
@@ -865,6 +945,14 @@ class ClusterInfo:
             applied_index=int(d.get("applied_index", 0)),
             commit_index=int(d.get("commit_index", 0)),
             members=[Member.from_json(m) for m in d.get("members") or [] if isinstance(m, Mapping)],
+            storage=StorageStatus(
+                cause=str(storage.get("cause") or ""),
+                since=_time_field("storage.since", storage.get("since")),
+            )
+            if isinstance(storage, Mapping)
+            else None,
+            voters_target=int(d.get("voters_target") or 0),
+            failure_tolerance=int(tolerance) if tolerance is not None else None,
         )
 
 

@@ -352,6 +352,12 @@ class LiveSidecarTest(unittest.TestCase):
         info = self.client.cluster()
         self.assertEqual(info.leader, info.node_id)
         self.assertEqual(len(info.members), 1)
+        # The leader's view of its members (itself: reachable and healthy),
+        # and autopilot's figures.
+        m = info.members[0]
+        self.assertEqual((m.role, m.status, m.reachable, m.last_contact_ms, m.healthy), ("leader", "leader", True, 0, True))
+        self.assertGreaterEqual(info.voters_target, 1)
+        self.assertEqual((info.failure_tolerance, info.storage), (0, None))
 
 
 
