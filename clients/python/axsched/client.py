@@ -900,7 +900,10 @@ class Client:
         doc = self._json("GET", "/v1/cluster")
         if not isinstance(doc, Mapping):
             raise AxError(f"GET /v1/cluster: unexpected answer: {str(doc)[:200]}")
-        return ClusterInfo.from_json(doc)
+        try:
+            return ClusterInfo.from_json(doc)
+        except (TypeError, ValueError) as e:
+            raise AxError(f"GET /v1/cluster: cannot decode answer: {e}") from None
 
     @_public
     def ready(self) -> None:

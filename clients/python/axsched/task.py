@@ -32,6 +32,7 @@ __all__ = [
     "BatchResult",
     "ClusterInfo",
     "Member",
+    "StorageStatus",
 ]
 
 #: The highest priority: picked first.
@@ -520,6 +521,32 @@ class Task:
             task runs and once it is terminal.
         last_error: describes the last failed attempt (``"http 500: ..."``).
         node: the node running the current attempt, while ``RUNNING``.
+        waiting_reason: why a due ``WAITING`` task has not started (the
+            leader holds the run until the event that can start it):
+            ``"no_executor"`` (no executor for its handler on a live
+            node), ``"executor_busy"`` (every executor at its capacity: its
+            limit in flight plus a queue of ``max_concurrency``),
+            ``"executor_unavailable"`` (its executors unreachable lately,
+            tried again at ``waiting_until``), ``"circuit_open"`` (the
+            handler's circuit breaker, until ``waiting_until``, then one
+            probe), ``"handler_limit"`` (the sidecar's ``--handler-limit``
+            of running attempts reached), ``"paused"`` (the task or its
+            handler is paused: :meth:`Client.pause_task`,
+            :meth:`Client.pause_handler`) or ``"previous_run_running"``
+            (reserved); a reason of a newer sidecar is kept as sent. A run
+            handed back without counting an attempt (its executor
+            unavailable, or a 429/503 answer) shows
+            ``"executor_unavailable"`` or ``"executor_busy"`` until it is
+            due again. ``None`` when the task is not due or not waiting,
+            when a follower could not ask the leader (best effort, 300
+            ms), and from a sidecar older than waiting reasons. Read it
+            from :meth:`Client.get` or :meth:`Client.list`: the answers of
+            other calls may lack the leader's reasons.
+        waiting_since: when the task began to wait for ``waiting_reason``
+            (UTC); ``None`` without a reason.
+        waiting_until: when ``waiting_reason`` may end (UTC): the next try
+            of ``"executor_unavailable"``, the end of ``"circuit_open"``,
+            the due time of a run handed back; ``None`` when not known.
         created_at, updated_at, finished_at: times in UTC (``finished_at`` is
             ``None`` until the task is terminal).
         payload: the decoded JSON value when the payload was submitted as
@@ -534,6 +561,21 @@ class Task:
             not report it.
         snoozes: busy answers (429/503, :class:`Snooze`) so far; they are
             not attempts.
+        last_run: the number of the newest run on record (its history:
+            :meth:`Client.run`); 0 when there is none, from a sidecar older
+            than run history, and on tasks from other calls than
+            :meth:`Client.get` and :meth:`Client.wait` (only
+            ``GET /v1/tasks/{id}`` sends it).
+        result: that run's result: the body of the executor's 2xx answer
+            (a :class:`Worker` handler's return value), or the ``result``
+            of :meth:`Client.report_result` after :class:`Async`: the
+            decoded JSON value when it was JSON, ``bytes`` when it was not
+            (sent as ``result_base64``); ``None`` when the run has none
+            (not succeeded yet, an empty body) and when ``last_run`` is 0.
+        result_truncated: ``True`` when the executor's body was longer
+            than 64 KiB and was cut: ``result`` is its first 65536 bytes
+            (``bytes``, unless they happen to be valid JSON). ``False``
+            otherwise.
         backoff: the task's retry backoff (a :class:`Backoff` of timedeltas)
             when it was submitted with one, ``None`` for the sidecar's
             default.
@@ -599,6 +641,12 @@ class Task:
     shards: Optional[Dict[str, Any]] = None
     shard_index: Optional[int] = None
     shard_total: int = 0
+    waiting_reason: Optional[str] = None
+    waiting_since: Optional[datetime] = None
+    waiting_until: Optional[datetime] = None
+    last_run: int = 0
+    result: Any = None
+    result_truncated: bool = False
     backlog_warning: Optional[str] = field(default=None, compare=False)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -657,6 +705,23 @@ class Task:
                 raise ValueError(f"task {tid!r}: payload_base64: {e}") from None
         elif "payload" in d:
             payload = d["payload"]
+        result: Any = None
+        if d.get("result_base64") is not None:
+            try:
+                result = base64.b64decode(d["result_base64"], validate=True)
+            except (binascii.Error, ValueError, TypeError) as e:
+                raise ValueError(f"task {tid!r}: result_base64: {e}") from None
+        elif "result" in d:
+            result = d["result"]
+        waiting_reason = d.get("waiting_reason")
+        if waiting_reason is not None and not isinstance(waiting_reason, str):
+            raise ValueError(f"task {tid!r}: waiting_reason: want a string, got {waiting_reason!r:.100}")
+        last_run = d.get("last_run")
+        if last_run is not None and (isinstance(last_run, bool) or not isinstance(last_run, int)):
+            raise ValueError(f"task {tid!r}: last_run: want an integer, got {last_run!r:.100}")
+        truncated = d.get("result_truncated")
+        if truncated is not None and not isinstance(truncated, bool):
+            raise ValueError(f"task {tid!r}: result_truncated: want a boolean, got {truncated!r:.100}")
         backoff: Optional[Backoff] = None
         if isinstance(d.get("backoff"), Mapping):
             try:
@@ -699,6 +764,12 @@ class Task:
             shards=dict(d["shards"]) if isinstance(d.get("shards"), Mapping) else None,
             shard_index=int(d["shard_index"]) if d.get("shard_index") is not None else None,
             shard_total=int(d.get("shard_total") or 0),
+            waiting_reason=waiting_reason or None,
+            waiting_since=when("waiting_since"),
+            waiting_until=when("waiting_until"),
+            last_run=last_run or 0,
+            result=result,
+            result_truncated=truncated is True,
             raw=dict(d),
         )
 
@@ -745,6 +816,27 @@ class Member:
     Attributes:
         id: node id. raft_addr, peer_addr: its addresses.
         suffrage: ``"Voter"`` or ``"Nonvoter"``. leader: whether it leads.
+        reachable: the leader heard from it within about a second;
+            ``None`` when no leader is known (or from an older sidecar).
+        last_contact_ms: milliseconds since the leader last heard from it;
+            -1 when it has not since it was elected; ``None`` when no
+            leader is known.
+        applied_index: its applied Raft index at its last report to the
+            leader; 0 when unknown.
+        role: its Raft state at its last report: ``"leader"``,
+            ``"follower"`` or ``"candidate"``; ``""`` when it has not been
+            heard from.
+        status: autopilot's: ``"leader"``, ``"voter"``, ``"nonvoter"`` or
+            ``"staging"`` (a healthy non-voter that autopilot promotes once
+            it has been stable); ``""`` when not known.
+        healthy: heard from within 1.5 s and then within 250 entries of
+            the leader's commit index (autopilot's rule); ``None`` when not
+            known.
+        stable_since: when its current healthy streak began (UTC);
+            ``None`` while it is unhealthy.
+
+    ``reachable`` and the fields after it are the leader's view (a
+    follower asks the leader).
     """
 
     id: str
@@ -752,16 +844,58 @@ class Member:
     peer_addr: str = ""
     suffrage: str = ""
     leader: bool = False
+    reachable: Optional[bool] = None
+    last_contact_ms: Optional[int] = None
+    applied_index: int = 0
+    role: str = ""
+    status: str = ""
+    healthy: Optional[bool] = None
+    stable_since: Optional[datetime] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Member":
+        """Read a member of ``GET /v1/cluster``. Raises ``ValueError`` for a
+        malformed ``stable_since``."""
+        since = d.get("stable_since")
+        contact = d.get("last_contact_ms")
         return cls(
             id=str(d.get("id", "")),
             raft_addr=str(d.get("raft_addr", "")),
             peer_addr=str(d.get("peer_addr", "") or ""),
             suffrage=str(d.get("suffrage", "")),
             leader=bool(d.get("leader", False)),
+            reachable=d["reachable"] if isinstance(d.get("reachable"), bool) else None,
+            last_contact_ms=int(contact) if contact is not None else None,
+            applied_index=int(d.get("applied_index") or 0),
+            role=str(d.get("role") or ""),
+            status=str(d.get("status") or ""),
+            healthy=d["healthy"] if isinstance(d.get("healthy"), bool) else None,
+            stable_since=_time_field("stable_since", since),
         )
+
+
+def _time_field(name: str, v: Any) -> Optional[datetime]:
+    if v in (None, ""):
+        return None
+    try:
+        return parse_time(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: invalid time {v!r}") from None
+
+
+@dataclass
+class StorageStatus:
+    """Why a node's storage takes no writes (:attr:`ClusterInfo.storage`).
+
+    Attributes:
+        cause: the data dir is below its free-space reserve or not
+            writable, a badger write is being retried, or a Raft log write
+            failed.
+        since: when the node stopped accepting writes (UTC).
+    """
+
+    cause: str
+    since: Optional[datetime] = None
 
 
 @dataclass
@@ -775,6 +909,15 @@ class ClusterInfo:
         leader: the node id of the leader, ``""`` when none is known.
         term, applied_index, commit_index: Raft counters.
         members: the servers of the configuration.
+        storage: set while this node's storage cannot take writes (every
+            write raises :class:`StorageUnavailable`; reads still work);
+            ``None`` when it is healthy.
+        voters_target: the number of voters autopilot keeps (the sidecar's
+            ``--voters``); 0 from an older sidecar.
+        failure_tolerance: how many more voters may fail before the
+            cluster loses its quorum: the reachable voters less a quorum of
+            all voters (the leader's view); ``None`` when no leader is
+            known.
     """
 
     node_id: str
@@ -784,9 +927,16 @@ class ClusterInfo:
     applied_index: int = 0
     commit_index: int = 0
     members: List[Member] = field(default_factory=list)
+    storage: Optional[StorageStatus] = None
+    voters_target: int = 0
+    failure_tolerance: Optional[int] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "ClusterInfo":
+        """Read the answer of ``GET /v1/cluster``. Raises ``ValueError`` for
+        a malformed time."""
+        storage = d.get("storage")
+        tolerance = d.get("failure_tolerance")
         return cls(
             node_id=str(d.get("node_id", "")),
             state=str(d.get("state", "")),
@@ -795,6 +945,14 @@ class ClusterInfo:
             applied_index=int(d.get("applied_index", 0)),
             commit_index=int(d.get("commit_index", 0)),
             members=[Member.from_json(m) for m in d.get("members") or [] if isinstance(m, Mapping)],
+            storage=StorageStatus(
+                cause=str(storage.get("cause") or ""),
+                since=_time_field("storage.since", storage.get("since")),
+            )
+            if isinstance(storage, Mapping)
+            else None,
+            voters_target=int(d.get("voters_target") or 0),
+            failure_tolerance=int(tolerance) if tolerance is not None else None,
         )
 
 

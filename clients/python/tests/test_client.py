@@ -678,6 +678,39 @@ class ClusterTest(ClientTestCase):
         self.assertEqual(len(info.members), 1)
         m = info.members[0]
         self.assertEqual((m.id, m.raft_addr, m.peer_addr, m.suffrage, m.leader), ("n1", "127.0.0.1:7420", "127.0.0.1:7421", "Voter", True))
+        # An older sidecar's answer: no health, autopilot or storage fields.
+        self.assertEqual((info.storage, info.voters_target, info.failure_tolerance), (None, 0, None))
+        self.assertEqual((m.reachable, m.last_contact_ms, m.applied_index, m.role, m.status, m.healthy, m.stable_since),
+                         (None, None, 0, "", "", None, None))
+
+    def test_cluster_health_and_storage(self):
+        members = [
+            {"id": "n1", "raft_addr": "10.0.0.1:7420", "suffrage": "Voter", "leader": True, "reachable": True,
+             "last_contact_ms": 0, "applied_index": 12, "role": "leader", "status": "leader", "healthy": True,
+             "stable_since": "2026-12-05T08:00:56.548Z"},
+            {"id": "n2", "raft_addr": "10.0.0.2:7420", "suffrage": "Nonvoter", "leader": False, "reachable": False,
+             "last_contact_ms": -1, "healthy": False},
+        ]
+        doc = {"node_id": "n1", "state": "Leader", "leader": "n1", "term": 2, "applied_index": 12, "commit_index": 12,
+               "members": members, "voters_target": 3, "failure_tolerance": 0,
+               "storage": {"cause": "data dir below its free-space reserve", "since": "2026-12-05T08:01:00Z"}}
+        self.stub.enqueue(200, json.dumps(doc).encode(), {"Content-Type": "application/json"}, path="/v1/cluster")
+        info = self.client.cluster()
+        self.assertEqual((info.voters_target, info.failure_tolerance), (3, 0))
+        self.assertEqual(info.storage, axsched.StorageStatus("data dir below its free-space reserve",
+                                                             datetime(2026, 12, 5, 8, 1, tzinfo=timezone.utc)))
+        n1, n2 = info.members
+        self.assertEqual((n1.reachable, n1.last_contact_ms, n1.applied_index, n1.role, n1.status, n1.healthy),
+                         (True, 0, 12, "leader", "leader", True))
+        self.assertEqual(n1.stable_since, datetime(2026, 12, 5, 8, 0, 56, 548000, tzinfo=timezone.utc))
+        self.assertEqual((n2.reachable, n2.last_contact_ms, n2.applied_index, n2.role, n2.status, n2.healthy, n2.stable_since),
+                         (False, -1, 0, "", "", False, None))
+        # A malformed time is an AxError naming the field.
+        members[0]["stable_since"] = "yesterday"
+        self.stub.enqueue(200, json.dumps(doc).encode(), {"Content-Type": "application/json"}, path="/v1/cluster")
+        with self.assertRaises(AxError) as cm:
+            self.client.cluster()
+        self.assertIn("stable_since", str(cm.exception))
 
     def test_ready_and_health(self):
         self.assertIsNone(self.client.ready())

@@ -98,6 +98,11 @@ class LiveSidecarTest(unittest.TestCase):
         def every(d):
             record(d)
 
+        @cls.worker.handler("live.result")
+        def result(d):
+            record(d)
+            return {"sum": sum(d.json()), "text": "\u00e9"}
+
         cls.worker.start()
 
     @classmethod
@@ -214,11 +219,17 @@ class LiveSidecarTest(unittest.TestCase):
                 time.sleep(0.05)
             self.assertTrue(h.paused)
             self.assertEqual(h.parked.get("paused"), 1, h)
-            self.assertEqual(self.client.get(t.id).state, State.WAITING)
+            got = self.client.get(t.id)
+            self.assertEqual((got.state, got.waiting_reason, got.waiting_until), (State.WAITING, "paused", None))
+            self.assertLessEqual(got.created_at, got.waiting_since)
+            self.assertLessEqual(got.waiting_since, datetime.now(timezone.utc))
+            listed = {x.id: x for x in self.client.list(handler="order.timeout", state="WAITING")}
+            self.assertEqual(listed[t.id].waiting_reason, "paused")
             self.assertNotIn(t.id, self.deliveries)
         finally:
             self.client.resume_handler("order.timeout")
-        self.assertEqual(self.wait_terminal(t.id).state, State.SUCCESS)
+        done = self.wait_terminal(t.id)
+        self.assertEqual((done.state, done.waiting_reason, done.waiting_since), (State.SUCCESS, None, None))
         self.assertEqual(len(self.deliveries[t.id]), 1)
         # One task paused and resumed; bad input.
         later = self.client.submit("order.timeout", id="live-paused-task", delay=3600)
@@ -240,6 +251,20 @@ class LiveSidecarTest(unittest.TestCase):
         self.assertEqual(cm.exception.task.state, State.WAITING)
         self.assertEqual(self.client.cancel(later.id).state, State.CANCELLED)
         self.assertEqual(self.client.wait(later.id, timeout=0).state, State.CANCELLED)
+
+    def test_result_of_the_last_run(self):
+        # A Worker handler's return value is the run's result, which
+        # client.get shows with the run's number.
+        t = self.client.submit("live.result", [1, 2])
+        self.assertEqual((t.last_run, t.result, t.result_truncated), (0, None, False))
+        done = self.wait_terminal(t.id)
+        self.assertEqual(done.state, State.SUCCESS)
+        self.assertEqual((done.last_run, done.result, done.result_truncated), (1, {"sum": 3, "text": "\u00e9"}, False))
+        self.assertEqual(self.client.run(t.id, done.last_run)["result"], done.result)
+        # A handler that returns None answers an empty body: no result.
+        t = self.client.submit("order.timeout", {"order_id": 8})
+        done = self.wait_terminal(t.id)
+        self.assertEqual((done.state, done.last_run, done.result), (State.SUCCESS, 1, None))
 
     def test_every_runs_first_one_interval_after_the_submit(self):
         # What the README says: no delay and no run_at means the first run is
@@ -327,6 +352,12 @@ class LiveSidecarTest(unittest.TestCase):
         info = self.client.cluster()
         self.assertEqual(info.leader, info.node_id)
         self.assertEqual(len(info.members), 1)
+        # The leader's view of its members (itself: reachable and healthy),
+        # and autopilot's figures.
+        m = info.members[0]
+        self.assertEqual((m.role, m.status, m.reachable, m.last_contact_ms, m.healthy), ("leader", "leader", True, 0, True))
+        self.assertGreaterEqual(info.voters_target, 1)
+        self.assertEqual((info.failure_tolerance, info.storage), (0, None))
 
 
 
