@@ -236,7 +236,9 @@ class Client:
         self._timeout = timeout
         self._idle: List[Tuple[_UnixHTTPConnection, float]] = []
         self._lock = threading.Lock()
+        # The clock and the sleep of wait and wait_ready (tests replace both).
         self._sleep: Callable[[float], None] = time.sleep
+        self._monotonic: Callable[[], float] = time.monotonic
         self._batch_supported = True
 
     @property
@@ -924,14 +926,14 @@ class Client:
         start-up, when the sidecar may not have created its socket yet:
         while the socket is missing it logs so once, at INFO on the
         ``axsched`` logger."""
-        deadline = time.monotonic() + timeout
+        deadline = self._monotonic() + timeout
         logged = False
         while True:
             try:
                 self.ready()
                 return
             except (NotReady, Unavailable) as e:
-                if time.monotonic() + interval > deadline:
+                if self._monotonic() + interval > deadline:
                     raise
                 if not logged and isinstance(e, Unavailable) and e.errno == errno.ENOENT:
                     log.info(
@@ -961,14 +963,14 @@ class Client:
             raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         if isinstance(poll, bool) or not poll > 0:
             raise ValueError(f"poll must be a positive number of seconds, got {poll!r}")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else self._monotonic() + timeout
         while True:
             task = self.get(id)
             if task.terminal:
                 return task
             pause = poll
             if deadline is not None:
-                left = deadline - time.monotonic()
+                left = deadline - self._monotonic()
                 if left <= 0:
                     err = TimeoutError(f"task {id!r} is still {task.state} after {timeout:g}s")
                     err.task = task  # type: ignore[attr-defined]

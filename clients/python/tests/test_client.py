@@ -427,21 +427,31 @@ class WaitTest(ClientTestCase):
                 self.assertEqual(self.client.wait(state.lower(), poll=1).state, state)
 
     def test_times_out(self):
-        self.client._sleep = time.sleep
+        # A fake clock that only sleeps move: the polls are counted
+        # exactly, whatever the host's load.
+        now = [100.0]
+        slept = []
+
+        def sleep(s):
+            slept.append(s)
+            now[0] += s
+
+        self.client._sleep, self.client._monotonic = sleep, lambda: now[0]
         self.stub.put_task(id="later", state="WAITING", next_run_at=NOW)
-        start = time.monotonic()
         try:
             self.client.wait("later", timeout=0.2, poll=0.05)
         except TimeoutError as exc:
             e = exc
         else:
             self.fail("no TimeoutError")
-        took = time.monotonic() - start
-        self.assertGreaterEqual(took, 0.2)
-        self.assertLess(took, 2)
+        self.assertAlmostEqual(now[0] - 100.0, 0.2)
+        self.assertTrue(all(0 < s <= 0.05 for s in slept), slept)
         self.assertEqual(str(e), "task 'later' is still WAITING after 0.2s")
         self.assertEqual((e.task.id, e.task.state), ("later", State.WAITING))
-        self.assertGreaterEqual(len(self.stub.requests), 4)
+        # A read at 0, 0.05, 0.1, 0.15 and 0.2 s (the last one after the
+        # deadline, or just before it by a rounding of the sums).
+        self.assertIn(len(self.stub.requests), (5, 6))
+        self.assertEqual(len(self.stub.requests), len(slept) + 1)
         self.assertEqual([f.name for f in traceback.extract_tb(e.__traceback__)], ["test_times_out", "wait"])
 
     def test_errors_and_arguments(self):

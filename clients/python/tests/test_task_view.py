@@ -112,6 +112,19 @@ class GetTest(unittest.TestCase):
             self.client.get("A/B")
         self.assertIn("waiting_since", str(cm.exception))
 
+    def test_wrong_types_of_older_fields(self):
+        # int({}) raised a raw TypeError out of get: now the documented
+        # ValueError of from_json, an AxError naming the request from get.
+        for bad in ({"priority": {}}, {"attempts": [1]}, {"repeats": [1]}, {"shard_index": []}):
+            with self.subTest(bad=bad):
+                with self.assertRaises(ValueError) as cm:
+                    Task.from_json(view(**bad))
+                self.assertIn("task 'a'", str(cm.exception))
+                self.answer(**bad)
+                with self.assertRaises(axsched.AxError) as cm:
+                    self.client.get("A/B")
+                self.assertIn("GET /v1/tasks/A%2FB: cannot decode answer", str(cm.exception))
+
 
 if __name__ == "__main__":
     unittest.main()
