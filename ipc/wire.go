@@ -168,10 +168,10 @@ var fieldTypes = map[string]string{
 //
 // Malformed JSON fails with ErrInvalidJSON, as does an object with the
 // same key twice (checkDuplicateKeys; keys inside the payload are the
-// user's); unknown fields, fields of later versions (cron, timezone,
-// every, repeats, until, backoff, route_key, labels) and invalid values
-// with ErrInvalid; a payload over the limit with ErrTooLarge. Messages
-// name the field.
+// user's); unknown fields and invalid values with ErrInvalid (the fields
+// of the schedule, backoff, routing, labels, retention, trace context and
+// shards are checked by spec and its helpers); a payload over the limit
+// with ErrTooLarge. Messages name the field.
 func DecodeSubmit(body []byte) (TaskSpec, error) {
 	return decodeSubmit(body, decodeStrict)
 }
