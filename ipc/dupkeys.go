@@ -44,9 +44,9 @@ import (
 // paths (scanSubmit, scanSubmitBatch) give up on a duplicate themselves
 // and come here only then.
 func checkDuplicateKeys(body []byte) error {
-	w := keyWalker{b: body}
+	w := keyWalker{scanner: scanner{b: body}}
 	w.ws()
-	if w.i >= len(w.b) || w.b[w.i] != '{' {
+	if w.p >= len(w.b) || w.b[w.p] != '{' {
 		return nil // not an object: the decoder says so
 	}
 	if dup, ok := w.object(false).(*duplicateKeyError); ok && json.Valid(body) {
@@ -60,13 +60,11 @@ func checkDuplicateKeys(body []byte) error {
 // labels).
 const dupKeysMaxDepth = 16
 
-// keyWalker walks a JSON text byte by byte: b[i] is the next byte. It
-// checks no more of the grammar than it needs to find an object's keys;
-// on bytes that are not JSON it stops with errNotJSON, and the decoder
-// then says what is wrong.
+// keyWalker walks a JSON text with the batch scanner's steps (scanner:
+// b[p] is the next byte). On bytes that are not JSON it stops with
+// errNotJSON, and the decoder then says what is wrong.
 type keyWalker struct {
-	b []byte
-	i int
+	scanner
 	// path leads to the value being walked (object keys and array
 	// indexes), for messages.
 	path []pathStep
@@ -161,101 +159,71 @@ func opaqueKey(key []byte) bool {
 	return bytes.EqualFold(key, []byte("payload")) || bytes.EqualFold(key, []byte("result"))
 }
 
-// ws skips white space.
-func (w *keyWalker) ws() {
-	for w.i < len(w.b) {
-		switch w.b[w.i] {
-		case ' ', '\t', '\n', '\r':
-			w.i++
-		default:
-			return
-		}
-	}
-}
-
 // value walks the next value (after white space); mapKeys: an object's
 // keys are a map's; look: false skips the value without checking keys
 // (the user's JSON, or nested past dupKeysMaxDepth).
 func (w *keyWalker) value(mapKeys, look bool) error {
 	w.ws()
-	if w.i >= len(w.b) {
+	if w.p >= len(w.b) {
 		return errNotJSON
 	}
-	switch c := w.b[w.i]; {
+	switch c := w.b[w.p]; {
 	case c == '{' && look && len(w.path) <= dupKeysMaxDepth:
 		return w.object(mapKeys)
 	case c == '[' && look && len(w.path) <= dupKeysMaxDepth:
 		return w.array()
 	case c == '{' || c == '[':
 		return w.skipNested()
-	case c == '"':
-		_, _, err := w.str()
-		return err
 	}
-	// A number, true, false or null: up to the next delimiter.
-	start := w.i
-	for w.i < len(w.b) {
-		switch w.b[w.i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			if w.i == start {
-				return errNotJSON
-			}
-			return nil
-		}
-		w.i++
+	if _, ok := w.scanner.value(0); !ok { // a string, number, true, false or null
+		return errNotJSON
 	}
 	return nil
 }
 
-// str reads a string at b[i] (the opening quote): its bytes between the
-// quotes, and whether they hold an escape.
-func (w *keyWalker) str() (raw []byte, escaped bool, err error) {
-	w.i++ // '"'
-	start := w.i
-	for w.i < len(w.b) {
-		switch w.b[w.i] {
-		case '"':
-			raw = w.b[start:w.i]
-			w.i++
-			return raw, escaped, nil
-		case '\\':
-			escaped = true
-			w.i += 2
-			continue
-		}
-		w.i++
-	}
-	return nil, false, errNotJSON
-}
-
-// skipNested skips an object or array at b[i] without looking at its
-// keys: strings are read as strings (a bracket inside one counts for
-// nothing), brackets counted.
+// skipNested skips an object or array at b[p] without looking at its
+// keys, at any depth (scanner.value stops at 200): strings are skipped
+// as strings (a bracket inside one counts for nothing), brackets counted;
+// the rest of the grammar is the decoder's to check.
 func (w *keyWalker) skipNested() error {
 	depth := 0
-	for w.i < len(w.b) {
-		switch w.b[w.i] {
+	for w.p < len(w.b) {
+		switch w.b[w.p] {
 		case '"':
-			if _, _, err := w.str(); err != nil {
-				return err
+			if !w.string() {
+				return errNotJSON
 			}
 			continue
 		case '{', '[':
 			depth++
 		case '}', ']':
 			if depth--; depth == 0 {
-				w.i++
+				w.p++
 				return nil
 			}
 		}
-		w.i++
+		w.p++
 	}
 	return errNotJSON
 }
 
-// object walks the object at b[i] ('{').
+// more ends a member of an object or array (close is '}' or ']'): it
+// reports whether another member follows.
+func (w *keyWalker) more(close byte) (bool, error) {
+	w.ws()
+	switch {
+	case w.lit(","):
+		return true, nil
+	case w.p < len(w.b) && w.b[w.p] == close:
+		w.p++
+		return false, nil
+	}
+	return false, errNotJSON
+}
+
+// object walks the object at b[p] ('{').
 func (w *keyWalker) object(mapKeys bool) error {
-	w.i++ // '{'
+	w.p++ // '{'
 	if w.depth == len(w.seen) {
 		w.seen = append(w.seen, keySet{})
 	}
@@ -265,25 +233,20 @@ func (w *keyWalker) object(mapKeys bool) error {
 		w.depth--
 		w.seen[d].reset()
 	}()
-	w.ws()
-	if w.i < len(w.b) && w.b[w.i] == '}' {
-		w.i++
+	if w.wsLit("}") {
 		return nil
 	}
-	for {
+	for more := true; more; {
 		w.ws()
-		if w.i >= len(w.b) || w.b[w.i] != '"' {
+		start := w.p
+		if !w.string() {
 			return errNotJSON
 		}
-		raw, escaped, err := w.str()
-		if err != nil {
-			return err
-		}
-		key := raw
-		if escaped {
+		key := w.b[start+1 : w.p-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
 			// The rare key with an escape is read as encoding/json reads it.
 			var k string
-			if json.Unmarshal(w.b[w.i-len(raw)-2:w.i], &k) != nil {
+			if json.Unmarshal(w.b[start:w.p], &k) != nil {
 				return errNotJSON
 			}
 			key = []byte(k)
@@ -291,62 +254,40 @@ func (w *keyWalker) object(mapKeys bool) error {
 		if first, dup := w.seen[d].add(key, mapKeys); dup {
 			return &duplicateKeyError{key: string(key), first: string(first), where: w.where()}
 		}
-		w.ws()
-		if w.i >= len(w.b) || w.b[w.i] != ':' {
+		if !w.wsLit(":") {
 			return errNotJSON
 		}
-		w.i++
 		w.path = append(w.path, pathStep{key: key})
-		err = w.value(bytes.EqualFold(key, []byte("labels")), !opaqueKey(key))
+		err := w.value(bytes.EqualFold(key, []byte("labels")), !opaqueKey(key))
 		w.path = w.path[:len(w.path)-1]
 		if err != nil {
 			return err
 		}
-		w.ws()
-		if w.i >= len(w.b) {
-			return errNotJSON
-		}
-		switch w.b[w.i] {
-		case ',':
-			w.i++
-		case '}':
-			w.i++
-			return nil
-		default:
-			return errNotJSON
+		if more, err = w.more('}'); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
-// array walks the array at b[i] ('[').
+// array walks the array at b[p] ('[').
 func (w *keyWalker) array() error {
-	w.i++ // '['
-	w.ws()
-	if w.i < len(w.b) && w.b[w.i] == ']' {
-		w.i++
+	w.p++ // '['
+	if w.wsLit("]") {
 		return nil
 	}
-	for i := 0; ; i++ {
+	for i, more := 0, true; more; i++ {
 		w.path = append(w.path, pathStep{index: i, isIndex: true})
 		err := w.value(false, true)
 		w.path = w.path[:len(w.path)-1]
 		if err != nil {
 			return err
 		}
-		w.ws()
-		if w.i >= len(w.b) {
-			return errNotJSON
-		}
-		switch w.b[w.i] {
-		case ',':
-			w.i++
-		case ']':
-			w.i++
-			return nil
-		default:
-			return errNotJSON
+		if more, err = w.more(']'); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
 // where names the value at w.path: tasks[0].labels.

@@ -697,22 +697,18 @@ class Task:
             except (TypeError, ValueError):
                 raise ValueError(f"task {tid!r}: {key}: invalid duration {v!r}") from None
 
-        payload: Any = None
-        if d.get("payload_base64") is not None:
-            try:
-                payload = base64.b64decode(d["payload_base64"], validate=True)
-            except (binascii.Error, ValueError, TypeError) as e:
-                raise ValueError(f"task {tid!r}: payload_base64: {e}") from None
-        elif "payload" in d:
-            payload = d["payload"]
-        result: Any = None
-        if d.get("result_base64") is not None:
-            try:
-                result = base64.b64decode(d["result_base64"], validate=True)
-            except (binascii.Error, ValueError, TypeError) as e:
-                raise ValueError(f"task {tid!r}: result_base64: {e}") from None
-        elif "result" in d:
-            result = d["result"]
+        def json_or_bytes(key: str) -> Any:
+            # key's JSON value, or the bytes of key_base64 when the
+            # sidecar sent them so (they were not JSON).
+            if d.get(key + "_base64") is not None:
+                try:
+                    return base64.b64decode(d[key + "_base64"], validate=True)
+                except (binascii.Error, ValueError, TypeError) as e:
+                    raise ValueError(f"task {tid!r}: {key}_base64: {e}") from None
+            return d.get(key)
+
+        payload = json_or_bytes("payload")
+        result = json_or_bytes("result")
         waiting_reason = d.get("waiting_reason")
         if waiting_reason is not None and not isinstance(waiting_reason, str):
             raise ValueError(f"task {tid!r}: waiting_reason: want a string, got {waiting_reason!r:.100}")
