@@ -127,6 +127,32 @@ type AttemptRecord struct {
 // sum of its parts (0 until known).
 func (r *RunRecord) LatenessNs() int64 { return r.ParkedNs + r.CommitNs + r.QueueNs + r.ConnectNs }
 
+// CommitSplitNs splits CommitNs, which runs from the run's first Fire to
+// the apply of the Fire whose attempt first reached an executor, into
+// the attempts before that one and the waits after them (retries: the
+// attempts that found the executor unavailable, or ended with no report
+// of a call, a lost node, and their waits for the next attempt), and the
+// commit of that attempt's own Fire (commit). retries is 0 when the first
+// attempt reached the executor, and when the attempt that did is no
+// longer among Attempts (dropped beyond RunAttemptsMax): then all of
+// CommitNs is commit, as before the split existed.
+//
+// It is computed when the record is read, from what every node stores
+// alike, not stored itself: nodes of different versions keep the same
+// records.
+func (r *RunRecord) CommitSplitNs() (retries, commit int64) {
+	if !r.Late || r.StartedMs == 0 {
+		return 0, r.CommitNs
+	}
+	for i := range r.Attempts {
+		if a := &r.Attempts[i]; a.StartedMs == r.StartedMs {
+			retries = min(max(0, a.FiredMs-r.FiredMs)*int64(time.Millisecond), r.CommitNs)
+			return retries, r.CommitNs - retries
+		}
+	}
+	return 0, r.CommitNs
+}
+
 // historyFire notes the first Fire of a run in t (the task after
 // fireTask; prev before it) and drops the runs beyond the bound. It
 // writes no record and reads nothing.

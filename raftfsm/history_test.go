@@ -129,6 +129,50 @@ func TestHistoryRecordsFromCommands(t *testing.T) {
 	}
 }
 
+// TestHistoryCommitSplitAfterUnavailable: a run whose first attempt found
+// the executor unavailable (no call, the attempt given back) is late by
+// the wait for the next try. The record keeps the commit from the run's
+// first Fire, as nodes of every version store it; CommitSplitNs shows the
+// attempts before the one that reached the executor apart from that
+// attempt's own commit.
+func TestHistoryCommitSplitAfterUnavailable(t *testing.T) {
+	e := newEnv(t)
+	e.apply1(1, submitCmd("a", spec("h", "{}"), 1000, 900))
+	e.apply1(2, fireCmd("a", 1, 1, "n1", 1100, 40000))
+	unavailable := completeCmd("a", 1, 1, OutcomeUnavailable, "connect: no such file", 8100, 1150)
+	unavailable.Complete.AppliedMs = 1140 // no StartedMs: no call was made
+	e.apply1(3, unavailable)
+	e.apply1(4, fireCmd("a", 1, 1, "n2", 8100, 40000))
+	e.apply1(5, deliveredCmd("a", 1, 1, OutcomeSuccess, 200, "", 8300)) // applied 8260, started 8270
+
+	r := e.runs("a")[0]
+	if r.FiredMs != 1100 || r.StartedMs != 8270 || r.CommitNs != int64(7160*time.Millisecond) {
+		t.Fatalf("run %+v", r)
+	}
+	retries, commit := r.CommitSplitNs()
+	if retries != int64(7000*time.Millisecond) || commit != int64(160*time.Millisecond) {
+		t.Fatalf("split: retries %v, commit %v; want 7s and 160ms", time.Duration(retries), time.Duration(commit))
+	}
+	if got := retries + commit + r.ParkedNs + r.QueueNs + r.ConnectNs; got != r.LatenessNs() {
+		t.Fatalf("the parts add up to %v, the lateness is %v", time.Duration(got), time.Duration(r.LatenessNs()))
+	}
+
+	// The first attempt reached the executor: nothing split off.
+	e.apply1(6, submitCmd("b", spec("h", "{}"), 1000, 900))
+	e.apply1(7, fireCmd("b", 6, 1, "n1", 1100, 40000))
+	e.apply1(8, deliveredCmd("b", 6, 1, OutcomeSuccess, 200, "", 1300))
+	rb := e.runs("b")[0]
+	if retries, commit := rb.CommitSplitNs(); retries != 0 || commit != rb.CommitNs || commit != int64(160*time.Millisecond) {
+		t.Fatalf("b split: retries %v, commit %v (record %v)", time.Duration(retries), time.Duration(commit), time.Duration(rb.CommitNs))
+	}
+	// The attempt that reached it no longer on record (dropped): all of it
+	// stays commit, as before the split.
+	r.Attempts = r.Attempts[:1]
+	if retries, commit := r.CommitSplitNs(); retries != 0 || commit != r.CommitNs {
+		t.Fatalf("without the started attempt: retries %v, commit %v", time.Duration(retries), time.Duration(commit))
+	}
+}
+
 // TestHistoryRecurringAndBound: each run of a recurring task has its
 // record; the Fire's bound keeps the newest; a failed attempt stays on
 // record after later runs succeed; history off keeps none.

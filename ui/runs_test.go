@@ -33,6 +33,7 @@ func historyRuns(n int) []axapi.Run {
 			failed.Outcome, failed.HTTPStatus, failed.Error, failed.Node = "retryable", 500, "http 500: <b>boom</b>", "n3"
 			ok.Attempt = 2
 			r.Attempts = append(r.Attempts, failed)
+			r.Lateness = &axapi.Lateness{TotalMs: 1041.2, ParkedMs: 38, RetriesMs: 1000, CommitMs: 2, QueueMs: 0.8, ConnectMs: 0.4}
 		case 1:
 			r.Result = nil
 			r.ResultBase64 = base64.StdEncoding.EncodeToString([]byte(strings.Repeat("x", 6000)))
@@ -98,8 +99,10 @@ func TestPages_TaskRunHistory(t *testing.T) {
 	}
 	mustContain(t, "older page", body,
 		`<a href="/tasks/report%7Cdaily" id="runs-newest">`,
-		// Run 2's failed attempt, then its success; the error escaped.
+		// Run 2's failed attempt, then its success; the error escaped;
+		// its lateness names the retries (run 12's does not).
 		"2 attempts",
+		"lateness <b>1041.2 ms</b> = parked 38.0 + retries 1000.0 + commit 2.0 + queue 0.8 + connect 0.4",
 		`<tr data-attempt="1"><td>1</td><td>n3</td>`, `<span class="tag bad">retryable</span></td><td>500</td><td class="err">http 500: &lt;b&gt;boom&lt;/b&gt;</td>`,
 		`<tr data-attempt="2"><td>2</td><td>n2</td>`,
 		// Run 1's base64 result, cut by the node and by the page.

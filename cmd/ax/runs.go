@@ -105,7 +105,8 @@ func fmtMs(ms float64) string {
 	return (time.Duration(ms * float64(time.Millisecond))).Round(time.Millisecond).String()
 }
 
-// latenessText is "total (parked P [reason], commit C, queue Q, connect N)".
+// latenessText is "total = parked P [reason] [+ retries R] + commit C +
+// queue Q + connect N" (retries only when there were any).
 func latenessText(l *axapi.Lateness) string {
 	if l == nil {
 		return "-"
@@ -113,6 +114,9 @@ func latenessText(l *axapi.Lateness) string {
 	parked := fmtMs(l.ParkedMs)
 	if l.ParkedReason != "" {
 		parked += " " + l.ParkedReason
+	}
+	if l.RetriesMs > 0 {
+		parked += " + retries " + fmtMs(l.RetriesMs)
 	}
 	return fmt.Sprintf("%s = parked %s + commit %s + queue %s + connect %s",
 		fmtMs(l.TotalMs), parked, fmtMs(l.CommitMs), fmtMs(l.QueueMs), fmtMs(l.ConnectMs))

@@ -104,3 +104,16 @@ func TestRunsTableAndOneRun(t *testing.T) {
 		t.Errorf("bad RUN: exit %d, want 2", code)
 	}
 }
+
+// latenessText names the retries only when a run had any: the time in
+// attempts that never reached the executor is not Raft's commit.
+func TestLatenessTextRetries(t *testing.T) {
+	l := &axapi.Lateness{TotalMs: 7162.5, ParkedMs: 0.5, RetriesMs: 7000, CommitMs: 160, QueueMs: 1, ConnectMs: 1}
+	if got, want := latenessText(l), "7.163s = parked 0.5ms + retries 7s + commit 160ms + queue 1ms + connect 1ms"; got != want {
+		t.Errorf("latenessText = %q, want %q", got, want)
+	}
+	l.RetriesMs, l.CommitMs = 0, 7160
+	if got := latenessText(l); strings.Contains(got, "retries") {
+		t.Errorf("latenessText = %q: retries without any", got)
+	}
+}

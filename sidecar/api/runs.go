@@ -99,9 +99,10 @@ func RunView(t *raftfsm.Task, r *raftfsm.RunRecord) ipc.Run {
 		v.TraceID = hex.EncodeToString(traceID[:])
 	}
 	if r.Late {
+		retries, commit := r.CommitSplitNs()
 		v.Lateness = &ipc.Lateness{
 			TotalMs: nsToMs(r.LatenessNs()), ParkedMs: nsToMs(r.ParkedNs), ParkedReason: r.ParkedReason,
-			CommitMs: nsToMs(r.CommitNs), QueueMs: nsToMs(r.QueueNs), ConnectMs: nsToMs(r.ConnectNs),
+			RetriesMs: nsToMs(retries), CommitMs: nsToMs(commit), QueueMs: nsToMs(r.QueueNs), ConnectMs: nsToMs(r.ConnectNs),
 		}
 	}
 	for _, a := range r.Attempts {

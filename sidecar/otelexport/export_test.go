@@ -121,7 +121,7 @@ func TestRunSpans(t *testing.T) {
 	}
 	want := map[string]any{"ax.task.id": "t1", "ax.handler": "mail", "ax.run": int64(3), "ax.state": "SUCCESS", "ax.attempts": int64(2),
 		"ax.node": "n2", "ax.parked_reason": "handler_limit", "ax.lateness.total_ms": 116.0, "ax.lateness.parked_ms": 100.0,
-		"ax.lateness.commit_ms": 5.0, "ax.lateness.queue_ms": 10.0, "ax.lateness.connect_ms": 1.0}
+		"ax.lateness.retries_ms": 0.0, "ax.lateness.commit_ms": 5.0, "ax.lateness.queue_ms": 10.0, "ax.lateness.connect_ms": 1.0}
 	for k, v := range want {
 		if r.Attrs[k] != v {
 			t.Errorf("run span %s = %v (%T), want %v", k, r.Attrs[k], r.Attrs[k], v)
@@ -359,4 +359,34 @@ func BenchmarkSpans(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = e.Shutdown(ctx)
+}
+
+// A run whose first attempt found the executor unavailable: the time
+// until the attempt that reached it is retries, not commit, in the run
+// span's attributes and in its commit child (which starts at that
+// attempt's Fire).
+func TestRunSpansRetriesApartFromCommit(t *testing.T) {
+	r := &raftfsm.RunRecord{
+		Run: 1, State: raftfsm.StateSuccess, DueMs: at(0), FiredMs: at(100 * time.Millisecond),
+		StartedMs: at(1115 * time.Millisecond), FinishedMs: at(1200 * time.Millisecond),
+		Late: true, ParkedNs: int64(100 * time.Millisecond), CommitNs: int64(1005 * time.Millisecond), QueueNs: int64(10 * time.Millisecond),
+		Attempts: []raftfsm.AttemptRecord{
+			{Attempt: 1, Node: "n1", FiredMs: at(100 * time.Millisecond), EndedMs: at(101 * time.Millisecond), Outcome: raftfsm.OutcomeUnavailable},
+			{Attempt: 1, Node: "n1", Executor: "app", FiredMs: at(1100 * time.Millisecond), StartedMs: at(1115 * time.Millisecond), EndedMs: at(1190 * time.Millisecond), Outcome: raftfsm.OutcomeSuccess, HTTPStatus: 200},
+		},
+	}
+	spans, _ := export(t, store{"t1/1": r}, false, raftfsm.Event{Type: raftfsm.CmdComplete, Task: task("t1", tp), RunEnded: 1, EndedBy: "n2"})
+	m := byName(spans)
+	run := m["ax.run mail"]
+	if len(run) != 1 {
+		t.Fatalf("run spans %+v", m)
+	}
+	for k, v := range map[string]float64{"ax.lateness.total_ms": 1115, "ax.lateness.retries_ms": 1000, "ax.lateness.commit_ms": 5} {
+		if run[0].Attrs[k] != v {
+			t.Errorf("run span %s = %v, want %v", k, run[0].Attrs[k], v)
+		}
+	}
+	if c := m["commit"]; len(c) != 1 || !c[0].Start.Equal(due.Add(1100*time.Millisecond)) || !c[0].End.Equal(due.Add(1105*time.Millisecond)) {
+		t.Errorf("commit span %+v, want 1.1 s → 1.105 s after due", c)
+	}
 }

@@ -129,10 +129,12 @@ func (e *Exporter) Spans(id, handler, traceParent, traceState string, r *raftfsm
 		attribute.String("ax.fired_at", ms(r.FiredMs).UTC().Format(time.RFC3339Nano)),
 	}
 	if r.Late {
+		retries, commit := r.CommitSplitNs()
 		attrs = append(attrs,
 			attribute.Float64("ax.lateness.total_ms", nsMs(r.LatenessNs())),
 			attribute.Float64("ax.lateness.parked_ms", nsMs(r.ParkedNs)),
-			attribute.Float64("ax.lateness.commit_ms", nsMs(r.CommitNs)),
+			attribute.Float64("ax.lateness.retries_ms", nsMs(retries)),
+			attribute.Float64("ax.lateness.commit_ms", nsMs(commit)),
 			attribute.Float64("ax.lateness.queue_ms", nsMs(r.QueueNs)),
 			attribute.Float64("ax.lateness.connect_ms", nsMs(r.ConnectNs)))
 	}
@@ -169,9 +171,12 @@ func (e *Exporter) Spans(id, handler, traceParent, traceState string, r *raftfsm
 				break
 			}
 		}
+		// The commit is that attempt's Fire's: the attempts before it
+		// (and their waits) have spans of their own.
 		fired := ms(r.FiredMs)
+		retries, _ := r.CommitSplitNs()
 		applied := fired.Add(time.Duration(r.CommitNs))
-		child(CommitSpanName, "commit", fired, applied, attribute.String("ax.node", first))
+		child(CommitSpanName, "commit", fired.Add(time.Duration(retries)), applied, attribute.String("ax.node", first))
 		child(QueueSpanName, "queue", applied, applied.Add(time.Duration(r.QueueNs)), attribute.String("ax.node", first))
 	}
 	for i := range r.Attempts {

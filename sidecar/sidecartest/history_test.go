@@ -84,7 +84,7 @@ func TestRunHistory(t *testing.T) {
 		}
 		if r.Lateness == nil {
 			t.Errorf("run %d: no lateness", r.Run)
-		} else if lt := r.Lateness; lt.TotalMs < 0 || lt.ParkedMs+lt.CommitMs+lt.QueueMs+lt.ConnectMs-lt.TotalMs > 0.01 {
+		} else if lt := r.Lateness; lt.TotalMs < 0 || lt.ParkedMs+lt.RetriesMs+lt.CommitMs+lt.QueueMs+lt.ConnectMs-lt.TotalMs > 0.01 {
 			t.Errorf("run %d: lateness parts do not add up: %+v", r.Run, lt)
 		} else if gap := float64(r.StartedAt.Sub(r.DueAt)) / 1e6; math.Abs(lt.TotalMs-lt.ConnectMs-gap) > 1 {
 			// The parts are measured apart (the leader's fire time, the

@@ -81,8 +81,14 @@ type Lateness struct {
 	// or its timer was late.
 	ParkedMs     float64 `json:"parked_ms"`
 	ParkedReason string  `json:"parked_reason,omitempty"`
+	// RetriesMs: the run's attempts before the first that reached an
+	// executor, and the waits after them: attempts that found it
+	// unavailable (no connection) or ended with no report of a call (a
+	// lost node). 0 when the first attempt reached it.
+	RetriesMs float64 `json:"retries_ms"`
 	// CommitMs: from the Fire's time to its commit and apply on the
-	// delivering node (clocks of two nodes: skew shows here).
+	// delivering node (clocks of two nodes: skew shows here); the Fire of
+	// the attempt that first reached the executor.
 	CommitMs float64 `json:"commit_ms"`
 	// QueueMs: waiting on the node for a slot of the executor.
 	QueueMs float64 `json:"queue_ms"`
