@@ -30,6 +30,7 @@ func newDelivery(n *Node) *nodeDelivery {
 		RetryClock: n.retryClock,
 		Log:        n.log,
 		Metrics:    deliveryMetrics(n.metrics),
+		Pauses:     &n.pauses,
 	})}
 }
 

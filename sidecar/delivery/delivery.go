@@ -39,6 +39,7 @@ type Delivery struct {
 	retry    engine.Clock // Deps.RetryClock
 	log      zerolog.Logger
 	m        *Metrics
+	pauses   Pauses // nil: none
 	caller   *callback.Caller
 	reports  *reportBatcher
 
@@ -100,6 +101,10 @@ type attemptRun struct {
 	// (for its due time, a slot, a probe): it also ends when the node
 	// begins to drain (drain.go).
 	wait context.Context
+	// paused is set when a pause of the attempt's task applies here
+	// before its callback started (OnEvent); pausedBack when the attempt
+	// was found paused and is to be handed back (pausedNow).
+	paused, pausedBack atomic.Bool
 }
 
 // waitCtx returns the context r waits in: r.wait, or ctx when it has none
@@ -133,6 +138,7 @@ func New(deps Deps) *Delivery {
 	}
 	d := &Delivery{
 		cfg: deps.Config, ctx: ctx, proposer: deps.Proposer, store: deps.Store, clock: clock, retry: retry, log: deps.Log, m: deps.Metrics,
+		pauses:  deps.Pauses,
 		caller:  callback.NewCaller(callback.CallerOptions{MaxIdleConnsPerExecutor: idle, Clock: clock}),
 		running: map[string]*attemptRun{}, slots: map[string]*slot{}, queued: map[string]int{}, down: map[string]downState{},
 	}
@@ -168,6 +174,16 @@ func (d *Delivery) OnEvent(ev *raftfsm.Event) {
 	}
 	t := ev.Task
 	if t == nil {
+		return
+	}
+	if ev.Type == raftfsm.CmdPause && ev.Pause != nil && ev.Pause.Paused {
+		// The attempt waiting here (its due time, a slot, a probe) does
+		// not start: pausedNow hands it back.
+		d.mu.Lock()
+		if r := d.running[t.ID]; r != nil && r.epoch == t.Epoch && r.attempt == t.Attempts {
+			r.paused.Store(true)
+		}
+		d.mu.Unlock()
 		return
 	}
 	self := d.cfg.NodeID
@@ -484,6 +500,12 @@ func (d *Delivery) deliver(ctx context.Context, t *raftfsm.Task, r *attemptRun, 
 		sl.grant()
 		return st.outcome(x, d.clock.Now()), true, false
 	}
+	if d.pausedNow(ctx, t, r) {
+		// Paused while it waited for the slot: the slot goes to the next.
+		tok.Done(engine.LimitDropped, 0)
+		sl.grant()
+		return callback.Outcome{}, false, false
+	}
 	start := d.clock.Now()
 	r.callStart, r.execName = start, x.Name
 	if r.startMs.Swap(start.UnixMilli()) == 0 {
@@ -769,6 +791,25 @@ func (d *Delivery) Backlog() [engine.Priorities]int {
 	return out
 }
 
+// pausedNow reports whether attempt r of t must not start because its
+// task or its handler is paused, as this node knows once it has handed on
+// the pause events it applied before (Pauses.Await); it then marks r to
+// be handed back (pausedBack). The leader holds a paused run back before
+// its Fire; this catches the pauses that apply after it, while the
+// attempt waits here for its due time (the Fire goes FireLead early) or a
+// slot. Without Deps.Pauses it reports false.
+func (d *Delivery) pausedNow(ctx context.Context, t *raftfsm.Task, r *attemptRun) bool {
+	if d.pauses == nil {
+		return false
+	}
+	d.pauses.Await(ctx)
+	if r.paused.Load() || d.pauses.Paused(t.Spec.Handler) {
+		r.pausedBack.Store(true)
+		return true
+	}
+	return false
+}
+
 func (d *Delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 	// The attempt's fields go on each event rather than into a sub-logger:
 	// zerolog's Logger.With allocates a 500-byte context per call, about
@@ -809,6 +850,10 @@ func (d *Delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 				return
 			}
 		}
+		if d.pausedNow(ctx, t, r) {
+			d.handBack(t, r)
+			return
+		}
 		if sh := t.Spec.Shards; sh != nil && !sh.Ask {
 			// Count mode: the run's first step needs no callback; its
 			// Complete starts the shards.
@@ -820,8 +865,8 @@ func (d *Delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 		}
 		var ok bool
 		if out, ok = d.deliverAvailable(ctx, t, r, xs, log); !ok {
-			if ctx.Err() == nil && r.waitCtx(ctx).Err() != nil {
-				d.handBack(t, r) // draining before its callback started
+			if ctx.Err() == nil && (r.pausedBack.Load() || r.waitCtx(ctx).Err() != nil) {
+				d.handBack(t, r) // paused, or draining, before its callback started
 			}
 			return
 		}

@@ -28,6 +28,15 @@ type Store interface {
 	Running(fn func(*raftfsm.Task) bool) error
 }
 
+// Pauses is what delivery asks of the node's pause state
+// (scheduler.Pauses): whether a handler is paused, and a wait for the
+// pause events this node has applied but not yet handed to delivery's
+// OnEvent (a task's pause reaches its attempt there).
+type Pauses interface {
+	Paused(handler string) bool
+	Await(ctx context.Context) bool
+}
+
 // Config is delivery's part of the node's configuration.
 type Config struct {
 	// NodeID is this node's id: the attempts whose Fire names it run here.
@@ -130,4 +139,7 @@ type Deps struct {
 	RetryClock engine.Clock
 	Log        zerolog.Logger
 	Metrics    *Metrics
+	// Pauses is the node's pause state; nil: nothing is ever paused here
+	// (the leader still holds paused runs back).
+	Pauses Pauses
 }

@@ -16,7 +16,7 @@
 // It imports engine (limiter, ready queue, clock), raftfsm (commands,
 // tasks, node records), callback, prometheus and zerolog. It must not
 // import sidecar or the other parts of the node: what it needs from them
-// it asks through the interfaces of deps.go (Proposer, Store), given in
+// it asks through the interfaces of deps.go (Proposer, Store, Pauses), given in
 // Deps by the node (sidecar/wire_delivery.go). Time comes only from
 // Deps.Clock (which the callbacks' deadlines follow too), except the
 // pause between tries of an outcome report that no leader took, which is

@@ -44,9 +44,13 @@ func (d *Delivery) waitContext(ctx context.Context) (context.Context, func()) {
 // if that has passed.
 func (d *Delivery) handBack(t *raftfsm.Task, r *attemptRun) {
 	d.m.attempt(t.Spec.Handler, "unavailable", 0)
+	why := "node " + d.cfg.NodeID + " is stopping"
+	if r.pausedBack.Load() {
+		why = "paused before its callback started on node " + d.cfg.NodeID
+	}
 	d.report(&raftfsm.Complete{
 		ID: t.ID, Epoch: r.epoch, Attempt: r.attempt, Outcome: raftfsm.OutcomeUnavailable,
-		RetryDueMs: max(t.FiredMs, t.DueMs, 1), Error: "node " + d.cfg.NodeID + " is stopping",
+		RetryDueMs: max(t.FiredMs, t.DueMs, 1), Error: why,
 	}, t)
 }
 

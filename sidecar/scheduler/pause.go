@@ -84,6 +84,11 @@ func (c *Pauses) Handled(evs []raftfsm.Event) {
 	c.mu.Unlock()
 }
 
+// Await is await with its usual limit (a second): delivery calls it
+// before it starts a callback, so that a pause this node applied before
+// is seen (delivery.Pauses).
+func (c *Pauses) Await(ctx context.Context) bool { return c.await(ctx, pauseAwaitLimit) }
+
 // await returns once every pause event queued before the call is
 // handled, ctx ends, or limit passes (false then).
 func (c *Pauses) await(ctx context.Context, limit time.Duration) bool {

@@ -1,0 +1,133 @@
+package delivery
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/raftfsm"
+)
+
+// fakePauses is the node's pause state as delivery sees it: paused
+// handlers, and an Await that has nothing to wait for (the test hands
+// the pause events to OnEvent itself).
+type fakePauses struct {
+	mu       sync.Mutex
+	handlers map[string]bool
+	awaits   atomic.Int64
+}
+
+func (p *fakePauses) Paused(h string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.handlers[h]
+}
+
+func (p *fakePauses) Await(context.Context) bool { p.awaits.Add(1); return true }
+
+func (p *fakePauses) pause(h string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.handlers == nil {
+		p.handlers = map[string]bool{}
+	}
+	p.handlers[h] = true
+}
+
+// pauseTaskEvent is the event of task id's pause as the FSM sends it:
+// the task (its attempt 1 assigned here) with Paused set.
+func pauseTaskEvent(id string) *raftfsm.Event {
+	return &raftfsm.Event{Type: raftfsm.CmdPause, Pause: &raftfsm.Pause{ID: id, Paused: true},
+		Task: &raftfsm.Task{ID: id, Epoch: 1, Attempts: 1, State: raftfsm.StateRunning, Node: "n1", Paused: true, Spec: raftfsm.Spec{Handler: "h"}}}
+}
+
+// wantHandedBackPaused checks the next proposal: attempt 1 of id given
+// back (unavailable: not an attempt), due again at once, saying why.
+func (e *runEnv) wantHandedBackPaused(id string, dueMs int64) {
+	e.t.Helper()
+	cmds := e.p.next(e.t)
+	if len(cmds) != 1 || cmds[0].Complete == nil {
+		e.t.Fatalf("proposed %+v, want a Complete", cmds)
+	}
+	c := cmds[0].Complete
+	if c.ID != id || c.Attempt != 1 || c.Outcome != raftfsm.OutcomeUnavailable || c.RetryDueMs != dueMs || !strings.Contains(c.Error, "paused") || c.StartedMs != 0 {
+		e.t.Fatalf("handed back %+v, want %s's attempt 1 unavailable, due at %d, paused, no call start", c, id, dueMs)
+	}
+}
+
+// The leader fires a run FireLead before its due time and the node holds
+// it until then: a pause of its task, or of its handler, that applies
+// here meanwhile hands it back instead of calling the executor (the
+// leader then holds it as paused). Before, the held run started at its
+// due time although its pause had been answered.
+func TestDeliveryPauseDuringTheHoldHandsBack(t *testing.T) {
+	for _, what := range []string{"task", "handler"} {
+		t.Run(what, func(t *testing.T) {
+			var calls atomic.Int64
+			x := executorAt(t, 4, func(http.ResponseWriter, *http.Request) { calls.Add(1) })
+			clock := engine.NewFakeClock(time.Now())
+			e := newRunEnv(t, clock, Config{Concurrency: 10, MinConcurrency: 4}, x)
+			p := &fakePauses{}
+			e.d.pauses = p
+			due := clock.Now().Add(50 * time.Millisecond)
+			e.fire("t", due, due.Add(time.Hour))
+			clock.BlockUntil(1) // held until its due time
+			if what == "task" {
+				e.d.OnEvent(pauseTaskEvent("t"))
+			} else {
+				p.pause("h")
+			}
+			clock.Advance(50 * time.Millisecond)
+			e.wantHandedBackPaused("t", due.UnixMilli())
+			if n := calls.Load(); n != 0 {
+				t.Fatalf("the executor was called %d times", n)
+			}
+			if p.awaits.Load() == 0 {
+				t.Fatal("the pause events applied here were not waited for")
+			}
+		})
+	}
+}
+
+// An attempt waiting for a slot of its executor does not start once its
+// handler's or its task's pause applies here: the slot goes to the next
+// attempt, and this one goes back to the leader.
+func TestDeliveryPauseWhileWaitingForASlotHandsBack(t *testing.T) {
+	for _, what := range []string{"task", "handler"} {
+		t.Run(what, func(t *testing.T) {
+			release := make(chan struct{})
+			var calls atomic.Int64
+			x := executorAt(t, 1, func(http.ResponseWriter, *http.Request) {
+				calls.Add(1)
+				<-release
+			})
+			e := newRunEnv(t, engine.RealClock(), Config{Concurrency: 1, MinConcurrency: 1}, x)
+			p := &fakePauses{}
+			e.d.pauses = p
+			now := time.Now()
+			e.fire("first", now, now.Add(time.Hour))
+			waitUntil(t, "the first callback", func() bool { return calls.Load() == 1 })
+			e.fire("t", now, now.Add(time.Hour))
+			waitUntil(t, "the second attempt to wait for the slot", func() bool { return e.d.QueuedByHandler()["h"] == 1 })
+			if what == "task" {
+				e.d.OnEvent(pauseTaskEvent("t"))
+			} else {
+				p.pause("h")
+			}
+			close(release)
+			first := e.p.next(t)
+			if len(first) != 1 || first[0].Complete == nil || first[0].Complete.ID != "first" || first[0].Complete.Outcome != raftfsm.OutcomeSuccess {
+				t.Fatalf("proposed %+v, want first's success", first)
+			}
+			e.wantHandedBackPaused("t", now.UnixMilli())
+			if n := calls.Load(); n != 1 {
+				t.Fatalf("the executor was called %d times, want once (the first attempt)", n)
+			}
+		})
+	}
+}
