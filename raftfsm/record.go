@@ -253,6 +253,24 @@ func (n *Node) Runs(handler string) bool {
 	return n.ExecutorFor(handler) != nil
 }
 
+// Rank is how well executor e matches handler: 3 for a pattern equal to
+// it, 2 for a prefix pattern ("order.*"), 1 for "*", 0 when none of its
+// patterns matches (its best pattern counts).
+func (e *Executor) Rank(handler string) int {
+	best := 0
+	for _, h := range e.Handlers {
+		switch {
+		case h == handler:
+			return 3
+		case h != "*" && MatchHandler(h, handler):
+			best = max(best, 2)
+		case h == "*":
+			best = max(best, 1)
+		}
+	}
+	return best
+}
+
 // ExecutorsFor returns the executors of n that run handler, best first:
 // an exact match before a prefix pattern before "*" (registration order
 // within a rank).
@@ -260,21 +278,8 @@ func (n *Node) ExecutorsFor(handler string) []*Executor {
 	var ranked [4][]*Executor
 	for i := range n.Executors {
 		e := &n.Executors[i]
-		best := 0
-		for _, h := range e.Handlers {
-			rank := 0
-			switch {
-			case h == handler:
-				rank = 3
-			case h != "*" && MatchHandler(h, handler):
-				rank = 2
-			case h == "*":
-				rank = 1
-			}
-			best = max(best, rank)
-		}
-		if best > 0 {
-			ranked[best] = append(ranked[best], e)
+		if r := e.Rank(handler); r > 0 {
+			ranked[r] = append(ranked[r], e)
 		}
 	}
 	return append(append(ranked[3], ranked[2]...), ranked[1]...)
@@ -287,19 +292,8 @@ func (n *Node) ExecutorFor(handler string) *Executor {
 	bestRank := 0
 	for i := range n.Executors {
 		e := &n.Executors[i]
-		for _, h := range e.Handlers {
-			rank := 0
-			switch {
-			case h == handler:
-				rank = 3
-			case h != "*" && MatchHandler(h, handler):
-				rank = 2
-			case h == "*":
-				rank = 1
-			}
-			if rank > bestRank {
-				best, bestRank = e, rank
-			}
+		if r := e.Rank(handler); r > bestRank {
+			best, bestRank = e, r
 		}
 	}
 	return best

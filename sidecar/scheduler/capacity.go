@@ -54,9 +54,9 @@ func (l *Scheduler) placeLocked(nodes []raftfsm.Node, handler, avoid, routeKey s
 	return l.pickLocked(free, handler, avoid, routeKey, now), "", time.Time{}
 }
 
-// nodeCapacity returns, for node nd and handler, the attempts its
-// executors for handler can hold (capH) and hold now (usedH: in flight
-// and queued for a slot), the same for all its executors (capAll,
+// nodeCapacity returns, for node nd and handler, the attempts the
+// executor handler's attempts go to there can hold (capH) and holds now
+// (usedH: in flight and queued for a slot), the same for all its executors (capAll,
 // usedAll), whether one of handler's is available, and else when the
 // first may be again. The leader's own node is read directly (at the
 // start of the drain); others from their last load report (an executor
@@ -71,6 +71,13 @@ func (l *Scheduler) nodeCapacity(nd *raftfsm.Node, handler string, nowMs int64) 
 	} else {
 		loads = l.execLoads[nd.ID]
 	}
+	// handler's attempts go to one executor there: the best match that is
+	// not down (delivery.executorsFor: an exact match before a prefix
+	// before "*", in registration order; another only while that one is
+	// down), so its room alone is handler's, not the sum of every
+	// executor that matches: that sent a handler's runs to the node's
+	// queue for its exact executor's slots, counted on its "*" one.
+	bestRank := 0
 	for i := range nd.Executors {
 		x := &nd.Executors[i]
 		var el *ExecutorLoad
@@ -80,9 +87,9 @@ func (l *Scheduler) nodeCapacity(nd *raftfsm.Node, handler string, nowMs int64) 
 				break
 			}
 		}
-		runs := x.Runs(handler)
+		rank := x.Rank(handler)
 		if el != nil && el.DownUntilMs > nowMs {
-			if runs {
+			if rank > 0 {
 				if u := time.UnixMilli(el.DownUntilMs); downUntil.IsZero() || u.Before(downUntil) {
 					downUntil = u
 				}
@@ -95,10 +102,8 @@ func (l *Scheduler) nodeCapacity(nd *raftfsm.Node, handler string, nowMs int64) 
 		}
 		capAll += c
 		usedAll += u
-		if runs {
-			capH += c
-			usedH += u
-			up = true
+		if rank > bestRank {
+			bestRank, capH, usedH, up = rank, c, u, true
 		}
 	}
 	return capH, capAll, usedH, usedAll, up, downUntil

@@ -476,3 +476,36 @@ func TestFireTakesTheTaskFromItsLastEvent(t *testing.T) {
 		t.Fatalf("later: %d copy reads, fired %v; want it read from the store and fired", e.l.copyReads.Load(), e.fired)
 	}
 }
+
+// A handler's attempts on a node go to its best executor there (an exact
+// match before "*", as delivery picks it), so only that executor's room
+// counts for it: before, a "*" executor's room was added, and a handler's
+// runs piled up in the node's queue for its exact executor's slots
+// (where a pause could no longer hold them). The "*" executor takes them
+// only while the exact one is down.
+func TestCapacityIsTheDeliveringExecutors(t *testing.T) {
+	e := newParkEnv(t)
+	for _, x := range []raftfsm.Executor{
+		{Name: "x-b", Handlers: []string{"h"}, URL: "http://x", MaxConcurrency: 2},
+		{Name: "all-b", Handlers: []string{"*"}, URL: "http://all", MaxConcurrency: 100},
+	} {
+		e.apply(raftfsm.Command{Type: raftfsm.CmdExecutor, Executor: &raftfsm.ExecutorChange{Node: "b", Executor: x}})
+	}
+	report := func(downUntil int64) {
+		e.l.Report(Report{ID: "b", Executors: []ExecutorLoad{
+			{Name: "x-b", Handlers: []string{"h"}, Limit: 1, DownUntilMs: downUntil},
+			{Name: "all-b", Handlers: []string{"*"}, Limit: 100},
+		}})
+	}
+	report(0)
+	e.due(2, ids("c", 10)...)
+	if len(e.fired) != 3 {
+		t.Fatalf("fired %d, want the exact executor's limit 1 + queue 2 (not the \"*\" executor's 200 more)", len(e.fired))
+	}
+	e.wantParked(map[string]int{ReasonExecutorBusy: 7})
+	report(time.Now().Add(time.Hour).UnixMilli()) // the exact one down: "*" takes them
+	e.dispatch()
+	if len(e.fired) != 10 {
+		t.Fatalf("fired %d with the exact executor down, want all 10 on the \"*\" one", len(e.fired))
+	}
+}
