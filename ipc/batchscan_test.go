@@ -45,7 +45,7 @@ var scannedBodies = []string{
 	`{"tasks":[{"handler":"h","every":"1m","repeats":-0}]}`,
 	`{"tasks":[{"handler":"h","payload":{"a":[1,-2.5e+3,true,false,null,"x\"\\\/\b\f\n\r\t\u00e9",{}],"b":[]}}]}`,
 	`{"tasks":[{"handler":"h","payload":"\u00e9 é"},{"handler":"h","payload":0},{"handler":"h","payload":[ ]},{"handler":"h","payload":-0.5E-2}]}`,
-	`{"tasks":[{"handler":"h","payload":"` + "\xff\xfe" + `"}]}`, // invalid UTF-8 in a payload: kept as sent, like encoding/json
+	`{"tasks":[{"handler":"h","payload":"` + "\xff\xfe" + `"}]}`, // invalid UTF-8 in a payload: read like encoding/json, refused by checkUTF8
 	string(batchBody(1000, `{"n":1}`)),
 }
 
@@ -136,6 +136,7 @@ func TestDecodeSubmitBatchAnswersAsJSON(t *testing.T) {
 	for i, body := range bodies {
 		got, err1 := DecodeSubmitBatch([]byte(body))
 		want, err2 := decodeSubmitBatchJSON([]byte(body))
+		checkUTF8([]byte(body), &want, &err2, hintPayload) // as DecodeSubmitBatch does after either path
 		for j := range min(len(got), len(want)) {
 			if len(got[j].ID) == 32 && len(want[j].ID) == 32 && got[j].ID != want[j].ID {
 				got[j].ID, want[j].ID = "", "" // both made by NewID
