@@ -45,7 +45,6 @@ var scannedBodies = []string{
 	`{"tasks":[{"handler":"h","every":"1m","repeats":-0}]}`,
 	`{"tasks":[{"handler":"h","payload":{"a":[1,-2.5e+3,true,false,null,"x\"\\\/\b\f\n\r\t\u00e9",{}],"b":[]}}]}`,
 	`{"tasks":[{"handler":"h","payload":"\u00e9 é"},{"handler":"h","payload":0},{"handler":"h","payload":[ ]},{"handler":"h","payload":-0.5E-2}]}`,
-	`{"tasks":[{"handler":"h","payload":"` + "\xff\xfe" + `"}]}`, // invalid UTF-8 in a payload: read like encoding/json, refused by checkUTF8
 	string(batchBody(1000, `{"n":1}`)),
 }
 
@@ -73,6 +72,8 @@ var jsonBodies = []string{
 	`{"tasks":[{"id":"é","handler":"h"}]}`,                        // non-ASCII
 	`{"tasks":[{"id":"` + "\xff" + `","handler":"h"}]}`,           // invalid UTF-8: refused by spec
 	`{"tasks":[{"id":null,"handler":"h"}]}`,                       // null
+	`{"tasks":[{"handler":"h","payload":"` + "\xff\xfe" + `"}]}`,  // invalid UTF-8 in a payload: refused by checkUTF8
+	`{"tasks":[{"handler":"h","payload":{"` + "\xc3" + `":1}}]}`,  // a cut sequence in a payload's key
 	`{"tasks":[{"handler":"h","payload":null}]}`,                  // null payload
 	`{"tasks":[{"handler":"h","labels":{"a":"b"}}]}`,              // an object field
 	`{"tasks":[{"handler":"h","backoff":{"initial":"1s"}}]}`,      // an object field
@@ -136,7 +137,6 @@ func TestDecodeSubmitBatchAnswersAsJSON(t *testing.T) {
 	for i, body := range bodies {
 		got, err1 := DecodeSubmitBatch([]byte(body))
 		want, err2 := decodeSubmitBatchJSON([]byte(body))
-		checkUTF8([]byte(body), &want, &err2, hintPayload) // as DecodeSubmitBatch does after either path
 		for j := range min(len(got), len(want)) {
 			if len(got[j].ID) == 32 && len(want[j].ID) == 32 && got[j].ID != want[j].ID {
 				got[j].ID, want[j].ID = "", "" // both made by NewID

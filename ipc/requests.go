@@ -25,9 +25,8 @@ import (
 // A body of the usual shape is read in one pass (scanSubmitBatch); any
 // other goes through encoding/json, with the same results and errors. A
 // body that is not valid UTF-8 is ErrInvalidJSON (checkUTF8).
-func DecodeSubmitBatch(body []byte) (specs []TaskSpec, err error) {
-	defer checkUTF8(body, &specs, &err, hintPayload)
-	if reqs, ok := scanSubmitBatch(body); ok {
+func DecodeSubmitBatch(body []byte) ([]TaskSpec, error) {
+	if reqs, ok := scanSubmitBatch(body); ok { // valid UTF-8: the scanner reads no other
 		specs := make([]TaskSpec, len(reqs))
 		for i := range reqs {
 			spec, err := reqs[i].spec()
@@ -42,7 +41,8 @@ func DecodeSubmitBatch(body []byte) (specs []TaskSpec, err error) {
 }
 
 // decodeSubmitBatchJSON is DecodeSubmitBatch through encoding/json.
-func decodeSubmitBatchJSON(body []byte) ([]TaskSpec, error) {
+func decodeSubmitBatchJSON(body []byte) (specs []TaskSpec, err error) {
+	defer checkUTF8(body, &specs, &err, hintPayload)
 	var req struct {
 		Tasks []json.RawMessage `json:"tasks"`
 	}
@@ -55,7 +55,7 @@ func decodeSubmitBatchJSON(body []byte) ([]TaskSpec, error) {
 	if n := len(req.Tasks); n < 1 || n > axapi.BatchMaxTasks {
 		return nil, Errorf(ErrInvalid, "tasks: must hold 1 to %d submit requests, got %d", axapi.BatchMaxTasks, n)
 	}
-	specs := make([]TaskSpec, len(req.Tasks))
+	specs = make([]TaskSpec, len(req.Tasks))
 	for i, raw := range req.Tasks {
 		if !bytes.HasPrefix(raw, []byte("{")) { // RawMessage holds the value without leading space
 			return nil, Errorf(ErrInvalid, "tasks[%d]: must be a JSON object, got %s", i, jsonKind(raw))

@@ -94,8 +94,9 @@ func validJSONString(raw []byte) bool {
 // label keys "\xff" and "\xfe" became one label). Every decoder of a
 // request body defers it once, so the decoders' own messages come first:
 // "id: not valid UTF-8" and "handler: not valid UTF-8" name their field.
-// It costs one utf8.Valid over the body (BenchmarkDecodeSubmit,
-// BenchmarkDecodeSubmitBatch).
+// It costs one utf8.Valid over the body; the scanners (scanSubmit,
+// scanSubmitBatch) make the same check and give such a body up, so their
+// fast path needs no defer.
 func checkUTF8[T any](body []byte, v *T, err *error, hint string) {
 	if *err != nil {
 		return
@@ -219,13 +220,26 @@ var fieldTypes = map[string]string{
 // Malformed JSON fails with ErrInvalidJSON, as does an object with the
 // same key twice (checkDuplicateKeys; keys inside the payload are the
 // user's) and a body that is not valid UTF-8 anywhere, the payload
-// included (checkUTF8, after the other checks); unknown fields and invalid values with ErrInvalid (the fields
-// of the schedule, backoff, routing, labels, retention, trace context and
-// shards are checked by spec and its helpers); a payload over the limit
-// with ErrTooLarge. Messages name the field.
-func DecodeSubmit(body []byte) (spec TaskSpec, err error) {
+// included (checkUTF8, after the other checks); unknown fields and
+// invalid values with ErrInvalid (the fields of the schedule, backoff,
+// routing, labels, retention, trace context and shards are checked by spec
+// and its helpers); a payload over the limit with ErrTooLarge. Messages
+// name the field.
+func DecodeSubmit(body []byte) (TaskSpec, error) {
+	if req, ok := scanSubmit(body); ok {
+		return req.spec() // valid UTF-8: the scanner reads no other
+	}
+	return decodeSubmitJSON(body)
+}
+
+// decodeSubmitJSON is DecodeSubmit through encoding/json.
+func decodeSubmitJSON(body []byte) (spec TaskSpec, err error) {
 	defer checkUTF8(body, &spec, &err, hintPayload)
-	return decodeSubmit(body, decodeStrict)
+	var req submitRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return TaskSpec{}, err
+	}
+	return req.spec()
 }
 
 // decodeSubmit is DecodeSubmit with decode for the bodies scanSubmit
