@@ -2,6 +2,7 @@ package ipc
 
 import (
 	"encoding/json"
+	"unicode/utf8"
 
 	"github.com/axsched/ax/clients/go/axapi"
 )
@@ -16,12 +17,15 @@ import (
 // without fraction or exponent, true or false, and any JSON value for
 // payload (kept byte for byte, as json.RawMessage). Everything else (an
 // escape, a non-ASCII byte, null, an object for labels, backoff or shards,
-// a key in another case, a duplicate key, an empty batch, an error of any
-// kind) makes it answer ok false, and DecodeSubmitBatch decodes the body
+// a key in another case, a duplicate key, an empty batch, a body that is
+// not UTF-8, an error of any kind) makes it answer ok false, and DecodeSubmitBatch decodes the body
 // with encoding/json as before: so the fast path never accepts what the
 // other refuses, and fills the same submitRequests
 // (FuzzScanSubmitBatchMatchesJSON); the validation after it (spec) is the
-// same code.
+// same code. A body it reads is valid UTF-8, which JSON text must be: it
+// checks that with one utf8.Valid over the body once read (about 1 ns a
+// task, faster than a test of each byte of the strings as it goes); the
+// other path checks it after decoding (checkUTF8), to say where.
 func scanSubmitBatch(body []byte) (reqs []submitRequest, ok bool) {
 	s := scanner{b: body}
 	s.ws()
@@ -46,7 +50,7 @@ func scanSubmitBatch(body []byte) (reqs []submitRequest, ok bool) {
 			return nil, false
 		}
 		s.ws()
-		return reqs, s.p == len(s.b)
+		return reqs, s.p == len(s.b) && utf8.Valid(body)
 	}
 }
 
@@ -60,7 +64,7 @@ func scanSubmit(body []byte) (r submitRequest, ok bool) {
 		return submitRequest{}, false
 	}
 	s.ws()
-	return r, s.p == len(s.b)
+	return r, s.p == len(s.b) && utf8.Valid(body)
 }
 
 // scanner reads JSON from b at p.

@@ -45,7 +45,6 @@ var scannedBodies = []string{
 	`{"tasks":[{"handler":"h","every":"1m","repeats":-0}]}`,
 	`{"tasks":[{"handler":"h","payload":{"a":[1,-2.5e+3,true,false,null,"x\"\\\/\b\f\n\r\t\u00e9",{}],"b":[]}}]}`,
 	`{"tasks":[{"handler":"h","payload":"\u00e9 é"},{"handler":"h","payload":0},{"handler":"h","payload":[ ]},{"handler":"h","payload":-0.5E-2}]}`,
-	`{"tasks":[{"handler":"h","payload":"` + "\xff\xfe" + `"}]}`, // invalid UTF-8 in a payload: kept as sent, like encoding/json
 	string(batchBody(1000, `{"n":1}`)),
 }
 
@@ -73,6 +72,8 @@ var jsonBodies = []string{
 	`{"tasks":[{"id":"é","handler":"h"}]}`,                        // non-ASCII
 	`{"tasks":[{"id":"` + "\xff" + `","handler":"h"}]}`,           // invalid UTF-8: refused by spec
 	`{"tasks":[{"id":null,"handler":"h"}]}`,                       // null
+	`{"tasks":[{"handler":"h","payload":"` + "\xff\xfe" + `"}]}`,  // invalid UTF-8 in a payload: refused by checkUTF8
+	`{"tasks":[{"handler":"h","payload":{"` + "\xc3" + `":1}}]}`,  // a cut sequence in a payload's key
 	`{"tasks":[{"handler":"h","payload":null}]}`,                  // null payload
 	`{"tasks":[{"handler":"h","labels":{"a":"b"}}]}`,              // an object field
 	`{"tasks":[{"handler":"h","backoff":{"initial":"1s"}}]}`,      // an object field

@@ -83,7 +83,11 @@
 // field is refused with 400 bad_request; an object with the same key twice
 // (field names compared without regard to case, as encoding/json matches
 // them; label keys exactly) with 400 invalid_json, in every body, except
-// inside a payload or a result, which are the app's JSON as sent.
+// inside a payload or a result, which are the app's JSON as sent. A body
+// that is not valid UTF-8 anywhere, a payload or a result included, is 400
+// invalid_json giving the byte (checkUTF8; binary goes in payload_base64),
+// after the decoder's own checks: "id: not valid UTF-8" still names its
+// field.
 //
 // POST /v1/tasks/batch takes {"tasks": [<submit body>, ...]}; every item is
 // decoded as by DecodeSubmit, and one invalid item refuses the whole batch
@@ -116,7 +120,8 @@
 //
 //	code                status  sentinel             meaning
 //	bad_request         400     ErrInvalid           invalid field, unknown field, bad id
-//	invalid_json        400     ErrInvalidJSON       the body is not a JSON object, or has a key twice
+//	invalid_json        400     ErrInvalidJSON       the body is not a JSON object, has a key twice or
+//	                                                 is not valid UTF-8
 //	not_found           404     ErrNotFound          unknown task, executor or path
 //	handler_not_found   404     ErrHandlerNotFound   pause or resume of a handler with no task, executor or pause
 //	method_not_allowed  405     ErrMethodNotAllowed  see the Allow header

@@ -94,10 +94,11 @@ type stageRequest struct {
 }
 
 // DecodeFlow decodes and validates a POST /v1/flows body. Errors are
-// ErrInvalidJSON or ErrInvalid (bad_request) naming the problem: a missing
-// id, no stages, more than FlowStagesMax, a duplicate or invalid stage
-// name, an unknown dependency, a dependency cycle (naming its stages), a
-// bad task field of a stage (the task rules, prefixed with the stage).
+// ErrInvalidJSON (not JSON, or not valid UTF-8: checkUTF8) or ErrInvalid
+// (bad_request) naming the problem: a missing id, no stages, more than
+// FlowStagesMax, a duplicate or invalid stage name, an unknown dependency,
+// a dependency cycle (naming its stages), a bad task field of a stage (the
+// task rules, prefixed with the stage).
 // The flow views are axapi's (the one definition of the wire).
 type (
 	// Flow is the view of a flow (GET /v1/flows/{id}).
@@ -108,7 +109,8 @@ type (
 	FlowPage = axapi.FlowPage
 )
 
-func DecodeFlow(body []byte) (FlowSpec, error) {
+func DecodeFlow(body []byte) (spec FlowSpec, err error) {
+	defer checkUTF8(body, &spec, &err, hintPayload)
 	var req flowRequest
 	if err := decodeStrict(body, &req); err != nil {
 		return FlowSpec{}, err

@@ -38,8 +38,10 @@ type purgeRequest struct {
 // (an empty body is {}): state one of SUCCESS, CANCELLED, DEAD, FAILED;
 // finished_before an RFC 3339 time (now when absent); limit 1..PurgeLimitMax
 // (axapi.PurgeLimitDefault when absent). Errors wrap ErrInvalidJSON or ErrInvalid
-// and name the field.
-func DecodePurge(body []byte, now time.Time) (PurgeQuery, error) {
+// and name the field; a body that is not valid UTF-8 is ErrInvalidJSON
+// (checkUTF8).
+func DecodePurge(body []byte, now time.Time) (res PurgeQuery, err error) {
+	defer checkUTF8(body, &res, &err, "")
 	q := PurgeQuery{FinishedBefore: now.UTC(), Limit: axapi.PurgeLimitDefault}
 	var req purgeRequest
 	if len(bytes.TrimSpace(body)) > 0 {

@@ -23,9 +23,10 @@ import (
 // the item's kind (ErrInvalid, ErrInvalidJSON, ErrTooLarge).
 //
 // A body of the usual shape is read in one pass (scanSubmitBatch); any
-// other goes through encoding/json, with the same results and errors.
+// other goes through encoding/json, with the same results and errors. A
+// body that is not valid UTF-8 is ErrInvalidJSON (checkUTF8).
 func DecodeSubmitBatch(body []byte) ([]TaskSpec, error) {
-	if reqs, ok := scanSubmitBatch(body); ok {
+	if reqs, ok := scanSubmitBatch(body); ok { // valid UTF-8: the scanner reads no other
 		specs := make([]TaskSpec, len(reqs))
 		for i := range reqs {
 			spec, err := reqs[i].spec()
@@ -40,7 +41,8 @@ func DecodeSubmitBatch(body []byte) ([]TaskSpec, error) {
 }
 
 // decodeSubmitBatchJSON is DecodeSubmitBatch through encoding/json.
-func decodeSubmitBatchJSON(body []byte) ([]TaskSpec, error) {
+func decodeSubmitBatchJSON(body []byte) (specs []TaskSpec, err error) {
+	defer checkUTF8(body, &specs, &err, hintPayload)
 	var req struct {
 		Tasks []json.RawMessage `json:"tasks"`
 	}
@@ -53,7 +55,7 @@ func decodeSubmitBatchJSON(body []byte) ([]TaskSpec, error) {
 	if n := len(req.Tasks); n < 1 || n > axapi.BatchMaxTasks {
 		return nil, Errorf(ErrInvalid, "tasks: must hold 1 to %d submit requests, got %d", axapi.BatchMaxTasks, n)
 	}
-	specs := make([]TaskSpec, len(req.Tasks))
+	specs = make([]TaskSpec, len(req.Tasks))
 	for i, raw := range req.Tasks {
 		if !bytes.HasPrefix(raw, []byte("{")) { // RawMessage holds the value without leading space
 			return nil, Errorf(ErrInvalid, "tasks[%d]: must be a JSON object, got %s", i, jsonKind(raw))
@@ -99,12 +101,16 @@ func decodeEmpty(body []byte) error {
 		return nil
 	}
 	var req struct{}
-	return decodeStrict(body, &req)
+	if err := decodeStrict(body, &req); err != nil {
+		return err
+	}
+	return utf8Error(body, "")
 }
 
 // DecodeHeartbeat decodes the body of POST /v1/tasks/{id}/heartbeat,
 // {"attempt": N}, and returns N (required, >= 1).
 func DecodeHeartbeat(body []byte) (attempt int, err error) {
+	defer checkUTF8(body, &attempt, &err, "")
 	var req struct {
 		Attempt *int `json:"attempt"`
 	}
@@ -131,7 +137,12 @@ func checkAttempt(a *int) (int, error) {
 //     not retried).
 //   - error: optional text for Task.LastError, valid UTF-8, at most
 //     axapi.ResultErrorMaxBytes; only with "failed" or "permanent".
-func DecodeAttemptResult(body []byte) (AttemptResult, error) {
+//   - result: optional JSON value, kept byte for byte; only with "success".
+//
+// A body that is not valid UTF-8 (in result too) is ErrInvalidJSON
+// (checkUTF8).
+func DecodeAttemptResult(body []byte) (res AttemptResult, err error) {
+	defer checkUTF8(body, &res, &err, hintResult)
 	var req struct {
 		Attempt *int            `json:"attempt"`
 		Status  *string         `json:"status"`
@@ -239,7 +250,8 @@ type executorRequest struct {
 
 // DecodeExecutor decodes and validates the body of POST /v1/executors (see
 // ValidateExecutor). from_flag is read only and refused.
-func DecodeExecutor(body []byte) (ExecutorSpec, error) {
+func DecodeExecutor(body []byte) (spec ExecutorSpec, err error) {
+	defer checkUTF8(body, &spec, &err, "")
 	var req executorRequest
 	if err := decodeStrict(body, &req); err != nil {
 		return ExecutorSpec{}, err

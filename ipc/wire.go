@@ -84,6 +84,57 @@ func validJSONString(raw []byte) bool {
 	return true
 }
 
+// checkUTF8 sets *err, when it is nil (the decoder took the body), to
+// utf8Error's error if body is not valid UTF-8, and *v then to its zero
+// value. JSON text must be UTF-8 (RFC 8259 section 8.1), but neither
+// json.Valid nor the scanners check it, and encoding/json keeps a
+// payload's or a result's bytes as sent (then served raw in every view of
+// the task: not JSON, and one such task made a whole list page
+// unreadable) and replaces them with U+FFFD in the strings it decodes (two
+// label keys "\xff" and "\xfe" became one label). Every decoder of a
+// request body defers it once, so the decoders' own messages come first:
+// "id: not valid UTF-8" and "handler: not valid UTF-8" name their field.
+// It costs one utf8.Valid over the body; the scanners (scanSubmit,
+// scanSubmitBatch) make the same check and give such a body up, so their
+// fast path needs no defer.
+func checkUTF8[T any](body []byte, v *T, err *error, hint string) {
+	if *err != nil {
+		return
+	}
+	if *err = utf8Error(body, hint); *err != nil {
+		var zero T
+		*v = zero
+	}
+}
+
+// utf8Error is nil for a body that is valid UTF-8, else an ErrInvalidJSON
+// saying at which byte it is not; hint, if any, is the way out ("send
+// bytes as payload_base64").
+func utf8Error(body []byte, hint string) error {
+	if utf8.Valid(body) {
+		return nil
+	}
+	at := 0
+	for at < len(body) {
+		r, n := utf8.DecodeRune(body[at:])
+		if r == utf8.RuneError && n <= 1 {
+			break
+		}
+		at += n
+	}
+	msg := fmt.Sprintf("invalid json: not valid UTF-8 at byte %d: JSON text must be UTF-8", at)
+	if hint != "" {
+		msg += "; " + hint
+	}
+	return Errorf(ErrInvalidJSON, "%s", msg)
+}
+
+// Ways out of a body that is not valid UTF-8, for checkUTF8.
+const (
+	hintPayload = "send bytes as payload_base64"
+	hintResult  = "a result is JSON: send bytes as a string, base64 for instance"
+)
+
 // hexRune decodes the 4 hex digits of a \u escape.
 func hexRune(h []byte) rune {
 	var r rune
@@ -168,12 +219,27 @@ var fieldTypes = map[string]string{
 //
 // Malformed JSON fails with ErrInvalidJSON, as does an object with the
 // same key twice (checkDuplicateKeys; keys inside the payload are the
-// user's); unknown fields and invalid values with ErrInvalid (the fields
-// of the schedule, backoff, routing, labels, retention, trace context and
-// shards are checked by spec and its helpers); a payload over the limit
-// with ErrTooLarge. Messages name the field.
+// user's) and a body that is not valid UTF-8 anywhere, the payload
+// included (checkUTF8, after the other checks); unknown fields and
+// invalid values with ErrInvalid (the fields of the schedule, backoff,
+// routing, labels, retention, trace context and shards are checked by spec
+// and its helpers); a payload over the limit with ErrTooLarge. Messages
+// name the field.
 func DecodeSubmit(body []byte) (TaskSpec, error) {
-	return decodeSubmit(body, decodeStrict)
+	if req, ok := scanSubmit(body); ok {
+		return req.spec() // valid UTF-8: the scanner reads no other
+	}
+	return decodeSubmitJSON(body)
+}
+
+// decodeSubmitJSON is DecodeSubmit through encoding/json.
+func decodeSubmitJSON(body []byte) (spec TaskSpec, err error) {
+	defer checkUTF8(body, &spec, &err, hintPayload)
+	var req submitRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return TaskSpec{}, err
+	}
+	return req.spec()
 }
 
 // decodeSubmit is DecodeSubmit with decode for the bodies scanSubmit

@@ -196,6 +196,22 @@ func TestPayloadOverTheLimit(t *testing.T) {
 	}
 }
 
+// A payload file that is JSON but not UTF-8 goes as payload_base64: the
+// sidecar refuses a body that is not UTF-8 (400 invalid_json).
+func TestPayloadFileNotUTF8(t *testing.T) {
+	f := startFake(t)
+	file := filepath.Join(t.TempDir(), "p.json")
+	if err := os.WriteFile(file, []byte("{\"a\":\"\xff\"}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := runAx(t, "submit", "h", "--socket", f.Socket, "--payload-file", file); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if len(f.bodies) != 1 || !strings.Contains(f.bodies[0], `"payload_base64":"eyJhIjoi/yJ9"`) {
+		t.Errorf("bodies %q, want the file as payload_base64", f.bodies)
+	}
+}
+
 // startNotSidecar serves HTTP on a Unix socket like an executor does: 404
 // "404 page not found" for the API's paths, 200 text for /healthz.
 func startNotSidecar(t *testing.T) string {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -100,7 +101,8 @@ with its own attempts. --delay or --run-at set its first run; --repeats and
 				if size > axapi.PayloadMaxBytes {
 					return payloadTooLarge(size)
 				}
-				if json.Valid(b) {
+				// JSON text is UTF-8 (the sidecar refuses other bytes).
+				if utf8.Valid(b) && json.Valid(b) {
 					req.Payload = json.RawMessage(b)
 				} else if len(b) > 0 {
 					req.PayloadBase64 = new(base64.StdEncoding.EncodeToString(b))

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"time"
+	"unicode/utf8"
 
 	"github.com/axsched/ax/clients/go/axapi"
 	"github.com/axsched/ax/ipc"
@@ -121,7 +122,10 @@ func RunView(t *raftfsm.Task, r *raftfsm.RunRecord) ipc.Run {
 		v.Attempts = append(v.Attempts, av)
 	}
 	if len(r.Result) > 0 {
-		if r.ResultBinary {
+		// A record stored as JSON with bytes that are not UTF-8 (an
+		// executor's answer before EncodeResult checked it) goes out as
+		// base64 too, or the view would not be JSON.
+		if r.ResultBinary || !utf8.Valid(r.Result) {
 			v.ResultBase64 = base64.StdEncoding.EncodeToString(r.Result)
 		} else {
 			v.Result = r.Result

@@ -36,3 +36,18 @@ func TestTaskViewHeldBackRun(t *testing.T) {
 		}
 	}
 }
+
+// A run's result stored as JSON (ResultBinary false) that is not UTF-8,
+// an executor's answer taken before EncodeResult checked it, is shown as
+// result_base64: spliced in raw, the task view and its runs were not JSON.
+func TestRunViewResultNotUTF8(t *testing.T) {
+	for result, b64 := range map[string]string{
+		"{\"a\":\"\xff\"}": "eyJhIjoi/yJ9",
+		`{"a":"é"}`:        "",
+	} {
+		v := RunView(nil, &raftfsm.RunRecord{Run: 1, Result: []byte(result)})
+		if v.ResultBase64 != b64 || (b64 == "") != (string(v.Result) == result) {
+			t.Errorf("result %q: result %q, result_base64 %q; want base64 %q", result, v.Result, v.ResultBase64, b64)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -969,11 +970,13 @@ func (r *attemptRun) facts(c *raftfsm.Complete, t *raftfsm.Task, out callback.Ou
 	}
 }
 
-// EncodeResult returns a result body as stored: JSON as it is (binary
-// false), any other bytes as they are with binary true (the API shows
-// them in base64).
+// EncodeResult returns a result body as stored: JSON text as it is
+// (binary false), any other bytes as they are with binary true (the API
+// shows them in base64). JSON text is UTF-8 (RFC 8259 section 8.1), which
+// json.Valid does not check: {"a":"\xff"} is binary, or the task's view
+// and its runs would splice it in raw and not be JSON.
 func EncodeResult(body []byte) (stored []byte, binary bool) {
-	return body, !json.Valid(body)
+	return body, !utf8.Valid(body) || !json.Valid(body)
 }
 
 // traceID is the trace id of t's callbacks, in hex, for log lines

@@ -165,6 +165,47 @@ func TestDeliveryReportsTheOutcome(t *testing.T) {
 	}
 }
 
+// EncodeResult stores JSON text as JSON and anything else as binary,
+// shown as result_base64: a body that json.Valid takes but that is not
+// UTF-8 too, or the views would splice its bytes in raw and not be JSON.
+func TestEncodeResult(t *testing.T) {
+	for body, binary := range map[string]bool{
+		`{"a":1}`:             false,
+		`"é 日本 \ud83d\ude00"`: false,
+		"\"\xef\xbf\xbd\"":    false, // U+FFFD itself
+		"plain text":          true,
+		"\x00\x01":            true,
+		"{\"a\":\"\xff\"}":    true,
+		"\"\xed\xa0\x80\"":    true, // an encoded surrogate
+		"[\"\xc3\"]":          true, // a truncated sequence
+	} {
+		stored, bin := EncodeResult([]byte(body))
+		if string(stored) != body || bin != binary {
+			t.Errorf("EncodeResult(%q) = %q, %v; want the body, binary %v", body, stored, bin, binary)
+		}
+	}
+}
+
+// An executor's 2xx answer that is JSON but not UTF-8 is reported as a
+// binary result.
+func TestDeliveryReportsInvalidUTF8JSONAsBinary(t *testing.T) {
+	const body = "{\"a\":\"\xff\"}"
+	x := executorAt(t, 4, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(body))
+	})
+	e := newRunEnv(t, engine.RealClock(), Config{Concurrency: 10, MinConcurrency: 4}, x)
+	now := time.Now()
+	e.fire("a", now, now.Add(time.Hour))
+	cmds := e.p.next(t)
+	if len(cmds) != 1 || cmds[0].Type != raftfsm.CmdComplete {
+		t.Fatalf("proposed %+v, want one Complete", cmds)
+	}
+	if c := cmds[0].Complete; c.Outcome != raftfsm.OutcomeSuccess || string(c.Result) != body || !c.ResultBinary {
+		t.Fatalf("Complete: outcome %v, result %q, binary %v; want success, the body, binary", c.Outcome, c.Result, c.ResultBinary)
+	}
+}
+
 // An attempt assigned to a node whose executor went away is reported busy
 // (retried elsewhere in a second), not failed.
 func TestDeliveryWithoutExecutorReportsBusy(t *testing.T) {

@@ -33,16 +33,20 @@ func runsOf(t *testing.T, c *sidecartest.Cluster, i int, id string) []axapi.Run 
 // every run is on record on every node, newest first, with its states,
 // attempts, nodes, monotone times and lateness split; the failed
 // attempt's status and error stay after the later runs succeeded; a JSON
-// result is kept as JSON, a 100 KiB one is cut and flagged; the task view
+// result is kept as JSON, one that is not UTF-8 shown in base64, a 100
+// KiB one cut and flagged; the task view
 // shows the newest run's result; a follower's history equals the
 // leader's.
 func TestRunHistory(t *testing.T) {
 	c := sidecartest.New(t, sidecartest.Options{Nodes: 3})
 	big := bytes.Repeat([]byte("x"), 100<<10)
+	const notUTF8 = "{\"run\":\"\xff\"}" // JSON to json.Valid, but not UTF-8
 	c.Respond(func(call sidecartest.Call) sidecartest.Reply {
 		switch {
 		case call.Run == 2 && call.Attempt == 1:
 			return sidecartest.Reply{Status: 500, Body: []byte("boom")}
+		case call.Run == 3:
+			return sidecartest.Reply{Body: []byte(notUTF8)}
 		case call.Run == 4:
 			return sidecartest.Reply{Body: big}
 		}
@@ -102,6 +106,9 @@ func TestRunHistory(t *testing.T) {
 	}
 	if string(runs[4].Result) != `{"run":1}` || runs[4].ResultBase64 != "" {
 		t.Errorf("run 1 result %q base64 %q", runs[4].Result, runs[4].ResultBase64)
+	}
+	if odd, err := base64.StdEncoding.DecodeString(runs[2].ResultBase64); err != nil || string(odd) != notUTF8 || runs[2].Result != nil {
+		t.Errorf("run 3 result %q base64 %q: want the answer not UTF-8 in base64", runs[2].Result, runs[2].ResultBase64)
 	}
 	cut, err := base64.StdEncoding.DecodeString(runs[1].ResultBase64)
 	if err != nil || len(cut) != axapi.ResultMaxBytes || !runs[1].ResultTruncated || runs[1].Result != nil {

@@ -16,7 +16,7 @@ const (
 	CodeBadRequest = "bad_request"
 	// CodeInvalidJSON: the body is not valid JSON, or not a JSON object,
 	// or one of its objects has the same key twice (outside a payload or
-	// a result). HTTP 400.
+	// a result), or it is not valid UTF-8 (anywhere). HTTP 400.
 	CodeInvalidJSON = "invalid_json"
 	// CodeInvalidTraceparent: a submit's traceparent (header or field) is
 	// not a valid W3C traceparent (ParseTraceParent). HTTP 400.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // TaskPath returns the path of a task, /v1/tasks/{id}, with the id escaped
@@ -172,14 +173,19 @@ type taskJSON struct {
 // MarshalJSON encodes the task view. The payload appears as "payload", the
 // JSON value byte for byte as submitted, when the task was submitted with a
 // JSON payload, or as "payload_base64" when it was submitted base64 (or when
-// its bytes are not valid JSON); neither when the payload is empty.
+// its bytes are not valid JSON, UTF-8 included); neither when the payload is
+// empty.
 //
 // The exact bytes survive when MarshalJSON is called directly (the server
 // does); json.Marshal of a value containing a Task compacts the output, which
 // removes insignificant white space inside the payload.
 func (t Task) MarshalJSON() ([]byte, error) {
 	v := taskJSON{taskAlias: taskAlias(t)}
-	raw := len(t.Payload) > 0 && !t.PayloadBase64 && json.Valid(t.Payload)
+	// JSON text is UTF-8 (RFC 8259 section 8.1), which json.Valid does not
+	// check: a payload stored with other bytes (a sidecar before the check
+	// of request bodies took them) goes out as base64, or the view would not
+	// be JSON.
+	raw := len(t.Payload) > 0 && !t.PayloadBase64 && utf8.Valid(t.Payload) && json.Valid(t.Payload)
 	if len(t.Payload) > 0 && !raw {
 		v.PayloadB64 = base64.StdEncoding.EncodeToString(t.Payload)
 	}

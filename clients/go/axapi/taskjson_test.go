@@ -9,13 +9,14 @@ import (
 	"reflect"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // oldTaskMarshal is MarshalJSON as it was before appendTaskJSON: the view
 // through encoding/json.
 func oldTaskMarshal(t Task) ([]byte, error) {
 	v := taskJSON{taskAlias: taskAlias(t)}
-	raw := len(t.Payload) > 0 && !t.PayloadBase64 && json.Valid(t.Payload)
+	raw := len(t.Payload) > 0 && !t.PayloadBase64 && utf8.Valid(t.Payload) && json.Valid(t.Payload)
 	if len(t.Payload) > 0 && !raw {
 		v.PayloadB64 = base64.StdEncoding.EncodeToString(t.Payload)
 	}

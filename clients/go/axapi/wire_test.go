@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestSubmitRequest_Encode(t *testing.T) {
@@ -74,6 +75,14 @@ func TestTask_JSON(t *testing.T) {
 	var bad Task
 	if err := bad.UnmarshalJSON([]byte(`{"id":"a","payload_base64":"!"}`)); err == nil {
 		t.Error("a payload_base64 that is not base64 decoded")
+	}
+	// A payload that json.Valid takes but that is not UTF-8 (stored by a
+	// sidecar before it checked request bodies) goes out as base64: the
+	// view stays JSON, UTF-8 included.
+	odd := Task{ID: "a", Handler: "h", Payload: []byte("{\"a\":\"\xff\"}")}
+	b, err = odd.MarshalJSON()
+	if err != nil || !utf8.Valid(b) || !strings.Contains(string(b), `"payload_base64":"eyJhIjoi/yJ9"`) || strings.Contains(string(b), `"payload":`) {
+		t.Errorf("view of a payload not UTF-8: %q, %v", b, err)
 	}
 }
 
