@@ -177,12 +177,13 @@ func (d *Delivery) OnEvent(ev *raftfsm.Event) {
 	if t == nil {
 		return
 	}
-	if ev.Type == raftfsm.CmdPause && ev.Pause != nil && ev.Pause.Paused {
-		// The attempt waiting here (its due time, a slot, a probe) does
-		// not start: pausedNow hands it back.
+	if ev.Type == raftfsm.CmdPause && ev.Pause != nil {
+		// A pause of the task: its attempt waiting here (its due time, a
+		// slot, a probe) does not start, pausedNow hands it back; a resume
+		// before then lets it start after all.
 		d.mu.Lock()
 		if r := d.running[t.ID]; r != nil && r.epoch == t.Epoch && r.attempt == t.Attempts {
-			r.paused.Store(true)
+			r.paused.Store(ev.Pause.Paused)
 		}
 		d.mu.Unlock()
 		return

@@ -131,3 +131,25 @@ func TestDeliveryPauseWhileWaitingForASlotHandsBack(t *testing.T) {
 		})
 	}
 }
+
+// A resume that applies while the attempt is still held lets it start
+// at its due time after all: only a pause still in force hands it back.
+func TestDeliveryResumeDuringTheHoldLetsItStart(t *testing.T) {
+	var calls atomic.Int64
+	x := executorAt(t, 4, func(http.ResponseWriter, *http.Request) { calls.Add(1) })
+	clock := engine.NewFakeClock(time.Now())
+	e := newRunEnv(t, clock, Config{Concurrency: 10, MinConcurrency: 4}, x)
+	e.d.pauses = &fakePauses{}
+	due := clock.Now().Add(50 * time.Millisecond)
+	e.fire("t", due, due.Add(time.Hour))
+	clock.BlockUntil(1)
+	e.d.OnEvent(pauseTaskEvent("t"))
+	resume := pauseTaskEvent("t")
+	resume.Pause.Paused, resume.Task.Paused = false, false
+	e.d.OnEvent(resume)
+	clock.Advance(50 * time.Millisecond)
+	cmds := e.p.next(t)
+	if c := cmds[0].Complete; c == nil || c.ID != "t" || c.Outcome != raftfsm.OutcomeSuccess || calls.Load() != 1 {
+		t.Fatalf("proposed %+v after %d calls, want t's success after one call", cmds, calls.Load())
+	}
+}
