@@ -27,8 +27,8 @@ func runsCmd() *cobra.Command {
 		Short: "Show a task's runs (newest first) with their lateness split, or one run with its attempts and result",
 		Long: `Show the run history of a task: one line per run, newest first — its
 state, when it was due, started and finished, its attempts, and where its
-lateness went (parked on the leader, Raft commit, queue on the node,
-connect). With RUN, that run with each attempt (node, executor, outcome,
+lateness went (parked on the leader, retries: attempts before the first
+that reached an executor, Raft commit, queue on the node, connect). With RUN, that run with each attempt (node, executor, outcome,
 HTTP status, error) and its result. The sidecar keeps --history-runs runs
 per task (default 100).`,
 		Example: "  ax runs 'report|daily'\n  ax runs 'report|daily' 2\n  ax runs 'report|daily' --json | jq '.runs[0].lateness'",

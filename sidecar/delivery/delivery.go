@@ -805,7 +805,10 @@ func (d *Delivery) pausedNow(ctx context.Context, t *raftfsm.Task, r *attemptRun
 		return false
 	}
 	d.pauses.Await(ctx)
-	if r.paused.Load() || d.pauses.Paused(t.Spec.Handler) {
+	// t.Paused: the Fire applied to a task already paused (proposed as the
+	// pause applied; the FSM checks state, epoch and attempt, not the
+	// pause), so no later pause event marks the attempt.
+	if t.Paused || r.paused.Load() || d.pauses.Paused(t.Spec.Handler) {
 		r.pausedBack.Store(true)
 		return true
 	}
