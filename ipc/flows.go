@@ -93,12 +93,6 @@ type stageRequest struct {
 	OnFailure *string    `json:"on_failure"`
 }
 
-// DecodeFlow decodes and validates a POST /v1/flows body. Errors are
-// ErrInvalidJSON (not JSON, or not valid UTF-8: checkUTF8) or ErrInvalid
-// (bad_request) naming the problem: a missing id, no stages, more than
-// FlowStagesMax, a duplicate or invalid stage name, an unknown dependency,
-// a dependency cycle (naming its stages), a bad task field of a stage (the
-// task rules, prefixed with the stage).
 // The flow views are axapi's (the one definition of the wire).
 type (
 	// Flow is the view of a flow (GET /v1/flows/{id}).
@@ -109,6 +103,12 @@ type (
 	FlowPage = axapi.FlowPage
 )
 
+// DecodeFlow decodes and validates a POST /v1/flows body. Errors are
+// ErrInvalidJSON (not JSON, or not valid UTF-8: checkUTF8) or ErrInvalid
+// (bad_request) naming the problem: a missing id, no stages, more than
+// FlowStagesMax, a duplicate or invalid stage name, an unknown dependency,
+// a dependency cycle (naming its stages), a bad task field of a stage (the
+// task rules, prefixed with the stage).
 func DecodeFlow(body []byte) (spec FlowSpec, err error) {
 	defer checkUTF8(body, &spec, &err, hintPayload)
 	var req flowRequest

@@ -60,7 +60,7 @@ func decodeSubmitBatchJSON(body []byte) (specs []TaskSpec, err error) {
 		if !bytes.HasPrefix(raw, []byte("{")) { // RawMessage holds the value without leading space
 			return nil, Errorf(ErrInvalid, "tasks[%d]: must be a JSON object, got %s", i, jsonKind(raw))
 		}
-		spec, err := decodeSubmit(raw, decodeKeysChecked)
+		spec, err := decodeBatchItem(raw)
 		if err != nil {
 			return nil, batchItemErr(i, err)
 		}

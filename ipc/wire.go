@@ -235,19 +235,22 @@ func DecodeSubmit(body []byte) (TaskSpec, error) {
 // decodeSubmitJSON is DecodeSubmit through encoding/json.
 func decodeSubmitJSON(body []byte) (spec TaskSpec, err error) {
 	defer checkUTF8(body, &spec, &err, hintPayload)
-	var req submitRequest
-	if err := decodeStrict(body, &req); err != nil {
-		return TaskSpec{}, err
-	}
-	return req.spec()
+	return submitFrom(body, decodeStrict)
 }
 
-// decodeSubmit is DecodeSubmit with decode for the bodies scanSubmit
-// leaves to encoding/json.
-func decodeSubmit(body []byte, decode func([]byte, any) error) (TaskSpec, error) {
-	if req, ok := scanSubmit(body); ok {
+// decodeBatchItem is DecodeSubmit for an item of a batch that went
+// through encoding/json: the batch's body had its keys and its UTF-8
+// checked whole (decodeSubmitBatchJSON), so the item's are not again.
+func decodeBatchItem(raw []byte) (TaskSpec, error) {
+	if req, ok := scanSubmit(raw); ok {
 		return req.spec()
 	}
+	return submitFrom(raw, decodeKeysChecked)
+}
+
+// submitFrom decodes body into a submit request with decode and
+// validates it (spec).
+func submitFrom(body []byte, decode func([]byte, any) error) (TaskSpec, error) {
 	var req submitRequest
 	if err := decode(body, &req); err != nil {
 		return TaskSpec{}, err

@@ -60,6 +60,18 @@ func (e *runEnv) wantHandedBackPaused(id string, dueMs int64) {
 	}
 }
 
+// heldEnv is a delivery on a fake clock with pause state and an executor
+// that counts its calls; due is 50 ms ahead, as a Fire FireLead early.
+func heldEnv(t *testing.T) (e *runEnv, p *fakePauses, clock *engine.FakeClock, calls *atomic.Int64, due time.Time) {
+	calls = new(atomic.Int64)
+	x := executorAt(t, 4, func(http.ResponseWriter, *http.Request) { calls.Add(1) })
+	clock = engine.NewFakeClock(time.Now())
+	e = newRunEnv(t, clock, Config{Concurrency: 10, MinConcurrency: 4}, x)
+	p = &fakePauses{}
+	e.d.pauses = p
+	return e, p, clock, calls, clock.Now().Add(50 * time.Millisecond)
+}
+
 // The leader fires a run FireLead before its due time and the node holds
 // it until then: a pause of its task, or of its handler, that applies
 // here meanwhile hands it back instead of calling the executor (the
@@ -68,13 +80,7 @@ func (e *runEnv) wantHandedBackPaused(id string, dueMs int64) {
 func TestDeliveryPauseDuringTheHoldHandsBack(t *testing.T) {
 	for _, what := range []string{"task", "handler"} {
 		t.Run(what, func(t *testing.T) {
-			var calls atomic.Int64
-			x := executorAt(t, 4, func(http.ResponseWriter, *http.Request) { calls.Add(1) })
-			clock := engine.NewFakeClock(time.Now())
-			e := newRunEnv(t, clock, Config{Concurrency: 10, MinConcurrency: 4}, x)
-			p := &fakePauses{}
-			e.d.pauses = p
-			due := clock.Now().Add(50 * time.Millisecond)
+			e, p, clock, calls, due := heldEnv(t)
 			e.fire("t", due, due.Add(time.Hour))
 			clock.BlockUntil(1) // held until its due time
 			if what == "task" {
@@ -135,12 +141,7 @@ func TestDeliveryPauseWhileWaitingForASlotHandsBack(t *testing.T) {
 // A resume that applies while the attempt is still held lets it start
 // at its due time after all: only a pause still in force hands it back.
 func TestDeliveryResumeDuringTheHoldLetsItStart(t *testing.T) {
-	var calls atomic.Int64
-	x := executorAt(t, 4, func(http.ResponseWriter, *http.Request) { calls.Add(1) })
-	clock := engine.NewFakeClock(time.Now())
-	e := newRunEnv(t, clock, Config{Concurrency: 10, MinConcurrency: 4}, x)
-	e.d.pauses = &fakePauses{}
-	due := clock.Now().Add(50 * time.Millisecond)
+	e, _, clock, calls, due := heldEnv(t)
 	e.fire("t", due, due.Add(time.Hour))
 	clock.BlockUntil(1)
 	e.d.OnEvent(pauseTaskEvent("t"))
@@ -159,15 +160,10 @@ func TestDeliveryResumeDuringTheHoldLetsItStart(t *testing.T) {
 // mark the attempt, so the task's own flag hands it back at its due time.
 // A review saw 5 of 48 such tasks called back after their pause answered.
 func TestDeliveryFireOfAPausedTaskHandsBack(t *testing.T) {
-	var calls atomic.Int64
-	x := executorAt(t, 4, func(http.ResponseWriter, *http.Request) { calls.Add(1) })
-	clock := engine.NewFakeClock(time.Now())
-	e := newRunEnv(t, clock, Config{Concurrency: 10, MinConcurrency: 4}, x)
-	e.d.pauses = &fakePauses{}
-	due := clock.Now().Add(50 * time.Millisecond)
-	e.d.OnEvent(&raftfsm.Event{Type: raftfsm.CmdFire, Prev: raftfsm.StateWaiting, Task: &raftfsm.Task{
-		ID: "t", Epoch: 1, Attempts: 1, State: raftfsm.StateRunning, Node: "n1", DueMs: due.UnixMilli(), FiredMs: due.UnixMilli(),
-		LeaseMs: due.Add(time.Hour).UnixMilli(), Paused: true, Spec: raftfsm.Spec{Handler: "h", Priority: 2, TimeoutNs: int64(10 * time.Second), MaxAttempts: 3}}})
+	e, _, clock, calls, due := heldEnv(t)
+	ev := fireEvent("t", due, due.Add(time.Hour))
+	ev.Task.Paused = true
+	e.d.OnEvent(ev)
 	clock.BlockUntil(1)
 	clock.Advance(50 * time.Millisecond)
 	e.wantHandedBackPaused("t", due.UnixMilli())

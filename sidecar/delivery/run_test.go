@@ -92,10 +92,14 @@ func newRunEnv(t *testing.T, clock engine.Clock, cfg Config, xs ...raftfsm.Execu
 
 // fire hands delivery the Fire of attempt 1 of task id (handler h), due at
 // due, with its lease ending at lease.
-func (e *runEnv) fire(id string, due, lease time.Time) {
-	e.d.OnEvent(&raftfsm.Event{Type: raftfsm.CmdFire, Prev: raftfsm.StateWaiting, Task: &raftfsm.Task{
+func (e *runEnv) fire(id string, due, lease time.Time) { e.d.OnEvent(fireEvent(id, due, lease)) }
+
+// fireEvent is the event of attempt 1 of task id (handler h) assigned to
+// n1, due at due, with its lease ending at lease.
+func fireEvent(id string, due, lease time.Time) *raftfsm.Event {
+	return &raftfsm.Event{Type: raftfsm.CmdFire, Prev: raftfsm.StateWaiting, Task: &raftfsm.Task{
 		ID: id, Epoch: 1, Attempts: 1, State: raftfsm.StateRunning, Node: "n1", DueMs: due.UnixMilli(), FiredMs: due.UnixMilli(),
-		LeaseMs: lease.UnixMilli(), Spec: raftfsm.Spec{Handler: "h", Priority: 2, TimeoutNs: int64(10 * time.Second), MaxAttempts: 3}}})
+		LeaseMs: lease.UnixMilli(), Spec: raftfsm.Spec{Handler: "h", Priority: 2, TimeoutNs: int64(10 * time.Second), MaxAttempts: 3}}}
 }
 
 // executorAt serves handle on a Unix socket and returns its executor for

@@ -182,7 +182,7 @@ func (l *Scheduler) dispatch(ctx context.Context) {
 	// A pause applied before this drain may not have reached the parked
 	// runs, the kept copies and the pause set yet (Pauses): wait for it,
 	// so that no run is fired after its pause was answered.
-	if l.pauses != nil && !l.pauses.await(ctx, pauseAwaitLimit) && ctx.Err() == nil {
+	if l.pauses != nil && !l.pauses.Await(ctx) && ctx.Err() == nil {
 		l.log.Warn().Dur("waited", pauseAwaitLimit).Msg("pause events not handed to the scheduler in time; draining without them")
 	}
 	nodes := l.nodes()

@@ -680,13 +680,7 @@ class Task:
         tid = d["id"]
 
         def when(key: str) -> Optional[datetime]:
-            v = d.get(key)
-            if v in (None, ""):
-                return None
-            try:
-                return parse_time(v)
-            except (TypeError, ValueError):
-                raise ValueError(f"task {tid!r}: {key}: invalid time {v!r}") from None
+            return _time_field(f"task {tid!r}: {key}", d.get(key))
 
         def dur(key: str) -> Optional[timedelta]:
             v = d.get(key)
