@@ -51,6 +51,7 @@ type nodeFlags struct {
 	onDeadURL                                   string
 	otelEndpoint, otelServiceName               string
 	peerRoutes                                  []string
+	adaptiveProcs                               bool
 	deploy                                      deployFlags // deployflags.go
 	tls                                         tlsFlags    // tls.go
 }
@@ -71,6 +72,7 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.heartbeat, "raft-heartbeat-timeout", config.HeartbeatTimeoutDefault, "Raft heartbeat timeout")
 	fl.DurationVar(&f.election, "raft-election-timeout", config.ElectionTimeoutDefault, "Raft election timeout")
 	fl.DurationVar(&f.fireLead, "fire-lead", config.FireLeadDefault, "how long before a run's due time the leader commits its fire (the delivering node waits for the due time); -1ns turns it off")
+	fl.BoolVar(&f.adaptiveProcs, "adaptive-procs", true, "run on one CPU (GOMAXPROCS=1) while this process needs less than one, on all of them when it needs more: lower latency under light load (off when $GOMAXPROCS is set)")
 	fl.DurationVar(&f.loadWindow, "load-window", config.LoadWindowDefault, "how far ahead the leader keeps WAITING tasks armed in memory; later ones are loaded from the store as the window moves (every half window)")
 	fl.IntVar(&f.deliveryConcurrency, "delivery-concurrency", config.DeliveryConcurrencyDefault, "most callbacks in flight at once per executor of this node: the adaptive limit's maximum")
 	fl.StringVar(&f.clusterToken, "cluster-token", "", "shared secret every peer API request must carry (default: $AX_CLUSTER_TOKEN); give every node the same")
@@ -255,6 +257,7 @@ func sidecarCmd() *cobra.Command {
 				closeListener(pln)
 				return err
 			}
+			defer f.startProcs(log)()
 			stopUI := serveUI(srv, ln, logf)
 			if srv != nil {
 				log.Info().Str("ui_addr", ln.Addr().String()).Msg("dashboard serving")

@@ -1,0 +1,314 @@
+// Package procs sets how many CPUs an ax process runs its goroutines on
+// (GOMAXPROCS) from its load: one while the load fits in one CPU, all of
+// them (the runtime's default at start: the machine's CPUs or the
+// container's CPU limit) while it does not.
+//
+// # Why
+//
+// A request to a sidecar passes from goroutine to goroutine: the socket's
+// reader, the group commit, raft's leader loop (which writes and fsyncs
+// the log), raft's FSM goroutine, and back to the reader that answers.
+// With two or more Ps, each hand-off that finds another P idle wakes a
+// sleeping thread on another CPU (a futex wake, and on a virtual machine
+// an inter-processor interrupt to a halted vCPU), and threads spin looking
+// for work; on one P the next goroutine simply runs when the current one
+// blocks. On the project's 2-CPU virtual machine (a node of its own, the
+// bench's callers in another process) one caller's submits ran at
+// 4 300–4 500/s on two Ps and 5 400–5 900/s on one (p50 0.21–0.22 against
+// 0.15–0.17 ms), 16 callers' at 18 700–20 600 and 22 600–27 000/s, with
+// less CPU on one P (0.78–0.80 against 1.01–1.03 for 16 callers), while
+// batches of 1 000, which keep both CPUs busy, ran 30 % slower on one
+// (docs/perf/README.md, "One P while the load fits"). Redis keeps its
+// command path on one thread for the same reason.
+//
+// # The rule
+//
+// Every Interval (20 ms) the controller takes a Reading: the process's CPU
+// time (user + system, getrusage) and how many goroutines the scheduler
+// made runnable and how many of them waited Wait (1 ms) or more for a P
+// (runtime/metrics' /sched/latencies:seconds). The process starts on one
+// P (Run sets it), and:
+//   - on one P, when UpWaited (10 %) or more of the goroutines waited in an
+//     interval, the one P is saturated (a burst of work, or the load
+//     grew): GOMAXPROCS goes to the maximum at once, so that timers and
+//     requests wait at most about one interval behind a burst;
+//   - on more, when the process's use, averaged over the last UseWindow
+//     (200 ms), stayed under Fit (1.2 CPUs) for Hold in a row, the load
+//     may fit in one P again: GOMAXPROCS goes to 1. Hold
+//     is 1 s; it doubles (up to HoldMax, 64 s) each time the process goes
+//     back up within Bounce (1 s) of coming down, and is 1 s again after
+//     a stay on one P of Bounce or more.
+//
+// The same load uses more CPU on several Ps than on one (spinning,
+// wake-ups): 16 callers used 1.02 CPU on two Ps and 0.80 on one. Fit is
+// set above what such loads use on two, so they come back to one P after
+// a short burst took them up; a load that needs more than one P fails the
+// next try within an interval, and its tries space out (Hold doubles).
+// A change stops the world for a moment (runtime.GOMAXPROCS).
+//
+// The controller is off when the maximum is 1 (one CPU, or a container
+// limit of one), when GOMAXPROCS is set in the environment (the operator
+// chose), and when the process's CPU time cannot be read.
+//
+// # Imports
+//
+// procs imports only the standard library.
+package procs
+
+import (
+	"context"
+	"math"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	IntervalDefault  = 20 * time.Millisecond
+	WaitDefault      = time.Millisecond
+	UpWaitedDefault  = 0.1
+	FitDefault       = 1.2
+	UseWindowDefault = 200 * time.Millisecond
+	HoldDefault      = time.Second
+	HoldMaxDefault   = 64 * time.Second
+	BounceDefault    = time.Second
+)
+
+// Config tunes a Controller; zero fields take the defaults.
+type Config struct {
+	// Max is the GOMAXPROCS to use under load; 0: runtime.GOMAXPROCS(0)
+	// when the controller is made (the runtime's default).
+	Max int
+	// Interval is how often Run takes a Reading.
+	Interval time.Duration
+	// Wait is how long a runnable goroutine must wait for a P to count
+	// as waiting (Reading.Waited).
+	Wait time.Duration
+	// UpWaited is the share of the goroutines made runnable in an
+	// interval that waited (0.1 is one in ten) from which, on one P,
+	// the controller goes to Max.
+	UpWaited float64
+	// Fit is the CPU use (CPUs: 1.2 is one and a fifth) under which, on
+	// more than one P, for Hold in a row, the controller goes to one P;
+	// the use is averaged exponentially over UseWindow (its time
+	// constant), so that one busy interval does not start Hold over.
+	Fit       float64
+	UseWindow time.Duration
+	// Hold starts at Hold, doubles up to HoldMax when the process goes
+	// back up within Bounce of coming down, and starts over after a stay
+	// on one P of Bounce or more.
+	Hold, HoldMax, Bounce time.Duration
+	// Read takes a Reading; nil: getrusage and runtime/metrics. ok false:
+	// it cannot be read (Run then stays off).
+	Read func() (Reading, bool)
+	// Set sets GOMAXPROCS; nil: runtime.GOMAXPROCS.
+	Set func(n int)
+	// OnChange, when set, is called after each change with the new value
+	// and the interval's reading that decided it (use in CPUs, waited as
+	// a share).
+	OnChange func(procs int, use, waited float64)
+}
+
+// Reading is what the controller reads every Interval: cumulative values
+// since any fixed origin, so that two readings give the interval's.
+type Reading struct {
+	// Wall is a monotonic time.
+	Wall time.Duration
+	// CPU is the process's CPU time (user + system).
+	CPU time.Duration
+	// Runnable counts the goroutines the scheduler made runnable (a
+	// sample of them); Waited those of them that waited Wait or more
+	// before they ran.
+	Runnable, Waited uint64
+}
+
+// Controller decides GOMAXPROCS from Readings. Step is the rule; Run
+// takes a Reading every Interval. A Controller is not safe for
+// concurrent use: one goroutine runs it.
+type Controller struct {
+	cfg   Config
+	procs int // the GOMAXPROCS in force, as the controller set it
+	last  Reading
+	// primed is set by the first reading; avg is the use averaged over
+	// UseWindow. below is how long avg has stayed under Fit on more than
+	// one P; hold is the current Hold; atOne how long the process has
+	// been on one P since it came down.
+	primed bool
+	avg    float64
+	below  time.Duration
+	hold   time.Duration
+	atOne  time.Duration
+	// sched reads the scheduler's latencies (Run's default Read).
+	sched []metrics.Sample
+}
+
+// New returns a controller for cfg, at cfg.Max Ps until Run (or a Step)
+// changes it: the process's GOMAXPROCS is not touched before.
+func New(cfg Config) *Controller {
+	if cfg.Max <= 0 {
+		cfg.Max = runtime.GOMAXPROCS(0)
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = IntervalDefault
+	}
+	if cfg.Wait <= 0 {
+		cfg.Wait = WaitDefault
+	}
+	if cfg.UpWaited <= 0 {
+		cfg.UpWaited = UpWaitedDefault
+	}
+	if cfg.Fit <= 0 {
+		cfg.Fit = FitDefault
+	}
+	if cfg.UseWindow <= 0 {
+		cfg.UseWindow = UseWindowDefault
+	}
+	if cfg.Hold <= 0 {
+		cfg.Hold = HoldDefault
+	}
+	if cfg.HoldMax < cfg.Hold {
+		cfg.HoldMax = max(HoldMaxDefault, cfg.Hold)
+	}
+	if cfg.Bounce <= 0 {
+		cfg.Bounce = BounceDefault
+	}
+	if cfg.Set == nil {
+		cfg.Set = func(n int) { runtime.GOMAXPROCS(n) }
+	}
+	c := &Controller{cfg: cfg, procs: cfg.Max, hold: cfg.Hold}
+	if c.cfg.Read == nil {
+		c.sched = []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+		start := time.Now()
+		c.cfg.Read = func() (Reading, bool) { return c.read(start) }
+	}
+	return c
+}
+
+// Procs returns the GOMAXPROCS in force as the controller set it (Max
+// before its first change).
+func (c *Controller) Procs() int { return c.procs }
+
+// Hold returns how long the use must stay under Fit on more than one P
+// before the controller tries one P again.
+func (c *Controller) Hold() time.Duration { return c.hold }
+
+// Step applies the rule (see the package comment) to the interval since
+// the previous Reading, changes GOMAXPROCS when the rule says so, and
+// returns the GOMAXPROCS in force. The first Reading only primes the
+// controller; one whose wall time did not advance is ignored.
+func (c *Controller) Step(r Reading) int {
+	if !c.primed {
+		c.last, c.primed = r, true
+		return c.procs
+	}
+	dw := r.Wall - c.last.Wall
+	if dw <= 0 {
+		return c.procs
+	}
+	use := float64(r.CPU-c.last.CPU) / float64(dw)
+	waited := 0.0
+	if r.Runnable > c.last.Runnable {
+		waited = float64(r.Waited-c.last.Waited) / float64(r.Runnable-c.last.Runnable)
+	}
+	c.last = r
+	// An exponential moving average with time constant UseWindow
+	// (irregular intervals: weight 1 - e^(-dw/UseWindow)).
+	c.avg += (use - c.avg) * -math.Expm1(-float64(dw)/float64(c.cfg.UseWindow))
+	if c.procs == 1 {
+		c.atOne += dw
+		if c.atOne >= c.cfg.Bounce {
+			c.hold = c.cfg.Hold
+		}
+		if waited >= c.cfg.UpWaited {
+			if c.atOne < c.cfg.Bounce {
+				c.hold = min(2*c.hold, c.cfg.HoldMax)
+			}
+			c.set(c.cfg.Max, use, waited)
+		}
+		return c.procs
+	}
+	if c.avg >= c.cfg.Fit {
+		c.below = 0
+		return c.procs
+	}
+	c.below += dw
+	if c.below >= c.hold {
+		c.set(1, use, waited)
+	}
+	return c.procs
+}
+
+func (c *Controller) set(n int, use, waited float64) {
+	c.procs, c.below, c.atOne = n, 0, 0
+	c.cfg.Set(n)
+	if c.cfg.OnChange != nil {
+		c.cfg.OnChange(n, use, waited)
+	}
+}
+
+// read is the default Read: getrusage, and the scheduler's latencies
+// histogram (buckets from Wait up count as waited).
+func (c *Controller) read(start time.Time) (Reading, bool) {
+	cpu, ok := processCPU()
+	if !ok {
+		return Reading{}, false
+	}
+	r := Reading{Wall: time.Since(start), CPU: cpu}
+	metrics.Read(c.sched)
+	if c.sched[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return r, true // no latencies in this runtime: never saturated
+	}
+	h := c.sched[0].Value.Float64Histogram()
+	wait := c.cfg.Wait.Seconds()
+	for i, n := range h.Counts {
+		r.Runnable += n
+		// Bucket i holds [Buckets[i], Buckets[i+1]).
+		if h.Buckets[i] >= wait {
+			r.Waited += n
+		}
+	}
+	return r, true
+}
+
+// Enabled reports whether a controller should run in this process: the
+// maximum is more than one P, GOMAXPROCS is not set in the environment,
+// and the process's CPU time can be read.
+func Enabled() bool {
+	if os.Getenv("GOMAXPROCS") != "" || runtime.GOMAXPROCS(0) < 2 {
+		return false
+	}
+	_, ok := processCPU()
+	return ok
+}
+
+// Run puts the process on one P, then takes a Reading every Interval
+// until ctx ends, and gives the process its maximum back. It returns at
+// once when Max is 1 or the first Reading fails.
+func (c *Controller) Run(ctx context.Context) {
+	if c.cfg.Max < 2 {
+		return
+	}
+	r, ok := c.cfg.Read()
+	if !ok {
+		return
+	}
+	c.Step(r)
+	c.set(1, 0, 0)
+	t := time.NewTicker(c.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if c.procs != c.cfg.Max {
+				c.set(c.cfg.Max, 0, 0)
+			}
+			return
+		case <-t.C:
+		}
+		if r, ok := c.cfg.Read(); ok {
+			c.Step(r)
+		}
+	}
+}

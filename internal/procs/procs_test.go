@@ -1,0 +1,238 @@
+package procs
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// feed drives a controller with readings 20 ms apart: each step adds
+// use CPUs of CPU time and n runnable goroutines of which waited waited.
+type feed struct {
+	t    *testing.T
+	c    *Controller
+	r    Reading
+	sets []int
+}
+
+func newFeed(t *testing.T, cfg Config) *feed {
+	f := &feed{t: t}
+	cfg.Max = 4
+	cfg.Set = func(n int) { f.sets = append(f.sets, n) }
+	cfg.Read = func() (Reading, bool) { return f.r, true }
+	f.c = New(cfg)
+	f.c.Step(f.r) // prime
+	return f
+}
+
+// step advances 20 ms at use CPUs with runnable goroutines of which
+// waited waited, and returns the GOMAXPROCS in force.
+func (f *feed) step(use float64, runnable, waited uint64) int {
+	const dw = 20 * time.Millisecond
+	f.r.Wall += dw
+	f.r.CPU += time.Duration(use * float64(dw))
+	f.r.Runnable += runnable
+	f.r.Waited += waited
+	return f.c.Step(f.r)
+}
+
+// steps runs step k times and returns the last GOMAXPROCS.
+func (f *feed) steps(k int, use float64, runnable, waited uint64) int {
+	var p int
+	for range k {
+		p = f.step(use, runnable, waited)
+	}
+	return p
+}
+
+// down takes the controller to one P by a quiet spell.
+func (f *feed) down() {
+	f.t.Helper()
+	if p := f.steps(int(f.c.Hold()/(20*time.Millisecond))+20, 0.2, 100, 0); p != 1 {
+		f.t.Fatalf("after a quiet spell: GOMAXPROCS %d, want 1", p)
+	}
+}
+
+func TestStartsAtMaxUntilAStepDecides(t *testing.T) {
+	f := newFeed(t, Config{})
+	if f.c.Procs() != 4 || len(f.sets) != 0 {
+		t.Fatalf("new controller: procs %d, sets %v; want 4 and none", f.c.Procs(), f.sets)
+	}
+	// Busy: it stays.
+	if p := f.steps(100, 1.9, 100, 0); p != 4 || len(f.sets) != 0 {
+		t.Fatalf("busy at 1.9 CPU: procs %d, sets %v; want 4, none", p, f.sets)
+	}
+}
+
+func TestGoesToOnePAfterHoldUnderFit(t *testing.T) {
+	f := newFeed(t, Config{})
+	// The average starts at 0: 1 s of 0.5 CPU (50 intervals) is Hold.
+	if p := f.steps(49, 0.5, 100, 0); p != 4 {
+		t.Fatalf("after 0.98 s under Fit: procs %d, want 4 (Hold is 1 s)", p)
+	}
+	if p := f.step(0.5, 100, 0); p != 1 {
+		t.Fatalf("after 1 s under Fit: procs %d, want 1", p)
+	}
+	if len(f.sets) != 1 || f.sets[0] != 1 {
+		t.Fatalf("sets %v, want [1]", f.sets)
+	}
+}
+
+func TestOneBusyIntervalDoesNotStartHoldOver(t *testing.T) {
+	f := newFeed(t, Config{})
+	f.steps(25, 1.0, 100, 0) // 0.5 s at 1.0
+	f.step(2.0, 100, 0)      // one interval at two CPUs: the average stays under 1.2
+	if p := f.steps(24, 1.0, 100, 0); p != 1 {
+		t.Fatalf("1 s at 1.0 CPU with one busy interval: procs %d, want 1", p)
+	}
+	g := newFeed(t, Config{})
+	g.steps(25, 1.0, 100, 0)
+	g.steps(10, 2.0, 100, 0) // 200 ms at two CPUs: the average passes Fit
+	if p := g.steps(24, 1.0, 100, 0); p != 4 {
+		t.Fatalf("a busy 200 ms inside the second: procs %d, want 4 (Hold starts over)", p)
+	}
+}
+
+func TestSaturatedOnePGoesUpAtOnce(t *testing.T) {
+	f := newFeed(t, Config{})
+	f.down()
+	// 9 % of the goroutines waited: not saturated.
+	if p := f.steps(50, 0.8, 100, 9); p != 1 {
+		t.Fatalf("9%% waited: procs %d, want 1", p)
+	}
+	// 10 %: up in that interval.
+	if p := f.step(0.95, 100, 10); p != 4 {
+		t.Fatalf("10%% waited: procs %d, want 4", p)
+	}
+	if got := f.sets; len(got) != 2 || got[0] != 1 || got[1] != 4 {
+		t.Fatalf("sets %v, want [1 4]", got)
+	}
+}
+
+func TestNoRunnableGoroutinesIsNotSaturated(t *testing.T) {
+	f := newFeed(t, Config{})
+	f.down()
+	if p := f.steps(10, 1.0, 0, 0); p != 1 {
+		t.Fatalf("no goroutine made runnable: procs %d, want 1", p)
+	}
+}
+
+func TestBounceDoublesHoldUpToMaxAndAStayResetsIt(t *testing.T) {
+	f := newFeed(t, Config{HoldMax: 4 * time.Second})
+	f.down()
+	want := time.Second
+	for _, next := range []time.Duration{2 * time.Second, 4 * time.Second, 4 * time.Second} {
+		// Back up 100 ms after coming down: a bounce.
+		f.steps(4, 0.5, 100, 0)
+		if p := f.step(0.9, 100, 50); p != 4 {
+			t.Fatalf("saturated: procs %d, want 4", p)
+		}
+		if f.c.Hold() != next {
+			t.Fatalf("after a bounce with Hold %v: Hold %v, want %v", want, f.c.Hold(), next)
+		}
+		want = next
+		f.down()
+	}
+	// A stay of a second on one P: Hold is 1 s again.
+	f.steps(50, 0.5, 100, 0)
+	if f.c.Hold() != time.Second {
+		t.Fatalf("after 1 s on one P: Hold %v, want 1s", f.c.Hold())
+	}
+	f.step(0.9, 100, 50)
+	if f.c.Hold() != time.Second {
+		t.Fatalf("up after a stay: Hold %v, want 1s (not a bounce)", f.c.Hold())
+	}
+}
+
+func TestStepIgnoresReadingsThatDoNotAdvance(t *testing.T) {
+	f := newFeed(t, Config{})
+	f.down()
+	// A reading at the same wall time with a huge CPU jump is ignored.
+	f.r.CPU += time.Hour
+	f.r.Runnable += 100
+	f.r.Waited += 100
+	if p := f.c.Step(f.r); p != 1 {
+		t.Fatalf("a reading that did not advance: procs %d, want 1", p)
+	}
+}
+
+func TestRunStartsOnOnePAndGivesMaxBack(t *testing.T) {
+	var mu sync.Mutex
+	var sets []int
+	reads := 0
+	stepped := make(chan struct{}, 1)
+	var r Reading
+	c := New(Config{Max: 3, Interval: time.Millisecond,
+		Set: func(n int) { mu.Lock(); sets = append(sets, n); mu.Unlock() },
+		Read: func() (Reading, bool) {
+			reads++
+			r.Wall += time.Millisecond
+			if reads > 3 {
+				select {
+				case stepped <- struct{}{}:
+				default:
+				}
+			}
+			return r, true
+		}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	<-stepped
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sets) != 2 || sets[0] != 1 || sets[1] != 3 {
+		t.Fatalf("sets %v, want [1 3]: one P at start, the maximum back at the end", sets)
+	}
+}
+
+func TestRunIsOffWithOneP(t *testing.T) {
+	called := false
+	c := New(Config{Max: 1, Set: func(int) { called = true }, Read: func() (Reading, bool) { return Reading{}, true }})
+	c.Run(context.Background()) // returns at once
+	if called {
+		t.Fatal("Run with Max 1 set GOMAXPROCS")
+	}
+	c = New(Config{Max: 2, Set: func(int) { called = true }, Read: func() (Reading, bool) { return Reading{}, false }})
+	c.Run(context.Background())
+	if called {
+		t.Fatal("Run without readings set GOMAXPROCS")
+	}
+}
+
+func TestEnabledHonoursTheEnvironment(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "2")
+	if Enabled() {
+		t.Fatal("Enabled with GOMAXPROCS set in the environment")
+	}
+}
+
+func TestDefaultReadCounts(t *testing.T) {
+	c := New(Config{Max: 2, Set: func(int) {}})
+	a, ok := c.cfg.Read()
+	if !ok {
+		t.Skip("no process CPU time here")
+	}
+	// Make work for the scheduler and the CPU.
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x := 0
+			for i := range 200000 {
+				x += i
+			}
+			runtime.KeepAlive(x)
+		}()
+	}
+	wg.Wait()
+	b, _ := c.cfg.Read()
+	if b.Wall <= a.Wall || b.CPU <= a.CPU || b.Runnable <= a.Runnable || b.Waited > b.Runnable {
+		t.Fatalf("readings %+v then %+v: want wall, CPU and runnable to grow, waited ≤ runnable", a, b)
+	}
+}
