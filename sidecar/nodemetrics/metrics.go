@@ -172,7 +172,7 @@ func (m *Metrics) Watch(src Sources) {
 			func() float64 { return float64(src.Store.Size()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_clock_jumps_total", Help: "Wall-clock jumps detected by the leader's timers (re-armed from stored due times)."},
 			func() float64 { return float64(src.Leader.ClockJumps()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_log_writes_total", Help: "Writes to this node's Raft log (one bolt transaction and fsync each)."},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_log_writes_total", Help: "Writes to this node's Raft log (one WAL append and fsync each)."},
 			func() float64 { return float64(src.Log.Writes()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_log_entries_written_total", Help: "Raft entries written to this node's log; ÷ ax_raft_log_writes_total = entries per fsync."},
 			func() float64 { return float64(src.Log.Entries()) }),
