@@ -66,7 +66,7 @@ type raftCounters struct {
 	// histogram: _count and _sum).
 	entries, commands float64
 	// leaderLogWrites is ax_raft_log_writes_total of the nodes that lead
-	// (ax_raft_leader 1): one bolt transaction and fsync each.
+	// (ax_raft_leader 1): one WAL append and fsync each.
 	leaderLogWrites float64
 	// logWrites is ax_raft_log_writes_total of every node.
 	logWrites float64

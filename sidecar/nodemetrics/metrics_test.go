@@ -82,7 +82,7 @@ ax_timers 5
 # HELP ax_clock_jumps_total Wall-clock jumps detected by the leader's timers (re-armed from stored due times).
 # TYPE ax_clock_jumps_total counter
 ax_clock_jumps_total 2
-# HELP ax_raft_log_writes_total Writes to this node's Raft log (one bolt transaction and fsync each).
+# HELP ax_raft_log_writes_total Writes to this node's Raft log (one WAL append and fsync each).
 # TYPE ax_raft_log_writes_total counter
 ax_raft_log_writes_total 10
 # HELP ax_raft_log_entries_written_total Raft entries written to this node's log; ÷ ax_raft_log_writes_total = entries per fsync.
