@@ -258,7 +258,9 @@ func (c *Controller) read(start time.Time) (Reading, bool) {
 	r := Reading{Wall: time.Since(start), CPU: cpu}
 	metrics.Read(c.sched)
 	if c.sched[0].Value.Kind() != metrics.KindFloat64Histogram {
-		return r, true // no latencies in this runtime: never saturated
+		// No latencies in this runtime: saturation could not be seen,
+		// so the controller must not run (one P for ever).
+		return Reading{}, false
 	}
 	h := c.sched[0].Value.Float64Histogram()
 	wait := c.cfg.Wait.Seconds()
@@ -296,6 +298,7 @@ func (c *Controller) Run(ctx context.Context) {
 	}
 	c.Step(r)
 	c.set(1, 0, 0)
+	c.atOne = c.cfg.Bounce // the start is not a try: going up soon does not double Hold
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
 	for {

@@ -236,3 +236,34 @@ func TestDefaultReadCounts(t *testing.T) {
 		t.Fatalf("readings %+v then %+v: want wall, CPU and runnable to grow, waited ≤ runnable", a, b)
 	}
 }
+
+// The start on one P is not a try of one P: going up at once leaves Hold
+// at its start.
+func TestUpRightAfterTheStartIsNotABounce(t *testing.T) {
+	var r Reading
+	reads := 0
+	stepped := make(chan struct{}, 1)
+	c := New(Config{Max: 2, Interval: time.Millisecond, Set: func(int) {},
+		Read: func() (Reading, bool) {
+			reads++
+			r.Wall += time.Millisecond
+			r.Runnable += 10
+			r.Waited += 5 // saturated from the start
+			if reads > 3 {
+				select {
+				case stepped <- struct{}{}:
+				default:
+				}
+			}
+			return r, true
+		}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	<-stepped
+	cancel()
+	<-done
+	if c.Hold() != time.Second {
+		t.Fatalf("Hold %v after going up right after the start, want 1s", c.Hold())
+	}
+}
