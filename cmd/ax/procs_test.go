@@ -7,14 +7,15 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Both commands that run a node have --adaptive-procs, on by default.
+// Both commands that run a node have --adaptive-procs, off by default
+// (lateness first: internal/procs, "Why it is off by default").
 func TestAdaptiveProcsFlag(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		def  string
 	}{{"sidecar", sidecarCmd().Flags().Lookup("adaptive-procs").DefValue}, {"dev", devCmd().Flags().Lookup("adaptive-procs").DefValue}} {
-		if c.def != "true" {
-			t.Errorf("ax %s --adaptive-procs defaults to %q, want true", c.name, c.def)
+		if c.def != "false" {
+			t.Errorf("ax %s --adaptive-procs defaults to %q, want false", c.name, c.def)
 		}
 	}
 }

@@ -72,7 +72,7 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.heartbeat, "raft-heartbeat-timeout", config.HeartbeatTimeoutDefault, "Raft heartbeat timeout")
 	fl.DurationVar(&f.election, "raft-election-timeout", config.ElectionTimeoutDefault, "Raft election timeout")
 	fl.DurationVar(&f.fireLead, "fire-lead", config.FireLeadDefault, "how long before a run's due time the leader commits its fire (the delivering node waits for the due time); -1ns turns it off")
-	fl.BoolVar(&f.adaptiveProcs, "adaptive-procs", true, "run on one CPU (GOMAXPROCS=1) while this process needs less than one, on all of them when it needs more: lower latency under light load (off when $GOMAXPROCS is set)")
+	fl.BoolVar(&f.adaptiveProcs, "adaptive-procs", false, "run on one CPU (GOMAXPROCS=1) while this process's load fits in one and on all of them within 20ms of needing more: lower latency under light load (one caller's submit p50 0.21 -> 0.15 ms on a 2-CPU VM), but background work (flushes, snapshots) then delays timers more (p99 lateness under heavy background load 13-32 ms instead of 4-15); ignored when $GOMAXPROCS is set")
 	fl.DurationVar(&f.loadWindow, "load-window", config.LoadWindowDefault, "how far ahead the leader keeps WAITING tasks armed in memory; later ones are loaded from the store as the window moves (every half window)")
 	fl.IntVar(&f.deliveryConcurrency, "delivery-concurrency", config.DeliveryConcurrencyDefault, "most callbacks in flight at once per executor of this node: the adaptive limit's maximum")
 	fl.StringVar(&f.clusterToken, "cluster-token", "", "shared secret every peer API request must carry (default: $AX_CLUSTER_TOKEN); give every node the same")

@@ -1,5 +1,5 @@
 // Package procs sets how many CPUs an ax process runs its goroutines on
-// (GOMAXPROCS) from its load: one while the load fits in one CPU, all of
+// (GOMAXPROCS) from its load, when asked to (--adaptive-procs): one while the load fits in one CPU, all of
 // them (the runtime's default at start: the machine's CPUs or the
 // container's CPU limit) while it does not.
 //
@@ -29,7 +29,7 @@
 // (runtime/metrics' /sched/latencies:seconds). The process starts on one
 // P (Run sets it), and:
 //   - on one P, when UpWaited (10 %) or more of the goroutines waited in an
-//     interval, the one P is saturated (a burst of work, or the load
+//     interval (of at least MinRunnable, 20, made runnable), the one P is saturated (a burst of work, or the load
 //     grew): GOMAXPROCS goes to the maximum at once, so that timers and
 //     requests wait at most about one interval behind a burst;
 //   - on more, when the process's use, averaged over the last UseWindow
@@ -45,6 +45,20 @@
 // a short burst took them up; a load that needs more than one P fails the
 // next try within an interval, and its tries space out (Hold doubles).
 // A change stops the world for a moment (runtime.GOMAXPROCS).
+//
+// # Why it is off by default
+//
+// On one P, background work (a badger memtable flush or compaction, a
+// snapshot) shares the P with timers and callbacks until the controller
+// sees the P saturated, and the node's own writes wait behind it. Under
+// heavy background load (200 KB submits, a purge every 3 s, a snapshot
+// every 2 s, three nodes) a review measured p99 lateness 12.6–32.1 ms
+// with the controller against 4.1–14.7 ms without, and the worst callback
+// 127–311 ms against 22–84 ms (docs/perf/README.md). Lateness is what ax
+// promises first, so the controller is opt-in (--adaptive-procs): for a
+// node whose load is mostly requests and whose latency under light load
+// matters more than the tail of its timers under a burst of background
+// work.
 //
 // The controller is off when the maximum is 1 (one CPU, or a container
 // limit of one), when GOMAXPROCS is set in the environment (the operator
@@ -66,14 +80,15 @@ import (
 
 // Defaults of Config.
 const (
-	IntervalDefault  = 20 * time.Millisecond
-	WaitDefault      = time.Millisecond
-	UpWaitedDefault  = 0.1
-	FitDefault       = 1.2
-	UseWindowDefault = 200 * time.Millisecond
-	HoldDefault      = time.Second
-	HoldMaxDefault   = 64 * time.Second
-	BounceDefault    = time.Second
+	IntervalDefault    = 20 * time.Millisecond
+	WaitDefault        = time.Millisecond
+	UpWaitedDefault    = 0.1
+	MinRunnableDefault = 20
+	FitDefault         = 1.2
+	UseWindowDefault   = 200 * time.Millisecond
+	HoldDefault        = time.Second
+	HoldMaxDefault     = 64 * time.Second
+	BounceDefault      = time.Second
 )
 
 // Config tunes a Controller; zero fields take the defaults.
@@ -90,6 +105,9 @@ type Config struct {
 	// interval that waited (0.1 is one in ten) from which, on one P,
 	// the controller goes to Max.
 	UpWaited float64
+	// MinRunnable is how many goroutines must have been made runnable
+	// in an interval for its share to count: one of two waiting is noise.
+	MinRunnable uint64
 	// Fit is the CPU use (CPUs: 1.2 is one and a fifth) under which, on
 	// more than one P, for Hold in a row, the controller goes to one P;
 	// the use is averaged exponentially over UseWindow (its time
@@ -103,7 +121,9 @@ type Config struct {
 	// Read takes a Reading; nil: getrusage and runtime/metrics. ok false:
 	// it cannot be read (Run then stays off).
 	Read func() (Reading, bool)
-	// Set sets GOMAXPROCS; nil: runtime.GOMAXPROCS.
+	// Set sets GOMAXPROCS; nil: runtime.GOMAXPROCS(1) for one P and
+	// runtime.SetDefaultGOMAXPROCS for Max (which also turns the
+	// runtime's own updates from the container's CPU limit back on).
 	Set func(n int)
 	// OnChange, when set, is called after each change with the new value
 	// and the interval's reading that decided it (use in CPUs, waited as
@@ -159,6 +179,9 @@ func New(cfg Config) *Controller {
 	if cfg.UpWaited <= 0 {
 		cfg.UpWaited = UpWaitedDefault
 	}
+	if cfg.MinRunnable == 0 {
+		cfg.MinRunnable = MinRunnableDefault
+	}
 	if cfg.Fit <= 0 {
 		cfg.Fit = FitDefault
 	}
@@ -175,7 +198,16 @@ func New(cfg Config) *Controller {
 		cfg.Bounce = BounceDefault
 	}
 	if cfg.Set == nil {
-		cfg.Set = func(n int) { runtime.GOMAXPROCS(n) }
+		max := cfg.Max
+		cfg.Set = func(n int) {
+			if n == max {
+				// The runtime's default again, with its own updates
+				// (a container's CPU limit changed in place) back on.
+				runtime.SetDefaultGOMAXPROCS()
+				return
+			}
+			runtime.GOMAXPROCS(n)
+		}
 	}
 	c := &Controller{cfg: cfg, procs: cfg.Max, hold: cfg.Hold}
 	if c.cfg.Read == nil {
@@ -209,8 +241,8 @@ func (c *Controller) Step(r Reading) int {
 	}
 	use := float64(r.CPU-c.last.CPU) / float64(dw)
 	waited := 0.0
-	if r.Runnable > c.last.Runnable {
-		waited = float64(r.Waited-c.last.Waited) / float64(r.Runnable-c.last.Runnable)
+	if n := r.Runnable - c.last.Runnable; r.Runnable > c.last.Runnable && n >= c.cfg.MinRunnable {
+		waited = float64(r.Waited-c.last.Waited) / float64(n)
 	}
 	c.last = r
 	// An exponential moving average with time constant UseWindow

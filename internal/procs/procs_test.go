@@ -267,3 +267,20 @@ func TestUpRightAfterTheStartIsNotABounce(t *testing.T) {
 		t.Fatalf("Hold %v after going up right after the start, want 1s", c.Hold())
 	}
 }
+
+// An interval with fewer than MinRunnable goroutines made runnable does
+// not count: one waiting of two is noise (the review saw a node go up at
+// 0.04 CPU that way).
+func TestFewRunnableGoroutinesDoNotCount(t *testing.T) {
+	f := newFeed(t, Config{})
+	f.down()
+	if p := f.steps(10, 0.05, 2, 1); p != 1 {
+		t.Fatalf("1 of 2 goroutines waited: procs %d, want 1", p)
+	}
+	if p := f.step(0.5, 19, 19); p != 1 {
+		t.Fatalf("19 of 19 waited: procs %d, want 1 (under MinRunnable)", p)
+	}
+	if p := f.step(0.9, 20, 2); p != 4 {
+		t.Fatalf("2 of 20 waited: procs %d, want 4", p)
+	}
+}
