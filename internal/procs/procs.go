@@ -1,7 +1,7 @@
 // Package procs sets how many CPUs an ax process runs its goroutines on
-// (GOMAXPROCS) from its load, when asked to (--adaptive-procs): one while the load fits in one CPU, all of
-// them (the runtime's default at start: the machine's CPUs or the
-// container's CPU limit) while it does not.
+// (GOMAXPROCS) from its load, when asked to (--adaptive-procs): one while
+// the load fits in one CPU, all of them (the runtime's default: the
+// machine's CPUs or the container's CPU limit) while it does not.
 //
 // # Why
 //
@@ -28,16 +28,17 @@
 // made runnable and how many of them waited Wait (1 ms) or more for a P
 // (runtime/metrics' /sched/latencies:seconds). The process starts on one
 // P (Run sets it), and:
-//   - on one P, when UpWaited (10 %) or more of the goroutines waited in an
-//     interval (of at least MinRunnable, 20, made runnable), the one P is saturated (a burst of work, or the load
-//     grew): GOMAXPROCS goes to the maximum at once, so that timers and
-//     requests wait at most about one interval behind a burst;
+//   - on one P, when UpWaited (10 %) or more of the goroutines made
+//     runnable in an interval (MinRunnable, 20, at least) waited, the one
+//     P is saturated (a burst of work, or the load grew): GOMAXPROCS goes
+//     to the maximum at once, so that timers and requests wait about one
+//     interval behind a burst;
 //   - on more, when the process's use, averaged over the last UseWindow
 //     (200 ms), stayed under Fit (1.2 CPUs) for Hold in a row, the load
-//     may fit in one P again: GOMAXPROCS goes to 1. Hold
-//     is 1 s; it doubles (up to HoldMax, 64 s) each time the process goes
-//     back up within Bounce (1 s) of coming down, and is 1 s again after
-//     a stay on one P of Bounce or more.
+//     may fit in one P again: GOMAXPROCS goes to 1. Hold is 1 s; it
+//     doubles (up to HoldMax, 64 s) each time the process goes back up
+//     within Bounce (1 s) of coming down, and is 1 s again after a stay
+//     on one P of Bounce or more.
 //
 // The same load uses more CPU on several Ps than on one (spinning,
 // wake-ups): 16 callers used 1.02 CPU on two Ps and 0.80 on one. Fit is
@@ -62,7 +63,8 @@
 //
 // The controller is off when the maximum is 1 (one CPU, or a container
 // limit of one), when GOMAXPROCS is set in the environment (the operator
-// chose), and when the process's CPU time cannot be read.
+// chose), and when the process's CPU time or the scheduler's latencies
+// cannot be read.
 //
 // # Imports
 //
