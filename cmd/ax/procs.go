@@ -13,7 +13,7 @@ import (
 // it and gives the process all its CPUs back; a no-op when the flag is
 // off or the controller cannot run here.
 func (f *nodeFlags) startProcs(log zerolog.Logger) func() {
-	if !f.adaptiveProcs || !procs.Enabled() {
+	if !f.procsEnabled() {
 		return func() {}
 	}
 	c := procs.New(procs.Config{OnChange: func(n int, use, waited float64) {
@@ -30,3 +30,8 @@ func (f *nodeFlags) startProcs(log zerolog.Logger) func() {
 		<-done
 	}
 }
+
+// procsEnabled reports whether this process runs the controller: asked
+// for (--adaptive-procs) and able to (procs.Enabled: GOMAXPROCS not set in
+// the environment, more than one CPU, the readings available).
+func (f *nodeFlags) procsEnabled() bool { return f.adaptiveProcs && procs.Enabled() }

@@ -3,8 +3,6 @@ package main
 import (
 	"runtime"
 	"testing"
-
-	"github.com/rs/zerolog"
 )
 
 // Both commands that run a node have --adaptive-procs, off by default
@@ -20,13 +18,19 @@ func TestAdaptiveProcsFlag(t *testing.T) {
 	}
 }
 
-// Off, startProcs leaves GOMAXPROCS alone.
-func TestStartProcsOff(t *testing.T) {
-	before := runtime.GOMAXPROCS(0)
-	f := &nodeFlags{adaptiveProcs: false}
-	stop := f.startProcs(zerolog.Nop())
-	stop()
-	if got := runtime.GOMAXPROCS(0); got != before {
-		t.Fatalf("GOMAXPROCS %d after startProcs with the flag off, want %d", got, before)
+// The controller runs only when asked for, and never against a
+// GOMAXPROCS the operator set. (Off, startProcs returns a no-op: a test
+// of GOMAXPROCS after its stop could not tell, since stopping gives the
+// process its default back.)
+func TestProcsEnabled(t *testing.T) {
+	if (&nodeFlags{adaptiveProcs: false}).procsEnabled() {
+		t.Fatal("controller enabled without --adaptive-procs")
+	}
+	if runtime.GOMAXPROCS(0) >= 2 && !(&nodeFlags{adaptiveProcs: true}).procsEnabled() {
+		t.Fatal("controller not enabled with --adaptive-procs on a multi-CPU host")
+	}
+	t.Setenv("GOMAXPROCS", "2")
+	if (&nodeFlags{adaptiveProcs: true}).procsEnabled() {
+		t.Fatal("controller enabled with GOMAXPROCS in the environment")
 	}
 }

@@ -158,31 +158,40 @@ func TestStepIgnoresReadingsThatDoNotAdvance(t *testing.T) {
 	}
 }
 
-func TestRunStartsOnOnePAndGivesMaxBack(t *testing.T) {
-	var mu sync.Mutex
-	var sets []int
+// runSome runs c.Run with cfg's Read replaced by one that moves a
+// reading by next (1 ms of wall time each) until a few readings were
+// taken, then ends Run and returns the controller.
+func runSome(cfg Config, next func(*Reading)) *Controller {
+	var r Reading
 	reads := 0
 	stepped := make(chan struct{}, 1)
-	var r Reading
-	c := New(Config{Max: 3, Interval: time.Millisecond,
-		Set: func(n int) { mu.Lock(); sets = append(sets, n); mu.Unlock() },
-		Read: func() (Reading, bool) {
-			reads++
-			r.Wall += time.Millisecond
-			if reads > 3 {
-				select {
-				case stepped <- struct{}{}:
-				default:
-				}
+	cfg.Interval = time.Millisecond
+	cfg.Read = func() (Reading, bool) {
+		reads++
+		r.Wall += time.Millisecond
+		next(&r)
+		if reads > 3 {
+			select {
+			case stepped <- struct{}{}:
+			default:
 			}
-			return r, true
-		}})
+		}
+		return r, true
+	}
+	c := New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
 	<-stepped
 	cancel()
 	<-done
+	return c
+}
+
+func TestRunStartsOnOnePAndGivesMaxBack(t *testing.T) {
+	var mu sync.Mutex
+	var sets []int
+	runSome(Config{Max: 3, Set: func(n int) { mu.Lock(); sets = append(sets, n); mu.Unlock() }}, func(*Reading) {})
 	mu.Lock()
 	defer mu.Unlock()
 	if len(sets) != 2 || sets[0] != 1 || sets[1] != 3 {
@@ -240,29 +249,10 @@ func TestDefaultReadCounts(t *testing.T) {
 // The start on one P is not a try of one P: going up at once leaves Hold
 // at its start.
 func TestUpRightAfterTheStartIsNotABounce(t *testing.T) {
-	var r Reading
-	reads := 0
-	stepped := make(chan struct{}, 1)
-	c := New(Config{Max: 2, Interval: time.Millisecond, Set: func(int) {},
-		Read: func() (Reading, bool) {
-			reads++
-			r.Wall += time.Millisecond
-			r.Runnable += 10
-			r.Waited += 5 // saturated from the start
-			if reads > 3 {
-				select {
-				case stepped <- struct{}{}:
-				default:
-				}
-			}
-			return r, true
-		}})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	<-stepped
-	cancel()
-	<-done
+	c := runSome(Config{Max: 2, Set: func(int) {}}, func(r *Reading) {
+		r.Runnable += 40 // MinRunnable at least
+		r.Waited += 20   // saturated from the start
+	})
 	if c.Hold() != time.Second {
 		t.Fatalf("Hold %v after going up right after the start, want 1s", c.Hold())
 	}
