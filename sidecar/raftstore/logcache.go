@@ -46,6 +46,9 @@ type tailCache struct {
 
 	// writing, when set, is told when each StoreLogs starts and returns.
 	writing *LogWriting
+	// sizes, when set, records the data length of every entry written
+	// (not only the cached ones) until DeleteRange deletes it.
+	sizes *entrySizes
 }
 
 // newTailCache wraps s with a cache of its newest maxN entries and about
@@ -87,6 +90,9 @@ func (c *tailCache) StoreLogs(ls []*raft.Log) error {
 	if len(ls) == 0 {
 		return nil
 	}
+	if c.sizes != nil {
+		c.sizes.stored(ls)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.ents) == 0 || ls[0].Index != c.first+uint64(len(c.ents)) {
@@ -124,9 +130,12 @@ func (c *tailCache) dropHead(n int) {
 	}
 }
 
-// DeleteRange deletes [lo, hi] from the store and from the cache first, so
-// no deleted entry is ever answered from memory.
+// DeleteRange deletes [lo, hi] from the store and from the cache (and the
+// sizes) first, so no deleted entry is ever answered from memory.
 func (c *tailCache) DeleteRange(lo, hi uint64) error {
+	if c.sizes != nil {
+		c.sizes.deleted(lo, hi)
+	}
 	c.mu.Lock()
 	if n := len(c.ents); n > 0 {
 		last := c.first + uint64(n) - 1

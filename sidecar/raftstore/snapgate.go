@@ -41,6 +41,7 @@ import (
 //     (removeStaleSnapshotTemps): raft ignores them but never deletes them.
 //   - Before each snapshot, raft's TrailingLogs is lowered so that the
 //     entries kept stay under Config.TrailingLogsBytes (trailingForBytes,
+//     from the entries' sizes recorded as they were written, entrySizes;
 //     with raft.ReloadConfig); and that many log bytes written since the
 //     last snapshot trigger one (SnapshotByBytes), so that the Raft log
 //     stays near twice the bound even when entries are large. While free
@@ -343,9 +344,10 @@ const raftEntryOverhead = 64
 // trailingForBytes returns how many of the newest entries of logs fit in
 // maxBytes (data plus raftEntryOverhead each), at most maxEntries: the
 // TrailingLogs that bounds what a snapshot leaves in the log by bytes. It
-// reads the entries backwards from the last one and stops at the first
-// that does not fit.
-func trailingForBytes(logs raft.LogStore, maxEntries, maxBytes uint64) (uint64, error) {
+// goes backwards from the last entry and stops at the first that does not
+// fit. An entry's data length comes from known when it has it (nil: from
+// none), else from reading the entry.
+func trailingForBytes(logs raft.LogStore, known func(idx uint64) (int, bool), maxEntries, maxBytes uint64) (uint64, error) {
 	first, err := logs.FirstIndex()
 	if err != nil {
 		return maxEntries, err
@@ -360,13 +362,20 @@ func trailingForBytes(logs raft.LogStore, maxEntries, maxBytes uint64) (uint64, 
 	var n, sum uint64
 	var l raft.Log
 	for idx := last; idx >= first && n < maxEntries; idx-- {
-		if err := logs.GetLog(idx, &l); err != nil {
-			if errors.Is(err, raft.ErrLogNotFound) {
-				break
-			}
-			return maxEntries, err
+		size, ok := 0, false
+		if known != nil {
+			size, ok = known(idx)
 		}
-		sum += uint64(len(l.Data)) + raftEntryOverhead
+		if !ok {
+			if err := logs.GetLog(idx, &l); err != nil {
+				if errors.Is(err, raft.ErrLogNotFound) {
+					break
+				}
+				return maxEntries, err
+			}
+			size = len(l.Data)
+		}
+		sum += uint64(size) + raftEntryOverhead
 		if sum > maxBytes {
 			break
 		}
@@ -387,7 +396,7 @@ func (st *Store) lowerTrailingLogs() {
 	if r == nil || st.cfg.TrailingLogsBytes <= 0 {
 		return
 	}
-	keep, err := trailingForBytes(st.logStore, st.cfg.TrailingLogs, uint64(st.cfg.TrailingLogsBytes))
+	keep, err := trailingForBytes(st.logStore, st.sizes.dataLen, st.cfg.TrailingLogs, uint64(st.cfg.TrailingLogsBytes))
 	if err != nil {
 		st.log.Warn().Err(err).Msg("cannot size the trailing Raft log: keeping --trailing-logs entries")
 		keep = st.cfg.TrailingLogs

@@ -231,7 +231,7 @@ func TestTrailingForBytes(t *testing.T) {
 		{10240, 4 * M, 0}, // not even the newest
 	}
 	for _, c := range cases {
-		got, err := trailingForBytes(logs, c.maxEntries, c.maxBytes)
+		got, err := trailingForBytes(logs, nil, c.maxEntries, c.maxBytes)
 		if err != nil || got != c.want {
 			t.Errorf("trailingForBytes(%d entries, %d bytes) = %d, %v; want %d", c.maxEntries, c.maxBytes, got, err, c.want)
 		}
@@ -239,10 +239,10 @@ func TestTrailingForBytes(t *testing.T) {
 	if err := logs.DeleteRange(1, 8); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := trailingForBytes(logs, 10240, 1<<40); got != 2 {
+	if got, _ := trailingForBytes(logs, nil, 10240, 1<<40); got != 2 {
 		t.Errorf("after compaction: %d, want 2", got)
 	}
-	if got, _ := trailingForBytes(raft.NewInmemStore(), 10240, 1<<40); got != 10240 {
+	if got, _ := trailingForBytes(raft.NewInmemStore(), nil, 10240, 1<<40); got != 10240 {
 		t.Errorf("empty log: %d", got)
 	}
 }

@@ -88,6 +88,7 @@ type Store struct {
 	LogWriting LogWriting
 
 	logStore  *wal.WAL
+	sizes     entrySizes // of the entries written to logStore (trailingForBytes)
 	transport raft.Transport
 	snaps     *gatedSnapshotStore
 }
@@ -178,6 +179,7 @@ func (st *Store) StartRaft(advertise func() (net.Addr, error)) error {
 	}
 	logs := newTailCache(guardedLogStore{st.logStore, st.Guard, &st.LogStats}, tailCacheEntries, tailCacheBytes)
 	logs.writing = &st.LogWriting
+	logs.sizes = &st.sizes
 	st.Raft, err = raft.NewRaft(rc, st.FSM, logs, guardedStableStore{st.logStore, st.Guard}, snaps, st.transport)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
