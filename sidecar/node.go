@@ -421,3 +421,25 @@ func (n *Node) logEvent(ev *raftfsm.Event) {
 	}
 	e.Msg("state change")
 }
+
+// NothingDueWithin reports whether, in this node's state, no task is
+// RUNNING (no callback in flight anywhere in the cluster) and no WAITING
+// task is due within d of now. A follower's state lags the leader's by
+// its apply lag. It reads the due-time index (one seek); a read error
+// reports false. ax's adaptive GOMAXPROCS puts the process on one P only
+// while it is true (cmd/ax/procs.go), so that timers and callbacks never
+// share one P with background work.
+func (n *Node) NothingDueWithin(d time.Duration) bool {
+	if n.fsm == nil {
+		return false
+	}
+	if n.fsm.Counts()[raftfsm.StateRunning] > 0 {
+		return false
+	}
+	due := false
+	err := n.fsm.Due(n.clock.Now().Add(d).UnixMilli(), func(string, int64) bool {
+		due = true
+		return false
+	})
+	return err == nil && !due
+}

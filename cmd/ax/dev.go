@@ -43,7 +43,7 @@ It takes the same flags as 'ax sidecar', with two other defaults: node id
 				closeListener(ln)
 				return err
 			}
-			defer f.startProcs(log)()
+			defer f.startProcs(log, n)()
 			defer serveUI(srv, ln, logf)()
 			if srv != nil {
 				fmt.Printf("Dashboard: http://%s/\n", ln.Addr())

@@ -2,23 +2,35 @@ package main
 
 import (
 	"context"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/axsched/ax/internal/procs"
+	"github.com/axsched/ax/sidecar"
 )
 
+// procsDueWindow: the process goes to one P only while nothing is due
+// within it (and no callback is in flight). It is far longer than the
+// controller's Interval (20 ms), in which it notices a task due soon, and
+// than the leader's fire lead (50 ms), so that every timer fires and every
+// callback is sent with all the CPUs.
+const procsDueWindow = 2 * time.Second
+
 // startProcs starts the adaptive GOMAXPROCS of this process
-// (--adaptive-procs, internal/procs) and returns the function that stops
-// it and gives the process all its CPUs back; a no-op when the flag is
-// off or the controller cannot run here.
-func (f *nodeFlags) startProcs(log zerolog.Logger) func() {
+// (--adaptive-procs, internal/procs) for node n and returns the function
+// that stops it and gives the process all its CPUs back; a no-op when the
+// flag is off or the controller cannot run here.
+func (f *nodeFlags) startProcs(log zerolog.Logger, n *sidecar.Node) func() {
 	if !f.procsEnabled() {
 		return func() {}
 	}
-	c := procs.New(procs.Config{OnChange: func(n int, use, waited float64) {
-		log.Debug().Int("gomaxprocs", n).Float64("cpu_use", use).Float64("sched_waited", waited).Msg("GOMAXPROCS changed")
-	}})
+	c := procs.New(procs.Config{
+		Quiet: func() bool { return n.NothingDueWithin(procsDueWindow) },
+		OnChange: func(p int, why string, use, waited float64) {
+			log.Debug().Int("gomaxprocs", p).Str("why", why).Float64("cpu_use", use).Float64("sched_waited", waited).Msg("GOMAXPROCS changed")
+		},
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

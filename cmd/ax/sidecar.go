@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/internal/procs"
 	"github.com/axsched/ax/sidecar"
 	"github.com/axsched/ax/sidecar/config"
 )
@@ -72,7 +73,7 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.heartbeat, "raft-heartbeat-timeout", config.HeartbeatTimeoutDefault, "Raft heartbeat timeout")
 	fl.DurationVar(&f.election, "raft-election-timeout", config.ElectionTimeoutDefault, "Raft election timeout")
 	fl.DurationVar(&f.fireLead, "fire-lead", config.FireLeadDefault, "how long before a run's due time the leader commits its fire (the delivering node waits for the due time); -1ns turns it off")
-	fl.BoolVar(&f.adaptiveProcs, "adaptive-procs", false, "run on one CPU (GOMAXPROCS=1) while this process's load fits in one and on all of them within 20ms of needing more: lower latency under light load (one caller's submit p50 0.21 -> 0.15 ms on a 2-CPU VM), but background work (flushes, snapshots) then delays timers more (p99 lateness under heavy background load 13-32 ms instead of 4-15); ignored when $GOMAXPROCS is set")
+	fl.BoolVar(&f.adaptiveProcs, "adaptive-procs", true, "run on one CPU (GOMAXPROCS=1) while this process's load fits in one and no task is due within 2s nor a callback in flight, and on all of them otherwise (within 20ms of needing more, at once for a snapshot or a compaction): requests cut their hand-offs between threads (one caller's submit p50 0.21 -> 0.15 ms on a 2-CPU VM) and timers still fire on all the CPUs; ignored when $GOMAXPROCS is set")
 	fl.DurationVar(&f.loadWindow, "load-window", config.LoadWindowDefault, "how far ahead the leader keeps WAITING tasks armed in memory; later ones are loaded from the store as the window moves (every half window)")
 	fl.IntVar(&f.deliveryConcurrency, "delivery-concurrency", config.DeliveryConcurrencyDefault, "most callbacks in flight at once per executor of this node: the adaptive limit's maximum")
 	fl.StringVar(&f.clusterToken, "cluster-token", "", "shared secret every peer API request must carry (default: $AX_CLUSTER_TOKEN); give every node the same")
@@ -119,6 +120,9 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 		BootstrapExpect: f.bootstrapExpect, HeartbeatTimeout: f.heartbeat, ElectionTimeout: f.election, FireLead: f.fireLead, LoadWindow: f.loadWindow, LogPayloads: f.logPayloads,
 	}
 	cfg.DeliveryConcurrency = f.deliveryConcurrency
+	if f.procsEnabled() {
+		cfg.BackgroundWork = procs.Busy // snapshots and compactions run on all the CPUs
+	}
 	cfg.BacklogLimit = f.backlogLimit
 	cfg.Routing = f.routing
 	cfg.LeaveOnShutdown = f.leaveOnShutdown
@@ -257,7 +261,7 @@ func sidecarCmd() *cobra.Command {
 				closeListener(pln)
 				return err
 			}
-			defer f.startProcs(log)()
+			defer f.startProcs(log, n)()
 			stopUI := serveUI(srv, ln, logf)
 			if srv != nil {
 				log.Info().Str("ui_addr", ln.Addr().String()).Msg("dashboard serving")

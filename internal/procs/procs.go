@@ -1,7 +1,8 @@
 // Package procs sets how many CPUs an ax process runs its goroutines on
-// (GOMAXPROCS) from its load, when asked to (--adaptive-procs): one while
-// the load fits in one CPU, all of them (the runtime's default: the
-// machine's CPUs or the container's CPU limit) while it does not.
+// (GOMAXPROCS) from its load (--adaptive-procs, on by default): one while
+// the load fits in one CPU and no timer is due soon, all of them (the
+// runtime's default: the machine's CPUs or the container's CPU limit)
+// otherwise.
 //
 // # Why
 //
@@ -28,6 +29,11 @@
 // made runnable and how many of them waited Wait (1 ms) or more for a P
 // (runtime/metrics' /sched/latencies:seconds). The process starts on one
 // P (Run sets it), and:
+//   - while the process is not quiet (Config.Quiet: a task is due within
+//     2 s or a callback is in flight, the node's NothingDueWithin) or
+//     heavy background work runs (Busy: a snapshot being written, a
+//     compaction), it is on the maximum: it goes there at the next
+//     reading, or at once when Busy is called;
 //   - on one P, when UpWaited (10 %) or more of the goroutines made
 //     runnable in an interval (MinRunnable, 20, at least) waited, the one
 //     P is saturated (a burst of work, or the load grew): GOMAXPROCS goes
@@ -47,24 +53,28 @@
 // next try within an interval, and its tries space out (Hold doubles).
 // A change stops the world for a moment (runtime.GOMAXPROCS).
 //
-// # Why it is off by default
+// # Timers first
 //
 // On one P, background work (a badger memtable flush or compaction, a
 // snapshot) shares the P with timers and callbacks until the controller
-// sees the P saturated, and the node's own writes wait behind it. Under
-// heavy background load (200 KB submits, a purge every 3 s, a snapshot
-// every 2 s, three nodes) a review measured p99 lateness 12.6–32.1 ms
-// with the controller against 4.1–14.7 ms without, and the worst callback
-// 127–311 ms against 22–84 ms (docs/perf/README.md). Lateness is what ax
-// promises first, so the controller is opt-in (--adaptive-procs): for a
-// node whose load is mostly requests and whose latency under light load
-// matters more than the tail of its timers under a burst of background
-// work.
+// sees the P saturated. With only the rules on CPU and waits, a review
+// measured under heavy background load (200 KB submits, a purge every
+// 3 s, a snapshot every 2 s, three nodes, a Python executor) p99 lateness
+// 12.6–32.1 ms against 4.1–14.7 ms on all CPUs, and the worst callback
+// 127–311 ms against 22–84 ms. Telling the controller of the node's own
+// heavy work (Busy) halved that, no more: badger's flushes and
+// compactions cannot be seen coming. So the process runs on one P only
+// while nothing is due soon: lateness is then measured on all the CPUs,
+// as without the controller (the same load, three pairs one after the
+// other: p99 4.6, 5.4, 7.2 ms with it against 4.0, 5.3, 9.2 ms without;
+// docs/perf/README.md), and what one P gains, it gains for requests while
+// the node's timers are far off (a backlog of submits for later, a
+// follower's share of the callers).
 //
-// The controller is off when the maximum is 1 (one CPU, or a container
-// limit of one), when GOMAXPROCS is set in the environment (the operator
-// chose), and when the process's CPU time or the scheduler's latencies
-// cannot be read.
+// The controller is off with --adaptive-procs=false, when the maximum is
+// 1 (one CPU, or a container limit of one), when GOMAXPROCS is set in the
+// environment (the operator chose), and when the process's CPU time or
+// the scheduler's latencies cannot be read.
 //
 // # Imports
 //
@@ -77,6 +87,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"sync"
 	"time"
 )
 
@@ -127,11 +138,29 @@ type Config struct {
 	// runtime.SetDefaultGOMAXPROCS for Max (which also turns the
 	// runtime's own updates from the container's CPU limit back on).
 	Set func(n int)
-	// OnChange, when set, is called after each change with the new value
-	// and the interval's reading that decided it (use in CPUs, waited as
-	// a share).
-	OnChange func(procs int, use, waited float64)
+	// OnChange, when set, is called after each change with the new value,
+	// why (Why*), and the interval's reading that decided it (use in
+	// CPUs, waited as a share; 0 for a change no reading decided).
+	OnChange func(procs int, why string, use, waited float64)
+	// Busy returns how many heavy background jobs are in progress; nil:
+	// the process's count (the package's Busy).
+	Busy func() int
+	// Quiet reports whether the process may run on one P as far as its
+	// timers go: nothing is due soon and no callback is in flight. While
+	// it reports false the process stays on, or goes to, Max (checked at
+	// each Step, under the controller's lock). Nil: always quiet.
+	Quiet func() bool
 }
+
+// Why a controller changed GOMAXPROCS (Config.OnChange).
+const (
+	WhyStart     = "start"     // Run put the process on one P
+	WhySaturated = "saturated" // the one P was saturated
+	WhyFits      = "fits"      // the use stayed under Fit for Hold
+	WhyBusy      = "busy"      // heavy background work began (Busy)
+	WhyDue       = "due"       // something falls due soon (Config.Quiet)
+	WhyStop      = "stop"      // Run ended
+)
 
 // Reading is what the controller reads every Interval: cumulative values
 // since any fixed origin, so that two readings give the interval's.
@@ -150,6 +179,9 @@ type Reading struct {
 // takes a Reading every Interval. A Controller is not safe for
 // concurrent use: one goroutine runs it.
 type Controller struct {
+	// mu guards the state below against Busy, which raises a running
+	// controller from another goroutine.
+	mu    sync.Mutex
 	cfg   Config
 	procs int // the GOMAXPROCS in force, as the controller set it
 	last  Reading
@@ -199,6 +231,9 @@ func New(cfg Config) *Controller {
 	if cfg.Bounce <= 0 {
 		cfg.Bounce = BounceDefault
 	}
+	if cfg.Busy == nil {
+		cfg.Busy = busyJobs
+	}
 	if cfg.Set == nil {
 		max := cfg.Max
 		cfg.Set = func(n int) {
@@ -222,17 +257,29 @@ func New(cfg Config) *Controller {
 
 // Procs returns the GOMAXPROCS in force as the controller set it (Max
 // before its first change).
-func (c *Controller) Procs() int { return c.procs }
+func (c *Controller) Procs() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.procs
+}
 
 // Hold returns how long the use must stay under Fit on more than one P
 // before the controller tries one P again.
-func (c *Controller) Hold() time.Duration { return c.hold }
+func (c *Controller) Hold() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hold
+}
 
 // Step applies the rule (see the package comment) to the interval since
 // the previous Reading, changes GOMAXPROCS when the rule says so, and
 // returns the GOMAXPROCS in force. The first Reading only primes the
-// controller; one whose wall time did not advance is ignored.
+// controller; one whose wall time did not advance is ignored. While
+// heavy background work is in progress (Config.Busy) or the process is
+// not quiet (Config.Quiet), it stays on, or goes to, Max.
 func (c *Controller) Step(r Reading) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if !c.primed {
 		c.last, c.primed = r, true
 		return c.procs
@@ -250,6 +297,20 @@ func (c *Controller) Step(r Reading) int {
 	// An exponential moving average with time constant UseWindow
 	// (irregular intervals: weight 1 - e^(-dw/UseWindow)).
 	c.avg += (use - c.avg) * -math.Expm1(-float64(dw)/float64(c.cfg.UseWindow))
+	why := ""
+	switch {
+	case c.cfg.Busy() > 0:
+		why = WhyBusy
+	case c.cfg.Quiet != nil && !c.cfg.Quiet():
+		why = WhyDue
+	}
+	if why != "" {
+		if c.procs == 1 {
+			c.set(c.cfg.Max, why, use, waited)
+		}
+		c.below = 0
+		return c.procs
+	}
 	if c.procs == 1 {
 		c.atOne += dw
 		if c.atOne >= c.cfg.Bounce {
@@ -259,7 +320,7 @@ func (c *Controller) Step(r Reading) int {
 			if c.atOne < c.cfg.Bounce {
 				c.hold = min(2*c.hold, c.cfg.HoldMax)
 			}
-			c.set(c.cfg.Max, use, waited)
+			c.set(c.cfg.Max, WhySaturated, use, waited)
 		}
 		return c.procs
 	}
@@ -269,16 +330,69 @@ func (c *Controller) Step(r Reading) int {
 	}
 	c.below += dw
 	if c.below >= c.hold {
-		c.set(1, use, waited)
+		c.set(1, WhyFits, use, waited)
 	}
 	return c.procs
 }
 
-func (c *Controller) set(n int, use, waited float64) {
+// set changes GOMAXPROCS to n; mu is held.
+func (c *Controller) set(n int, why string, use, waited float64) {
 	c.procs, c.below, c.atOne = n, 0, 0
 	c.cfg.Set(n)
 	if c.cfg.OnChange != nil {
-		c.cfg.OnChange(n, use, waited)
+		c.cfg.OnChange(n, why, use, waited)
+	}
+}
+
+// busyUp takes the process to Max at once when it is on one P (Busy).
+// It is not a bounce: Hold is unchanged.
+func (c *Controller) busyUp() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.procs == 1 {
+		c.set(c.cfg.Max, WhyBusy, 0, 0)
+	}
+}
+
+// The process's heavy background jobs in progress (Busy) and the
+// controller whose Run is in progress, if any.
+var (
+	busyMu  sync.Mutex
+	busyN   int
+	running *Controller
+)
+
+func busyJobs() int {
+	busyMu.Lock()
+	defer busyMu.Unlock()
+	return busyN
+}
+
+// Busy marks the start of heavy background work in this process — work
+// that keeps a CPU busy for tens of milliseconds or more, such as writing
+// a snapshot or compacting the store — and returns the function that
+// marks its end (calling it more than once counts once). While any such
+// work is in progress a running controller keeps the process on all its
+// Ps, and Busy takes it there at once from one P: on one P the work would
+// hold the P that timers and requests need until the controller saw it
+// saturated (the lateness this costs: the package comment, "Background
+// work"). Without a running controller Busy only counts. Safe for
+// concurrent use; a change costs a stop of the world (runtime.GOMAXPROCS).
+func Busy() (done func()) {
+	busyMu.Lock()
+	busyN++
+	c := running
+	busyMu.Unlock()
+	if c != nil {
+		c.busyUp()
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			busyMu.Lock()
+			busyN--
+			busyMu.Unlock()
+		})
 	}
 }
 
@@ -331,16 +445,30 @@ func (c *Controller) Run(ctx context.Context) {
 		return
 	}
 	c.Step(r)
-	c.set(1, 0, 0)
-	c.atOne = c.cfg.Bounce // the start is not a try: going up soon does not double Hold
+	c.mu.Lock()
+	if c.cfg.Busy() == 0 && (c.cfg.Quiet == nil || c.cfg.Quiet()) {
+		c.set(1, WhyStart, 0, 0)
+		c.atOne = c.cfg.Bounce // the start is not a try: going up soon does not double Hold
+	}
+	c.mu.Unlock()
+	busyMu.Lock()
+	running = c
+	busyMu.Unlock()
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			if c.procs != c.cfg.Max {
-				c.set(c.cfg.Max, 0, 0)
+			busyMu.Lock()
+			if running == c {
+				running = nil
 			}
+			busyMu.Unlock()
+			c.mu.Lock()
+			if c.procs != c.cfg.Max {
+				c.set(c.cfg.Max, WhyStop, 0, 0)
+			}
+			c.mu.Unlock()
 			return
 		case <-t.C:
 		}

@@ -274,3 +274,97 @@ func TestFewRunnableGoroutinesDoNotCount(t *testing.T) {
 		t.Fatalf("2 of 20 waited: procs %d, want 4", p)
 	}
 }
+
+// While heavy background work runs (Config.Busy), the process goes to Max
+// at the next step and stays there however quiet it is; afterwards it
+// comes down after Hold as usual, and Hold did not double: going up for
+// such work is not a failed try of one P.
+func TestBusyWorkKeepsMax(t *testing.T) {
+	jobs := 0
+	f := newFeed(t, Config{Busy: func() int { return jobs }})
+	f.down()
+	jobs = 1
+	if p := f.step(0.05, 100, 0); p != 4 {
+		t.Fatalf("busy work began: procs %d, want 4", p)
+	}
+	if p := f.steps(500, 0.05, 100, 0); p != 4 {
+		t.Fatalf("10 s of busy work at 0.05 CPU: procs %d, want 4", p)
+	}
+	jobs = 0
+	if f.c.Hold() != time.Second {
+		t.Fatalf("Hold %v after busy work, want 1s", f.c.Hold())
+	}
+	f.down()
+}
+
+// Busy raises a running controller at once, on the caller's goroutine,
+// without waiting for its next reading; the count it adds is taken back
+// once, however often done is called.
+func TestBusyRaisesARunningControllerAtOnce(t *testing.T) {
+	sets := make(chan int, 8)
+	c := New(Config{Max: 3, Interval: time.Hour, Set: func(n int) { sets <- n },
+		Read: func() (Reading, bool) { return Reading{}, true }})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { c.Run(ctx); close(ran) }()
+	if n := <-sets; n != 1 {
+		t.Fatalf("Run set %d first, want 1", n)
+	}
+	for { // Run registers itself just after its first set
+		busyMu.Lock()
+		r := running
+		busyMu.Unlock()
+		if r == c {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	done := Busy()
+	select {
+	case n := <-sets:
+		if n != 3 {
+			t.Fatalf("Busy set %d, want 3", n)
+		}
+	default:
+		t.Fatal("Busy returned and GOMAXPROCS was not raised")
+	}
+	if c.Procs() != 3 || busyJobs() != 1 {
+		t.Fatalf("procs %d, jobs %d; want 3 and 1", c.Procs(), busyJobs())
+	}
+	done()
+	done()
+	if busyJobs() != 0 {
+		t.Fatalf("jobs %d after done twice, want 0", busyJobs())
+	}
+	cancel()
+	<-ran
+	busyMu.Lock()
+	defer busyMu.Unlock()
+	if running != nil {
+		t.Fatal("a stopped controller is still the running one")
+	}
+}
+
+// While the process is not quiet (Config.Quiet: a timer due soon, a
+// callback in flight) it goes to Max at the next step and stays there,
+// and Run does not start it on one P.
+func TestNotQuietKeepsMax(t *testing.T) {
+	quiet := true
+	f := newFeed(t, Config{Quiet: func() bool { return quiet }})
+	f.down()
+	quiet = false
+	if p := f.step(0.05, 100, 0); p != 4 {
+		t.Fatalf("a timer due soon: procs %d, want 4", p)
+	}
+	if p := f.steps(500, 0.05, 100, 0); p != 4 {
+		t.Fatalf("10 s not quiet at 0.05 CPU: procs %d, want 4", p)
+	}
+	quiet = true
+	f.down()
+
+	var sets []int
+	runSome(Config{Max: 3, Quiet: func() bool { return false }, Set: func(n int) { sets = append(sets, n) }}, func(*Reading) {})
+	if len(sets) != 0 {
+		t.Fatalf("Run of a process that is not quiet set %v, want nothing", sets)
+	}
+}

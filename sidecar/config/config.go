@@ -387,6 +387,13 @@ type Config struct {
 	// HOST:PORT) instead of a plain TCP dial; a test refuses the dials of
 	// a partitioned node with it.
 	PeerDial func(addr string) (net.Conn, error)
+	// BackgroundWork, when set, is called as each heavy background job
+	// starts — writing a Raft snapshot (made here or received from the
+	// leader), compacting badger after purges — and returns the function
+	// called when it ends. ax sidecar and ax dev set it to procs.Busy with
+	// --adaptive-procs, so that such work never holds the one P that
+	// timers and requests need. Nil: nothing is called.
+	BackgroundWork func() (done func())
 
 	// defaulted is set by WithDefaults, so that a second call changes
 	// nothing: a field given -1 ("off") is 0 after the first call, which a

@@ -143,6 +143,9 @@ type gatedSnapshotStore struct {
 	// beforeSnapshot runs before a snapshot of our own starts (it lowers
 	// TrailingLogs); nil: nothing.
 	beforeSnapshot func()
+	// busy is Config.BackgroundWork: a snapshot's write is heavy work,
+	// from Create to its sink's Close or Cancel.
+	busy func() (done func())
 	// persisted runs after a snapshot is complete.
 	persisted func()
 	est       snapshotEstimate
@@ -175,11 +178,16 @@ func (s *gatedSnapshotStore) Create(version raft.SnapshotVersion, index, term ui
 	if s.beforeSnapshot != nil {
 		s.beforeSnapshot()
 	}
+	done := func() {}
+	if s.busy != nil {
+		done = s.busy()
+	}
 	sink, err := s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
 	if err != nil {
+		done()
 		return nil, err
 	}
-	return &gatedSink{SnapshotSink: sink, s: s, tasks: tasks, dir: filepath.Join(s.dir, sink.ID()+".tmp")}, nil
+	return &gatedSink{SnapshotSink: sink, s: s, tasks: tasks, dir: filepath.Join(s.dir, sink.ID()+".tmp"), done: sync.OnceFunc(done)}, nil
 }
 
 // expectedSize is the expected size of the next snapshot (bytes).
@@ -235,6 +243,9 @@ type gatedSink struct {
 	nextChk    uint64
 	failed     error
 	canceled   bool
+	// done ends the background work Create began (Config.BackgroundWork)
+	// at the sink's Close or Cancel.
+	done func()
 }
 
 func (k *gatedSink) Write(p []byte) (int, error) {
@@ -264,6 +275,7 @@ func (k *gatedSink) SetStateBytes(n uint64) { k.stateBytes = n }
 
 // Close finishes the snapshot; it records its size for the next estimate.
 func (k *gatedSink) Close() error {
+	defer k.done()
 	if k.failed != nil {
 		// raft's FSMSnapshot cancels on a failed write; a Close after it
 		// must not keep a partial snapshot.
@@ -297,6 +309,7 @@ func (k *gatedSink) Close() error {
 
 // Cancel drops the snapshot and its temp dir.
 func (k *gatedSink) Cancel() error {
+	defer k.done()
 	if k.canceled {
 		return nil
 	}
@@ -498,6 +511,7 @@ func (st *Store) openSnapshots(hlog hclog.Logger) (*gatedSnapshotStore, error) {
 		tasks:          st.FSM.TotalTasks,
 		diskSize:       dropErr(cacheFor(diskSizeCacheFor, st.clock.Now, func() (uint64, error) { return dirAllocatedBytes(filepath.Join(dataDir, "state")), nil })),
 		beforeSnapshot: st.lowerTrailingLogs,
+		busy:           st.cfg.BackgroundWork,
 	}
 	s.persisted = func() { s.logBytesAtSnap.Store(st.LogStats.Bytes.Load()) }
 	g.snapNeed = s.expectedSize
@@ -555,6 +569,7 @@ type Compactor struct {
 	g       *Guard
 	snaps   *gatedSnapshotStore
 	inner   func() error
+	busy    func() (done func()) // Config.BackgroundWork; nil: none
 	log     zerolog.Logger
 	mu      sync.Mutex // one compaction at a time
 	pending atomic.Bool
@@ -563,7 +578,7 @@ type Compactor struct {
 // GateCompaction returns the gated form of compact (see Compactor); start
 // its Run. Call it after StartRaft.
 func (st *Store) GateCompaction(compact func() error) *Compactor {
-	return &Compactor{g: st.Guard, snaps: st.snaps, inner: compact, log: st.log}
+	return &Compactor{g: st.Guard, snaps: st.snaps, inner: compact, busy: st.cfg.BackgroundWork, log: st.log}
 }
 
 // allowed reports whether a compaction may run now.
@@ -586,6 +601,7 @@ func (c *Compactor) allowed(logSkip bool) bool {
 
 // Compact runs the compaction when free space allows, and otherwise
 // keeps it pending (returning nil); it returns the compaction's error.
+// The compaction is background work (Config.BackgroundWork).
 func (c *Compactor) Compact() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -594,6 +610,9 @@ func (c *Compactor) Compact() error {
 		return nil
 	}
 	c.pending.Store(false)
+	if c.busy != nil {
+		defer c.busy()()
+	}
 	return c.inner()
 }
 

@@ -426,3 +426,57 @@ func TestInstalledSnapshotEstimateIsNotScaledByTheTasksBeforeRestore(t *testing.
 		t.Fatalf("saved record %+v: a task count from before the restore", rec)
 	}
 }
+
+// busyCount is a Config.BackgroundWork that counts the jobs in progress,
+// and fails the test when a job is ended twice.
+type busyCount struct {
+	t    *testing.T
+	jobs atomic.Int64
+}
+
+func (b *busyCount) begin() func() {
+	b.jobs.Add(1)
+	ended := false
+	return func() {
+		if ended {
+			b.t.Error("a background job ended twice")
+		}
+		ended = true
+		b.jobs.Add(-1)
+	}
+}
+
+// Writing a snapshot is background work from Create to its sink's Close
+// or Cancel, whichever way the snapshot ends.
+func TestSnapshotWriteIsBackgroundWork(t *testing.T) {
+	s, free := testSnapStore(t)
+	free.Store(1 << 40)
+	b := &busyCount{t: t}
+	s.busy = b.begin
+	sink, err := createSnap(s, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.jobs.Load() != 1 {
+		t.Fatalf("jobs %d while a snapshot is written, want 1", b.jobs.Load())
+	}
+	if err := sink.Close(); err != nil || b.jobs.Load() != 0 {
+		t.Fatalf("after Close: %v, jobs %d", err, b.jobs.Load())
+	}
+	sink, _ = createSnap(s, 11)
+	sink.Cancel()
+	sink.Cancel() // raft may cancel after a failed Persist that cancelled
+	if b.jobs.Load() != 0 {
+		t.Fatalf("after Cancel: jobs %d", b.jobs.Load())
+	}
+	sink, _ = createSnap(s, 12)
+	sink.(*gatedSink).failed = errors.New("write failed")
+	sink.Close() // Close after a failed write cancels
+	if b.jobs.Load() != 0 {
+		t.Fatalf("after a failed Close: jobs %d", b.jobs.Load())
+	}
+	free.Store(0) // skipped by the gate: no work began
+	if _, err := createSnap(s, 13); !errors.Is(err, errSnapshotSkipped) || b.jobs.Load() != 0 {
+		t.Fatalf("skipped snapshot: %v, jobs %d", err, b.jobs.Load())
+	}
+}

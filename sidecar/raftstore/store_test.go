@@ -209,8 +209,20 @@ func TestCompactorWaitsForSpace(t *testing.T) {
 		t.Fatalf("compaction without room: %v, ran %d, pending %v", err, ran, c.pending.Load())
 	}
 	free.Store(1 << 30)
+	b := &busyCount{t: t}
+	c.busy = b.begin
+	c.inner = func() error {
+		ran++
+		if b.jobs.Load() != 1 {
+			t.Errorf("the compaction ran as %d background jobs, want 1", b.jobs.Load())
+		}
+		return nil
+	}
 	if err := c.Compact(); err != nil || ran != 1 || c.pending.Load() {
 		t.Fatalf("compaction with room: %v, ran %d, pending %v", err, ran, c.pending.Load())
+	}
+	if b.jobs.Load() != 0 {
+		t.Fatalf("jobs %d after the compaction", b.jobs.Load())
 	}
 }
 

@@ -1,0 +1,38 @@
+package sidecar
+
+import (
+	"testing"
+	"time"
+
+	"github.com/axsched/ax/raftfsm"
+)
+
+// NothingDueWithin (the adaptive GOMAXPROCS's Quiet) is false while a
+// task is due within the window or a run is in flight, true otherwise.
+func TestNothingDueWithin(t *testing.T) {
+	e := newPauseEnv(t)
+	const window = 2 * time.Second
+	if !e.n.NothingDueWithin(window) {
+		t.Fatal("a node without tasks is not quiet")
+	}
+	far := oneOff()
+	far.DelayNs = int64(time.Hour)
+	e.submit("far", "h", far)
+	if !e.n.NothingDueWithin(window) {
+		t.Fatal("a task due in an hour keeps the node from being quiet")
+	}
+	soon := oneOff()
+	soon.DelayNs = int64(time.Second)
+	e.submit("soon", "h", soon)
+	if e.n.NothingDueWithin(window) {
+		t.Fatal("quiet with a task due in 1 s")
+	}
+	e.clock.Advance(time.Second)
+	e.fireDue("soon")
+	if st := e.task("soon").State; st != raftfsm.StateRunning {
+		t.Fatalf("soon is %v after its fire, want RUNNING", st)
+	}
+	if e.n.NothingDueWithin(window) {
+		t.Fatal("quiet with a run in flight")
+	}
+}
