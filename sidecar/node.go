@@ -12,6 +12,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/axsched/ax/engine"
@@ -443,3 +444,9 @@ func (n *Node) NothingDueWithin(d time.Duration) bool {
 	})
 	return err == nil && !due
 }
+
+// RegisterCollectors adds cs to the registry this node serves at
+// /metrics; it panics, as prometheus.MustRegister does, on a duplicate
+// (a programming error). The ax command adds its process's collectors
+// (the adaptive GOMAXPROCS's changes) this way.
+func (n *Node) RegisterCollectors(cs ...prometheus.Collector) { n.metrics.Register(cs...) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/axsched/ax/internal/procs"
@@ -17,6 +18,16 @@ import (
 // callback is sent with all the CPUs.
 const procsDueWindow = 2 * time.Second
 
+// procsChanges returns the counter of the controller's changes, by
+// reason (procs.Why*): the gauge go_sched_gomaxprocs_threads misses a
+// change up and back down between two scrapes.
+func procsChanges() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ax_gomaxprocs_changes_total",
+		Help: "Changes of GOMAXPROCS by the adaptive controller (--adaptive-procs), by reason: start (to one P), fits (to one P), saturated, due (a task due within 2s or a callback in flight), busy (a snapshot or compaction began), stop.",
+	}, []string{"why"})
+}
+
 // startProcs starts the adaptive GOMAXPROCS of this process
 // (--adaptive-procs, internal/procs) for node n and returns the function
 // that stops it and gives the process all its CPUs back; a no-op when the
@@ -25,9 +36,12 @@ func (f *nodeFlags) startProcs(log zerolog.Logger, n *sidecar.Node) func() {
 	if !f.procsEnabled() {
 		return func() {}
 	}
+	changes := procsChanges()
+	n.RegisterCollectors(changes)
 	c := procs.New(procs.Config{
 		Quiet: func() bool { return n.NothingDueWithin(procsDueWindow) },
 		OnChange: func(p int, why string, use, waited float64) {
+			changes.WithLabelValues(why).Inc()
 			log.Debug().Int("gomaxprocs", p).Str("why", why).Float64("cpu_use", use).Float64("sched_waited", waited).Msg("GOMAXPROCS changed")
 		},
 	})

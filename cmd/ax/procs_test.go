@@ -1,8 +1,19 @@
 package main
 
 import (
+	"context"
+	"io"
+	"net"
+	"net/http"
 	"runtime"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	ax "github.com/axsched/ax/clients/go"
+	"github.com/axsched/ax/internal/procs"
 )
 
 // Both commands that run a node have --adaptive-procs, on by default
@@ -34,4 +45,50 @@ func TestProcsEnabled(t *testing.T) {
 	if (&nodeFlags{adaptiveProcs: true}).procsEnabled() {
 		t.Fatal("controller enabled with GOMAXPROCS in the environment")
 	}
+}
+
+// On a real node the controller counts its changes on the node's
+// /metrics by reason: the start on one P, and the way up when a task
+// falls due within procsDueWindow (NothingDueWithin, wired as Quiet).
+func TestProcsCountsItsChangesOnARealNode(t *testing.T) {
+	if !procs.Enabled() {
+		t.Skip("the controller cannot run here (one CPU, or GOMAXPROCS set)")
+	}
+	sock, n := startNodeN(t)
+	defer (&nodeFlags{adaptiveProcs: true}).startProcs(zerolog.Nop(), n)()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	changes := func(why string) string {
+		t.Helper()
+		resp, err := hc.Get("http://ax/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, `ax_gomaxprocs_changes_total{why="`+why+`"} `) {
+				return strings.Fields(l)[1]
+			}
+		}
+		return "0"
+	}
+	waitFor := func(why, want string) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); changes(why) != want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("ax_gomaxprocs_changes_total{why=%q} = %s after 20s, want %s", why, changes(why), want)
+			}
+		}
+	}
+	waitFor("start", "1")
+	if got := changes("due"); got != "0" {
+		t.Fatalf("changes up for a due task before any task: %s", got)
+	}
+	c := ax.New(ax.Config{SocketPath: sock, Timeout: 5 * time.Second})
+	if _, err := c.Submit(context.Background(), ax.SubmitRequest{ID: "soon", Handler: "h", Delay: procsDueWindow / 2}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("due", "1")
 }

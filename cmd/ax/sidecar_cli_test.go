@@ -22,6 +22,13 @@ import (
 // returns its socket once it is ready.
 func startNode(t testing.TB) string {
 	t.Helper()
+	sock, _ := startNodeN(t)
+	return sock
+}
+
+// startNodeN is startNode, and returns the node too.
+func startNodeN(t testing.TB) (string, *sidecar.Node) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "axcli")
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +59,7 @@ func startNode(t testing.TB) string {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return cfg.Socket
+	return cfg.Socket, n
 }
 
 // TestCLIAgainstARealSidecar drives every task command and `cluster

@@ -176,8 +176,8 @@ type Reading struct {
 }
 
 // Controller decides GOMAXPROCS from Readings. Step is the rule; Run
-// takes a Reading every Interval. A Controller is not safe for
-// concurrent use: one goroutine runs it.
+// takes a Reading every Interval. Step and Run are for one goroutine;
+// Procs, Hold and the package's Busy may be called from any other.
 type Controller struct {
 	// mu guards the state below against Busy, which raises a running
 	// controller from another goroutine.
@@ -375,8 +375,8 @@ func busyJobs() int {
 // work is in progress a running controller keeps the process on all its
 // Ps, and Busy takes it there at once from one P: on one P the work would
 // hold the P that timers and requests need until the controller saw it
-// saturated (the lateness this costs: the package comment, "Background
-// work"). Without a running controller Busy only counts. Safe for
+// saturated (what that cost: the package comment, "Timers first").
+// Without a running controller Busy only counts. Safe for
 // concurrent use; a change costs a stop of the world (runtime.GOMAXPROCS).
 func Busy() (done func()) {
 	busyMu.Lock()
