@@ -8,7 +8,8 @@ import (
 )
 
 // NothingDueWithin (the adaptive GOMAXPROCS's Quiet) is false while a
-// task is due within the window or a run is in flight, true otherwise.
+// task is due within the window (or came due within dueLookBack) or a run
+// is in flight, true otherwise.
 func TestNothingDueWithin(t *testing.T) {
 	e := newPauseEnv(t)
 	const window = 2 * time.Second
@@ -27,7 +28,18 @@ func TestNothingDueWithin(t *testing.T) {
 	if e.n.NothingDueWithin(window) {
 		t.Fatal("quiet with a task due in 1 s")
 	}
-	e.clock.Advance(time.Second)
+	now := oneOff() // due at once
+	e.submit("now", "h", now)
+	if e.n.NothingDueWithin(window) {
+		t.Fatal("quiet with a task due now")
+	}
+	// Both still WAITING dueLookBack after their due time: they cannot
+	// fire (as for a paused handler) and no longer count. The seek starts
+	// there, past the deleted keys of the tasks fired before.
+	e.clock.Advance(time.Second + dueLookBack + time.Millisecond)
+	if !e.n.NothingDueWithin(window) {
+		t.Fatalf("not quiet with tasks overdue by more than %v", dueLookBack)
+	}
 	e.fireDue("soon")
 	if st := e.task("soon").State; st != raftfsm.StateRunning {
 		t.Fatalf("soon is %v after its fire, want RUNNING", st)
