@@ -427,9 +427,9 @@ func (n *Node) logEvent(ev *raftfsm.Event) {
 // RUNNING (no callback in flight anywhere in the cluster) and no WAITING
 // task falls due within d of now. A follower's state lags the leader's by
 // its apply lag. ax's adaptive GOMAXPROCS puts the process on one P only
-// while it is true (cmd/ax/procs.go), so that timers and callbacks never
-// share one P with background work; it asks every 20 ms, so the answer
-// must stay cheap:
+// while it is true (cmd/ax/procs.go), so that timers set ahead fire and
+// their callbacks run on all the CPUs, not on one P shared with
+// background work; it asks every 20 ms, so the answer must stay cheap:
 //   - the counts answer first (no WAITING task: true; a RUNNING one:
 //     false);
 //   - else it seeks the due-time index from dueLookBack before now, not

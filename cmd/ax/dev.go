@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -43,7 +44,8 @@ It takes the same flags as 'ax sidecar', with two other defaults: node id
 				closeListener(ln)
 				return err
 			}
-			defer f.startProcs(log, n)()
+			stopProcs := sync.OnceFunc(f.startProcs(log, n))
+			defer stopProcs()
 			defer serveUI(srv, ln, logf)()
 			if srv != nil {
 				fmt.Printf("Dashboard: http://%s/\n", ln.Addr())
@@ -54,7 +56,7 @@ It takes the same flags as 'ax sidecar', with two other defaults: node id
 			}
 			cancel()
 			printDevBanner(cfg)
-			return waitForSignal(n)
+			return waitForSignal(n, stopProcs)
 		},
 	}
 	f.register(cmd)

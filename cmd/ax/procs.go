@@ -14,8 +14,10 @@ import (
 // procsDueWindow: the process goes to one P only while nothing is due
 // within it (and no callback is in flight). It is far longer than the
 // controller's Interval (20 ms), in which it notices a task due soon, and
-// than the leader's fire lead (50 ms), so that every timer fires and every
-// callback is sent with all the CPUs.
+// than the leader's fire lead (50 ms), so that a timer set more than an
+// interval ahead fires, and its callback is sent, with all the CPUs. (A
+// task submitted due at once may run its whole course before the next
+// reading, on one P.)
 const procsDueWindow = 2 * time.Second
 
 // procsChanges returns the counter of the controller's changes, by

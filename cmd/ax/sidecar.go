@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -261,13 +262,14 @@ func sidecarCmd() *cobra.Command {
 				closeListener(pln)
 				return err
 			}
-			defer f.startProcs(log, n)()
+			stopProcs := sync.OnceFunc(f.startProcs(log, n))
+			defer stopProcs()
 			stopUI := serveUI(srv, ln, logf)
 			if srv != nil {
 				log.Info().Str("ui_addr", ln.Addr().String()).Msg("dashboard serving")
 			}
 			defer stopUI()
-			return waitForSignal(n)
+			return waitForSignal(n, stopProcs)
 		},
 	}
 	f.register(cmd)
@@ -276,14 +278,17 @@ func sidecarCmd() *cobra.Command {
 	return cmd
 }
 
-// waitForSignal blocks until SIGINT or SIGTERM, then shuts the node down
-// (handing leadership over first when it leads). Shutdown is bounded: a
-// second signal, or shutdownTimeout, ends the process at once (Raft state
-// is on disk; a restart recovers it).
-func waitForSignal(n *sidecar.Node) error {
+// waitForSignal blocks until SIGINT or SIGTERM, then calls beforeShutdown
+// (it stops the adaptive GOMAXPROCS, whose readings query the store that
+// Shutdown closes) and shuts the node down (handing leadership over first
+// when it leads). Shutdown is bounded: a second signal, or
+// shutdownTimeout, ends the process at once (Raft state is on disk; a
+// restart recovers it).
+func waitForSignal(n *sidecar.Node, beforeShutdown func()) error {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	<-sig
+	beforeShutdown()
 	bound := n.Config().DrainTimeout + shutdownTimeout
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()

@@ -144,7 +144,9 @@ type gatedSnapshotStore struct {
 	// TrailingLogs); nil: nothing.
 	beforeSnapshot func()
 	// busy is Config.BackgroundWork: a snapshot's write is heavy work,
-	// from Create to its sink's Close or Cancel.
+	// from Create (before beforeSnapshot) to its sink's Close or Cancel.
+	// (Restoring a snapshot received from the leader, after its Close, is
+	// not covered.)
 	busy func() (done func())
 	// persisted runs after a snapshot is complete.
 	persisted func()
@@ -175,12 +177,12 @@ func (s *gatedSnapshotStore) Create(version raft.SnapshotVersion, index, term ui
 	if err := s.admit(s.expectedSize()); err != nil {
 		return nil, err
 	}
-	if s.beforeSnapshot != nil {
-		s.beforeSnapshot()
-	}
 	done := func() {}
 	if s.busy != nil {
 		done = s.busy()
+	}
+	if s.beforeSnapshot != nil {
+		s.beforeSnapshot() // reads a restarted node's older entries back
 	}
 	sink, err := s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
 	if err != nil {
