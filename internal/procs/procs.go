@@ -297,6 +297,12 @@ func (c *Controller) Step(r Reading) int {
 	// An exponential moving average with time constant UseWindow
 	// (irregular intervals: weight 1 - e^(-dw/UseWindow)).
 	c.avg += (use - c.avg) * -math.Expm1(-float64(dw)/float64(c.cfg.UseWindow))
+	if c.procs > 1 && c.avg >= c.cfg.Fit {
+		// The load needs more than one P: it stays up, whatever
+		// Busy and Quiet say (Quiet is not asked: it reads the store).
+		c.below = 0
+		return c.procs
+	}
 	why := ""
 	switch {
 	case c.cfg.Busy() > 0:
@@ -322,10 +328,6 @@ func (c *Controller) Step(r Reading) int {
 			}
 			c.set(c.cfg.Max, WhySaturated, use, waited)
 		}
-		return c.procs
-	}
-	if c.avg >= c.cfg.Fit {
-		c.below = 0
 		return c.procs
 	}
 	c.below += dw
