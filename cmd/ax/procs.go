@@ -26,7 +26,7 @@ const procsDueWindow = 2 * time.Second
 func procsChanges() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ax_gomaxprocs_changes_total",
-		Help: "Changes of GOMAXPROCS by the adaptive controller (--adaptive-procs), by reason: start (to one P), fits (to one P), saturated, due (a task due within 2s or a callback in flight), busy (a snapshot or compaction began), stop.",
+		Help: "Changes of GOMAXPROCS by the adaptive controller (--adaptive-procs), by reason: start (to one P), fits (to one P), saturated (goroutines waited for the one P), full (the one P busy all the time), due (a task due within 2s or a callback in flight), busy (a snapshot or compaction began), stop.",
 	}, []string{"why"})
 }
 

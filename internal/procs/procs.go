@@ -34,11 +34,13 @@
 //     heavy background work runs (Busy: a snapshot being written, a
 //     compaction), it is on the maximum: it goes there at the next
 //     reading, or at once when Busy is called;
-//   - on one P, when UpWaited (10 %) or more of the goroutines made
-//     runnable in an interval (MinRunnable, 20, at least) waited, the one
-//     P is saturated (a burst of work, or the load grew): GOMAXPROCS goes
-//     to the maximum at once, so that timers and requests wait about one
-//     interval behind a burst;
+//   - on one P, the P is saturated (the load grew, or a burst of work)
+//     when, averaged over UseWindow (200 ms), UpWaited (10 %) or more of
+//     the goroutines made runnable waited (and MinRunnable, 20, were made
+//     runnable per interval at least), or the process's use reached Full
+//     (0.95 CPUs: the P was busy all the time, as with a few goroutines
+//     that decode big batches and seldom wait for each other);
+//     GOMAXPROCS then goes to the maximum at once;
 //   - on more, when the process's use, averaged over the last UseWindow
 //     (200 ms), stayed under Fit (1.2 CPUs) for Hold in a row, the load
 //     may fit in one P again: GOMAXPROCS goes to 1. Hold is 1 s; it
@@ -50,7 +52,8 @@
 // wake-ups): 16 callers used 1.02 CPU on two Ps and 0.80 on one. Fit is
 // set above what such loads use on two, so they come back to one P after
 // a short burst took them up; a load that needs more than one P fails the
-// next try within an interval, and its tries space out (Hold doubles).
+// next try within a few intervals (the averages' time), and its tries
+// space out (Hold doubles).
 // A change stops the world for a moment (runtime.GOMAXPROCS).
 //
 // # Timers first
@@ -97,6 +100,7 @@ const (
 	WaitDefault        = time.Millisecond
 	UpWaitedDefault    = 0.1
 	MinRunnableDefault = 20
+	FullDefault        = 0.95
 	FitDefault         = 1.2
 	UseWindowDefault   = 200 * time.Millisecond
 	HoldDefault        = time.Second
@@ -114,13 +118,23 @@ type Config struct {
 	// Wait is how long a runnable goroutine must wait for a P to count
 	// as waiting (Reading.Waited).
 	Wait time.Duration
-	// UpWaited is the share of the goroutines made runnable in an
-	// interval that waited (0.1 is one in ten) from which, on one P,
-	// the controller goes to Max.
+	// UpWaited is the share of the goroutines made runnable that waited
+	// (0.1 is one in ten), averaged over UseWindow, from which, on one
+	// P, the controller goes to Max. Averaged, because one interval's
+	// share is noisy: two of twenty goroutines waiting behind a 20 ms
+	// stall (a memtable flush) took a node whose load fitted in one P
+	// to Max, 1 s at a time (16 callers: 13 000-13 800 submits/s against
+	// 14 700-15 400 on one P, docs/perf/README.md).
 	UpWaited float64
 	// MinRunnable is how many goroutines must have been made runnable
-	// in an interval for its share to count: one of two waiting is noise.
+	// per Interval, averaged over UseWindow, for the share to count: one
+	// of two waiting is noise.
 	MinRunnable uint64
+	// Full is the use (CPUs) averaged over UseWindow from which, on one
+	// P, the controller goes to Max: the P is busy all the time, though
+	// few goroutines may wait (a caller's batch of 1 000 tasks keeps one
+	// goroutine on the CPU for milliseconds).
+	Full float64
 	// Fit is the CPU use (CPUs: 1.2 is one and a fifth) under which, on
 	// more than one P, for Hold in a row, the controller goes to one P;
 	// the use is averaged exponentially over UseWindow (its time
@@ -139,8 +153,9 @@ type Config struct {
 	// runtime's own updates from the container's CPU limit back on).
 	Set func(n int)
 	// OnChange, when set, is called after each change with the new value,
-	// why (Why*), and the interval's reading that decided it (use in
-	// CPUs, waited as a share; 0 for a change no reading decided).
+	// why (Why*), and the averages over UseWindow when it was decided
+	// (use in CPUs, waited as a share; 0 for a change no reading
+	// decided).
 	OnChange func(procs int, why string, use, waited float64)
 	// Busy returns how many heavy background jobs are in progress; nil:
 	// the process's count (the package's Busy).
@@ -155,7 +170,8 @@ type Config struct {
 // Why a controller changed GOMAXPROCS (Config.OnChange).
 const (
 	WhyStart     = "start"     // Run put the process on one P
-	WhySaturated = "saturated" // the one P was saturated
+	WhySaturated = "saturated" // goroutines waited for the one P (UpWaited)
+	WhyFull      = "full"      // the one P was busy all the time (Full)
 	WhyFits      = "fits"      // the use stayed under Fit for Hold
 	WhyBusy      = "busy"      // heavy background work began (Busy)
 	WhyDue       = "due"       // something falls due soon (Config.Quiet)
@@ -186,14 +202,16 @@ type Controller struct {
 	procs int // the GOMAXPROCS in force, as the controller set it
 	last  Reading
 	// primed is set by the first reading; avg is the use averaged over
-	// UseWindow. below is how long avg has stayed under Fit on more than
+	// UseWindow, runRate and waitRate the goroutines made runnable and
+	// those of them that waited, per second, averaged likewise. below is how long avg has stayed under Fit on more than
 	// one P; hold is the current Hold; atOne how long the process has
 	// been on one P since it came down.
-	primed bool
-	avg    float64
-	below  time.Duration
-	hold   time.Duration
-	atOne  time.Duration
+	primed            bool
+	avg               float64
+	runRate, waitRate float64
+	below             time.Duration
+	hold              time.Duration
+	atOne             time.Duration
 	// sched reads the scheduler's latencies (Run's default Read).
 	sched []metrics.Sample
 }
@@ -215,6 +233,9 @@ func New(cfg Config) *Controller {
 	}
 	if cfg.MinRunnable == 0 {
 		cfg.MinRunnable = MinRunnableDefault
+	}
+	if cfg.Full <= 0 {
+		cfg.Full = FullDefault
 	}
 	if cfg.Fit <= 0 {
 		cfg.Fit = FitDefault
@@ -289,14 +310,22 @@ func (c *Controller) Step(r Reading) int {
 		return c.procs
 	}
 	use := float64(r.CPU-c.last.CPU) / float64(dw)
-	waited := 0.0
-	if n := r.Runnable - c.last.Runnable; r.Runnable > c.last.Runnable && n >= c.cfg.MinRunnable {
-		waited = float64(r.Waited-c.last.Waited) / float64(n)
+	var ran, waits float64
+	if r.Runnable >= c.last.Runnable && r.Waited >= c.last.Waited {
+		ran, waits = float64(r.Runnable-c.last.Runnable), float64(r.Waited-c.last.Waited)
 	}
 	c.last = r
-	// An exponential moving average with time constant UseWindow
+	// Exponential moving averages with time constant UseWindow
 	// (irregular intervals: weight 1 - e^(-dw/UseWindow)).
-	c.avg += (use - c.avg) * -math.Expm1(-float64(dw)/float64(c.cfg.UseWindow))
+	w := -math.Expm1(-float64(dw) / float64(c.cfg.UseWindow))
+	c.avg += (use - c.avg) * w
+	sec := dw.Seconds()
+	c.runRate += (ran/sec - c.runRate) * w
+	c.waitRate += (waits/sec - c.waitRate) * w
+	waited := 0.0
+	if c.runRate*c.cfg.Interval.Seconds() >= float64(c.cfg.MinRunnable) {
+		waited = c.waitRate / c.runRate
+	}
 	if c.procs > 1 && c.avg >= c.cfg.Fit {
 		// The load needs more than one P: it stays up, whatever
 		// Busy and Quiet say (Quiet is not asked: it reads the store).
@@ -312,7 +341,7 @@ func (c *Controller) Step(r Reading) int {
 	}
 	if why != "" {
 		if c.procs == 1 {
-			c.set(c.cfg.Max, why, use, waited)
+			c.set(c.cfg.Max, why, c.avg, waited)
 		}
 		c.below = 0
 		return c.procs
@@ -322,17 +351,24 @@ func (c *Controller) Step(r Reading) int {
 		if c.atOne >= c.cfg.Bounce {
 			c.hold = c.cfg.Hold
 		}
-		if waited >= c.cfg.UpWaited {
+		why := ""
+		switch {
+		case waited >= c.cfg.UpWaited:
+			why = WhySaturated
+		case c.avg >= c.cfg.Full:
+			why = WhyFull
+		}
+		if why != "" {
 			if c.atOne < c.cfg.Bounce {
 				c.hold = min(2*c.hold, c.cfg.HoldMax)
 			}
-			c.set(c.cfg.Max, WhySaturated, use, waited)
+			c.set(c.cfg.Max, why, c.avg, waited)
 		}
 		return c.procs
 	}
 	c.below += dw
 	if c.below >= c.hold {
-		c.set(1, WhyFits, use, waited)
+		c.set(1, WhyFits, c.avg, waited)
 	}
 	return c.procs
 }

@@ -96,18 +96,64 @@ func TestOneBusyIntervalDoesNotStartHoldOver(t *testing.T) {
 }
 
 func TestSaturatedOnePGoesUpAtOnce(t *testing.T) {
-	f := newFeed(t, Config{})
+	var whys []string
+	f := newFeed(t, Config{OnChange: func(_ int, why string, _, _ float64) { whys = append(whys, why) }})
 	f.down()
-	// 9 % of the goroutines waited: not saturated.
+	// 9 % of the goroutines waited, for a second: not saturated.
 	if p := f.steps(50, 0.8, 100, 9); p != 1 {
 		t.Fatalf("9%% waited: procs %d, want 1", p)
 	}
-	// 10 %: up in that interval.
-	if p := f.step(0.95, 100, 10); p != 4 {
-		t.Fatalf("10%% waited: procs %d, want 4", p)
+	// 30 %: the average passes 10 % in that interval, and it goes up.
+	if p := f.step(0.9, 100, 30); p != 4 {
+		t.Fatalf("30%% waited after 9%%: procs %d, want 4", p)
 	}
 	if got := f.sets; len(got) != 2 || got[0] != 1 || got[1] != 4 {
 		t.Fatalf("sets %v, want [1 4]", got)
+	}
+	if whys[len(whys)-1] != WhySaturated {
+		t.Fatalf("why %q, want %q", whys[len(whys)-1], WhySaturated)
+	}
+}
+
+// One interval in which many goroutines waited (a 20 ms stall: a badger
+// memtable flush, a pause) among intervals in which none did is noise:
+// the share is averaged over UseWindow, and only a few such intervals in
+// a row take the process up.
+func TestOneStalledIntervalIsNotSaturation(t *testing.T) {
+	f := newFeed(t, Config{})
+	f.down()
+	if p := f.step(0.9, 20, 2); p != 1 {
+		t.Fatalf("2 of 20 waited in one interval after none: procs %d, want 1", p)
+	}
+	f.steps(20, 0.7, 100, 0)
+	if p := f.step(1.0, 100, 50); p != 1 {
+		t.Fatalf("half waited in one interval after none: procs %d, want 1", p)
+	}
+	f.steps(20, 0.7, 100, 0)
+	if p := f.steps(3, 1.0, 100, 50); p != 4 {
+		t.Fatalf("half waited in three intervals in a row: procs %d, want 4", p)
+	}
+}
+
+// A P busy all the time goes up though no goroutine waits (a few
+// goroutines decoding big batches); one that is busy 90 % of the time
+// stays.
+func TestFullOnePGoesUp(t *testing.T) {
+	var whys []string
+	f := newFeed(t, Config{OnChange: func(_ int, why string, _, _ float64) { whys = append(whys, why) }})
+	f.down()
+	if p := f.steps(200, 0.9, 5, 0); p != 1 {
+		t.Fatalf("4 s at 0.9 CPU: procs %d, want 1", p)
+	}
+	// From 0.9 the average reaches 0.95 in about 140 ms at 1.0.
+	if p := f.steps(5, 1.0, 5, 0); p != 1 {
+		t.Fatalf("100 ms at 1.0 CPU: procs %d, want 1", p)
+	}
+	if p := f.steps(5, 1.0, 5, 0); p != 4 {
+		t.Fatalf("200 ms at 1.0 CPU: procs %d, want 4", p)
+	}
+	if whys[len(whys)-1] != WhyFull {
+		t.Fatalf("why %q, want %q", whys[len(whys)-1], WhyFull)
 	}
 }
 
@@ -126,7 +172,7 @@ func TestBounceDoublesHoldUpToMaxAndAStayResetsIt(t *testing.T) {
 	for _, next := range []time.Duration{2 * time.Second, 4 * time.Second, 4 * time.Second} {
 		// Back up 100 ms after coming down: a bounce.
 		f.steps(4, 0.5, 100, 0)
-		if p := f.step(0.9, 100, 50); p != 4 {
+		if p := f.steps(2, 0.9, 100, 100); p != 4 {
 			t.Fatalf("saturated: procs %d, want 4", p)
 		}
 		if f.c.Hold() != next {
@@ -140,8 +186,8 @@ func TestBounceDoublesHoldUpToMaxAndAStayResetsIt(t *testing.T) {
 	if f.c.Hold() != time.Second {
 		t.Fatalf("after 1 s on one P: Hold %v, want 1s", f.c.Hold())
 	}
-	f.step(0.9, 100, 50)
-	if f.c.Hold() != time.Second {
+	f.steps(2, 0.9, 100, 100)
+	if f.c.Procs() != 4 || f.c.Hold() != time.Second {
 		t.Fatalf("up after a stay: Hold %v, want 1s (not a bounce)", f.c.Hold())
 	}
 }
@@ -249,29 +295,38 @@ func TestDefaultReadCounts(t *testing.T) {
 // The start on one P is not a try of one P: going up at once leaves Hold
 // at its start.
 func TestUpRightAfterTheStartIsNotABounce(t *testing.T) {
-	c := runSome(Config{Max: 2, Set: func(int) {}}, func(r *Reading) {
-		r.Runnable += 40 // MinRunnable at least
-		r.Waited += 20   // saturated from the start
-	})
+	var mu sync.Mutex
+	var whys []string
+	c := runSome(Config{Max: 2, Set: func(int) {}, UseWindow: time.Millisecond,
+		OnChange: func(_ int, why string, _, _ float64) { mu.Lock(); whys = append(whys, why); mu.Unlock() }},
+		func(r *Reading) {
+			r.Runnable += 40 // MinRunnable at least
+			r.Waited += 20   // saturated from the start
+		})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(whys) < 2 || whys[0] != WhyStart || whys[1] != WhySaturated {
+		t.Fatalf("changes %v, want start, then saturated", whys)
+	}
 	if c.Hold() != time.Second {
 		t.Fatalf("Hold %v after going up right after the start, want 1s", c.Hold())
 	}
 }
 
-// An interval with fewer than MinRunnable goroutines made runnable does
-// not count: one waiting of two is noise (the review saw a node go up at
-// 0.04 CPU that way).
+// With fewer than MinRunnable goroutines made runnable per interval the
+// share does not count: one waiting of two is noise (the review saw a
+// node go up at 0.04 CPU that way).
 func TestFewRunnableGoroutinesDoNotCount(t *testing.T) {
 	f := newFeed(t, Config{})
 	f.down()
-	if p := f.steps(10, 0.05, 2, 1); p != 1 {
+	if p := f.steps(100, 0.05, 2, 1); p != 1 {
 		t.Fatalf("1 of 2 goroutines waited: procs %d, want 1", p)
 	}
-	if p := f.step(0.5, 19, 19); p != 1 {
+	if p := f.steps(100, 0.5, 19, 19); p != 1 {
 		t.Fatalf("19 of 19 waited: procs %d, want 1 (under MinRunnable)", p)
 	}
-	if p := f.step(0.9, 20, 2); p != 4 {
-		t.Fatalf("2 of 20 waited: procs %d, want 4", p)
+	if p := f.steps(40, 0.5, 25, 5); p != 4 {
+		t.Fatalf("5 of 25 waited: procs %d, want 4", p)
 	}
 }
 
