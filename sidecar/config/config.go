@@ -389,7 +389,8 @@ type Config struct {
 	PeerDial func(addr string) (net.Conn, error)
 	// BackgroundWork, when set, is called as each heavy background job
 	// starts — writing a Raft snapshot (made here or received from the
-	// leader), compacting badger after purges — and returns the function
+	// leader), reading one (to restore it or send it to a follower),
+	// compacting badger after purges — and returns the function
 	// called when it ends. ax sidecar and ax dev set it to procs.Busy with
 	// --adaptive-procs, so that such work never holds the one P that
 	// timers and requests need. Nil: nothing is called.

@@ -144,9 +144,10 @@ type gatedSnapshotStore struct {
 	// TrailingLogs); nil: nothing.
 	beforeSnapshot func()
 	// busy is Config.BackgroundWork: a snapshot's write is heavy work,
-	// from Create (before beforeSnapshot) to its sink's Close or Cancel.
-	// (Restoring a snapshot received from the leader, after its Close, is
-	// not covered.)
+	// from Create (before beforeSnapshot) to its sink's Close or Cancel,
+	// and so is a snapshot's read, from Open to the reader's Close (raft
+	// restores one, made here or received from the leader, or sends one
+	// to a follower).
 	busy func() (done func())
 	// persisted runs after a snapshot is complete.
 	persisted func()
@@ -190,6 +191,34 @@ func (s *gatedSnapshotStore) Create(version raft.SnapshotVersion, index, term ui
 		return nil, err
 	}
 	return &gatedSink{SnapshotSink: sink, s: s, tasks: tasks, dir: filepath.Join(s.dir, sink.ID()+".tmp"), done: sync.OnceFunc(done)}, nil
+}
+
+// Open opens a snapshot to read; a read is heavy background work (busy)
+// until the reader is closed: raft restores the snapshot into the FSM
+// (at start, or one received from the leader) or sends it to a follower,
+// and closes the reader in either case.
+func (s *gatedSnapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	done := func() {}
+	if s.busy != nil {
+		done = s.busy()
+	}
+	meta, rc, err := s.SnapshotStore.Open(id)
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return meta, &busyReader{ReadCloser: rc, done: sync.OnceFunc(done)}, nil
+}
+
+// busyReader ends the background work of a snapshot's read at Close.
+type busyReader struct {
+	io.ReadCloser
+	done func()
+}
+
+func (r *busyReader) Close() error {
+	defer r.done()
+	return r.ReadCloser.Close()
 }
 
 // expectedSize is the expected size of the next snapshot (bytes).

@@ -482,3 +482,41 @@ func TestSnapshotWriteIsBackgroundWork(t *testing.T) {
 		t.Fatalf("skipped snapshot: %v, %d jobs begun, want the 3 before", err, b.begins.Load())
 	}
 }
+
+// Reading a snapshot (raft restores it, at start or as received from the
+// leader, or sends it to a follower) is background work from Open to the
+// reader's Close; an Open that fails ends it at once.
+func TestSnapshotReadIsBackgroundWork(t *testing.T) {
+	s, free := testSnapStore(t)
+	free.Store(1 << 40)
+	sink, err := createSnap(s, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sink.Write([]byte("state")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := &busyCount{t: t}
+	s.busy = b.begin
+	_, rc, err := s.Open(sink.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.jobs.Load() != 1 {
+		t.Fatalf("jobs %d while a snapshot is read, want 1", b.jobs.Load())
+	}
+	if got, err := io.ReadAll(rc); err != nil || string(got) != "state" {
+		t.Fatalf("read %q, %v; want the state written", got, err)
+	}
+	rc.Close()
+	rc.Close()
+	if b.jobs.Load() != 0 {
+		t.Fatalf("after Close: jobs %d, want 0", b.jobs.Load())
+	}
+	if _, _, err := s.Open("no-such-snapshot"); err == nil || b.jobs.Load() != 0 || b.begins.Load() != 2 {
+		t.Fatalf("Open of a missing snapshot: %v, jobs %d, begun %d; want an error, 0 and 2", err, b.jobs.Load(), b.begins.Load())
+	}
+}

@@ -54,9 +54,10 @@ type Config struct {
 	// handshake). Nil: raft's plain TCP stream layer.
 	Stream func(bind string, adv net.Addr) (raft.StreamLayer, error)
 	// BackgroundWork, when set, is called as a snapshot starts to be
-	// written (made here or received from the leader) and returns the
-	// function called when it is closed or cancelled: the node's hint
-	// that heavy work runs (config.Config.BackgroundWork). Nil: none.
+	// written (made here or received from the leader) or read (restored,
+	// or sent to a follower) and returns the function called when it is
+	// closed or cancelled: the node's hint that heavy work runs
+	// (config.Config.BackgroundWork). Nil: none.
 	BackgroundWork func() (done func())
 	// Transport, for tests, replaces the TCP transport on RaftAddr (e.g.
 	// a raft.InmemTransport); Close closes it when it is an io.Closer.
