@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	ax "github.com/axsched/ax/clients/go"
 	"github.com/axsched/ax/internal/procs"
+	"github.com/axsched/ax/sidecar"
 )
 
 // Both commands that run a node have --adaptive-procs, on by default
@@ -91,4 +93,35 @@ func TestProcsCountsItsChangesOnARealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("due", "1")
+}
+
+// fakeShutdowner records whether the adaptive GOMAXPROCS was stopped when
+// Shutdown began.
+type fakeShutdowner struct {
+	stopped           *bool
+	stoppedAtShutdown bool
+	shutdowns         int
+}
+
+func (f *fakeShutdowner) Config() sidecar.Config { return sidecar.Config{} }
+func (f *fakeShutdowner) Shutdown(context.Context) error {
+	f.shutdowns++
+	f.stoppedAtShutdown = *f.stopped
+	return nil
+}
+
+// On a signal the controller is stopped before the node shuts down: its
+// due-time check reads badger, which Shutdown closes (a "DB Closed" panic
+// when the reading came after).
+func TestShutdownStopsTheControllerFirst(t *testing.T) {
+	stopped := false
+	n := &fakeShutdowner{stopped: &stopped}
+	sig := make(chan os.Signal, 1)
+	sig <- os.Interrupt
+	if err := shutdownOnSignal(n, sig, func() { stopped = true }); err != nil {
+		t.Fatal(err)
+	}
+	if n.shutdowns != 1 || !n.stoppedAtShutdown {
+		t.Fatalf("shutdowns %d, controller stopped when Shutdown began: %v; want 1 and true", n.shutdowns, n.stoppedAtShutdown)
+	}
 }

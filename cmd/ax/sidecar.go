@@ -287,6 +287,18 @@ func sidecarCmd() *cobra.Command {
 func waitForSignal(n *sidecar.Node, beforeShutdown func()) error {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	return shutdownOnSignal(n, sig, beforeShutdown)
+}
+
+// shutdowner is what shutdownOnSignal needs of a node (*sidecar.Node).
+type shutdowner interface {
+	Config() sidecar.Config
+	Shutdown(ctx context.Context) error
+}
+
+// shutdownOnSignal is waitForSignal on the signals of sig.
+func shutdownOnSignal(n shutdowner, sig <-chan os.Signal, beforeShutdown func()) error {
 	<-sig
 	beforeShutdown()
 	bound := n.Config().DrainTimeout + shutdownTimeout
