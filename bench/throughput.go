@@ -32,7 +32,8 @@ type ThroughputConfig struct {
 	// Batch is the number of tasks per request in the batched phase.
 	Batch int
 	// SyncProbe is how long the disk's synced-write rate is measured before
-	// the phases (0: not measured).
+	// the phases, and half as long the host's speed (HostSpeed) after it
+	// (0: neither is measured).
 	SyncProbe time.Duration
 	// Processing is the number of no-op tasks of the processing phase,
 	// which runs last (0: no processing phase).
@@ -104,6 +105,9 @@ type ThroughputReport struct {
 	// DiskSync is the disk's synced-write rate measured by the bench
 	// before the phases (nil: not measured).
 	DiskSync *SyncRate `json:"disk_sync,omitempty"`
+	// Host is the host's CPU and hand-off speed, measured with the disk's
+	// sync rate (nil: not measured).
+	Host *HostSpeed `json:"host,omitempty"`
 	// Processing is the processing phase (nil: not run).
 	Processing *ProcessingPhase `json:"processing,omitempty"`
 	Notes      []string         `json:"notes,omitempty"`
@@ -159,6 +163,11 @@ func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*Th
 			rep.Notes = append(rep.Notes, err.Error())
 		} else {
 			rep.DiskSync = sr
+		}
+		if hs, err := measureHostSpeed(ctx, cfg.SyncProbe/2); err != nil {
+			rep.Notes = append(rep.Notes, err.Error())
+		} else {
+			rep.Host = hs
 		}
 	}
 	type phase struct{ callers, batch int }
@@ -345,6 +354,10 @@ func (r *ThroughputReport) Print(w io.Writer) {
 	if d := r.DiskSync; d != nil {
 		fmt.Fprintf(w, "disk: %s synced %d-byte writes (write + fsync, one writer, %d in %s, in %s)\n",
 			fmtRate(d.PerSecond), d.BlockBytes, d.Writes, fmtDur(time.Duration(d.Elapsed)), d.Dir)
+	}
+	if h := r.Host; h != nil {
+		fmt.Fprintf(w, "host: SHA-256 of 4 KiB %.1f µs; one byte's round trip between two goroutines over pipes %.1f µs (medians)\n",
+			h.HashMicros, h.RoundTripMicros)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "mode\tclients\trequests\ttasks\ttasks/s\t÷ sync rate\trequests/s\tp50 latency\tp99 latency\tmax latency\tcmds/entry\tfsyncs/entry\tclient µs/req\terrors")

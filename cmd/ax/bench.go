@@ -318,7 +318,10 @@ func benchThroughputCmd(f *benchFlags) *cobra.Command {
 		Use:   "throughput",
 		Short: "Highest submit rate of 1, 8 and 16 concurrent callers, one task per request and batched",
 		Long: `Measure the disk's synced-write rate (4 KiB write + fsync in a loop for
---sync-probe, in the nodes' data directory), then run one phase per
+--sync-probe, in the nodes' data directory) and, for half as long, the
+host's speed (a SHA-256 of 4 KiB, and one byte's round trip between two
+goroutines over pipes: figures that tell one host, or day, from another),
+then run one phase per
 --callers entry in which that many concurrent callers submit one task per
 request (POST /v1/tasks) as fast as they can for --duration (each on its
 own connection; a single caller through a blocking socket client, so that
@@ -390,7 +393,7 @@ fires and completions.`,
 	_ = cmd.Flags().MarkDeprecated("clients", "use --callers")
 	cmd.Flags().DurationVar(&duration, "duration", 10*time.Second, "how long each phase submits")
 	cmd.Flags().IntVar(&batch, "batch", 1000, "tasks per request in the batched phase")
-	cmd.Flags().DurationVar(&syncProbe, "sync-probe", time.Second, "how long to measure the disk's synced-write rate before the phases (0: skip)")
+	cmd.Flags().DurationVar(&syncProbe, "sync-probe", time.Second, "how long to measure the disk's synced-write rate before the phases, and half as long the host's speed (0: skip both)")
 	cmd.Flags().IntVar(&processing, "processing", 50000, "no-op tasks of the processing phase, all due at once (0: skip the phase)")
 	cmd.Flags().IntVar(&workers, "workers", 100, "the executor's concurrency in the processing phase (the nodes' --delivery-concurrency)")
 	return cmd

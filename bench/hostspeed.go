@@ -1,0 +1,112 @@
+package bench
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+)
+
+// HostSpeed is how fast this host runs the two kinds of work a request to
+// ax is made of: computing in cache, and handing off between goroutines
+// through the kernel. The bench measures it beside the disk's sync rate
+// so that runs on different hosts, or on the same virtual machine on
+// different days, can be compared: on the project's 2-CPU machine every
+// rate of the throughput workload halved from one day to the next while
+// the disk's sync rate stayed (docs/perf/README.md), and a figure that
+// moves with these is the host's, not ax's.
+type HostSpeed struct {
+	// HashMicros is the median time of a SHA-256 of one 4 KiB block
+	// (µs): the CPU alone.
+	HashMicros float64 `json:"sha256_4k_us"`
+	// RoundTripMicros is the median round trip of one byte between two
+	// goroutines of the bench over a pair of pipes (µs): a write, a
+	// wake-up of the parked reader through Go's network poller, and the
+	// same back — the hand-offs a request makes between a socket's
+	// reader and the goroutines that serve it.
+	RoundTripMicros float64 `json:"pipe_round_trip_us"`
+}
+
+// measureHostSpeed measures HostSpeed for about d, half for each figure.
+// It stops early, with what it measured, when ctx is done.
+func measureHostSpeed(ctx context.Context, d time.Duration) (*HostSpeed, error) {
+	block := make([]byte, 4096)
+	for i := range block {
+		block[i] = byte(i)
+	}
+	var hashes []time.Duration
+	end := time.Now().Add(d / 2)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		t := time.Now()
+		sum := sha256.Sum256(block)
+		hashes = append(hashes, time.Since(t))
+		block[0] = sum[0]
+	}
+	trips, err := pipeRoundTrips(ctx, d/2)
+	if err != nil {
+		return nil, fmt.Errorf("host speed probe: %w", err)
+	}
+	if len(hashes) == 0 || len(trips) == 0 {
+		return nil, fmt.Errorf("host speed probe: nothing measured")
+	}
+	return &HostSpeed{HashMicros: medianMicros(hashes), RoundTripMicros: medianMicros(trips)}, nil
+}
+
+// pipeRoundTrips sends one byte back and forth between this goroutine and
+// an echo goroutine over two pipes for about d and returns each round
+// trip's time.
+func pipeRoundTrips(ctx context.Context, d time.Duration) ([]time.Duration, error) {
+	ar, aw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	br, bw, err := os.Pipe()
+	if err != nil {
+		ar.Close()
+		aw.Close()
+		return nil, err
+	}
+	defer br.Close()
+	defer ar.Close()
+	echoed := make(chan struct{})
+	go func() {
+		defer close(echoed)
+		defer bw.Close()
+		b := make([]byte, 1)
+		for {
+			if _, err := ar.Read(b); err != nil {
+				return
+			}
+			if _, err := bw.Write(b); err != nil {
+				return
+			}
+		}
+	}()
+	var trips []time.Duration
+	b := []byte{1}
+	end := time.Now().Add(d)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		t := time.Now()
+		if _, err = aw.Write(b); err == nil {
+			_, err = br.Read(b)
+		}
+		if err != nil {
+			break
+		}
+		trips = append(trips, time.Since(t))
+	}
+	aw.Close() // the echo goroutine reads EOF and ends
+	<-echoed
+	return trips, err
+}
+
+// medianMicros returns the median of ds in microseconds (0 when empty).
+func medianMicros(ds []time.Duration) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return float64(ds[len(ds)/2]) / float64(time.Microsecond)
+}
