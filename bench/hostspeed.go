@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// HostSpeed is how fast this host runs the two kinds of work a request to
-// ax is made of: computing in cache, and handing off between goroutines
-// through the kernel. The bench measures it beside the disk's sync rate
+// HostSpeed is how fast this host runs the kinds of work a request to ax
+// is made of: computing in cache, entering the kernel, and handing off
+// between goroutines through it. The bench measures it beside the disk's sync rate
 // so that runs on different hosts, or on the same virtual machine on
 // different days, can be compared: on the project's 2-CPU machine every
 // rate of the throughput workload halved from one day to the next while
@@ -21,6 +21,14 @@ type HostSpeed struct {
 	// HashMicros is the median time of a SHA-256 of one 4 KiB block
 	// (µs): the CPU alone.
 	HashMicros float64 `json:"sha256_4k_us"`
+	// SyscallNanos is the median time of a trivial system call
+	// (getppid, in batches of 1 000; ns): what the kernel's entry and
+	// exit cost, with the CPU's side-channel mitigations (on the project's
+	// machine, whose kernel clears CPU buffers and uses safe returns on
+	// each exit, 490-590 ns). A request crosses the kernel tens of
+	// times (socket reads and writes, futex wake-ups, the log's write and
+	// fsync).
+	SyscallNanos float64 `json:"syscall_ns"`
 	// RoundTripMicros is the median round trip of one byte between two
 	// goroutines of the bench over a pair of pipes (µs): a write, a
 	// wake-up of the parked reader through Go's network poller, and the
@@ -29,7 +37,8 @@ type HostSpeed struct {
 	RoundTripMicros float64 `json:"pipe_round_trip_us"`
 }
 
-// measureHostSpeed measures HostSpeed for about d, half for each figure.
+// measureHostSpeed measures HostSpeed for about d: a quarter for the hash,
+// a quarter for the system call, half for the round trips.
 // It stops early, with what it measured, when ctx is done.
 func measureHostSpeed(ctx context.Context, d time.Duration) (*HostSpeed, error) {
 	block := make([]byte, 4096)
@@ -37,21 +46,32 @@ func measureHostSpeed(ctx context.Context, d time.Duration) (*HostSpeed, error) 
 		block[i] = byte(i)
 	}
 	var hashes []time.Duration
-	end := time.Now().Add(d / 2)
+	end := time.Now().Add(d / 4)
 	for time.Now().Before(end) && ctx.Err() == nil {
 		t := time.Now()
 		sum := sha256.Sum256(block)
 		hashes = append(hashes, time.Since(t))
 		block[0] = sum[0]
 	}
+	const batch = 1000
+	var calls []time.Duration
+	end = time.Now().Add(d / 4)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		t := time.Now()
+		for range batch {
+			os.Getppid()
+		}
+		calls = append(calls, time.Since(t))
+	}
 	trips, err := pipeRoundTrips(ctx, d/2)
 	if err != nil {
 		return nil, fmt.Errorf("host speed probe: %w", err)
 	}
-	if len(hashes) == 0 || len(trips) == 0 {
+	if len(hashes) == 0 || len(calls) == 0 || len(trips) == 0 {
 		return nil, fmt.Errorf("host speed probe: nothing measured")
 	}
-	return &HostSpeed{HashMicros: medianMicros(hashes), RoundTripMicros: medianMicros(trips)}, nil
+	return &HostSpeed{HashMicros: medianMicros(hashes), SyscallNanos: medianMicros(calls) * 1000 / batch,
+		RoundTripMicros: medianMicros(trips)}, nil
 }
 
 // pipeRoundTrips sends one byte back and forth between this goroutine and

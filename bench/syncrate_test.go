@@ -73,7 +73,8 @@ func TestMeasureHostSpeed(t *testing.T) {
 	}
 	// A SHA-256 of 4 KiB takes microseconds, not nanoseconds or seconds;
 	// a round trip through the kernel and the poller takes longer.
-	if hs.HashMicros < 0.1 || hs.HashMicros > 10_000 || hs.RoundTripMicros < 0.1 || hs.RoundTripMicros > 1_000_000 {
+	if hs.HashMicros < 0.1 || hs.HashMicros > 10_000 || hs.SyscallNanos < 1 || hs.SyscallNanos > 1_000_000 ||
+		hs.RoundTripMicros < 0.1 || hs.RoundTripMicros > 1_000_000 {
 		t.Errorf("%+v", hs)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -89,7 +90,7 @@ func TestMeasureHostSpeed(t *testing.T) {
 func TestThroughputReportShape(t *testing.T) {
 	rep := &ThroughputReport{Workload: "throughput", Target: "1 node",
 		DiskSync: &SyncRate{Dir: "/d", Writes: 4000, Elapsed: Millis(time.Second), PerSecond: 4000, BlockBytes: 4096},
-		Host:     &HostSpeed{HashMicros: 9.5, RoundTripMicros: 21.25},
+		Host:     &HostSpeed{HashMicros: 9.5, SyscallNanos: 591, RoundTripMicros: 21.25},
 		Phases: []ThroughputPhase{
 			{Mode: "single", Clients: 1, Requests: 1000, Tasks: 1000, TaskRate: 1000, ReqRate: 1000, VsSync: 0.25,
 				Raft: &ThroughputRaft{Entries: 1000, CommandsPerEntry: 1, LeaderFsyncsPerEntry: 1, LogWrites: 1000}},
@@ -103,7 +104,7 @@ func TestThroughputReportShape(t *testing.T) {
 	for _, k := range []string{`"mode":"single"`, `"clients":1`, `"tasks_per_s":1000`, `"requests_per_s":1000`, `"request_latency":{`,
 		`"elapsed_ms":`, `"errors":0`, `"tasks_per_synced_write":0.25`, `"raft":{"entries":1000,"commands_per_entry":1,"leader_fsyncs_per_entry":1,"log_writes_all_nodes":1000}`,
 		`"disk_sync":{"dir":"/d","writes":4000,"elapsed_ms":1000,"writes_per_s":4000,"block_bytes":4096}`,
-		`"host":{"sha256_4k_us":9.5,"pipe_round_trip_us":21.25}`} {
+		`"host":{"sha256_4k_us":9.5,"syscall_ns":591,"pipe_round_trip_us":21.25}`} {
 		if !bytes.Contains(b, []byte(k)) {
 			t.Errorf("JSON lacks %s:\n%s", k, b)
 		}
@@ -115,7 +116,7 @@ func TestThroughputReportShape(t *testing.T) {
 	rep.Print(&out)
 	s := out.String()
 	for _, k := range []string{"disk: 4000/s synced 4096-byte writes", "÷ sync rate", "cmds/entry", "fsyncs/entry", "0.25", "5.00", "no Raft figures",
-		"host: SHA-256 of 4 KiB 9.5 µs; one byte's round trip between two goroutines over pipes 21.2 µs"} {
+		"host: SHA-256 of 4 KiB 9.5 µs; a system call 591 ns; one byte's round trip between two goroutines over pipes 21.2 µs"} {
 		if !strings.Contains(s, k) {
 			t.Errorf("text lacks %q:\n%s", k, s)
 		}

@@ -319,8 +319,9 @@ func benchThroughputCmd(f *benchFlags) *cobra.Command {
 		Short: "Highest submit rate of 1, 8 and 16 concurrent callers, one task per request and batched",
 		Long: `Measure the disk's synced-write rate (4 KiB write + fsync in a loop for
 --sync-probe, in the nodes' data directory) and, for half as long, the
-host's speed (a SHA-256 of 4 KiB, and one byte's round trip between two
-goroutines over pipes: figures that tell one host, or day, from another),
+host's speed (a SHA-256 of 4 KiB, a system call, and one byte's round
+trip between two goroutines over pipes: figures that tell one host, or
+day, from another),
 then run one phase per
 --callers entry in which that many concurrent callers submit one task per
 request (POST /v1/tasks) as fast as they can for --duration (each on its
