@@ -37,10 +37,12 @@
 //   - on one P, the P is saturated (the load grew, or a burst of work)
 //     when, averaged over UseWindow (200 ms), UpWaited (10 %) or more of
 //     the goroutines made runnable waited (and MinRunnable, 20, were made
-//     runnable per interval at least), or the process's use reached Full
-//     (0.95 CPUs: the P was busy all the time, as with a few goroutines
-//     that decode big batches and seldom wait for each other);
-//     GOMAXPROCS then goes to the maximum at once;
+//     runnable per interval at least), or the process's use on one P,
+//     averaged over UseWindow since it came down (200 ms of it at least),
+//     reached Full (0.95 CPUs: the P was busy all the time, as with a few
+//     goroutines that decode big batches and seldom wait for each other);
+//     GOMAXPROCS then goes to the maximum, a few intervals (40–300 ms)
+//     after the load grew;
 //   - on more, when the process's use, averaged over the last UseWindow
 //     (200 ms), stayed under Fit (1.2 CPUs) for Hold in a row, the load
 //     may fit in one P again: GOMAXPROCS goes to 1. Hold is 1 s; it
@@ -130,9 +132,10 @@ type Config struct {
 	// per Interval, averaged over UseWindow, for the share to count: one
 	// of two waiting is noise.
 	MinRunnable uint64
-	// Full is the use (CPUs) averaged over UseWindow from which, on one
-	// P, the controller goes to Max: the P is busy all the time, though
-	// few goroutines may wait (a caller's batch of 1 000 tasks keeps one
+	// Full is the use (CPUs) on one P, averaged over UseWindow since the
+	// process came down to it (for UseWindow at least), from which the
+	// controller goes to Max: the P is busy all the time, though few
+	// goroutines may wait (a caller's batch of 1 000 tasks keeps one
 	// goroutine on the CPU for milliseconds).
 	Full float64
 	// Fit is the CPU use (CPUs: 1.2 is one and a fifth) under which, on
@@ -203,12 +206,18 @@ type Controller struct {
 	last  Reading
 	// primed is set by the first reading; avg is the use averaged over
 	// UseWindow, runRate and waitRate the goroutines made runnable and
-	// those of them that waited, per second, averaged likewise. below is how long avg has stayed under Fit on more than
-	// one P; hold is the current Hold; atOne how long the process has
-	// been on one P since it came down.
+	// those of them that waited, per second, averaged likewise. oneAvg
+	// is the use averaged over UseWindow since the process last went to
+	// one P, over oneTime: Full is judged on it, not on avg, which holds
+	// the use on Max for a while after coming down (the same load uses
+	// more CPU there). below is how long avg has stayed under Fit on
+	// more than one P; hold is the current Hold; atOne how long the
+	// process has been on one P since it came down.
 	primed            bool
 	avg               float64
 	runRate, waitRate float64
+	oneAvg            float64
+	oneTime           time.Duration
 	below             time.Duration
 	hold              time.Duration
 	atOne             time.Duration
@@ -347,6 +356,12 @@ func (c *Controller) Step(r Reading) int {
 		return c.procs
 	}
 	if c.procs == 1 {
+		if c.oneTime == 0 {
+			c.oneAvg = use
+		} else {
+			c.oneAvg += (use - c.oneAvg) * w
+		}
+		c.oneTime += dw
 		c.atOne += dw
 		if c.atOne >= c.cfg.Bounce {
 			c.hold = c.cfg.Hold
@@ -355,14 +370,14 @@ func (c *Controller) Step(r Reading) int {
 		switch {
 		case waited >= c.cfg.UpWaited:
 			why = WhySaturated
-		case c.avg >= c.cfg.Full:
+		case c.oneTime >= c.cfg.UseWindow && c.oneAvg >= c.cfg.Full:
 			why = WhyFull
 		}
 		if why != "" {
 			if c.atOne < c.cfg.Bounce {
 				c.hold = min(2*c.hold, c.cfg.HoldMax)
 			}
-			c.set(c.cfg.Max, why, c.avg, waited)
+			c.set(c.cfg.Max, why, c.oneAvg, waited)
 		}
 		return c.procs
 	}
@@ -376,6 +391,9 @@ func (c *Controller) Step(r Reading) int {
 // set changes GOMAXPROCS to n; mu is held.
 func (c *Controller) set(n int, why string, use, waited float64) {
 	c.procs, c.below, c.atOne = n, 0, 0
+	if n == 1 {
+		c.oneAvg, c.oneTime = 0, 0
+	}
 	c.cfg.Set(n)
 	if c.cfg.OnChange != nil {
 		c.cfg.OnChange(n, why, use, waited)

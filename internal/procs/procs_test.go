@@ -423,3 +423,45 @@ func TestNotQuietKeepsMax(t *testing.T) {
 		t.Fatalf("Run of a process that is not quiet set %v, want nothing", sets)
 	}
 }
+
+// A load that uses more on Max than on one P (16 callers: 0.9–1.02 CPU
+// on two Ps, 0.80 on one) comes down after Hold and stays down: Full is
+// judged on the use since the process came down, not on an average that
+// still holds the use on Max (it went back up 20 ms after each "fits",
+// Hold doubling each time).
+func TestComingDownFromAFullerMaxIsNotFull(t *testing.T) {
+	for _, onMax := range []float64{0.96, 0.98, 1.02, 1.10} {
+		f := newFeed(t, Config{})
+		f.down()
+		f.steps(3, 1.0, 100, 100) // saturated: up
+		if f.c.Procs() != 4 {
+			t.Fatalf("not up after saturation")
+		}
+		p := 4
+		for range 250 { // 5 s at onMax on Max, 0.80 on one P
+			if p == 1 {
+				p = f.step(0.80, 100, 0)
+			} else {
+				p = f.step(onMax, 100, 0)
+			}
+		}
+		if p != 1 || len(f.sets) != 3 {
+			t.Fatalf("%.2f CPU on Max, 0.80 on one P: procs %d, sets %v; want one P after a single 'fits'", onMax, p, f.sets)
+		}
+	}
+}
+
+// Scheduler counts that go backwards (a runtime that reset its
+// histogram) are an interval with nothing counted, not a huge one.
+func TestCountsGoingBackwardsCountNothing(t *testing.T) {
+	f := newFeed(t, Config{})
+	f.down()
+	f.steps(20, 0.5, 100, 3) // 3 % waited: not saturated
+	f.r.Waited -= 50         // of the 60 counted so far
+	if p := f.step(0.5, 100, 0); p != 1 {
+		t.Fatalf("waited counts went backwards: procs %d, want 1", p)
+	}
+	if p := f.steps(10, 0.5, 100, 0); p != 1 {
+		t.Fatalf("after counts went backwards: procs %d, want 1", p)
+	}
+}
