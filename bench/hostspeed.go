@@ -38,8 +38,9 @@ type HostSpeed struct {
 }
 
 // measureHostSpeed measures HostSpeed for about d: a quarter for the hash,
-// a quarter for the system call, half for the round trips.
-// It stops early, with what it measured, when ctx is done.
+// a quarter for the system call, half for the round trips, and one
+// sample of each at least, however short d is. It returns an error when
+// ctx ends before every figure has a sample.
 func measureHostSpeed(ctx context.Context, d time.Duration) (*HostSpeed, error) {
 	block := make([]byte, 4096)
 	for i := range block {
@@ -47,7 +48,10 @@ func measureHostSpeed(ctx context.Context, d time.Duration) (*HostSpeed, error) 
 	}
 	var hashes []time.Duration
 	end := time.Now().Add(d / 4)
-	for time.Now().Before(end) && ctx.Err() == nil {
+	for len(hashes) == 0 || time.Now().Before(end) {
+		if ctx.Err() != nil {
+			break
+		}
 		t := time.Now()
 		sum := sha256.Sum256(block)
 		hashes = append(hashes, time.Since(t))
@@ -56,7 +60,10 @@ func measureHostSpeed(ctx context.Context, d time.Duration) (*HostSpeed, error) 
 	const batch = 1000
 	var calls []time.Duration
 	end = time.Now().Add(d / 4)
-	for time.Now().Before(end) && ctx.Err() == nil {
+	for len(calls) == 0 || time.Now().Before(end) {
+		if ctx.Err() != nil {
+			break
+		}
 		t := time.Now()
 		for range batch {
 			os.Getppid()
@@ -75,8 +82,8 @@ func measureHostSpeed(ctx context.Context, d time.Duration) (*HostSpeed, error) 
 }
 
 // pipeRoundTrips sends one byte back and forth between this goroutine and
-// an echo goroutine over two pipes for about d and returns each round
-// trip's time.
+// an echo goroutine over two pipes for about d (once at least, unless ctx
+// is done) and returns each round trip's time.
 func pipeRoundTrips(ctx context.Context, d time.Duration) ([]time.Duration, error) {
 	ar, aw, err := os.Pipe()
 	if err != nil {
@@ -107,7 +114,10 @@ func pipeRoundTrips(ctx context.Context, d time.Duration) ([]time.Duration, erro
 	var trips []time.Duration
 	b := []byte{1}
 	end := time.Now().Add(d)
-	for time.Now().Before(end) && ctx.Err() == nil {
+	for len(trips) == 0 || time.Now().Before(end) {
+		if ctx.Err() != nil {
+			break
+		}
 		t := time.Now()
 		if _, err = aw.Write(b); err == nil {
 			_, err = br.Read(b)

@@ -77,6 +77,10 @@ func TestMeasureHostSpeed(t *testing.T) {
 		hs.RoundTripMicros < 0.1 || hs.RoundTripMicros > 1_000_000 {
 		t.Errorf("%+v", hs)
 	}
+	// However short the probe, each figure gets a sample.
+	if hs, err := measureHostSpeed(context.Background(), time.Nanosecond); err != nil || hs.HashMicros <= 0 || hs.SyscallNanos <= 0 || hs.RoundTripMicros <= 0 {
+		t.Errorf("a 1 ns probe: %+v, %v; want a sample of each", hs, err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := measureHostSpeed(ctx, time.Second); err == nil {

@@ -321,10 +321,9 @@ func benchThroughputCmd(f *benchFlags) *cobra.Command {
 --sync-probe, in the nodes' data directory) and, for half as long, the
 host's speed (a SHA-256 of 4 KiB, a system call, and one byte's round
 trip between two goroutines over pipes: figures that tell one host, or
-day, from another),
-then run one phase per
---callers entry in which that many concurrent callers submit one task per
-request (POST /v1/tasks) as fast as they can for --duration (each on its
+day, from another), then run one phase per --callers entry in which that
+many concurrent callers submit one task per request (POST /v1/tasks) as
+fast as they can for --duration (each on its
 own connection; a single caller through a blocking socket client, so that
 the bench's own CPU stays off the path it measures), and a last phase in
 which the largest number of callers submit --batch tasks per
