@@ -41,8 +41,8 @@
 //     averaged over UseWindow since it came down (200 ms of it at least),
 //     reached Full (0.95 CPUs: the P was busy all the time, as with a few
 //     goroutines that decode big batches and seldom wait for each other);
-//     GOMAXPROCS then goes to the maximum, a few intervals (40–300 ms)
-//     after the load grew;
+//     GOMAXPROCS then goes to the maximum, 40 ms to a few hundred after
+//     the load grew (longer the nearer the load is to the bounds);
 //   - on more, when the process's use, averaged over the last UseWindow
 //     (200 ms), stayed under Fit (1.2 CPUs) for Hold in a row, the load
 //     may fit in one P again: GOMAXPROCS goes to 1. Hold is 1 s; it
@@ -54,7 +54,7 @@
 // wake-ups): 16 callers used 1.02 CPU on two Ps and 0.80 on one. Fit is
 // set above what such loads use on two, so they come back to one P after
 // a short burst took them up; a load that needs more than one P fails the
-// next try within a few intervals (the averages' time), and its tries
+// next try within the averages' time (200 ms and more), and its tries
 // space out (Hold doubles).
 // A change stops the world for a moment (runtime.GOMAXPROCS).
 //
@@ -208,7 +208,8 @@ type Controller struct {
 	// UseWindow, runRate and waitRate the goroutines made runnable and
 	// those of them that waited, per second, averaged likewise. oneAvg
 	// is the use averaged over UseWindow since the process last went to
-	// one P, over oneTime: Full is judged on it, not on avg, which holds
+	// one P, over oneTime, started at 0 (oneUse corrects for that):
+	// Full is judged on it, not on avg, which holds
 	// the use on Max for a while after coming down (the same load uses
 	// more CPU there). below is how long avg has stayed under Fit on
 	// more than one P; hold is the current Hold; atOne how long the
@@ -356,11 +357,7 @@ func (c *Controller) Step(r Reading) int {
 		return c.procs
 	}
 	if c.procs == 1 {
-		if c.oneTime == 0 {
-			c.oneAvg = use
-		} else {
-			c.oneAvg += (use - c.oneAvg) * w
-		}
+		c.oneAvg += (use - c.oneAvg) * w
 		c.oneTime += dw
 		c.atOne += dw
 		if c.atOne >= c.cfg.Bounce {
@@ -370,14 +367,14 @@ func (c *Controller) Step(r Reading) int {
 		switch {
 		case waited >= c.cfg.UpWaited:
 			why = WhySaturated
-		case c.oneTime >= c.cfg.UseWindow && c.oneAvg >= c.cfg.Full:
+		case c.oneTime >= c.cfg.UseWindow && c.oneUse() >= c.cfg.Full:
 			why = WhyFull
 		}
 		if why != "" {
 			if c.atOne < c.cfg.Bounce {
 				c.hold = min(2*c.hold, c.cfg.HoldMax)
 			}
-			c.set(c.cfg.Max, why, c.oneAvg, waited)
+			c.set(c.cfg.Max, why, c.oneUse(), waited)
 		}
 		return c.procs
 	}
@@ -386,6 +383,20 @@ func (c *Controller) Step(r Reading) int {
 		c.set(1, WhyFits, c.avg, waited)
 	}
 	return c.procs
+}
+
+// oneUse is the use on one P since the process came down, averaged over
+// UseWindow: oneAvg started at 0, so it is divided by the weight its
+// readings have together, 1 - e^(-oneTime/UseWindow) (the bias
+// correction of an exponential average started at zero, as in Adam,
+// Kingma and Ba 2015), which weighs each interval as a full window's
+// average would; mu is held.
+func (c *Controller) oneUse() float64 {
+	wt := -math.Expm1(-float64(c.oneTime) / float64(c.cfg.UseWindow))
+	if wt <= 0 {
+		return 0
+	}
+	return c.oneAvg / wt
 }
 
 // set changes GOMAXPROCS to n; mu is held.

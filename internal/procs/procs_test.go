@@ -424,13 +424,13 @@ func TestNotQuietKeepsMax(t *testing.T) {
 	}
 }
 
-// A load that uses more on Max than on one P (16 callers: 0.9–1.02 CPU
+// A load that uses more on Max than on one P (16 callers: 0.9–1.03 CPU
 // on two Ps, 0.80 on one) comes down after Hold and stays down: Full is
 // judged on the use since the process came down, not on an average that
 // still holds the use on Max (it went back up 20 ms after each "fits",
 // Hold doubling each time).
 func TestComingDownFromAFullerMaxIsNotFull(t *testing.T) {
-	for _, onMax := range []float64{0.96, 0.98, 1.02, 1.10} {
+	for _, onMax := range []float64{0.98, 1.02, 1.10} {
 		f := newFeed(t, Config{})
 		f.down()
 		f.steps(3, 1.0, 100, 100) // saturated: up
@@ -463,5 +463,34 @@ func TestCountsGoingBackwardsCountNothing(t *testing.T) {
 	}
 	if p := f.steps(10, 0.5, 100, 0); p != 1 {
 		t.Fatalf("after counts went backwards: procs %d, want 1", p)
+	}
+}
+
+// Full needs UseWindow on one P: a load busy all the time goes up on the
+// tenth interval (200 ms) after coming down, not before; and one busy
+// interval right after coming down (kernel time in system calls can put
+// one P's use above 1) weighs as one interval of a 200 ms average, so a
+// load that fits stays.
+func TestFullNeedsAWindowOnOneP(t *testing.T) {
+	// comeDown steps at 0.2 CPU until the process has just come down.
+	comeDown := func(f *feed) {
+		for f.step(0.2, 100, 0) != 1 {
+		}
+	}
+	f := newFeed(t, Config{})
+	comeDown(f)
+	if p := f.steps(9, 1.0, 5, 0); p != 1 {
+		t.Fatalf("180 ms at 1.0 CPU after coming down: procs %d, want 1", p)
+	}
+	if p := f.step(1.0, 5, 0); p != 4 {
+		t.Fatalf("200 ms at 1.0 CPU after coming down: procs %d, want 4", p)
+	}
+	for _, first := range []float64{1.03, 1.17} {
+		g := newFeed(t, Config{})
+		comeDown(g)
+		g.step(first, 5, 0)
+		if p := g.steps(100, 0.90, 5, 0); p != 1 {
+			t.Fatalf("one interval at %.2f then 0.90 CPU: procs %d, want 1", first, p)
+		}
 	}
 }
