@@ -124,9 +124,8 @@ type Config struct {
 	// (0.1 is one in ten), averaged over UseWindow, from which, on one
 	// P, the controller goes to Max. Averaged, because one interval's
 	// share is noisy: two of twenty goroutines waiting behind a 20 ms
-	// stall (a memtable flush) took a node whose load fitted in one P
-	// to Max, 1 s at a time (16 callers: 13 000-13 800 submits/s against
-	// 14 700-15 400 on one P, docs/perf/README.md).
+	// stall took a node whose load fitted in one P to Max, a second at
+	// a time (docs/perf/README.md, "Saturation averaged over 200 ms").
 	UpWaited float64
 	// MinRunnable is how many goroutines must have been made runnable
 	// per Interval, averaged over UseWindow, for the share to count: one
@@ -208,12 +207,12 @@ type Controller struct {
 	// UseWindow, runRate and waitRate the goroutines made runnable and
 	// those of them that waited, per second, averaged likewise. oneAvg
 	// is the use averaged over UseWindow since the process last went to
-	// one P, over oneTime, started at 0 (oneUse corrects for that):
-	// Full is judged on it, not on avg, which holds
-	// the use on Max for a while after coming down (the same load uses
-	// more CPU there). below is how long avg has stayed under Fit on
-	// more than one P; hold is the current Hold; atOne how long the
-	// process has been on one P since it came down.
+	// one P, over oneTime, started at 0 (oneUse corrects for that): Full
+	// is judged on it, not on avg, which holds the use on Max for a
+	// while after coming down (the same load uses more CPU there). below
+	// is how long avg has stayed under Fit on more than one P; hold is
+	// the current Hold; atOne how long the process has been on one P
+	// since it came down (Bounce at Run's start, which is not a try).
 	primed            bool
 	avg               float64
 	runRate, waitRate float64
