@@ -114,6 +114,8 @@ type Forwarder struct {
 	// forwarded is the highest index of a forwarded entry the leader
 	// answered (an atomic max).
 	forwarded atomic.Uint64
+	// changes ends forwards at leader changes.
+	changes changeContexts
 }
 
 // ReadWait bounds how long a read waits for this node to apply the writes
@@ -231,7 +233,7 @@ func (f *Forwarder) proposeRetrying(ctx context.Context, cmds []raftfsm.Command,
 			// leader cut off by a partition would hold it until the peer
 			// API's timeout while a new one already serves. (changed is
 			// taken first, so a change after reading addr counts.)
-			fctx, cancel := untilLeaderChanges(ctx, changed)
+			fctx, cancel := f.changes.untilLeaderChanges(ctx, changed)
 			res, err := f.cfg.Leader.Propose(fctx, addr, cmds)
 			cancel()
 			if err == nil {

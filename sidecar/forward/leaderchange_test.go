@@ -10,7 +10,8 @@ import (
 func TestLeaderWatchEndsForwardOnChange(t *testing.T) {
 	w := raftstore.NewLeaderWatch()
 	before := w.Changed()
-	ctx, cancel := untilLeaderChanges(context.Background(), before)
+	var cc changeContexts
+	ctx, cancel := cc.untilLeaderChanges(context.Background(), before)
 	defer cancel()
 	select {
 	case <-ctx.Done():
@@ -36,9 +37,34 @@ func TestLeaderWatchEndsForwardOnChange(t *testing.T) {
 func TestLeaderWatchParentEnds(t *testing.T) {
 	w := raftstore.NewLeaderWatch()
 	parent, stop := context.WithCancel(context.Background())
-	ctx, cancel := untilLeaderChanges(parent, w.Changed())
+	var cc changeContexts
+	ctx, cancel := cc.untilLeaderChanges(parent, w.Changed())
 	defer cancel()
 	stop()
 	<-ctx.Done()
 	w.Notify() // no waiter left: nothing blocks
+}
+
+// The forwards to one leader share the context of its channel; a forward
+// begun after a change gets the new channel's, live until the next one.
+func TestChangeContextsPerLeader(t *testing.T) {
+	w := raftstore.NewLeaderWatch()
+	var cc changeContexts
+	first := w.Changed()
+	if cc.of(first) != cc.of(first) {
+		t.Fatal("two forwards to one leader got two contexts")
+	}
+	a, cancelA := cc.untilLeaderChanges(context.Background(), first)
+	defer cancelA()
+	w.Notify()
+	<-a.Done()
+	b, cancelB := cc.untilLeaderChanges(context.Background(), w.Changed())
+	defer cancelB()
+	select {
+	case <-b.Done():
+		t.Fatal("a forward begun after the change ended with the old leader's context")
+	default:
+	}
+	w.Notify()
+	<-b.Done()
 }
