@@ -46,30 +46,16 @@ func measureHostSpeed(ctx context.Context, d time.Duration) (*HostSpeed, error) 
 	for i := range block {
 		block[i] = byte(i)
 	}
-	var hashes []time.Duration
-	end := time.Now().Add(d / 4)
-	for len(hashes) == 0 || time.Now().Before(end) {
-		if ctx.Err() != nil {
-			break
-		}
-		t := time.Now()
+	hashes := timeFor(ctx, d/4, func() {
 		sum := sha256.Sum256(block)
-		hashes = append(hashes, time.Since(t))
 		block[0] = sum[0]
-	}
+	})
 	const batch = 1000
-	var calls []time.Duration
-	end = time.Now().Add(d / 4)
-	for len(calls) == 0 || time.Now().Before(end) {
-		if ctx.Err() != nil {
-			break
-		}
-		t := time.Now()
+	calls := timeFor(ctx, d/4, func() {
 		for range batch {
 			os.Getppid()
 		}
-		calls = append(calls, time.Since(t))
-	}
+	})
 	trips, err := pipeRoundTrips(ctx, d/2)
 	if err != nil {
 		return nil, fmt.Errorf("host speed probe: %w", err)
@@ -79,6 +65,19 @@ func measureHostSpeed(ctx context.Context, d time.Duration) (*HostSpeed, error) 
 	}
 	return &HostSpeed{HashMicros: medianMicros(hashes), SyscallNanos: medianMicros(calls) * 1000 / batch,
 		RoundTripMicros: medianMicros(trips)}, nil
+}
+
+// timeFor runs f again and again for about d (once at least, unless ctx
+// is done) and returns each run's time.
+func timeFor(ctx context.Context, d time.Duration, f func()) []time.Duration {
+	var ts []time.Duration
+	end := time.Now().Add(d)
+	for (len(ts) == 0 || time.Now().Before(end)) && ctx.Err() == nil {
+		t := time.Now()
+		f()
+		ts = append(ts, time.Since(t))
+	}
+	return ts
 }
 
 // pipeRoundTrips sends one byte back and forth between this goroutine and
@@ -114,10 +113,7 @@ func pipeRoundTrips(ctx context.Context, d time.Duration) ([]time.Duration, erro
 	var trips []time.Duration
 	b := []byte{1}
 	end := time.Now().Add(d)
-	for len(trips) == 0 || time.Now().Before(end) {
-		if ctx.Err() != nil {
-			break
-		}
+	for (len(trips) == 0 || time.Now().Before(end)) && ctx.Err() == nil {
 		t := time.Now()
 		if _, err = aw.Write(b); err == nil {
 			_, err = br.Read(b)
@@ -132,11 +128,9 @@ func pipeRoundTrips(ctx context.Context, d time.Duration) ([]time.Duration, erro
 	return trips, err
 }
 
-// medianMicros returns the median of ds in microseconds (0 when empty).
+// medianMicros returns the median of ds in microseconds (0 when empty);
+// it sorts ds.
 func medianMicros(ds []time.Duration) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
 	slices.Sort(ds)
-	return float64(ds[len(ds)/2]) / float64(time.Microsecond)
+	return float64(Percentile(ds, 50)) / float64(time.Microsecond)
 }
