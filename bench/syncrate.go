@@ -70,12 +70,16 @@ type raftCounters struct {
 	leaderLogWrites float64
 	// logWrites is ax_raft_log_writes_total of every node.
 	logWrites float64
+	// cpuSeconds is process_cpu_seconds_total (the nodes' user + system
+	// CPU, in seconds) of every node.
+	cpuSeconds float64
 }
 
 // sub returns c - o.
 func (c raftCounters) sub(o raftCounters) raftCounters {
 	return raftCounters{entries: c.entries - o.entries, commands: c.commands - o.commands,
-		leaderLogWrites: c.leaderLogWrites - o.leaderLogWrites, logWrites: c.logWrites - o.logWrites}
+		leaderLogWrites: c.leaderLogWrites - o.leaderLogWrites, logWrites: c.logWrites - o.logWrites,
+		cpuSeconds: c.cpuSeconds - o.cpuSeconds}
 }
 
 // parseRaftCounters reads the counters from one node's Prometheus text
@@ -110,6 +114,8 @@ func parseRaftCounters(text []byte) (c raftCounters, ok bool) {
 			seen++
 		case "ax_raft_leader":
 			leader = v
+		case "process_cpu_seconds_total":
+			c.cpuSeconds = v
 		}
 	}
 	c.logWrites = writes
@@ -139,6 +145,7 @@ func readRaftCounters(ctx context.Context, clients []*ax.Client) (raftCounters, 
 		sum.commands += rc.commands
 		sum.leaderLogWrites += rc.leaderLogWrites
 		sum.logWrites += rc.logWrites
+		sum.cpuSeconds += rc.cpuSeconds
 	}
 	return sum, nil
 }

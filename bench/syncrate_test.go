@@ -19,6 +19,7 @@ ax_raft_entry_commands_count 10
 ax_raft_leader 1
 ax_raft_log_writes_total 4
 ax_raft_log_entries_written_total 10
+process_cpu_seconds_total 1.25
 `
 
 const followerMetrics = `ax_raft_entry_commands_sum 0
@@ -29,7 +30,7 @@ ax_raft_log_writes_total 7
 
 func TestParseRaftCounters(t *testing.T) {
 	c, ok := parseRaftCounters([]byte(leaderMetrics))
-	if !ok || c != (raftCounters{entries: 10, commands: 250, leaderLogWrites: 4, logWrites: 4}) {
+	if !ok || c != (raftCounters{entries: 10, commands: 250, leaderLogWrites: 4, logWrites: 4, cpuSeconds: 1.25}) {
 		t.Errorf("leader: %+v, %v", c, ok)
 	}
 	f, ok := parseRaftCounters([]byte(followerMetrics))
@@ -46,6 +47,13 @@ func TestParseRaftCounters(t *testing.T) {
 	}
 	if raftOf(raftCounters{logWrites: 5}) != nil {
 		t.Error("raftOf without entries (the leader was not read) is not nil")
+	}
+	d := raftCounters{cpuSeconds: 3.5}.sub(raftCounters{cpuSeconds: 1.25})
+	if got := cpuPerTask(d.cpuSeconds, 45000); got != 50 {
+		t.Errorf("cpuPerTask(%v s, 45000) = %v µs, want 50", d.cpuSeconds, got)
+	}
+	if cpuPerTask(0, 10) != 0 || cpuPerTask(1, 0) != 0 {
+		t.Error("cpuPerTask without CPU or tasks is not 0")
 	}
 }
 

@@ -76,6 +76,12 @@ type ThroughputPhase struct {
 	// phase ÷ its requests, in µs: what the callers cost the machine the
 	// nodes run on (0: not measured).
 	ClientCPUPerRequest float64 `json:"client_cpu_us_per_request,omitempty"`
+	// NodeCPUPerTask is the nodes' CPU time during the phase (the sum of
+	// their process_cpu_seconds_total, read before and after it) ÷ its
+	// tasks, in µs: what ax spent per task, a figure that moves less with
+	// the host's load and speed than the rates do (0: not measured; the
+	// nodes' counters tick in 10 ms).
+	NodeCPUPerTask float64 `json:"node_cpu_us_per_task,omitempty"`
 }
 
 // ThroughputRaft is the Raft work of one phase, read from the nodes'
@@ -187,7 +193,9 @@ func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*Th
 		if merr == nil {
 			var after raftCounters
 			if after, merr = readRaftCounters(ctx, e.clients); merr == nil {
-				ph.Raft = raftOf(after.sub(before))
+				d := after.sub(before)
+				ph.Raft = raftOf(d)
+				ph.NodeCPUPerTask = cpuPerTask(d.cpuSeconds, ph.Tasks)
 			}
 		}
 		if merr != nil && metricsNote == "" {
@@ -222,6 +230,15 @@ func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*Th
 		}
 	}
 	return rep, nil
+}
+
+// cpuPerTask returns cpu seconds ÷ tasks in µs (0 when either is not
+// positive).
+func cpuPerTask(cpu float64, tasks int) float64 {
+	if cpu <= 0 || tasks <= 0 {
+		return 0
+	}
+	return cpu * 1e6 / float64(tasks)
 }
 
 // raftOf turns the counters of one phase into its report; nil when no
@@ -360,7 +377,7 @@ func (r *ThroughputReport) Print(w io.Writer) {
 			h.HashMicros, h.SyscallNanos, h.RoundTripMicros)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "mode\tclients\trequests\ttasks\ttasks/s\t÷ sync rate\trequests/s\tp50 latency\tp99 latency\tmax latency\tcmds/entry\tfsyncs/entry\tclient µs/req\terrors")
+	fmt.Fprintln(tw, "mode\tclients\trequests\ttasks\ttasks/s\t÷ sync rate\trequests/s\tp50 latency\tp99 latency\tmax latency\tcmds/entry\tfsyncs/entry\tnode µs/task\tclient µs/req\terrors")
 	for _, p := range r.Phases {
 		vs, cpe, fpe := "-", "-", "-"
 		if p.VsSync > 0 {
@@ -369,12 +386,15 @@ func (r *ThroughputReport) Print(w io.Writer) {
 		if p.Raft != nil {
 			cpe, fpe = fmt.Sprintf("%.1f", p.Raft.CommandsPerEntry), fmt.Sprintf("%.2f", p.Raft.LeaderFsyncsPerEntry)
 		}
-		cli := "-"
+		cli, node := "-", "-"
 		if p.ClientCPUPerRequest > 0 {
 			cli = fmt.Sprintf("%.0f", p.ClientCPUPerRequest)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", p.Mode, p.Clients, p.Requests, p.Tasks,
-			p.TaskRate, vs, p.ReqRate, fmtDur(p.Latency.P50), fmtDur(p.Latency.P99), fmtDur(p.Latency.Max), cpe, fpe, cli, p.Errors)
+		if p.NodeCPUPerTask > 0 {
+			node = fmt.Sprintf("%.1f", p.NodeCPUPerTask)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", p.Mode, p.Clients, p.Requests, p.Tasks,
+			p.TaskRate, vs, p.ReqRate, fmtDur(p.Latency.P50), fmtDur(p.Latency.P99), fmtDur(p.Latency.Max), cpe, fpe, node, cli, p.Errors)
 	}
 	tw.Flush()
 	for _, p := range r.Phases {
@@ -387,7 +407,7 @@ func (r *ThroughputReport) Print(w io.Writer) {
 		fmt.Fprintln(w, "  ÷ sync rate: tasks/s over the disk's synced writes/s")
 	}
 	fmt.Fprintln(w, "  cmds/entry: commands group-committed per Raft entry (each task of a batch is one); fsyncs/entry: the leader's Raft log writes per entry")
-	fmt.Fprintln(w, "  client µs/req: the bench process's own CPU per request (its callers; the nodes not included)")
+	fmt.Fprintln(w, "  node µs/task: the nodes' CPU per task (user + system, summed over the nodes read); client µs/req: the bench process's own CPU per request (its callers; the nodes not included)")
 	if p := r.Processing; p != nil {
 		cpe, fpe := "-", "-"
 		if p.Raft != nil {

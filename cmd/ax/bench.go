@@ -330,8 +330,8 @@ which the largest number of callers submit --batch tasks per
 request (POST /v1/tasks/batch). Tasks are due in 24h, so nothing fires
 meanwhile. The report gives, per phase, tasks/s and its ratio to the synced
 writes/s, requests/s, the latency of a request (until the tasks are durable
-on a quorum), and from the nodes' metrics the commands per Raft entry and
-the leader's Raft log fsyncs per entry.
+on a quorum), and from the nodes' metrics the commands per Raft entry,
+the leader's Raft log fsyncs per entry, and the nodes' CPU per task.
 
 Then the processing phase (--processing N, 0 skips it): N no-op tasks, in
 batches of 1000, all due at the same millisecond (set far enough ahead for

@@ -125,6 +125,7 @@ func TestBenchBurstAndThroughputSmall(t *testing.T) {
 			VsSync  float64 `json:"tasks_per_synced_write"`
 			Errors  int     `json:"errors"`
 			Client  float64 `json:"client_cpu_us_per_request"`
+			Node    float64 `json:"node_cpu_us_per_task"`
 			Raft    *struct {
 				Entries          int     `json:"entries"`
 				CommandsPerEntry float64 `json:"commands_per_entry"`
@@ -169,7 +170,7 @@ func TestBenchBurstAndThroughputSmall(t *testing.T) {
 		t.Errorf("disk_sync %+v", r.DiskSync)
 	}
 	for i, p := range r.Phases {
-		if p.Tasks == 0 || p.Rate <= 0 || p.Errors != 0 || p.VsSync <= 0 || (runtime.GOOS == "linux" && p.Client <= 0) {
+		if p.Tasks == 0 || p.Rate <= 0 || p.Errors != 0 || p.VsSync <= 0 || p.Node <= 0 || (runtime.GOOS == "linux" && p.Client <= 0) {
 			t.Errorf("phase %+v", p)
 		}
 		// Every phase proposed entries on the one node, which leads and
