@@ -1,0 +1,3 @@
+module github.com/axsched/ax/docs/perf/fsynccost
+
+go 1.26.0
