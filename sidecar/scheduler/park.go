@@ -217,6 +217,10 @@ func (l *Scheduler) drainLocked(h string, nodes []raftfsm.Node, now time.Time, c
 		return cmds, probes
 	}
 	nowMs := now.UnixMilli()
+	// Every run queued while the queue was blocked waited for its reason:
+	// each one this drain starts carries it in its Fire (parked_reason),
+	// not only the first (the queue's reason is cleared once one starts).
+	heldFor := q.reason
 	for {
 		var (
 			pr           *parkedRun
@@ -276,7 +280,7 @@ func (l *Scheduler) drainLocked(h string, nodes []raftfsm.Node, now time.Time, c
 			q.paused++
 			continue
 		}
-		parked := q.reason
+		parked := heldFor
 		if nonCompeting(q.reason) {
 			// The queue waited for something other than capacity: from
 			// now on its runs compete, and the wait budget counts anew.

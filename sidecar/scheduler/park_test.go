@@ -509,3 +509,29 @@ func TestCapacityIsTheDeliveringExecutors(t *testing.T) {
 		t.Fatalf("fired %d with the exact executor down, want all 10 on the \"*\" one", len(e.fired))
 	}
 }
+
+// Every run that a drain starts after it waited in a blocked queue
+// carries the queue's reason in its Fire (parked_reason of its run), not
+// only the first one drained.
+func TestParkedReasonOnEveryRunOfADrain(t *testing.T) {
+	e := newParkEnv(t)
+	e.executor("b", 10)
+	e.l.Report(Report{ID: "b", Executors: []ExecutorLoad{{Name: "x-b", Handlers: []string{"h"}, Limit: 4, DownUntilMs: time.Now().Add(time.Hour).UnixMilli()}}})
+	e.due(2, "u1", "u2", "u3")
+	e.wantParked(map[string]int{ReasonExecutorUnavailable: 3})
+	e.l.Report(Report{ID: "b", Executors: []ExecutorLoad{{Name: "x-b", Handlers: []string{"h"}, Limit: 4}}})
+	e.dispatch()
+	if len(e.fired) != 3 {
+		t.Fatalf("fired %v, want the three", e.fired)
+	}
+	for _, id := range []string{"u1", "u2", "u3"} {
+		if got := e.task(id).RunParked; got != ReasonExecutorUnavailable {
+			t.Errorf("%s: parked reason %q, want %q", id, got, ReasonExecutorUnavailable)
+		}
+	}
+	// A run that never waited has none.
+	e.due(2, "v1")
+	if got := e.task("v1").RunParked; got != "" {
+		t.Errorf("v1: parked reason %q, want none", got)
+	}
+}
