@@ -170,7 +170,7 @@ func TestBenchBurstAndThroughputSmall(t *testing.T) {
 		t.Errorf("disk_sync %+v", r.DiskSync)
 	}
 	for i, p := range r.Phases {
-		if p.Tasks == 0 || p.Rate <= 0 || p.Errors != 0 || p.VsSync <= 0 || p.Node <= 0 || (runtime.GOOS == "linux" && p.Client <= 0) {
+		if p.Tasks == 0 || p.Rate <= 0 || p.Errors != 0 || p.VsSync <= 0 || (runtime.GOOS == "linux" && (p.Client <= 0 || p.Node <= 0)) {
 			t.Errorf("phase %+v", p)
 		}
 		// Every phase proposed entries on the one node, which leads and
