@@ -149,3 +149,20 @@ func readRaftCounters(ctx context.Context, clients []*ax.Client) (raftCounters, 
 	}
 	return sum, nil
 }
+
+// nodesReached returns how many distinct nodes clients reach and how
+// many members the cluster has (the first reachable node's view).
+func nodesReached(ctx context.Context, clients []*ax.Client) (reached, members int, err error) {
+	ids := map[string]bool{}
+	for _, c := range clients {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		info, err := c.Cluster(cctx)
+		cancel()
+		if err != nil {
+			return 0, 0, fmt.Errorf("GET /v1/cluster on %s: %w", c.Socket(), err)
+		}
+		ids[info.NodeID] = true
+		members = max(members, len(info.Members))
+	}
+	return len(ids), members, nil
+}

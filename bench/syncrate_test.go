@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	ax "github.com/axsched/ax/clients/go"
 )
 
 const leaderMetrics = `# HELP ax_raft_entry_commands Commands group-committed in each Raft entry.
@@ -52,8 +58,8 @@ func TestParseRaftCounters(t *testing.T) {
 	if got := cpuPerTask(d.cpuSeconds, 45000); got != 50 {
 		t.Errorf("cpuPerTask(%v s, 45000) = %v µs, want 50", d.cpuSeconds, got)
 	}
-	if cpuPerTask(0, 10) != 0 || cpuPerTask(1, 0) != 0 {
-		t.Error("cpuPerTask without CPU or tasks is not 0")
+	if cpuPerTask(0, 10) != 0 || cpuPerTask(1, 0) != 0 || cpuPerTask(0.19, 10) != 0 {
+		t.Error("cpuPerTask without tasks or with under 200 ms of CPU is not 0")
 	}
 }
 
@@ -132,5 +138,51 @@ func TestThroughputReportShape(t *testing.T) {
 		if !strings.Contains(s, k) {
 			t.Errorf("text lacks %q:\n%s", k, s)
 		}
+	}
+}
+
+// fakeClusterNode serves GET /v1/cluster as node id of a cluster of
+// members, on a Unix socket; it returns a client for it.
+func fakeClusterNode(t *testing.T, id string, members int) *ax.Client {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), id+".sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms []string
+	for i := range members {
+		ms = append(ms, fmt.Sprintf(`{"id":"n%d","raft_addr":"r%d","suffrage":"Voter"}`, i+1, i+1))
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"node_id":%q,"state":"Follower","members":[%s]}`, id, strings.Join(ms, ","))
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ax.New(ax.Config{SocketPath: sock})
+}
+
+// The nodes' CPU per task is given only when the sockets reach every
+// member: two sockets of one node, or one of three, do not.
+func TestNodesReached(t *testing.T) {
+	ctx := context.Background()
+	n1, n2, n3 := fakeClusterNode(t, "n1", 3), fakeClusterNode(t, "n2", 3), fakeClusterNode(t, "n3", 3)
+	for _, tc := range []struct {
+		clients          []*ax.Client
+		reached, members int
+	}{
+		{[]*ax.Client{n1, n2, n3}, 3, 3},
+		{[]*ax.Client{n2}, 1, 3},
+		{[]*ax.Client{n1, n1, n2}, 2, 3},
+		{[]*ax.Client{fakeClusterNode(t, "alone", 1)}, 1, 1},
+	} {
+		reached, members, err := nodesReached(ctx, tc.clients)
+		if err != nil || reached != tc.reached || members != tc.members {
+			t.Errorf("%d clients: reached %d of %d (%v), want %d of %d", len(tc.clients), reached, members, err, tc.reached, tc.members)
+		}
+	}
+	if _, _, err := nodesReached(ctx, []*ax.Client{ax.New(ax.Config{SocketPath: filepath.Join(t.TempDir(), "none.sock")})}); err == nil {
+		t.Error("no node behind the socket: no error")
 	}
 }

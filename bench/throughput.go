@@ -78,9 +78,9 @@ type ThroughputPhase struct {
 	ClientCPUPerRequest float64 `json:"client_cpu_us_per_request,omitempty"`
 	// NodeCPUPerTask is the nodes' CPU time during the phase (the sum of
 	// their process_cpu_seconds_total, read before and after it) ÷ its
-	// tasks, in µs: what ax spent per task, a figure that moves less with
-	// the host's load and speed than the rates do (0: not measured; the
-	// nodes' counters tick in 10 ms).
+	// tasks, in µs: what ax spent per task. 0: not measured, because the
+	// sockets do not reach every node of a running cluster, or the nodes
+	// used under 200 ms of CPU (minPhaseCPU: the counters tick in 10 ms).
 	NodeCPUPerTask float64 `json:"node_cpu_us_per_task,omitempty"`
 }
 
@@ -139,8 +139,13 @@ func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*Th
 			return nil, fmt.Errorf("throughput: want --callers >= 1, got %d", c)
 		}
 	}
-	if cfg.Duration <= 0 || cfg.Batch < 1 || cfg.Batch > 1000 || cfg.SyncProbe < 0 {
-		return nil, fmt.Errorf("throughput: want --duration > 0, --batch 1..1000 and --sync-probe >= 0")
+	switch {
+	case cfg.Duration <= 0:
+		return nil, fmt.Errorf("throughput: want --duration > 0, got %s", cfg.Duration)
+	case cfg.Batch < 1 || cfg.Batch > 1000:
+		return nil, fmt.Errorf("throughput: want --batch 1..1000, got %d", cfg.Batch)
+	case cfg.SyncProbe < 0:
+		return nil, fmt.Errorf("throughput: want --sync-probe >= 0, got %s", cfg.SyncProbe)
 	}
 	if cfg.Processing < 0 || cfg.Processing > 0 && (cfg.Workers < 1 || cfg.Workers > 10000) {
 		return nil, fmt.Errorf("throughput: want --processing >= 0 and --workers 1..10000")
@@ -176,6 +181,16 @@ func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*Th
 			rep.Host = hs
 		}
 	}
+	// The nodes' CPU per task needs every node: the bench's own, or a
+	// running cluster's when the sockets reach all its members.
+	allNodes := e.cl != nil
+	if !allNodes {
+		if reached, members, err := nodesReached(ctx, e.clients); err != nil {
+			rep.Notes = append(rep.Notes, "no node µs/task: "+err.Error())
+		} else if allNodes = reached >= members; !allNodes {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("no node µs/task: the sockets reach %d of the cluster's %d nodes", reached, members))
+		}
+	}
 	type phase struct{ callers, batch int }
 	var phases []phase
 	for _, c := range callers {
@@ -195,7 +210,9 @@ func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*Th
 			if after, merr = readRaftCounters(ctx, e.clients); merr == nil {
 				d := after.sub(before)
 				ph.Raft = raftOf(d)
-				ph.NodeCPUPerTask = cpuPerTask(d.cpuSeconds, ph.Tasks)
+				if allNodes {
+					ph.NodeCPUPerTask = cpuPerTask(d.cpuSeconds, ph.Tasks)
+				}
 			}
 		}
 		if merr != nil && metricsNote == "" {
@@ -232,10 +249,15 @@ func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*Th
 	return rep, nil
 }
 
-// cpuPerTask returns cpu seconds ÷ tasks in µs (0 when either is not
-// positive).
+// minPhaseCPU is the least CPU a phase's nodes must use for its CPU per
+// task to be given: their counters tick in 10 ms, so below 200 ms the
+// figure would be off by more than 5 %.
+const minPhaseCPU = 0.2
+
+// cpuPerTask returns cpu seconds ÷ tasks in µs; 0 when there are no
+// tasks or cpu is under minPhaseCPU.
 func cpuPerTask(cpu float64, tasks int) float64 {
-	if cpu <= 0 || tasks <= 0 {
+	if cpu < minPhaseCPU || tasks <= 0 {
 		return 0
 	}
 	return cpu * 1e6 / float64(tasks)
@@ -390,7 +412,10 @@ func (r *ThroughputReport) Print(w io.Writer) {
 		if p.ClientCPUPerRequest > 0 {
 			cli = fmt.Sprintf("%.0f", p.ClientCPUPerRequest)
 		}
-		if p.NodeCPUPerTask > 0 {
+		switch {
+		case p.NodeCPUPerTask >= 10:
+			node = fmt.Sprintf("%.0f", p.NodeCPUPerTask)
+		case p.NodeCPUPerTask > 0:
 			node = fmt.Sprintf("%.1f", p.NodeCPUPerTask)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", p.Mode, p.Clients, p.Requests, p.Tasks,
@@ -407,7 +432,7 @@ func (r *ThroughputReport) Print(w io.Writer) {
 		fmt.Fprintln(w, "  ÷ sync rate: tasks/s over the disk's synced writes/s")
 	}
 	fmt.Fprintln(w, "  cmds/entry: commands group-committed per Raft entry (each task of a batch is one); fsyncs/entry: the leader's Raft log writes per entry")
-	fmt.Fprintln(w, "  node µs/task: the nodes' CPU per task (user + system, summed over the nodes read); client µs/req: the bench process's own CPU per request (its callers; the nodes not included)")
+	fmt.Fprintln(w, "  node µs/task: the nodes' CPU per task (user + system, summed over every node; -: under 200 ms of it, which its 10 ms ticks make imprecise); client µs/req: the bench process's own CPU per request (its callers; the nodes not included)")
 	if p := r.Processing; p != nil {
 		cpe, fpe := "-", "-"
 		if p.Raft != nil {

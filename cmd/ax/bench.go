@@ -356,11 +356,17 @@ fires and completions.`,
 				}
 				cs = []int{clients}
 			}
-			if duration <= 0 || batch < 1 || batch > axapi.BatchMaxTasks || syncProbe < 0 {
-				return usagef("want --duration > 0, --batch 1..%d, --sync-probe >= 0", axapi.BatchMaxTasks)
-			}
-			if processing < 0 || workers < 1 || workers > 10000 {
-				return usagef("want --processing >= 0 and --workers 1..10000")
+			switch {
+			case duration <= 0:
+				return usagef("--duration %s: must be more than 0", duration)
+			case batch < 1 || batch > axapi.BatchMaxTasks:
+				return usagef("--batch %d: must be 1..%d", batch, axapi.BatchMaxTasks)
+			case syncProbe < 0:
+				return usagef("--sync-probe %s: must be 0 (no probe) or more", syncProbe)
+			case processing < 0:
+				return usagef("--processing %d: must be 0 (no processing phase) or more", processing)
+			case workers < 1 || workers > 10000:
+				return usagef("--workers %d: must be 1..10000", workers)
 			}
 			opts, err := f.options(cmd)
 			if err != nil {

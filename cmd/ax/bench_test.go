@@ -299,5 +299,10 @@ func TestBenchThroughputFlags(t *testing.T) {
 		if code != exitUsage || errOut == "" || strings.Contains(errOut, "ready in") {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want a usage error before any node starts", args, code, out, errOut)
 		}
+		// The error names the flag and its value (both flags, when given
+		// together).
+		if flag, val := args[len(args)-2], args[len(args)-1]; len(args) == 2 && (!strings.Contains(errOut, flag) || !strings.Contains(errOut, val)) {
+			t.Errorf("%v: stderr %q does not name %s and %q", args, errOut, flag, val)
+		}
 	}
 }

@@ -7,9 +7,10 @@
 // meanwhile, so this is a measurement, not something to ship). A second
 // goroutine wakes every millisecond, like a node's other work.
 //
-//	GOMAXPROCS=1 go run . -n 3000 sync
-//	GOMAXPROCS=2 go run . -n 3000 sync
-//	GOMAXPROCS=1 go run . -n 3000 raw
+//	cd docs/perf/fsynccost   # its own module
+//	GOMAXPROCS=1 GOWORK=off go run . -n 3000 sync
+//	GOMAXPROCS=2 GOWORK=off go run . -n 3000 sync
+//	GOMAXPROCS=1 GOWORK=off go run . -n 3000 raw
 //
 // Used in docs/perf/README.md ("What a context switch costs on a
 // Firecracker guest").
