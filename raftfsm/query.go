@@ -44,7 +44,10 @@ func (f *FSM) DueBetween(afterMs, untilMs int64, fn func(id string, dueMs int64)
 		// first key past its end (100 000 of them: 28 ms a call against
 		// 5–9 µs, BenchmarkDueBetweenOverCancelled). Here the walk stops at
 		// the first key past untilMs, deleted or not. A key's versions come
-		// newest first; the newest decides.
+		// newest first; the newest decides. Deleted keys inside the window
+		// cost more this way (each version is an item: 20 000 of them 4.9
+		// ms against 2.5–3.6, BenchmarkDueBetweenInsideCancelled), but the
+		// window is bounded and the keys after it are not.
 		opts := badger.DefaultIteratorOptions
 		opts.PrefetchValues = false
 		opts.Prefix = prefixDue
@@ -55,22 +58,28 @@ func (f *FSM) DueBetween(afterMs, untilMs int64, fn func(id string, dueMs int64)
 		if afterMs >= 0 && afterMs < math.MaxInt64 {
 			start = dueKey(afterMs+1, "")
 		}
+		if untilMs < 0 {
+			return nil // no due time is negative
+		}
+		var end []byte // the first key past untilMs; nil: none is
+		if untilMs < math.MaxInt64 {
+			end = dueKey(untilMs+1, "")
+		}
 		var last []byte
 		for it.Seek(start); it.Valid(); it.Next() {
 			item := it.Item()
 			key := item.Key()
+			if end != nil && bytes.Compare(key, end) >= 0 {
+				return nil
+			}
 			if last != nil && bytes.Equal(key, last) {
 				continue // an older version of the key just seen
 			}
 			last = append(last[:0], key...)
-			due, id := parseDueKey(key)
-			if due > untilMs {
-				return nil
-			}
 			if item.IsDeletedOrExpired() {
 				continue
 			}
-			if !fn(id, due) {
+			if due, id := parseDueKey(key); !fn(id, due) {
 				return nil
 			}
 		}

@@ -79,3 +79,18 @@ func BenchmarkDueBetweenOverCancelled(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDueBetweenInsideCancelled is the cost of deleted keys inside
+// the window (20 000 tasks due within it, cancelled), which DueBetween
+// walks one version at a time.
+func BenchmarkDueBetweenInsideCancelled(b *testing.B) {
+	e := newEnv(b)
+	cancelledFuture(e, 20_000, 1_000_000)
+	b.ResetTimer()
+	for b.Loop() {
+		due := false
+		if err := e.f.DueBetween(999_999, 1_030_000, func(string, int64) bool { due = true; return false }); err != nil || due {
+			b.Fatal(err, due)
+		}
+	}
+}
