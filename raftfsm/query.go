@@ -36,6 +36,9 @@ func (f *FSM) Due(untilMs int64, fn func(id string, dueMs int64) bool) error {
 // Due times are never negative (the API refuses them), so any afterMs < 0
 // starts at the beginning.
 func (f *FSM) DueBetween(afterMs, untilMs int64, fn func(id string, dueMs int64) bool) error {
+	if untilMs < 0 || afterMs == math.MaxInt64 || untilMs <= afterMs {
+		return nil // an empty window: no due time is negative, none after MaxInt64
+	}
 	return f.db.View(func(txn *badger.Txn) error {
 		// Every version, deleted ones too: a plain iterator skips the
 		// deleted keys inside Seek and Next, so a window followed by many
@@ -57,9 +60,6 @@ func (f *FSM) DueBetween(afterMs, untilMs int64, fn func(id string, dueMs int64)
 		start := prefixDue
 		if afterMs >= 0 && afterMs < math.MaxInt64 {
 			start = dueKey(afterMs+1, "")
-		}
-		if untilMs < 0 {
-			return nil // no due time is negative
 		}
 		var end []byte // the first key past untilMs; nil: none is
 		if untilMs < math.MaxInt64 {

@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 )
@@ -46,6 +47,16 @@ func TestDueBetweenSkipsDeletedKeys(t *testing.T) {
 	}
 	if want := []dueEntry{{"re", 10_500}, {"in", 11_000}}; !slices.Equal(got, want) {
 		t.Fatalf("(9 999, 12 600]: %v, want %v", got, want)
+	}
+	// Empty windows: nothing after MaxInt64, nothing at or before a
+	// negative time, nothing in (a, b] with b <= a.
+	for _, w := range [][2]int64{{math.MaxInt64, math.MaxInt64}, {-5, -1}, {12_000, 11_000}, {11_000, 11_000}} {
+		if err := e.f.DueBetween(w[0], w[1], func(id string, due int64) bool {
+			t.Errorf("(%d, %d]: %s due %d", w[0], w[1], id, due)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Moved: its old key is deleted, its new one seen once; a cancelled
 	// task submitted again over itself, due at the same time, writes its
