@@ -151,7 +151,7 @@ func readRaftCounters(ctx context.Context, clients []*ax.Client) (raftCounters, 
 }
 
 // nodesReached returns how many distinct nodes clients reach and how
-// many members the cluster has (the first reachable node's view).
+// many members the cluster has (the most any of them lists).
 func nodesReached(ctx context.Context, clients []*ax.Client) (reached, members int, err error) {
 	ids := map[string]bool{}
 	for _, c := range clients {

@@ -58,7 +58,7 @@ func (f *FSM) DueBetween(afterMs, untilMs int64, fn func(id string, dueMs int64)
 		it := txn.NewIterator(opts)
 		defer it.Close()
 		start := prefixDue
-		if afterMs >= 0 && afterMs < math.MaxInt64 {
+		if afterMs >= 0 { // < MaxInt64: returned above
 			start = dueKey(afterMs+1, "")
 		}
 		var end []byte // the first key past untilMs; nil: none is
