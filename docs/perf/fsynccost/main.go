@@ -37,10 +37,11 @@ func usage() (cpu time.Duration, switches int64) {
 func main() {
 	n := flag.Int("n", 3000, "writes + fsyncs")
 	dir := flag.String("dir", os.TempDir(), "directory of the probe file")
+	prealloc := flag.Bool("prealloc", false, "allocate the file's 64 MiB first (fallocate, as raft-wal does a segment) and write into it, instead of appending")
 	flag.Parse()
 	mode := flag.Arg(0)
-	if mode != "sync" && mode != "raw" {
-		log.Fatal("usage: fsynccost [-n N] [-dir D] sync|raw")
+	if mode != "sync" && mode != "raw" && mode != "datasync" {
+		log.Fatal("usage: fsynccost [-n N] [-dir D] [-prealloc] sync|datasync|raw")
 	}
 	f, err := os.CreateTemp(*dir, "fsynccost-*")
 	if err != nil {
@@ -52,14 +53,26 @@ func main() {
 			time.Sleep(time.Millisecond)
 		}
 	}()
+	if *prealloc {
+		if err := syscall.Fallocate(int(f.Fd()), 0, 0, 64<<20); err != nil {
+			log.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			log.Fatal(err)
+		}
+	}
 	b := make([]byte, 128)
 	c0, s0 := usage()
 	t0 := time.Now()
-	for range *n {
-		if _, err := f.Write(b); err != nil {
+	for i := range *n {
+		if _, err := f.WriteAt(b, int64(i*len(b))); err != nil {
 			log.Fatal(err)
 		}
-		if mode == "raw" {
+		if mode == "datasync" {
+			if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+				log.Fatal(err)
+			}
+		} else if mode == "raw" {
 			if _, _, e := syscall.RawSyscall(syscall.SYS_FSYNC, f.Fd(), 0, 0); e != 0 {
 				log.Fatal(e)
 			}
@@ -70,6 +83,6 @@ func main() {
 	el := time.Since(t0)
 	c1, s1 := usage()
 	per := time.Duration(*n)
-	fmt.Printf("%s GOMAXPROCS=%d: %v per fsync, CPU %v per fsync, %.1f context switches per fsync\n",
-		mode, runtime.GOMAXPROCS(0), el/per, (c1-c0)/per, float64(s1-s0)/float64(*n))
+	fmt.Printf("%s prealloc=%v GOMAXPROCS=%d: %v per fsync, CPU %v per fsync, %.1f context switches per fsync\n",
+		mode, *prealloc, runtime.GOMAXPROCS(0), el/per, (c1-c0)/per, float64(s1-s0)/float64(*n))
 }
