@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"time"
@@ -123,8 +124,10 @@ func (fl *Flow) FlowTarget() PurgeTask {
 // or before nowMs (Unix ms), as Purge.Flows targets: SUCCESS and CANCELLED
 // ones that finished at least retention before nowMs, FAILED ones at least
 // retentionDead before it (the task flags; 0 or less keeps that class
-// forever). It seeks the finished-flow index.
-func (f *FSM) ExpiredFlows(nowMs int64, retention, retentionDead time.Duration, limit int) ([]PurgeTask, error) {
+// forever). It seeks the finished-flow index from after the entries
+// earlier calls with cur returned (cur nil: from the start; PurgeCursor)
+// and moves cur past those it returns.
+func (f *FSM) ExpiredFlows(nowMs int64, retention, retentionDead time.Duration, limit int, cur *PurgeCursor) ([]PurgeTask, error) {
 	var out []PurgeTask
 	classes := []struct {
 		class   byte
@@ -135,17 +138,25 @@ func (f *FSM) ExpiredFlows(nowMs int64, retention, retentionDead time.Duration, 
 		{finishedOK, nowMs - retention.Milliseconds(), retention > 0},
 	}
 	err := f.db.View(func(txn *badger.Txn) error {
-		for _, c := range classes {
-			if !c.on || len(out) >= limit {
+		for i, c := range classes {
+			from, skip := cur.from(i)
+			if skip || !c.on || len(out) >= limit {
 				continue
 			}
 			prefix := []byte{'w', 'f', '/', c.class, '/'}
 			opts := badger.DefaultIteratorOptions
 			opts.Prefix = prefix
 			it := txn.NewIterator(opts)
-			for it.Seek(prefix); it.Valid() && len(out) < limit; it.Next() {
+			start := prefix
+			if from != nil {
+				start = from
+			}
+			for it.Seek(start); it.Valid() && len(out) < limit; it.Next() {
 				item := it.Item()
 				k := item.Key()
+				if from != nil && bytes.Equal(k, from) {
+					continue
+				}
 				if int64(binary.BigEndian.Uint64(k[5:13])) > c.untilMs {
 					break
 				}
@@ -158,6 +169,7 @@ func (f *FSM) ExpiredFlows(nowMs int64, retention, retentionDead time.Duration, 
 					return err
 				}
 				out = append(out, PurgeTask{ID: string(k[13:]), Epoch: binary.BigEndian.Uint64(v[:8]), FinishedMs: int64(binary.BigEndian.Uint64(v[8:16]))})
+				cur.advance(i, k)
 			}
 			it.Close()
 		}

@@ -505,10 +505,23 @@ func TestFlowPurge(t *testing.T) {
 		{9000, time.Second, time.Second, "bad,ok"},
 		{9000, 0, 0, ""}, // kept forever
 	} {
-		got, err := e.f.ExpiredFlows(tc.nowMs, tc.keep, tc.keepDead, 10)
+		got, err := e.f.ExpiredFlows(tc.nowMs, tc.keep, tc.keepDead, 10, nil)
 		if err != nil || ids(got) != tc.want {
 			t.Fatalf("ExpiredFlows(%d, %v, %v) = %q, %v; want %q", tc.nowMs, tc.keep, tc.keepDead, ids(got), err, tc.want)
 		}
+	}
+	// A cycle's cursor reads each entry once, across the two classes.
+	var cur PurgeCursor
+	var got []string
+	for range 4 {
+		ts, err := e.f.ExpiredFlows(9000, time.Second, time.Second, 1, &cur)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ids(ts))
+	}
+	if strings.Join(got, "|") != "bad|ok||" {
+		t.Fatalf("ExpiredFlows with a cursor, one at a time: %q", got)
 	}
 	okFl, badFl := e.flow("ok"), e.flow("bad")
 	stale := okFl.FlowTarget()
@@ -534,12 +547,12 @@ func TestFlowPurge(t *testing.T) {
 	if n := e.rawKeys("wf/"); n != 0 {
 		t.Fatalf("%d finished-flow entries left", n)
 	}
-	if got, _ := e.f.ExpiredFlows(1e9, time.Second, time.Second, 10); len(got) != 0 {
+	if got, _ := e.f.ExpiredFlows(1e9, time.Second, time.Second, 10, nil); len(got) != 0 {
 		t.Fatalf("expired after the purge: %v", got)
 	}
 	// A cancelled flow (recurring, between runs) is finished: listed.
 	e.next(Command{Type: CmdFlow, Flow: &FlowSubmit{ID: "rec", Cancel: true, AtMs: 5000}})
-	if got, _ := e.f.ExpiredFlows(7000, time.Second, time.Second, 10); ids(got) != "rec" {
+	if got, _ := e.f.ExpiredFlows(7000, time.Second, time.Second, 10, nil); ids(got) != "rec" {
 		t.Fatalf("after cancelling rec: %v", got)
 	}
 }

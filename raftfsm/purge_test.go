@@ -308,7 +308,7 @@ func TestExpired(t *testing.T) {
 		{nowMs: math.MaxInt64 / 2, retention: time.Millisecond, dead: time.Millisecond, limit: 100, want: []string{"cancelled", "dead", "failed", "long", "ok", "overwritten", "refinished", "retried"}},
 	}
 	for i, tc := range cases {
-		got, err := e.f.Expired(tc.nowMs, tc.retention, tc.dead, tc.limit)
+		got, err := e.f.Expired(tc.nowMs, tc.retention, tc.dead, tc.limit, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,6 +321,121 @@ func TestExpired(t *testing.T) {
 				t.Errorf("entry %+v of task %+v", ft, tk)
 			}
 		}
+	}
+}
+
+// Expired with a cursor resumes after the entries earlier calls returned,
+// across the classes (own retention, DEAD and FAILED, SUCCESS and
+// CANCELLED): a cycle reads each expired entry once, whether it purged
+// the ones before or not; without a cursor every call starts over.
+func TestExpiredCursor(t *testing.T) {
+	e := newEnv(t)
+	idx := purgeFixture(e)
+	const now = math.MaxInt64 / 2
+	order := []string{"long", "dead", "failed", "retried", "refinished", "ok", "overwritten", "cancelled"}
+	var cur PurgeCursor
+	var got []string
+	for range 10 {
+		fts, err := e.f.Expired(now, time.Millisecond, time.Millisecond, 3, &cur)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fts) == 0 {
+			break
+		}
+		for _, ft := range fts {
+			got = append(got, ft.ID)
+		}
+	}
+	if !slices.Equal(got, order) {
+		t.Fatalf("cycle without purges read %v, want %v", got, order)
+	}
+	// Purging what each call returns; "dead" changes before its purge
+	// (retried: a new epoch), so it stays, and this cycle's cursor does
+	// not read it again; a new cycle's does.
+	e.apply(idx, Command{Type: CmdRetry, Retry: &Retry{ID: "dead", AtMs: 900}})
+	idx++
+	cur, got = PurgeCursor{}, nil
+	for range 10 {
+		fts, err := e.f.Expired(now, time.Millisecond, time.Millisecond, 2, &cur)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fts) == 0 {
+			break
+		}
+		var ts []PurgeTask
+		for _, ft := range fts {
+			got = append(got, ft.ID)
+			if ft.ID == "dead" {
+				ft.FinishedMs = 200 // as read before the retry: stale
+			}
+			ts = append(ts, ft.Target())
+		}
+		e.apply(idx, purgeCmd(ts...))
+		idx++
+	}
+	// "dead" was retried: no longer finished, so not in the index.
+	want := []string{"long", "failed", "retried", "refinished", "ok", "overwritten", "cancelled"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("cycle with purges read %v, want %v", got, want)
+	}
+	if fts, _ := e.f.Expired(now, time.Millisecond, time.Millisecond, 10, nil); len(fts) != 0 {
+		t.Fatalf("left after the cycle: %v", ids(fts))
+	}
+	// One entry read and not purged: the same cursor does not return it
+	// again, a new one (the next cycle) does.
+	e.apply(idx, cancelCmd("waiting", 1000))
+	cur = PurgeCursor{}
+	for i, want := range []int{1, 0} {
+		if fts, _ := e.f.Expired(now, time.Millisecond, time.Millisecond, 10, &cur); len(fts) != want {
+			t.Fatalf("call %d with the cursor: %v, want %d entries", i, ids(fts), want)
+		}
+	}
+	if fts, _ := e.f.Expired(now, time.Millisecond, time.Millisecond, 10, &PurgeCursor{}); len(fts) != 1 {
+		t.Fatalf("a new cursor: %v", ids(fts))
+	}
+}
+
+// BenchmarkPurgeCycle is one retention cycle's reads of the finished
+// index: 100 000 expired tasks, read 512 at a time (the proposer's entry
+// bound), each batch purged before the next read (the purges' own time is
+// not counted). Without a cursor every read walks again the deleted keys
+// of all the batches purged before it.
+func BenchmarkPurgeCycle(b *testing.B) {
+	for _, withCursor := range []bool{false, true} {
+		name := "from-start"
+		if withCursor {
+			name = "cursor"
+		}
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				e := newEnv(b)
+				idx := cancelledFuture(e, 100_000, 1<<40)
+				var cur *PurgeCursor
+				if withCursor {
+					cur = &PurgeCursor{}
+				}
+				for {
+					b.StartTimer()
+					fts, err := e.f.Expired(1<<50, time.Millisecond, time.Millisecond, 512, cur)
+					b.StopTimer()
+					if err != nil {
+						b.Fatal(err)
+					}
+					if len(fts) == 0 {
+						break
+					}
+					ts := make([]PurgeTask, len(fts))
+					for i, ft := range fts {
+						ts[i] = ft.Target()
+					}
+					e.apply(idx, purgeCmd(ts...))
+					idx++
+				}
+			}
+		})
 	}
 }
 
@@ -372,8 +487,8 @@ func TestPurgeSnapshotRoundTrip(t *testing.T) {
 	if d := diffDumps(e2.dump(), e.dump()); d != "" {
 		t.Fatalf("restored state differs:\n%s", d)
 	}
-	want, _ := e.f.Expired(10000, time.Millisecond, time.Millisecond, 100)
-	got, _ := e2.f.Expired(10000, time.Millisecond, time.Millisecond, 100)
+	want, _ := e.f.Expired(10000, time.Millisecond, time.Millisecond, 100, nil)
+	got, _ := e2.f.Expired(10000, time.Millisecond, time.Millisecond, 100, nil)
 	if !slices.Equal(got, want) || len(got) != 7 {
 		t.Fatalf("restored Expired %v, want %v", got, want)
 	}
@@ -406,7 +521,7 @@ func TestPurgeHugeEntry(t *testing.T) {
 		cmds = append(cmds, cancelCmd(fmt.Sprintf("t%05d", i), 200))
 	}
 	e.apply(2, cmds...)
-	fts, err := e.f.Expired(1000, time.Millisecond, time.Millisecond, n)
+	fts, err := e.f.Expired(1000, time.Millisecond, time.Millisecond, n, nil)
 	if err != nil || len(fts) != n {
 		t.Fatalf("expired %d, %v", len(fts), err)
 	}
@@ -456,7 +571,7 @@ func TestFinishedIndexBackfill(t *testing.T) {
 	purgeFixture(e)
 	want := e.dump()
 	dropFinishedIndex(t, e.db)
-	if fts, _ := e.f.Expired(math.MaxInt64/2, time.Millisecond, time.Millisecond, 100); len(fts) != 0 {
+	if fts, _ := e.f.Expired(math.MaxInt64/2, time.Millisecond, time.Millisecond, 100, nil); len(fts) != 0 {
 		t.Fatalf("index not dropped: %v", fts)
 	}
 	stream := persist(t, e.snapshot()) // an old version's snapshot
@@ -473,7 +588,7 @@ func TestFinishedIndexBackfill(t *testing.T) {
 	if d := diffDumps(dst.dump(), want); d != "" {
 		t.Fatalf("after the backfill at Restore:\n%s", d)
 	}
-	if fts, _ := dst.f.Expired(math.MaxInt64/2, time.Millisecond, time.Millisecond, 100); len(fts) != 8 {
+	if fts, _ := dst.f.Expired(math.MaxInt64/2, time.Millisecond, time.Millisecond, 100, nil); len(fts) != 8 {
 		t.Fatalf("expired after the backfill: %v", ids(fts))
 	}
 	// A store whose index is complete is not rewritten.

@@ -4,14 +4,16 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
 )
 
 // cancelledFuture stores n tasks due from dueMs on and cancels them all:
 // n deleted keys of the due-time index after dueMs (badger keeps them as
 // tombstones until a compaction drops them), then one WAITING task due
-// far later.
-func cancelledFuture(e *env, n int, dueMs int64) {
+// far later. It returns the next free Raft index.
+func cancelledFuture(e *env, n int, dueMs int64) uint64 {
 	idx := uint64(1)
 	for lo := 0; lo < n; lo += 1000 {
 		var sub, cancel []Command
@@ -25,6 +27,7 @@ func cancelledFuture(e *env, n int, dueMs int64) {
 		idx += 2
 	}
 	e.apply(idx, submitCmd("later", spec("h", ""), dueMs+int64(n)+1<<30, 0))
+	return idx + 1
 }
 
 // DueBetween skips deleted keys of the due-time index inside the window
@@ -101,3 +104,85 @@ func BenchmarkDueBetweenOverCancelled(b *testing.B) { benchDueBetween(b, 100_000
 func BenchmarkDueBetweenInsideCancelled(b *testing.B) {
 	benchDueBetween(b, 20_000, 999_999, 1_030_000)
 }
+
+// purgeAll purges every task finished before the far future, 1 000 per
+// entry from idx on, and returns the next free index.
+func purgeAll(t testing.TB, e *env, idx uint64) uint64 {
+	fts, err := e.f.Expired(1<<50, time.Millisecond, time.Millisecond, math.MaxInt32, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for lo := 0; lo < len(fts); lo += 1000 {
+		var ts []PurgeTask
+		for _, ft := range fts[lo:min(lo+1000, len(fts))] {
+			ts = append(ts, ft.Target())
+		}
+		e.apply(idx, purgeCmd(ts...))
+		idx++
+	}
+	return idx
+}
+
+// List counts deleted task keys (purged tasks, until a compaction drops
+// them) against listScanMax: past that many it returns a short page with
+// more set and the last id read as next, from which the caller goes on.
+// A key deleted and written again is listed once, as it is now.
+func TestListSkipsDeletedKeys(t *testing.T) {
+	e := newEnv(t)
+	n := listScanMax + 500
+	idx := cancelledFuture(e, n, 1<<40) // c0000000 … and "later", WAITING
+	idx = purgeAll(t, e, idx)
+	e.apply(idx, submitCmd("c0010400", spec("h", ""), 1<<42, 0)) // written again after its purge
+	var got []string
+	var pages, empty int
+	after := ""
+	for more := true; more; pages++ {
+		tasks, next, m, err := e.f.List("", 0, after, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tasks) == 0 {
+			empty++
+		}
+		for _, tk := range tasks {
+			got = append(got, tk.ID+"@"+strconv.FormatInt(tk.DueMs, 10))
+		}
+		if m && next <= after {
+			t.Fatalf("page %d: next %q does not move past %q", pages, next, after)
+		}
+		after, more = next, m
+	}
+	want := []string{"c0010400@" + strconv.FormatInt(1<<42, 10), "later@" + strconv.FormatInt(1<<40+int64(n)+1<<30, 10)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("listed %v, want %v", got, want)
+	}
+	// 10 500 purged keys: the first page stops after 10 000 of them.
+	if pages != 2 || empty != 1 {
+		t.Fatalf("%d pages, %d of them empty; want 2 and 1", pages, empty)
+	}
+}
+
+// benchList lists the first page (limit 100) of a store whose first n
+// tasks (by id) were cancelled and, when purged, deleted (their task keys
+// are tombstones until a compaction drops them), with one WAITING task
+// after them.
+func benchList(b *testing.B, n int, purged bool) {
+	e := newEnv(b)
+	idx := cancelledFuture(e, n, 1<<40)
+	if purged {
+		purgeAll(b, e, idx)
+	}
+	for b.Loop() {
+		if _, _, _, err := e.f.List("", 0, "", 100); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkListAfterPurge is the first page of `ax tasks list` after
+// 100 000 tasks were purged.
+func BenchmarkListAfterPurge(b *testing.B) { benchList(b, 100_000, true) }
+
+// BenchmarkListStored is the first page of a store of 100 000 cancelled
+// tasks (each record written twice).
+func BenchmarkListStored(b *testing.B) { benchList(b, 100_000, false) }

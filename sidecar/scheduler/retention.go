@@ -197,8 +197,9 @@ func (r *Retention) tick(ctx context.Context) {
 func (r *Retention) cycle(ctx context.Context, now time.Time) (int, error) {
 	nowMs := now.UnixMilli()
 	total := 0
+	var cur raftfsm.PurgeCursor // each read resumes after the last: the purged entries' deleted keys are not walked again
 	for range purgeEntriesPerCycle {
-		fts, err := r.fsm.Expired(nowMs, r.keep, r.keepDead, r.batch)
+		fts, err := r.fsm.Expired(nowMs, r.keep, r.keepDead, r.batch, &cur)
 		if err != nil || len(fts) == 0 {
 			return total, err
 		}
@@ -223,8 +224,9 @@ func (r *Retention) cycle(ctx context.Context, now time.Time) (int, error) {
 // deleted.
 func (r *Retention) flowCycle(ctx context.Context, now time.Time) (int, error) {
 	total := 0
+	var cur raftfsm.PurgeCursor
 	for range purgeEntriesPerCycle {
-		fls, err := r.fsm.ExpiredFlows(now.UnixMilli(), r.keep, r.keepDead, r.batch)
+		fls, err := r.fsm.ExpiredFlows(now.UnixMilli(), r.keep, r.keepDead, r.batch, &cur)
 		if err != nil || len(fls) == 0 {
 			return total, err
 		}

@@ -257,7 +257,7 @@ func TestRetentionPurgesWithinTwoCycles(t *testing.T) {
 			t.Errorf("task %s was kept", id)
 		}
 	}
-	if fts, err := e.fsm.Expired(e.nowMs(), time.Second, time.Second, 10); err != nil || len(fts) != 0 {
+	if fts, err := e.fsm.Expired(e.nowMs(), time.Second, time.Second, 10, nil); err != nil || len(fts) != 0 {
 		t.Fatalf("still expired: %v, %v", fts, err)
 	}
 	afterAlloc, afterApparent, afterSST := diskUsage(e.dir)
@@ -321,13 +321,13 @@ func TestRetentionFollowerOnlyReclaims(t *testing.T) {
 		}
 	}
 	// The leader's purges apply here: 50 (below minDeletes), then 200.
-	fts, _ := e.fsm.Expired(e.nowMs(), time.Second, time.Second, 50)
+	fts, _ := e.fsm.Expired(e.nowMs(), time.Second, time.Second, 50, nil)
 	if _, err := e.r.Purge(context.Background(), fts, PurgeReasonAPI); err != nil {
 		t.Fatal(err)
 	}
 	step("50 deletes, before the interval", 0, 0)
 	step("50 deletes, at the interval", reclaimInterval, 0)
-	fts, _ = e.fsm.Expired(e.nowMs(), time.Second, time.Second, 200)
+	fts, _ = e.fsm.Expired(e.nowMs(), time.Second, time.Second, 200, nil)
 	if _, err := e.r.Purge(context.Background(), fts, PurgeReasonAPI); err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +340,7 @@ func TestRetentionFollowerOnlyReclaims(t *testing.T) {
 	e.clock.Advance(2 * time.Second)
 	purge := func(n int) {
 		t.Helper()
-		fts, _ := e.fsm.Expired(e.nowMs(), time.Second, time.Second, n)
+		fts, _ := e.fsm.Expired(e.nowMs(), time.Second, time.Second, n, nil)
 		if k, err := e.r.Purge(context.Background(), fts, PurgeReasonAPI); err != nil || k != n {
 			t.Fatalf("purged %d of %d: %v", k, n, err)
 		}
