@@ -3,6 +3,8 @@ package raftfsm
 import (
 	"encoding/json"
 	"errors"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -554,6 +556,75 @@ func TestFlowPurge(t *testing.T) {
 	e.next(Command{Type: CmdFlow, Flow: &FlowSubmit{ID: "rec", Cancel: true, AtMs: 5000}})
 	if got, _ := e.f.ExpiredFlows(7000, time.Second, time.Second, 10, nil); ids(got) != "rec" {
 		t.Fatalf("after cancelling rec: %v", got)
+	}
+}
+
+// A stage that finished in a flow still running is kept by a purge, so
+// Expired and Finished pass over it (they returned it, and a read of
+// nothing but such stages purged nothing); once its flow has ended it is
+// returned like any finished task.
+func TestExpiredPassesOverStagesOfRunningFlows(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	two := FlowSpec{Stages: []FlowStage{stage("A"), stage("B", "A")}}
+	e.next(flowCmd("f", two, 1000, 1000))
+	a, b := FlowStageID("f", 1, "A"), FlowStageID("f", 1, "B")
+	e.finish(a, OutcomeSuccess, "", 1000)
+	e.next(submitCmd("plain", spec("h", ""), 1000, 1000), cancelCmd("plain", 1500))
+	expired := func() []string {
+		fts, err := e.f.Expired(9000, time.Second, time.Second, 10, &PurgeCursor{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids(fts)
+	}
+	finished := func() []string {
+		fts, _, err := e.f.Finished(FinishedQuery{BeforeMs: math.MaxInt64}, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids(fts)
+	}
+	if got := expired(); !slices.Equal(got, []string{"plain"}) {
+		t.Fatalf("Expired while the flow runs: %v, want [plain]", got)
+	}
+	if got := finished(); !slices.Equal(got, []string{"plain"}) {
+		t.Fatalf("Finished while the flow runs: %v, want [plain]", got)
+	}
+	e.finish(b, OutcomeSuccess, "", 2000)
+	want := []string{a, b, "plain"}
+	slices.Sort(want)
+	if got := expired(); !slices.Equal(got, want) {
+		t.Fatalf("Expired after the flow ended: %v, want %v", got, want)
+	}
+	if got := finished(); !slices.Equal(got, want) {
+		t.Fatalf("Finished after the flow ended: %v, want %v", got, want)
+	}
+}
+
+// ExpiredFlows' cursor, as TestExpiredCursorKeysOfOtherLengths.
+func TestExpiredFlowsCursorKeysOfOtherLengths(t *testing.T) {
+	e := &flowEnv{env: newEnv(t)}
+	one := FlowSpec{Stages: []FlowStage{stage("A")}}
+	for _, f := range []struct {
+		id string
+		at int64
+	}{{"a-99", 1000}, {"b-1", 2000}, {"b-19", 2000}, {"b-2", 2000}} {
+		e.next(flowCmd(f.id, one, 1000, 1000))
+		e.finish(FlowStageID(f.id, 1, "A"), OutcomeSuccess, "", f.at)
+	}
+	var cur PurgeCursor
+	var got []string
+	for _, limit := range []int{1, 10, 10} {
+		ts, err := e.f.ExpiredFlows(9000, time.Second, time.Second, limit, &cur)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range ts {
+			got = append(got, x.ID)
+		}
+	}
+	if want := []string{"a-99", "b-1", "b-19", "b-2"}; !slices.Equal(got, want) {
+		t.Fatalf("cycle read %v, want %v", got, want)
 	}
 }
 

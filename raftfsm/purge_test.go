@@ -397,6 +397,36 @@ func TestExpiredCursor(t *testing.T) {
 	}
 }
 
+// The cursor's key is not the scan's start: a read that returns a key
+// shorter than the one it resumed after ("b-1" after "a-99") must not
+// change where that same read skips, or the entry equal to the new key
+// with the old one's tail ("b-19") would be passed over (found by review).
+func TestExpiredCursorKeysOfOtherLengths(t *testing.T) {
+	e := newEnv(t)
+	e.apply(1,
+		submitCmd("a-99", spec("h", "x"), 5000, 10),
+		submitCmd("b-1", spec("h", "x"), 5000, 10),
+		submitCmd("b-19", spec("h", "x"), 5000, 10),
+		submitCmd("b-2", spec("h", "x"), 5000, 10),
+	)
+	e.apply(2, cancelCmd("a-99", 100))
+	e.apply(3, cancelCmd("b-1", 200), cancelCmd("b-19", 200), cancelCmd("b-2", 200))
+	var cur PurgeCursor
+	var got []string
+	for _, limit := range []int{1, 10, 10} {
+		fts, err := e.f.Expired(10000, time.Millisecond, time.Millisecond, limit, &cur)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ft := range fts {
+			got = append(got, ft.ID)
+		}
+	}
+	if want := []string{"a-99", "b-1", "b-19", "b-2"}; !slices.Equal(got, want) {
+		t.Fatalf("cycle read %v, want %v", got, want)
+	}
+}
+
 // BenchmarkPurgeCycle is one retention cycle's reads of the finished
 // index: 100 000 expired tasks, read 512 at a time (the proposer's entry
 // bound), each batch purged before the next read (the purges' own time is

@@ -179,7 +179,7 @@ func benchList(b *testing.B, n int, purged bool) {
 	}
 }
 
-// BenchmarkListAfterPurge is the first page of `ax tasks list` after
+// BenchmarkListAfterPurge is the first page of `ax list` after
 // 100 000 tasks were purged.
 func BenchmarkListAfterPurge(b *testing.B) { benchList(b, 100_000, true) }
 

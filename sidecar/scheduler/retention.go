@@ -208,9 +208,10 @@ func (r *Retention) cycle(ctx context.Context, now time.Time) (int, error) {
 		if err != nil {
 			return total, err
 		}
-		if len(fts) < r.batch || k == 0 {
-			// All expired ones are read, or none moved (each changed
-			// since it was read): the next cycle looks again.
+		if len(fts) < r.batch {
+			// All expired ones are read. (A batch none of which moved,
+			// each changed since it was read, does not stop the cycle:
+			// the cursor is past it, and the next cycle looks again.)
 			return total, nil
 		}
 	}
@@ -232,8 +233,8 @@ func (r *Retention) flowCycle(ctx context.Context, now time.Time) (int, error) {
 		}
 		k, err := r.PurgeFlows(ctx, fls)
 		total += k
-		if err != nil || len(fls) < r.batch || k == 0 {
-			return total, err
+		if err != nil || len(fls) < r.batch {
+			return total, err // as in cycle, a batch none of which moved does not end it
 		}
 	}
 	return total, nil

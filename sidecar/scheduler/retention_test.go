@@ -465,3 +465,79 @@ func TestRetentionPurgesFlows(t *testing.T) {
 		t.Fatalf("after an hour: failed %v, running %v", exists("failed"), exists("running"))
 	}
 }
+
+// A batch of which nothing is purged does not end the cycle: stage tasks
+// of flows still running are expired but kept (the FSM refuses to purge
+// them), and the finished tasks after them in the index go in the same
+// cycle. (The cycle used to stop at such a batch, so three stages of
+// running flows at the head of the index kept anything behind them from
+// ever being purged.)
+func TestRetentionCycleGoesPastKeptStages(t *testing.T) {
+	e := newRetEnv(t, time.Second, time.Hour)
+	e.r.batch = 2
+	st := func(name string, after ...string) raftfsm.FlowStage {
+		return raftfsm.FlowStage{Name: name, DependsOn: after, Spec: raftfsm.Spec{Handler: "h", Priority: 2, TimeoutNs: int64(time.Second), MaxAttempts: 1}}
+	}
+	var stages []string
+	for i := range 3 {
+		id := fmt.Sprintf("flow%d", i)
+		e.apply(raftfsm.Command{Type: raftfsm.CmdFlow, Flow: &raftfsm.FlowSubmit{ID: id,
+			Spec: raftfsm.FlowSpec{Stages: []raftfsm.FlowStage{st("A"), st("B", "A")}}, DueMs: e.nowMs(), AtMs: e.nowMs()}})
+		tid := raftfsm.FlowStageID(id, 1, "A")
+		tk, err := e.fsm.Task(tid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.fire(tid, tk.Epoch, 1)
+		e.complete(raftfsm.Complete{ID: tid, Epoch: tk.Epoch, Attempt: 1, Outcome: raftfsm.OutcomeSuccess})
+		stages = append(stages, tid)
+	}
+	e.clock.Advance(time.Millisecond) // the plain tasks finish after the stages
+	e.finishMany("z", 5, 10)
+	e.clock.Advance(2 * time.Second)
+	e.r.tick(context.Background())
+	for i := range 5 {
+		if _, err := e.fsm.Task(fmt.Sprintf("z%07d", i)); err == nil {
+			t.Errorf("z%07d is still stored after the cycle", i)
+		}
+	}
+	for _, id := range stages {
+		if tk, err := e.fsm.Task(id); err != nil || tk.State != raftfsm.StateSuccess {
+			t.Errorf("stage %s of a running flow: %+v, %v; want kept, SUCCESS", id, tk, err)
+		}
+	}
+}
+
+// A batch of which nothing is purged, its tasks having changed since the
+// read (here submitted again over themselves), does not end the cycle: the
+// tasks after it go in the same cycle.
+func TestRetentionCycleGoesPastUnpurgedBatch(t *testing.T) {
+	e := newRetEnv(t, time.Second, time.Hour)
+	e.r.batch = 2
+	e.finishMany("a", 2, 10)
+	e.clock.Advance(time.Millisecond)
+	e.finishMany("z", 5, 10)
+	e.clock.Advance(2 * time.Second)
+	apply, first := e.r.propose, true
+	e.r.propose = func(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
+		if first {
+			first = false
+			for _, id := range []string{"a0000000", "a0000001"} {
+				e.apply(raftfsm.Command{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{ID: id, Overwrite: true, DueMs: e.nowMs() + 3600_000, AtMs: e.nowMs(),
+					Spec: raftfsm.Spec{Handler: "bulk", Priority: 2, TimeoutNs: int64(time.Second), MaxAttempts: 3}}})
+			}
+		}
+		return apply(ctx, cmds)
+	}
+	e.r.tick(context.Background())
+	for i := range 5 {
+		if _, err := e.fsm.Task(fmt.Sprintf("z%07d", i)); err == nil {
+			t.Errorf("z%07d is still stored after the cycle", i)
+		}
+	}
+	for _, id := range []string{"a0000000", "a0000001"} {
+		if tk, err := e.fsm.Task(id); err != nil || tk.State != raftfsm.StateWaiting {
+			t.Errorf("%s, submitted again before its purge: %+v, %v; want WAITING", id, tk, err)
+		}
+	}
+}
