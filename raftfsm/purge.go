@@ -209,11 +209,10 @@ func applyPurge(w *writer, p *Purge) (Result, []Event, error) {
 // far (badger keeps them until a compaction drops them), so a cycle's
 // reads grew with the square of what it purged: 3.8–3.9 s of reads to
 // purge 100 000 tasks 512 at a time, against 49–63 ms with a cursor
-// (BenchmarkPurgeCycle). The zero value (or
-// nil) starts at the beginning. A cursor is for one cycle: an entry
-// returned but not purged (it changed since) is not read again until the
-// next cycle's new cursor, and neither is one written meanwhile behind
-// the cursor.
+// (BenchmarkPurgeCycle). The zero value (or nil) starts at the
+// beginning. A cursor is for one cycle: an entry returned but not purged
+// (it changed since) is not read again until the next cycle's new
+// cursor, and neither is one written meanwhile behind the cursor.
 type PurgeCursor struct {
 	class int    // index of the class the last entry is in, in the call's class order
 	key   []byte // that entry's key; nil: nothing read yet
