@@ -1,8 +1,10 @@
 package raftfsm
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // BenchmarkFlowStageComplete: the fire and the Complete of a stage in a
@@ -54,5 +56,54 @@ func BenchmarkPlainComplete(b *testing.B) {
 		e.next(fireCmd(id, t.Epoch, 1, "n1", 2000, 9000))
 		e.next(completeCmd(id, t.Epoch, 1, OutcomeSuccess, "", 0, 3000))
 		b.StopTimer()
+	}
+}
+
+// BenchmarkPurgeBigFlows is one retention cycle over 10 cancelled flows of
+// 1 000 stages each: reads of 512 with a cursor (Expired, which asks of
+// every stage whether its flow still runs) and the purges' applies (which
+// ask it again), timed apart as read-ms and apply-ms. A flow's record
+// holds all its stages, so reading it once per stage made both grow with
+// the square of a flow's size.
+func BenchmarkPurgeBigFlows(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		e := &flowEnv{env: newEnv(b)}
+		var st []FlowStage
+		for i := range 1000 {
+			st = append(st, stage(fmt.Sprintf("s-%d", i)))
+		}
+		for f := range 10 {
+			id := fmt.Sprintf("f%d", f)
+			e.next(flowCmd(id, FlowSpec{Stages: st}, 1000, 1000))
+			e.next(Command{Type: CmdFlow, Flow: &FlowSubmit{ID: id, Cancel: true, AtMs: 2000}})
+		}
+		cur := &PurgeCursor{}
+		var read, apply time.Duration
+		n := 0
+		for {
+			t0 := time.Now()
+			fts, err := e.f.Expired(1<<50, time.Millisecond, time.Millisecond, 512, cur)
+			read += time.Since(t0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(fts) == 0 {
+				break
+			}
+			ts := make([]PurgeTask, len(fts))
+			for i, ft := range fts {
+				ts[i] = ft.Target()
+			}
+			t0 = time.Now()
+			r := e.next(purgeCmd(ts...))
+			apply += time.Since(t0)
+			n += r[0].PurgedCount()
+		}
+		if n != 10*1000 {
+			b.Fatalf("purged %d stage tasks, want 10 000", n)
+		}
+		b.ReportMetric(float64(read.Milliseconds()), "read-ms")
+		b.ReportMetric(float64(apply.Milliseconds()), "apply-ms")
 	}
 }

@@ -74,18 +74,44 @@ func delFlow(w *writer, fl *Flow) error {
 // current run of a flow that has not ended: such a task is not purged
 // (by the retention or the API), since the stages that depend on it read
 // its result from it when they are created. A stage task of an earlier
-// run, of a finished flow or of a purged one is purged as any task.
-func stageOfRunningFlow(w *writer, taskID string) (bool, error) {
+// run, of a finished flow or of a purged one is purged as any task. runs
+// remembers the flows read for one Purge (deleting a task changes no
+// flow), so a flow's record is decoded once, not once per stage.
+func (runs *flowRuns) stageOfRunningFlow(w *writer, taskID string) (bool, error) {
 	id, run, _, ok := ParseFlowStageID(taskID)
 	if !ok {
 		return false, nil
 	}
-	var fl Flow
-	found, err := w.get(flowKey(id), &fl)
-	if err != nil || !found {
-		return false, err
+	fr, ok := (*runs)[id]
+	if !ok {
+		var fl Flow
+		found, err := w.get(flowKey(id), &fl)
+		if err != nil {
+			return false, err
+		}
+		fr = flowRun{running: found && !fl.State.Terminal(), run: fl.Run}
+		runs.put(id, fr)
 	}
-	return !fl.State.Terminal() && fl.Run == run, nil
+	return fr.running && fr.run == run, nil
+}
+
+// flowRuns remembers, within one read or one Purge, whether each flow
+// read is stored and running, and its run.
+type flowRuns map[string]flowRun
+
+type flowRun struct {
+	running bool
+	run     int
+}
+
+// flowRunsMax bounds the flows a flowRuns remembers.
+const flowRunsMax = 4096
+
+func (runs *flowRuns) put(id string, fr flowRun) {
+	if *runs == nil || len(*runs) >= flowRunsMax {
+		*runs = make(flowRuns)
+	}
+	(*runs)[id] = fr
 }
 
 // purgeFlows applies the Flows of a Purge into res.PurgedFlows.

@@ -323,8 +323,9 @@ func (s *Server) tasksPage(w http.ResponseWriter, r *http.Request) {
 // most the missing count (so that the API's cursor is always where the
 // dashboard's page ends) until the page is full, the list or the prefix
 // ends, or taskListScanMax pages or taskListBudget were spent. One API
-// page fills it unless a filter matches little: the API reads at most
-// 10 000 tasks a call and then answers a short page with a cursor.
+// page fills it unless a filter matches little or many tasks were purged
+// recently: the API reads at most 10 000 task keys a call and then
+// answers a short page with a cursor.
 func (s *Server) listTasks(ctx context.Context, f taskFilter) (tasks []axapi.Task, next string, scanned int, stopped bool, err error) {
 	cursor := f.Cursor
 	if f.Prefix != "" && cursor == "" {
