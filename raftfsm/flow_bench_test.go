@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
-	"time"
 )
 
 // BenchmarkFlowStageComplete: the fire and the Complete of a stage in a
@@ -66,8 +65,8 @@ func BenchmarkPlainComplete(b *testing.B) {
 // holds all its stages, so reading it once per stage made both grow with
 // the square of a flow's size.
 func BenchmarkPurgeBigFlows(b *testing.B) {
+	b.StopTimer()
 	for range b.N {
-		b.StopTimer()
 		e := &flowEnv{env: newEnv(b)}
 		var st []FlowStage
 		for i := range 1000 {
@@ -78,28 +77,9 @@ func BenchmarkPurgeBigFlows(b *testing.B) {
 			e.next(flowCmd(id, FlowSpec{Stages: st}, 1000, 1000))
 			e.next(Command{Type: CmdFlow, Flow: &FlowSubmit{ID: id, Cancel: true, AtMs: 2000}})
 		}
-		cur := &PurgeCursor{}
-		var read, apply time.Duration
-		n := 0
-		for {
-			t0 := time.Now()
-			fts, err := e.f.Expired(1<<50, time.Millisecond, time.Millisecond, 512, cur)
-			read += time.Since(t0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if len(fts) == 0 {
-				break
-			}
-			ts := make([]PurgeTask, len(fts))
-			for i, ft := range fts {
-				ts[i] = ft.Target()
-			}
-			t0 = time.Now()
-			r := e.next(purgeCmd(ts...))
-			apply += time.Since(t0)
-			n += r[0].PurgedCount()
-		}
+		next := e.idx + 1
+		read, apply, n := timedPurgeCycle(b, e.env, &next, &PurgeCursor{})
+		e.idx = next - 1
 		if n != 10*1000 {
 			b.Fatalf("purged %d stage tasks, want 10 000", n)
 		}
