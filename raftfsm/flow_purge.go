@@ -78,19 +78,28 @@ func delFlow(w *writer, fl *Flow) error {
 // remembers the flows read for one Purge (deleting a task changes no
 // flow), so a flow's record is decoded once, not once per stage.
 func (runs *flowRuns) stageOfRunningFlow(w *writer, taskID string) (bool, error) {
-	id, run, _, ok := ParseFlowStageID(taskID)
+	return runs.stageOfRunning(taskID, func(flowID string) (fl Flow, found bool, err error) {
+		found, err = w.get(flowKey(flowID), &fl)
+		return fl, found, err
+	})
+}
+
+// stageOfRunning reports whether taskID is a stage of the current run of
+// a flow that has not ended, reading a flow (read: found false when it is
+// not stored) only the first time one of its stages is asked about.
+func (runs *flowRuns) stageOfRunning(taskID string, read func(flowID string) (Flow, bool, error)) (bool, error) {
+	flowID, run, _, ok := ParseFlowStageID(taskID)
 	if !ok {
 		return false, nil
 	}
-	fr, ok := (*runs)[id]
+	fr, ok := (*runs)[flowID]
 	if !ok {
-		var fl Flow
-		found, err := w.get(flowKey(id), &fl)
+		fl, found, err := read(flowID)
 		if err != nil {
 			return false, err
 		}
 		fr = flowRun{running: found && !fl.State.Terminal(), run: fl.Run}
-		runs.put(id, fr)
+		runs.put(flowID, fr)
 	}
 	return fr.running && fr.run == run, nil
 }

@@ -72,10 +72,9 @@ func (f *FSM) DueBetween(afterMs, untilMs int64, fn func(id string, dueMs int64)
 			if end != nil && bytes.Compare(key, end) >= 0 {
 				return nil
 			}
-			if last != nil && bytes.Equal(key, last) {
-				continue // an older version of the key just seen
+			if !newestVersion(&last, key) {
+				continue
 			}
-			last = append(last[:0], key...)
 			if item.IsDeletedOrExpired() {
 				continue
 			}
@@ -85,6 +84,18 @@ func (f *FSM) DueBetween(afterMs, untilMs int64, fn func(id string, dueMs int64)
 		}
 		return nil
 	})
+}
+
+// newestVersion reports whether key, met in an iteration over every
+// version (badger's AllVersions), is the newest version of its key: a
+// key's versions come newest first, so it is when key differs from the
+// last key met, kept in *last.
+func newestVersion(last *[]byte, key []byte) bool {
+	if *last != nil && bytes.Equal(key, *last) {
+		return false
+	}
+	*last = append((*last)[:0], key...)
+	return true
 }
 
 // Running calls fn for each RUNNING task until fn returns false.
@@ -184,10 +195,9 @@ func (f *FSM) List(handler string, state State, after string, limit int) (tasks 
 		for it.Seek(taskKey(after)); it.Valid(); it.Next() {
 			item := it.Item()
 			key := item.Key()
-			if last != nil && bytes.Equal(key, last) {
-				continue // an older version of the key just seen
+			if !newestVersion(&last, key) {
+				continue
 			}
-			last = append(last[:0], key...)
 			id := string(key[len(prefixTask):])
 			if id == after && after != "" {
 				continue
