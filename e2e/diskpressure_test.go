@@ -274,8 +274,9 @@ func TestDiskPressure_FreeingWritesSnapshotsCompaction(t *testing.T) {
 	}
 	purgeCancelled := func() (int, error) {
 		total := 0
+		cursor := ""
 		for {
-			resp, err := n.Client.Do(ctx, "POST", "/v1/tasks/purge", []byte(`{"state":"CANCELLED","limit":10000}`))
+			resp, err := n.Client.Do(ctx, "POST", "/v1/tasks/purge", []byte(fmt.Sprintf(`{"state":"CANCELLED","limit":10000,"cursor":%q}`, cursor)))
 			if err != nil {
 				return total, err
 			}
@@ -283,8 +284,9 @@ func TestDiskPressure_FreeingWritesSnapshotsCompaction(t *testing.T) {
 				return total, fmt.Errorf("purge: %s", resp)
 			}
 			var out struct {
-				Purged int  `json:"purged"`
-				More   bool `json:"more"`
+				Purged     int    `json:"purged"`
+				More       bool   `json:"more"`
+				NextCursor string `json:"next_cursor"`
 			}
 			if err := json.Unmarshal(resp.Body, &out); err != nil {
 				return total, err
@@ -293,6 +295,7 @@ func TestDiskPressure_FreeingWritesSnapshotsCompaction(t *testing.T) {
 			if !out.More {
 				return total, nil
 			}
+			cursor = out.NextCursor
 		}
 	}
 

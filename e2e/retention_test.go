@@ -12,8 +12,9 @@ import (
 
 // purgeReply is the body of the purge endpoints.
 type purgeReply struct {
-	Purged int  `json:"purged"`
-	More   bool `json:"more"`
+	Purged     int    `json:"purged"`
+	More       bool   `json:"more"`
+	NextCursor string `json:"next_cursor"`
 }
 
 func doPurge(t *testing.T, n *harness.Node, method, path, body string) *harness.Response {
@@ -93,11 +94,15 @@ func TestRetention_PurgeAPI(t *testing.T) {
 		cancelled(t, leader, fmt.Sprintf("bulk-%02d", i), "e2e.bulk", "")
 	}
 	cancelled(t, leader, "other-handler", "e2e.other", "")
+	// The second request resumes on the leader from the follower's
+	// cursor.
 	body := `{"handler":"e2e.bulk","state":"CANCELLED","limit":20}`
-	if r := purgeOK(t, doPurge(t, follower, "POST", "/v1/tasks/purge", body)); r != (purgeReply{Purged: 20, More: true}) {
+	r := purgeOK(t, doPurge(t, follower, "POST", "/v1/tasks/purge", body))
+	if r.Purged != 20 || !r.More || r.NextCursor == "" {
 		t.Fatalf("first purge: %+v", r)
 	}
-	if r := purgeOK(t, doPurge(t, leader, "POST", "/v1/tasks/purge", body)); r != (purgeReply{Purged: 10, More: false}) {
+	withCursor := fmt.Sprintf(`{"handler":"e2e.bulk","state":"CANCELLED","limit":20,"cursor":%q}`, r.NextCursor)
+	if r := purgeOK(t, doPurge(t, leader, "POST", "/v1/tasks/purge", withCursor)); r != (purgeReply{Purged: 10, More: false}) {
 		t.Fatalf("second purge: %+v", r)
 	}
 	if r := purgeOK(t, doPurge(t, leader, "POST", "/v1/tasks/purge", body)); r != (purgeReply{}) {
@@ -118,6 +123,7 @@ func TestRetention_PurgeAPI(t *testing.T) {
 		{`{"limit":10001}`, "bad_request"},
 		{`{"finished_before":"yesterday"}`, "bad_request"},
 		{`{"handler":"e2e.other","force":true}`, "bad_request"},
+		{`{"handler":"e2e.other","cursor":"not-ours"}`, "bad_request"},
 		{`{"handler":`, "invalid_json"},
 	} {
 		harness.WantError(t, doPurge(t, leader, "POST", "/v1/tasks/purge", bad.body), 400, bad.code)

@@ -29,8 +29,9 @@
 //	                                  task when the same id comes with the same spec,
 //	                                  409 conflict when the spec differs (unless overwrite)
 //	POST   /v1/tasks/batch            submit 1 to axapi.BatchMaxTasks tasks; 200 {"results":[...]}
-//	POST   /v1/tasks/purge            {"handler","state","finished_before","limit"}: delete
-//	                                  finished tasks now; 200 {"purged":n,"more":bool}
+//	POST   /v1/tasks/purge            {"handler","state","finished_before","limit","cursor"}:
+//	                                  delete finished tasks now; 200 {"purged":n,"more":bool,
+//	                                  "next_cursor"}, next_cursor the next request's cursor
 //	GET    /v1/tasks/{id}             the task (with its newest run's result)
 //	GET    /v1/tasks/{id}/runs        its run history, newest first (?limit=&cursor=)
 //	GET    /v1/tasks/{id}/runs/{run}  one run with its attempts and result

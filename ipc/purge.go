@@ -23,6 +23,10 @@ type PurgeQuery struct {
 	// Limit bounds the tasks deleted by one request: 1..PurgeLimitMax,
 	// axapi.PurgeLimitDefault when the client gives none.
 	Limit int
+	// Cursor, when not empty, is the next_cursor of an earlier answer:
+	// the purge reads on from where that one stopped (opaque; the backend
+	// decodes it and refuses one it did not make with ErrInvalid).
+	Cursor string
 }
 
 // purgeRequest is the JSON body of POST /v1/tasks/purge.
@@ -31,13 +35,16 @@ type purgeRequest struct {
 	State          *string `json:"state"`
 	FinishedBefore *string `json:"finished_before"`
 	Limit          *int    `json:"limit"`
+	Cursor         *string `json:"cursor"`
 }
 
 // DecodePurge decodes and validates the body of POST /v1/tasks/purge,
-// {"handler", "state", "finished_before", "limit"}, every field optional
-// (an empty body is {}): state one of SUCCESS, CANCELLED, DEAD, FAILED;
-// finished_before an RFC 3339 time (now when absent); limit 1..PurgeLimitMax
-// (axapi.PurgeLimitDefault when absent). Errors wrap ErrInvalidJSON or ErrInvalid
+// {"handler", "state", "finished_before", "limit", "cursor"}, every field
+// optional (an empty body is {}): state one of SUCCESS, CANCELLED, DEAD,
+// FAILED; finished_before an RFC 3339 time (now when absent); limit
+// 1..PurgeLimitMax (axapi.PurgeLimitDefault when absent); cursor at most
+// axapi.CursorMaxBytes (its content is the backend's to check). Errors
+// wrap ErrInvalidJSON or ErrInvalid
 // and name the field; a body that is not valid UTF-8 is ErrInvalidJSON
 // (checkUTF8).
 func DecodePurge(body []byte, now time.Time) (res PurgeQuery, err error) {
@@ -79,6 +86,12 @@ func DecodePurge(body []byte, now time.Time) (res PurgeQuery, err error) {
 		}
 		q.Limit = *req.Limit
 	}
+	if req.Cursor != nil && *req.Cursor != "" {
+		if err := checkName("cursor", *req.Cursor, axapi.CursorMaxBytes); err != nil {
+			return PurgeQuery{}, err
+		}
+		q.Cursor = *req.Cursor
+	}
 	return q, nil
 }
 
@@ -109,7 +122,8 @@ func (r *submitRequest) retention(s *TaskSpec) error {
 	return nil
 }
 
-// purgeTasks answers POST /v1/tasks/purge: 200 {"purged": n, "more": bool}.
+// purgeTasks answers POST /v1/tasks/purge: 200 {"purged": n, "more": bool,
+// "next_cursor": "..."}, next_cursor present when more is.
 func (s *Server) purgeTasks(rctx context.Context, ctx *fasthttp.RequestCtx, _ string) error {
 	q, err := DecodePurge(ctx.PostBody(), time.Now())
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,11 +116,11 @@ func TestServer_PurgeMany(t *testing.T) {
 	if q := ts.backend.lastPurge; q.Handler != "h" || q.State != axapi.StateSuccess || q.Limit != 1 || q.FinishedBefore.Before(before) {
 		t.Fatalf("query = %+v", q)
 	}
-	if res := purge(`{"handler":"h","state":"SUCCESS"}`); res != (PurgeResult{Purged: 1}) {
+	if res := purge(`{"handler":"h","state":"SUCCESS","cursor":"opaque-1"}`); res != (PurgeResult{Purged: 1}) {
 		t.Fatalf("second = %+v", res)
 	}
-	if q := ts.backend.lastPurge; q.Limit != axapi.PurgeLimitDefault {
-		t.Fatalf("default limit %d", q.Limit)
+	if q := ts.backend.lastPurge; q.Limit != axapi.PurgeLimitDefault || q.Cursor != "opaque-1" {
+		t.Fatalf("default limit %d, cursor %q", q.Limit, q.Cursor)
 	}
 	// finished_before before the finish time matches nothing.
 	if res := purge(`{"finished_before":"` + fin.Add(-time.Second).Format(time.RFC3339) + `"}`); res != (PurgeResult{}) {
@@ -146,6 +147,9 @@ func TestServer_PurgeMany(t *testing.T) {
 		{`{"limit":"5"}`, "bad_request", "limit: must be an integer from 1 to 10000"},
 		{`{"handler":"a\u0007"}`, "bad_request", "handler: control character"},
 		{`{"force":true}`, "bad_request", `unknown field "force"`},
+		{`{"cursor":"a\u0000b"}`, "bad_request", "cursor: control character"},
+		{`{"cursor":"` + strings.Repeat("a", axapi.CursorMaxBytes+1) + `"}`, "bad_request", "cursor: 4097 bytes, the limit is 4096"},
+		{`{"cursor":5}`, "bad_request", "cursor"},
 		{`{`, "invalid_json", "invalid json"},
 		{`[]`, "invalid_json", "want a JSON object"},
 	} {

@@ -578,7 +578,7 @@ func TestExpiredPassesOverStagesOfRunningFlows(t *testing.T) {
 		return ids(fts)
 	}
 	finished := func() []string {
-		fts, _, err := e.f.Finished(FinishedQuery{BeforeMs: math.MaxInt64}, 10)
+		fts, _, err := e.f.Finished(FinishedQuery{BeforeMs: math.MaxInt64}, 10, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

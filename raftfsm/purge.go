@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -214,6 +215,11 @@ func applyPurge(w *writer, p *Purge) (Result, []Event, error) {
 // beginning. A cursor is for one cycle: an entry returned but not purged
 // (it changed since) is not read again until the next cycle's new
 // cursor, and neither is one written meanwhile behind the cursor.
+//
+// Finished takes one too, in its own order of classes; that one has a
+// text form (String, ParseFinishedCursor) that POST /v1/tasks/purge hands
+// its callers to resume a bulk purge with. A cursor is for one kind of
+// call: Expired's and Finished's number the classes differently.
 type PurgeCursor struct {
 	class int    // index of the class the last entry is in, in the call's class order
 	key   []byte // that entry's key; nil: nothing read yet
@@ -367,52 +373,108 @@ type FinishedQuery struct {
 	BeforeMs int64
 }
 
-// finishedScanMax bounds the index entries one Finished call reads.
-const finishedScanMax = 100000
+// finishedScanMax bounds the index entries one Finished call reads (a
+// variable for tests).
+var finishedScanMax = 100000
+
+// finishedClasses is the order in which Finished reads the classes of the
+// finished index; a cursor of Finished's numbers its class in it.
+var finishedClasses = [...]byte{finishedOK, finishedFailed, finishedExpires}
+
+// ErrBadCursor is returned by ParseFinishedCursor for a text that is not
+// a cursor of Finished's.
+var ErrBadCursor = errors.New("not a cursor of the finished index")
+
+// ParseFinishedCursor returns the cursor whose text form (String) is s,
+// for Finished; a text that no Finished cursor has gives ErrBadCursor.
+// The text is the entry's key in the finished index after its "f/",
+// base64url without padding: the same on every node, so a cursor from one
+// node resumes on another.
+func ParseFinishedCursor(s string) (*PurgeCursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) < 2+8+1 || b[1] != '/' {
+		return nil, ErrBadCursor
+	}
+	i := bytes.IndexByte(finishedClasses[:], b[0])
+	if i < 0 {
+		return nil, ErrBadCursor
+	}
+	return &PurgeCursor{class: i, key: append(bytes.Clone(prefixFinished), b...)}, nil
+}
+
+// String returns the text form of a cursor that Finished moved (see
+// ParseFinishedCursor), "" for one at the start (nil or zero). A cursor of
+// Expired's has no text form that Finished reads the same way (its
+// classes are in another order).
+func (c *PurgeCursor) String() string {
+	if c == nil || len(c.key) <= len(prefixFinished) {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString(c.key[len(prefixFinished):])
+}
 
 // Finished returns up to limit finished tasks that match q, oldest first
-// within each class of the finished index. more reports whether more may
-// match: another match was seen, or the call stopped after reading
-// finishedScanMax entries. It reads the finished index only, never the
-// task records, and passes over the stages of flows still running, which
-// a purge keeps (keptStage: it reads their flows).
-func (f *FSM) Finished(q FinishedQuery, limit int) (tasks []FinishedTask, more bool, err error) {
-	var classes []byte
+// within each class of the finished index (finishedClasses), reading from
+// after the entries earlier calls with cur read (cur nil or zero: from the
+// start). more reports whether more may match: another match was seen, or
+// the call stopped after reading finishedScanMax entries; cur is then
+// moved past every entry this call has read and not left for the next
+// (so a caller that resumes with it makes progress even when no entry of
+// finishedScanMax matched), and is to be dropped when more is false. It
+// reads the finished index only, never the task records, and passes over
+// the stages of flows still running, which a purge keeps (keptStage: it
+// reads their flows).
+//
+// Without a cursor every call seeks the index from its start and walks
+// the deleted keys of what earlier calls purged (until badger compacts
+// them), and a call whose first finishedScanMax entries the filter drops
+// answers nothing with more set, call after call (POST /v1/tasks/purge's
+// next_cursor, DESIGN §14).
+func (f *FSM) Finished(q FinishedQuery, limit int, cur *PurgeCursor) (tasks []FinishedTask, more bool, err error) {
+	var on [len(finishedClasses)]bool
 	switch q.State {
 	case 0:
-		classes = []byte{finishedOK, finishedFailed, finishedExpires}
+		on = [...]bool{true, true, true}
 	case StateSuccess, StateCancelled:
-		classes = []byte{finishedOK, finishedExpires}
+		on = [...]bool{true, false, true}
 	case StateDead, StateFailed:
-		classes = []byte{finishedFailed, finishedExpires}
+		on = [...]bool{false, true, true}
 	default:
 		return nil, false, nil
 	}
 	scanned := 0
 	err = f.db.View(func(txn *badger.Txn) error {
 		var runs flowRuns
-		for _, c := range classes {
+		for i, c := range finishedClasses {
+			from, skip := cur.from(i)
+			if skip || !on[i] {
+				continue
+			}
 			until := q.BeforeMs - 1
 			if c == finishedExpires {
 				until = math.MaxInt64 // keyed by expiry: FinishedMs is in the value
 			}
 			var kerr error
-			err := scanFinished(txn, c, until, nil, func(ft FinishedTask, _ []byte) bool {
+			err := scanFinished(txn, c, until, from, func(ft FinishedTask, key []byte) bool {
 				if scanned++; scanned > finishedScanMax {
 					more = true
 					return false
 				}
 				if ft.FinishedMs >= q.BeforeMs || (q.State != 0 && ft.State != q.State) || (q.Handler != "" && ft.Handler != q.Handler) {
+					cur.advance(i, key)
 					return true
 				}
 				if kept, err := runs.keptStage(txn, ft.ID); err != nil || kept {
-					kerr = err
+					if kerr = err; err == nil {
+						cur.advance(i, key)
+					}
 					return err == nil
 				}
 				if len(tasks) == limit {
-					more = true
+					more = true // this one is the next call's first
 					return false
 				}
+				cur.advance(i, key)
 				tasks = append(tasks, ft)
 				return true
 			})

@@ -2,10 +2,13 @@ package raftfsm
 
 import (
 	"bytes"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -433,25 +436,37 @@ func TestExpiredCursorKeysOfOtherLengths(t *testing.T) {
 // until nothing expired is left. It returns the time the reads and the
 // purges' applies took, and the tasks purged.
 func timedPurgeCycle(tb testing.TB, e *env, next *uint64, cur *PurgeCursor) (read, apply time.Duration, purged int) {
+	return timedPurges(tb, e, next, func() ([]FinishedTask, bool, error) {
+		fts, err := e.f.Expired(1<<50, time.Millisecond, time.Millisecond, 512, cur)
+		return fts, len(fts) > 0, err
+	})
+}
+
+// timedPurges calls read and purges what it returns in the entry at *next
+// (moved on) until read says no more; it returns the time the reads and
+// the purges' applies took, and the tasks purged.
+func timedPurges(tb testing.TB, e *env, next *uint64, read func() ([]FinishedTask, bool, error)) (reads, apply time.Duration, purged int) {
 	for {
 		t0 := time.Now()
-		fts, err := e.f.Expired(1<<50, time.Millisecond, time.Millisecond, 512, cur)
-		read += time.Since(t0)
+		fts, more, err := read()
+		reads += time.Since(t0)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if len(fts) == 0 {
-			return read, apply, purged
+		if len(fts) > 0 {
+			ts := make([]PurgeTask, len(fts))
+			for i, ft := range fts {
+				ts[i] = ft.Target()
+			}
+			t0 = time.Now()
+			r := e.apply1(*next, purgeCmd(ts...))
+			apply += time.Since(t0)
+			*next++
+			purged += r.PurgedCount()
 		}
-		ts := make([]PurgeTask, len(fts))
-		for i, ft := range fts {
-			ts[i] = ft.Target()
+		if !more {
+			return reads, apply, purged
 		}
-		t0 = time.Now()
-		r := e.apply1(*next, purgeCmd(ts...))
-		apply += time.Since(t0)
-		*next++
-		purged += r.PurgedCount()
 	}
 }
 
@@ -484,6 +499,38 @@ func BenchmarkPurgeCycle(b *testing.B) {
 	}
 }
 
+// BenchmarkBulkPurge is a bulk purge's reads (POST /v1/tasks/purge at its
+// default limit, 1 000, called until more is false) over 100 000
+// cancelled tasks (read-ms; the purges' applies are not counted): from
+// the start each time, as without next_cursor, or resumed from the
+// previous call's cursor.
+func BenchmarkBulkPurge(b *testing.B) {
+	for _, withCursor := range []bool{false, true} {
+		name := "from-start"
+		if withCursor {
+			name = "cursor"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.StopTimer()
+			for range b.N {
+				e := newEnv(b)
+				next := cancelledFuture(e, 100_000, 1<<40)
+				cur := &PurgeCursor{}
+				read, _, n := timedPurges(b, e, &next, func() ([]FinishedTask, bool, error) {
+					if !withCursor {
+						cur = &PurgeCursor{}
+					}
+					return e.f.Finished(FinishedQuery{BeforeMs: math.MaxInt64, State: StateCancelled}, 1000, cur)
+				})
+				if n != 100_000 {
+					b.Fatalf("purged %d, want 100 000", n)
+				}
+				b.ReportMetric(float64(read.Milliseconds()), "read-ms")
+			}
+		})
+	}
+}
+
 func TestFinishedQuery(t *testing.T) {
 	e := newEnv(t)
 	purgeFixture(e)
@@ -506,7 +553,7 @@ func TestFinishedQuery(t *testing.T) {
 		{q: FinishedQuery{BeforeMs: math.MaxInt64, State: StateSuccess}, limit: 1, want: []string{"ok"}, more: true},
 	}
 	for i, tc := range cases {
-		got, more, err := e.f.Finished(tc.q, tc.limit)
+		got, more, err := e.f.Finished(tc.q, tc.limit, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -639,5 +686,142 @@ func TestFinishedIndexBackfill(t *testing.T) {
 	// A store whose index is complete is not rewritten.
 	if n, err := backfillFinished(dst.db, dst.f.terminalCount()); n != 0 || err != nil {
 		t.Fatalf("second backfill wrote %d (%v)", n, err)
+	}
+}
+
+// finishedPages reads q through Finished limit entries at a time, each
+// call resuming from the previous one's cursor in its text form (as POST
+// /v1/tasks/purge hands it over), purging each page when purge is set
+// (entries from *next on), until more is false; it returns the ids of
+// every page in order and the number of calls.
+func finishedPages(t *testing.T, e *env, q FinishedQuery, limit int, purge bool, next *uint64) (got []string, calls int) {
+	t.Helper()
+	text := ""
+	for calls < 1000 {
+		cur := &PurgeCursor{}
+		if text != "" {
+			var err error
+			if cur, err = ParseFinishedCursor(text); err != nil {
+				t.Fatalf("ParseFinishedCursor(%q): %v", text, err)
+			}
+		}
+		fts, more, err := e.f.Finished(q, limit, cur)
+		calls++
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fts) > limit {
+			t.Fatalf("a page of %d entries, limit %d", len(fts), limit)
+		}
+		got = append(got, ids(fts)...)
+		if purge && len(fts) > 0 {
+			ts := make([]PurgeTask, len(fts))
+			for i, ft := range fts {
+				ts[i] = ft.Target()
+			}
+			e.apply1(*next, purgeCmd(ts...))
+			*next++
+		}
+		if !more {
+			return got, calls
+		}
+		if text = cur.String(); text == "" {
+			t.Fatalf("more after %v but no cursor", ids(fts))
+		}
+	}
+	t.Fatalf("no end after %d calls", calls)
+	return nil, calls
+}
+
+// Pages of Finished joined by cursors are the one big answer: nothing
+// skipped, nothing twice, in every class and filter, also when each page
+// is purged before the next is read.
+func TestFinishedCursor(t *testing.T) {
+	for _, q := range []FinishedQuery{
+		{BeforeMs: math.MaxInt64},
+		{BeforeMs: 601},
+		{BeforeMs: math.MaxInt64, Handler: "h"},
+		{BeforeMs: math.MaxInt64, State: StateSuccess},
+		{BeforeMs: math.MaxInt64, State: StateFailed},
+		{BeforeMs: math.MaxInt64, Handler: "nobody"},
+	} {
+		for _, limit := range []int{1, 2, 3} {
+			for _, purge := range []bool{false, true} {
+				e := newEnv(t)
+				next := purgeFixture(e)
+				all, more, err := e.f.Finished(q, 100, nil)
+				if err != nil || more {
+					t.Fatal(more, err)
+				}
+				got, _ := finishedPages(t, e, q, limit, purge, &next)
+				slices.Sort(got) // ids sorts too
+				if !slices.Equal(got, ids(all)) {
+					t.Errorf("%+v limit %d purge %v: pages %v, want %v", q, limit, purge, got, ids(all))
+				}
+				if rest, _, _ := e.f.Finished(q, 100, nil); purge && len(rest) > 0 {
+					t.Errorf("%+v limit %d: %v left after purging every page", q, limit, ids(rest))
+				}
+			}
+		}
+	}
+}
+
+// A call that reads finishedScanMax entries the filter drops answers
+// nothing with more set: without a cursor the next call answers the
+// same, for ever (the bulk purge made no progress behind more than
+// 100 000 entries of other handlers); with one it goes on past them.
+func TestFinishedCursorPastScanMax(t *testing.T) {
+	defer func(n int) { finishedScanMax = n }(finishedScanMax)
+	finishedScanMax = 3
+	e := newEnv(t)
+	var subs, cancels []Command
+	for i := range 10 {
+		id := fmt.Sprintf("other-%02d", i)
+		subs = append(subs, submitCmd(id, spec("other", "x"), 5000, 10))
+		cancels = append(cancels, cancelCmd(id, int64(100+i)))
+	}
+	for i := range 2 {
+		id := fmt.Sprintf("mine-%d", i)
+		subs = append(subs, submitCmd(id, spec("h", "x"), 5000, 10))
+		cancels = append(cancels, cancelCmd(id, int64(200+i)))
+	}
+	e.apply(1, subs...)
+	e.apply(2, cancels...)
+	q := FinishedQuery{BeforeMs: math.MaxInt64, Handler: "h"}
+	for range 2 {
+		if fts, more, err := e.f.Finished(q, 10, nil); err != nil || len(fts) != 0 || !more {
+			t.Fatalf("without a cursor: %v more %v %v, want nothing and more", ids(fts), more, err)
+		}
+	}
+	next := uint64(3)
+	got, calls := finishedPages(t, e, q, 10, true, &next)
+	if want := []string{"mine-0", "mine-1"}; !slices.Equal(got, want) {
+		t.Fatalf("with a cursor: %v, want %v", got, want)
+	}
+	if calls != 4 { // 12 entries, 3 a call; the fourth reads the last 3 and the end
+		t.Errorf("%d calls, want 4", calls)
+	}
+}
+
+func TestParseFinishedCursor(t *testing.T) {
+	for _, c := range []*PurgeCursor{
+		{class: 0, key: finishedKeyAt(finishedOK, 12345, "a")},
+		{class: 1, key: finishedKeyAt(finishedFailed, 0, "b/c")},
+		{class: 2, key: finishedKeyAt(finishedExpires, math.MaxInt64, strings.Repeat("é", 100))},
+	} {
+		got, err := ParseFinishedCursor(c.String())
+		if err != nil || got.class != c.class || !bytes.Equal(got.key, c.key) {
+			t.Errorf("ParseFinishedCursor(%q) = %+v %v, want %+v", c.String(), got, err, c)
+		}
+	}
+	if s := (&PurgeCursor{}).String(); s != "" {
+		t.Errorf("zero cursor's text %q, want empty", s)
+	}
+	for _, s := range []string{"", "!!", "cy8", base64.RawURLEncoding.EncodeToString([]byte("s/12345678")),
+		base64.RawURLEncoding.EncodeToString([]byte("q/12345678a")), base64.RawURLEncoding.EncodeToString([]byte("s-12345678a")),
+		base64.StdEncoding.EncodeToString(finishedKeyAt(finishedOK, 1, "a")[2:]) + "="} {
+		if _, err := ParseFinishedCursor(s); !errors.Is(err, ErrBadCursor) {
+			t.Errorf("ParseFinishedCursor(%q): %v, want ErrBadCursor", s, err)
+		}
 	}
 }

@@ -59,7 +59,7 @@ func FuzzRestore(f *testing.F) {
 		_ = dst.f.Running(func(*Task) bool { return true })
 		_ = dst.f.Due(1<<62, func(string, int64) bool { return true })
 		_, _ = dst.f.Expired(1<<62, time.Hour, time.Hour, 50, nil)
-		_, _, _ = dst.f.Finished(FinishedQuery{BeforeMs: 1 << 62}, 50)
+		_, _, _ = dst.f.Finished(FinishedQuery{BeforeMs: 1 << 62}, 50, nil)
 		_ = dst.f.HandlerCounts()
 		_, _ = dst.f.PausedHandlers()
 		if err == nil {

@@ -24,10 +24,14 @@ type PurgeFilter struct {
 	// Limit bounds the tasks deleted by one call (1 to 10000); 0 means
 	// the sidecar's default, 1000.
 	Limit int
+	// Cursor is the NextCursor of the previous call's result, to read on
+	// from where it stopped; empty: from the oldest finished task.
+	Cursor string
 }
 
 // PurgeResult is what PurgeTasks deleted (axapi.PurgeResult): Purged, how
-// many tasks were deleted, and More, that more may match (call again).
+// many tasks were deleted; More, that more may match (call again); and
+// NextCursor, set with More, the Cursor of that next call.
 type PurgeResult = axapi.PurgeResult
 
 // Purge deletes a finished task (SUCCESS, CANCELLED, DEAD or FAILED) now,
@@ -43,11 +47,22 @@ func (c *Client) Purge(ctx context.Context, id string) error {
 }
 
 // PurgeTasks deletes up to f.Limit finished tasks that match f, through
-// the cluster, and says how many it deleted and whether more may match
-// (call it again until More is false). Invalid filters give an error
-// matching ErrInvalid.
+// the cluster, and says how many it deleted and whether more may match:
+// call it again, with f.Cursor set to the result's NextCursor, until More
+// is false (a call may purge nothing and still say More: it read its
+// bound of tasks the filter left). Invalid filters, and a cursor the
+// sidecar did not make, give an error matching ErrInvalid.
+//
+//	f := ax.PurgeFilter{State: ax.StateCancelled}
+//	for {
+//		res, err := c.PurgeTasks(ctx, f)
+//		if err != nil || !res.More {
+//			return err
+//		}
+//		f.Cursor = res.NextCursor
+//	}
 func (c *Client) PurgeTasks(ctx context.Context, f PurgeFilter) (PurgeResult, error) {
-	req := axapi.PurgeRequest{Handler: f.Handler, State: f.State, Limit: f.Limit}
+	req := axapi.PurgeRequest{Handler: f.Handler, State: f.State, Limit: f.Limit, Cursor: f.Cursor}
 	if !f.FinishedBefore.IsZero() {
 		req.FinishedBefore = f.FinishedBefore.UTC().Format(time.RFC3339Nano)
 	}

@@ -50,7 +50,7 @@ func startPurgeServer(t *testing.T) (*purgeServer, *ax.Client) {
 				io.WriteString(w, `{"error":{"code":"bad_request","message":"limit"}}`)
 				return
 			}
-			io.WriteString(w, `{"purged":7,"more":true}`)
+			io.WriteString(w, `{"purged":7,"more":true,"next_cursor":"cy8AAAAAAAAAAWE"}`)
 		default:
 			w.WriteHeader(404)
 			io.WriteString(w, `{"error":{"code":"not_found","message":"no"}}`)
@@ -78,10 +78,13 @@ func TestPurge(t *testing.T) {
 	}
 	before := time.Date(2026, 12, 1, 10, 0, 0, 5, time.FixedZone("x", 3600))
 	res, err := c.PurgeTasks(ctx, ax.PurgeFilter{Handler: "h", State: ax.StateDead, FinishedBefore: before, Limit: 50})
-	if err != nil || res != (ax.PurgeResult{Purged: 7, More: true}) {
+	if err != nil || res != (ax.PurgeResult{Purged: 7, More: true, NextCursor: "cy8AAAAAAAAAAWE"}) {
 		t.Fatalf("PurgeTasks = %+v, %v", res, err)
 	}
 	if _, err := c.PurgeTasks(ctx, ax.PurgeFilter{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PurgeTasks(ctx, ax.PurgeFilter{State: ax.StateDead, Cursor: res.NextCursor}); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
@@ -90,6 +93,7 @@ func TestPurge(t *testing.T) {
 		"DELETE /v1/tasks/ghost?purge=true ",
 		`POST /v1/tasks/purge {"handler":"h","state":"DEAD","finished_before":"2026-12-01T09:00:00.000000005Z","limit":50}`,
 		`POST /v1/tasks/purge {}`,
+		`POST /v1/tasks/purge {"state":"DEAD","cursor":"cy8AAAAAAAAAAWE"}`,
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -113,8 +113,16 @@ finished task.`,
 				}
 				total.Purged += r.Purged
 				total.More = r.More
-				if !r.More || r.Purged == 0 {
+				// A round may purge nothing and still say more (it read
+				// its bound of tasks the filters left): its next_cursor
+				// goes on from there. A sidecar without cursors gives
+				// none, and a round that purged nothing then stops.
+				if !r.More || (r.Purged == 0 && r.NextCursor == "") {
 					break
+				}
+				req["cursor"] = r.NextCursor
+				if body, err = json.Marshal(req); err != nil {
+					return err
 				}
 			}
 			if f.json {

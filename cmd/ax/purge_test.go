@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +14,8 @@ import (
 )
 
 // purgeSidecar answers the purge endpoints: one finished task "done", a
-// WAITING "w", and POST /v1/tasks/purge that deletes 3 then 2 tasks.
+// WAITING "w", and POST /v1/tasks/purge that deletes none (with a cursor),
+// then 3 (with another), then 2 tasks.
 type purgeSidecar struct {
 	mu     sync.Mutex
 	reqs   []string
@@ -47,9 +49,12 @@ func startPurgeSidecar(t *testing.T) (*purgeSidecar, string) {
 			io.WriteString(w, `{"error":{"code":"conflict","message":"purge: task \"w\" is WAITING; only finished tasks can be purged"}}`)
 		case "POST /v1/tasks/purge":
 			p.rounds++
-			if p.rounds == 1 {
-				io.WriteString(w, `{"purged":3,"more":true}`)
-			} else {
+			switch p.rounds {
+			case 1:
+				io.WriteString(w, `{"purged":0,"more":true,"next_cursor":"c1"}`)
+			case 2:
+				io.WriteString(w, `{"purged":3,"more":true,"next_cursor":"c2"}`)
+			default:
 				io.WriteString(w, `{"purged":2,"more":false}`)
 			}
 		default:
@@ -78,12 +83,16 @@ func TestPurgeCommand(t *testing.T) {
 	if code != 0 || out != "purged 5 finished tasks\n" {
 		t.Fatalf("purge many: %d %q %q", code, out, errOut)
 	}
-	want := `POST /v1/tasks/purge {"finished_before":"2026-11-01T00:00:00Z","handler":"h","limit":3,"state":"DEAD"}`
+	want := []string{
+		`POST /v1/tasks/purge {"finished_before":"2026-11-01T00:00:00Z","handler":"h","limit":3,"state":"DEAD"}`,
+		`POST /v1/tasks/purge {"cursor":"c1","finished_before":"2026-11-01T00:00:00Z","handler":"h","limit":3,"state":"DEAD"}`,
+		`POST /v1/tasks/purge {"cursor":"c2","finished_before":"2026-11-01T00:00:00Z","handler":"h","limit":3,"state":"DEAD"}`,
+	}
 	p.mu.Lock()
-	got := p.reqs[len(p.reqs)-2:]
+	got := p.reqs[len(p.reqs)-3:]
 	p.mu.Unlock()
-	if got[0] != want || got[1] != want {
-		t.Fatalf("requests %q, want twice %q", got, want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("requests %q, want %q", got, want)
 	}
 	for _, bad := range [][]string{
 		{"purge"},

@@ -48,7 +48,7 @@ type Store interface {
 	Nodes() ([]raftfsm.Node, error)
 	HandlerCounts() map[string][raftfsm.StateCancelled + 1]int64
 	PausedHandlers() ([]string, error)
-	Finished(q raftfsm.FinishedQuery, limit int) ([]raftfsm.FinishedTask, bool, error)
+	Finished(q raftfsm.FinishedQuery, limit int, cur *raftfsm.PurgeCursor) ([]raftfsm.FinishedTask, bool, error)
 	AppliedIndex() uint64
 	Runs(id string, before, limit int) ([]raftfsm.RunRecord, bool, error)
 	Run(id string, run int) (*raftfsm.RunRecord, error)

@@ -71,10 +71,24 @@ func (b *Backend) stageOfRunningFlow(id string) (string, bool) {
 // PurgeTasks implements ipc.Backend: it reads the matching finished tasks
 // from this node's finished index and proposes their purge (through the
 // leader) in entries of at most Config.MaxBatchCommands ids.
+//
+// q.Cursor (an earlier answer's NextCursor) resumes the read where that
+// one stopped; the answer's NextCursor, set with More, is where this one
+// stopped. The cursor names an entry of the finished index, the same on
+// every node, so a purge resumed on another node goes on alike. When a
+// purge fails part way, More is set and NextCursor is q.Cursor: the read
+// is done again from there.
 func (b *Backend) PurgeTasks(ctx context.Context, q ipc.PurgeQuery) (ipc.PurgeResult, error) {
+	cur := &raftfsm.PurgeCursor{}
+	if q.Cursor != "" {
+		var err error
+		if cur, err = raftfsm.ParseFinishedCursor(q.Cursor); err != nil {
+			return ipc.PurgeResult{}, ipc.Errorf(ipc.ErrInvalid, "cursor: %q is not a cursor of this API (send the next_cursor of the previous answer, or none to start over)", q.Cursor)
+		}
+	}
 	b.readOwnWrites(ctx)
 	fq := raftfsm.FinishedQuery{Handler: q.Handler, State: raftfsm.ParseState(q.State), BeforeMs: ceilMilli(q.FinishedBefore)}
-	fts, more, err := b.d.Store.Finished(fq, q.Limit)
+	fts, more, err := b.d.Store.Finished(fq, q.Limit, cur)
 	if err != nil {
 		return ipc.PurgeResult{}, err
 	}
@@ -85,8 +99,9 @@ func (b *Backend) PurgeTasks(ctx context.Context, q ipc.PurgeQuery) (ipc.PurgeRe
 		res.Purged += got
 		if err != nil {
 			if res.Purged > 0 {
-				// Part is deleted: say so, and that more may be left.
-				res.More = true
+				// Part is deleted: say so, and that more may be left
+				// (from where this request started).
+				res.More, res.NextCursor = true, q.Cursor
 				return res, nil
 			}
 			return res, err
@@ -94,6 +109,9 @@ func (b *Backend) PurgeTasks(ctx context.Context, q ipc.PurgeQuery) (ipc.PurgeRe
 		fts = fts[k:]
 	}
 	res.More = more
+	if more {
+		res.NextCursor = cur.String()
+	}
 	return res, nil
 }
 

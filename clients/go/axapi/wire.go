@@ -247,6 +247,9 @@ type PurgeRequest struct {
 	FinishedBefore string `json:"finished_before,omitempty"`
 	// Limit: 1 to PurgeLimitMax; 0: PurgeLimitDefault.
 	Limit int `json:"limit,omitempty"`
+	// Cursor: the NextCursor of the previous answer, to read on from
+	// where it stopped; empty: from the oldest finished task.
+	Cursor string `json:"cursor,omitempty"`
 }
 
 // PurgeResult is the reply of the purge endpoints.
@@ -254,8 +257,15 @@ type PurgeResult struct {
 	// Purged is how many tasks were deleted.
 	Purged int `json:"purged"`
 	// More, for POST /v1/tasks/purge, says that more tasks may match:
-	// send the request again.
+	// send the request again, with NextCursor as its cursor.
 	More bool `json:"more"`
+	// NextCursor, for POST /v1/tasks/purge, is where the next request
+	// reads on (its cursor); present when More is. Without it a request
+	// reads from the oldest finished task again: it still ends, but it
+	// walks again what earlier requests purged, and when more than
+	// 100 000 finished tasks ahead of the matching ones do not match the
+	// filter, it purges nothing and answers more, request after request.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // ClusterInfo is the reply of GET /v1/cluster.

@@ -31,7 +31,7 @@ from .errors import (
     Unavailable,
     error_from_response,
 )
-from .task import Backoff, BatchResult, ClusterInfo, HandlerInfo, State, SubmitRequest, Task, TaskPage, utf8_json
+from .task import Backoff, BatchResult, ClusterInfo, HandlerInfo, PurgeResult, State, SubmitRequest, Task, TaskPage, utf8_json
 
 __all__ = [
     "HEADER_BACKLOG_WARNING",
@@ -488,13 +488,23 @@ class Client:
         state: Optional[Union[State, str]] = None,
         finished_before: Optional[datetime] = None,
         limit: Optional[int] = None,
-    ) -> Tuple[int, bool]:
+        cursor: Optional[str] = None,
+    ) -> PurgeResult:
         """Delete up to ``limit`` (default 1000, at most 10000) finished
         tasks of ``handler`` in ``state`` (SUCCESS, CANCELLED, DEAD or
         FAILED; default any) that finished before ``finished_before`` (an
-        aware datetime; default now). Returns ``(purged, more)``: call again
-        while ``more`` is true. Raises :class:`BadRequest` for invalid
-        filters."""
+        aware datetime; default now). Returns a :class:`PurgeResult`, the
+        pair ``(purged, more)`` with ``next_cursor``: call again, with
+        ``cursor=next_cursor``, while ``more`` is true (a call may delete
+        nothing and still say ``more``: it read its bound of tasks the
+        filters left)::
+
+            r = client.purge_tasks(state=State.CANCELLED)
+            while r.more:
+                r = client.purge_tasks(state=State.CANCELLED, cursor=r.next_cursor)
+
+        Raises :class:`BadRequest` for invalid filters and for a cursor the
+        sidecar did not make."""
         body: Dict[str, Any] = {}
         if handler is not None:
             body["handler"] = handler
@@ -504,10 +514,12 @@ class Client:
             body["finished_before"] = format_time(finished_before, "finished_before")
         if limit is not None:
             body["limit"] = limit
+        if cursor:
+            body["cursor"] = str(cursor)
         doc = self._json("POST", _TASKS + "/purge", json.dumps(body).encode("utf-8"), replayable=True)
         if not isinstance(doc, Mapping):
             raise AxError(f"POST {_TASKS}/purge: unexpected answer {doc!r:.200}")
-        return int(doc.get("purged", 0)), bool(doc.get("more", False))
+        return PurgeResult(int(doc.get("purged", 0)), bool(doc.get("more", False)), doc.get("next_cursor") or None)
 
     @_public
     def retry(self, id: str) -> Task:

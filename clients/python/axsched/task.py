@@ -9,7 +9,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union, cast
 
 from ._wire import Duration, duration_to_ns, format_duration, format_time, parse_duration, parse_time
 from .errors import AxError, BadRequest
@@ -779,6 +779,37 @@ class TaskPage:
 
     tasks: List[Task]
     next_cursor: Optional[str] = None
+
+
+class PurgeResult(tuple):
+    """The outcome of :meth:`Client.purge_tasks`: a pair ``(purged, more)``
+    (so ``purged, more = client.purge_tasks(...)`` works), with the cursor
+    to go on with.
+
+    Attributes:
+        purged: how many tasks this call deleted.
+        more: more tasks may match: call again, with ``cursor=next_cursor``.
+        next_cursor: where the next call reads on; ``None`` when ``more``
+            is false.
+    """
+
+    next_cursor: Optional[str]
+
+    def __new__(cls, purged: int, more: bool, next_cursor: Optional[str] = None) -> "PurgeResult":
+        r = super().__new__(cls, (purged, more))
+        r.next_cursor = next_cursor
+        return r
+
+    @property
+    def purged(self) -> int:
+        return cast(int, self[0])
+
+    @property
+    def more(self) -> bool:
+        return cast(bool, self[1])
+
+    def __repr__(self) -> str:
+        return f"PurgeResult(purged={self[0]!r}, more={self[1]!r}, next_cursor={self.next_cursor!r})"
 
 
 @dataclass

@@ -162,6 +162,27 @@ class LiveSidecarTest(unittest.TestCase):
         self.assertEqual(cm.exception.status, 400)
         self.assertIn("priority", cm.exception.message)
 
+    def test_purge_tasks_with_cursor(self):
+        # 5 cancelled tasks of a handler of this test's own, 2 a call: the
+        # calls go on with each answer's cursor until more is false.
+        for i in range(5):
+            self.client.submit("purge.cursor", id=f"pc-{i}", delay=3600)
+            self.client.cancel(f"pc-{i}")
+        total, calls, cursor = 0, 0, None
+        while True:
+            r = self.client.purge_tasks(handler="purge.cursor", state=State.CANCELLED, limit=2, cursor=cursor)
+            total, calls = total + r.purged, calls + 1
+            if not r.more:
+                break
+            self.assertTrue(r.next_cursor)
+            cursor = r.next_cursor
+        self.assertEqual((total, calls), (5, 3))
+        with self.assertRaises(axsched.NotFound):
+            self.client.get("pc-4")
+        with self.assertRaises(axsched.BadRequest) as cm:
+            self.client.purge_tasks(cursor="not-a-cursor")
+        self.assertIn("cursor", cm.exception.message)
+
     def test_batch(self):
         self.client.submit("order.timeout", {"n": 1}, id="batch-dup", delay=3600)
         res = self.client.submit_batch(

@@ -31,13 +31,19 @@ class PurgeTest(unittest.TestCase):
             self.client.purge("ghost")
 
     def test_purge_tasks(self):
-        self.stub.enqueue(200, b'{"purged":7,"more":true}', JSON, method="POST", path="/v1/tasks/purge")
+        self.stub.enqueue(200, b'{"purged":7,"more":true,"next_cursor":"cy8x"}', JSON, method="POST", path="/v1/tasks/purge")
         before = datetime(2026, 12, 1, 10, 0, 0, tzinfo=timezone(timedelta(hours=1)))
         got = self.client.purge_tasks(handler="h", state=State.DEAD, finished_before=before, limit=50)
         self.assertEqual(got, (7, True))
+        purged, more = got
+        self.assertEqual((purged, more, got.purged, got.more, got.next_cursor), (7, True, 7, True, "cy8x"))
         req = self.stub.requests[-1]
         self.assertEqual(f"{req.method} {req.path}", "POST /v1/tasks/purge")
         self.assertEqual(req.json(), {"handler": "h", "state": "DEAD", "finished_before": "2026-12-01T09:00:00Z", "limit": 50})
+        self.stub.enqueue(200, b'{"purged":0,"more":false}', JSON, method="POST", path="/v1/tasks/purge")
+        got = self.client.purge_tasks(state="DEAD", cursor="cy8x")
+        self.assertEqual((got, got.next_cursor), ((0, False), None))
+        self.assertEqual(self.stub.requests[-1].json(), {"state": "DEAD", "cursor": "cy8x"})
         self.stub.enqueue(200, b'{"purged":0,"more":false}', JSON, method="POST", path="/v1/tasks/purge")
         self.assertEqual(self.client.purge_tasks(), (0, False))
         self.assertEqual(self.stub.requests[-1].json(), {})
