@@ -104,6 +104,10 @@ type FSM struct {
 
 	// tasks holds the task records written last (taskcache.go).
 	tasks taskCache
+
+	// countsSaved reports that Open took the tasks per handler saved at
+	// the last clean stop (savedcounts.go) rather than counting them.
+	countsSaved bool
 }
 
 type observerBox struct{ o Observer }
@@ -114,7 +118,9 @@ var (
 )
 
 // Open opens the FSM over an open badger database and reads its applied
-// index.
+// index, its task counts and its tasks per handler: those SaveHandlerCounts
+// stored at a clean stop when they still hold (savedcounts.go), else
+// counted from every task record.
 func Open(db *badger.DB) (*FSM, error) {
 	f := &FSM{db: db, waitCh: make(chan struct{}), idRebuildSlack: idRebuildSlack, idRebuildStep: idRebuildStep}
 	f.abortCh = make(chan struct{})
@@ -134,8 +140,14 @@ func Open(db *badger.DB) (*FSM, error) {
 	if _, err := backfillFinished(db, f.terminalCount()); err != nil {
 		return nil, fmt.Errorf("index finished tasks: %w", err)
 	}
-	if err := f.loadHandlerCounts(); err != nil {
-		return nil, fmt.Errorf("count tasks per handler: %w", err)
+	saved, err := f.loadSavedCounts(idx)
+	if err != nil {
+		return nil, fmt.Errorf("read the saved counts per handler: %w", err)
+	}
+	if !saved {
+		if err := f.loadHandlerCounts(); err != nil {
+			return nil, fmt.Errorf("count tasks per handler: %w", err)
+		}
 	}
 	return f, nil
 }

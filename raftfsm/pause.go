@@ -160,7 +160,8 @@ func (f *FSM) PausedHandlers() ([]string, error) {
 // HandlerCounts returns, for every handler that has tasks, how many it has
 // in each state (indexed by State; index 0 is unused). O(handlers): the
 // counts are kept in memory with every apply, and counted from the store
-// when the FSM opens and after a restore.
+// after a restore and when the FSM opens, unless it takes those saved at a
+// clean stop (savedcounts.go).
 func (f *FSM) HandlerCounts() map[string][numStates]int64 {
 	return f.handlerCounts.all()
 }

@@ -133,12 +133,15 @@ func (n *Node) open() error {
 		n.log.Warn().Msg(msg)
 	}
 	n.sec = sec
+	opened := time.Now()
 	st, err := raftstore.OpenState(n.storeConfig())
 	n.store = st
 	if err != nil {
 		return err
 	}
 	n.db, n.fsm, n.storage = st.DB, st.FSM, st.Guard
+	n.log.Info().Dur("took", time.Since(opened)).Int64("tasks", n.fsm.TotalTasks()).Uint64("applied_index", n.fsm.AppliedIndex()).
+		Bool("handler_counts_saved", n.fsm.HandlerCountsSaved()).Msg("state opened")
 	n.events = newEventQueue(&n.pauses)
 	n.fsm.SetObserver(n.events)
 	if err := n.pauses.Load(n.fsm); err != nil {
@@ -304,6 +307,13 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		}
 		if n.raft != nil && n.store != nil {
 			err = n.store.ShutdownRaft(ctx) // bounded by ctx (raftstore/store.go)
+			if err == nil && n.fsm != nil {
+				// Raft has stopped: no Apply runs any more. The next
+				// start reads these instead of decoding every task.
+				if serr := n.fsm.SaveHandlerCounts(); serr != nil {
+					n.log.Warn().Err(serr).Msg("could not save the task counts per handler: the next start counts them from the store")
+				}
+			}
 		}
 		n.wg.Wait()
 		n.stopOtel()
