@@ -94,7 +94,7 @@ func (f *FSM) loadSavedCounts(idx uint64) (bool, error) {
 	for name, c := range rec.Counts {
 		var total int64
 		for s, v := range c {
-			if v < 0 {
+			if v < 0 || (s == 0 && v != 0) { // index 0 is no state
 				return false, nil
 			}
 			sums[s] += v

@@ -97,6 +97,11 @@ func TestSavedHandlerCountsThatDoNotHold(t *testing.T) {
 			c["h3"] = h
 			writeSavedCounts(t, e, savedCounts{Index: e.f.AppliedIndex(), Counts: c})
 		}},
+		{"state 0", func(t *testing.T, e *env, _ uint64) {
+			c := e.f.HandlerCounts()
+			c["h9"] = [numStates]int64{0: 1}
+			writeSavedCounts(t, e, savedCounts{Index: e.f.AppliedIndex(), Counts: c})
+		}},
 		{"not a record", func(t *testing.T, e *env, _ uint64) {
 			if err := e.db.Update(func(txn *badger.Txn) error { return txn.Set(keySavedCounts, []byte{9, 9}) }); err != nil {
 				t.Fatal(err)
