@@ -105,8 +105,9 @@ type FSM struct {
 	// tasks holds the task records written last (taskcache.go).
 	tasks taskCache
 
-	// countsSaved reports that Open took the tasks per handler saved at
-	// the last clean stop (savedcounts.go) rather than counting them.
+	// countsSaved reports that the last Open or Restore took the tasks
+	// per handler saved with the state (savedcounts.go) rather than
+	// counting them. Written on the apply goroutine (or before raft runs).
 	countsSaved bool
 }
 
@@ -144,6 +145,7 @@ func Open(db *badger.DB) (*FSM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the saved counts per handler: %w", err)
 	}
+	f.countsSaved = saved
 	if !saved {
 		if err := f.loadHandlerCounts(); err != nil {
 			return nil, fmt.Errorf("count tasks per handler: %w", err)
@@ -566,13 +568,16 @@ func (w *writer) discard() {
 	}
 }
 
-// Snapshot pins a badger read view at the current applied index. It returns
-// at once; Persist does the I/O.
+// Snapshot pins a badger read view at the current applied index, with the
+// tasks per handler at that index. It returns at once; Persist does the
+// I/O.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	if f.broken.Load() {
 		return nil, errRestoreFailed
 	}
-	return &snapshot{txn: f.db.NewTransaction(false), applied: f.applied.Load()}, nil
+	// raft calls Snapshot on the goroutine that applies, between two
+	// ApplyBatch calls: the counts in memory are those of the view.
+	return &snapshot{txn: f.db.NewTransaction(false), applied: f.applied.Load(), counts: f.handlerCounts.all()}, nil
 }
 
 // errRestoreFailed is the panic (or error) of an FSM whose last Restore failed
@@ -602,8 +607,17 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if _, err := backfillFinished(f.db, f.terminalCount()); err != nil {
 		return fmt.Errorf("restore snapshot: index finished tasks: %w", err)
 	}
-	if err := f.loadHandlerCounts(); err != nil {
-		return fmt.Errorf("restore snapshot: count tasks per handler: %w", err)
+	// The snapshot carries its counts per handler (snapshot.go); one
+	// written before it did, or whose counts do not add up, is counted.
+	saved, err := f.loadSavedCounts(idx)
+	if err != nil {
+		return fmt.Errorf("restore snapshot: read its counts per handler: %w", err)
+	}
+	f.countsSaved = saved
+	if !saved {
+		if err := f.loadHandlerCounts(); err != nil {
+			return fmt.Errorf("restore snapshot: count tasks per handler: %w", err)
+		}
 	}
 	f.setApplied(idx)
 	if b := f.observer.Load(); b != nil {

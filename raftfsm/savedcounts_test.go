@@ -87,7 +87,7 @@ func TestSavedHandlerCountsThatDoNotHold(t *testing.T) {
 			h := c["h3"]
 			h[StateWaiting]--
 			c["h3"] = h
-			writeSavedCounts(t, e, savedCounts{Index: e.f.AppliedIndex(), Counts: c})
+			writeSavedCounts(t, e, newSavedCounts(e.f.AppliedIndex(), c))
 		}},
 		{"negative", func(t *testing.T, e *env, _ uint64) {
 			c := e.f.HandlerCounts()
@@ -95,12 +95,19 @@ func TestSavedHandlerCountsThatDoNotHold(t *testing.T) {
 			h := c["h3"]
 			h[StateWaiting]++
 			c["h3"] = h
-			writeSavedCounts(t, e, savedCounts{Index: e.f.AppliedIndex(), Counts: c})
+			writeSavedCounts(t, e, newSavedCounts(e.f.AppliedIndex(), c))
 		}},
 		{"state 0", func(t *testing.T, e *env, _ uint64) {
 			c := e.f.HandlerCounts()
 			c["h9"] = [numStates]int64{0: 1}
-			writeSavedCounts(t, e, savedCounts{Index: e.f.AppliedIndex(), Counts: c})
+			writeSavedCounts(t, e, newSavedCounts(e.f.AppliedIndex(), c))
+		}},
+		{"a handler twice", func(t *testing.T, e *env, _ uint64) {
+			rec := newSavedCounts(e.f.AppliedIndex(), e.f.HandlerCounts())
+			h := rec.Handlers[0]
+			h.Counts = [numStates]int64{}
+			rec.Handlers = append(rec.Handlers, h)
+			writeSavedCounts(t, e, rec)
 		}},
 		{"not a record", func(t *testing.T, e *env, _ uint64) {
 			if err := e.db.Update(func(txn *badger.Txn) error { return txn.Set(keySavedCounts, []byte{9, 9}) }); err != nil {
@@ -135,14 +142,109 @@ func TestSavedHandlerCountsThatDoNotHold(t *testing.T) {
 	}
 }
 
-func writeSavedCounts(t *testing.T, e *env, rec savedCounts) {
+// A snapshot carries its counts per handler, those of its read view even
+// when entries were applied between Snapshot and Persist; a restore takes
+// them (and builds the id filter from the keys), and leaves no record
+// behind. A snapshot without them (written before they were) is counted.
+func TestRestoreTakesSnapshotCounts(t *testing.T) {
+	e := newEnv(t)
+	next := savedCountsFixture(e)
+	want := e.f.HandlerCounts()
+	snap := e.snapshot()
+	e.apply(next, submitCmd("after-the-view", spec("h5", "x"), 1<<40, 10), cancelCmd("w-03", 20))
+	stream := persist(t, snap)
+
+	e2 := newEnv(t)
+	e2.apply(1, submitCmd("gone", spec("h6", "x"), 1<<40, 10))
+	if err := e2.restore(stream); err != nil {
+		t.Fatal(err)
+	}
+	if !e2.f.countsSaved {
+		t.Fatal("the restore counted the tasks again: the snapshot's counts were not taken")
+	}
+	if got := e2.f.HandlerCounts(); !mapsEqual(got, want) {
+		t.Fatalf("counts after the restore %v, want those of the view %v", got, want)
+	}
+	if hasSavedCounts(t, e2) {
+		t.Fatal("the snapshot's counts stayed in the store")
+	}
+	if r := e2.apply1(next, submitCmd("w-07", spec("h3", "x"), 1<<40, 10)); r.Created || r.Code != CodeOK {
+		t.Fatalf("submit of a stored id after the restore: %+v", r)
+	}
+	if got := e2.f.HandlerCounts(); !mapsEqual(got, want) {
+		t.Fatalf("counts after the duplicate %v, want %v", got, want)
+	}
+
+	// The same view without its counts (as written before): counted.
+	old := e.snapshot().(*snapshot)
+	old.counts = nil
+	want = e.f.HandlerCounts()
+	e3 := newEnv(t)
+	if err := e3.restore(persist(t, old)); err != nil {
+		t.Fatal(err)
+	}
+	if e3.f.countsSaved {
+		t.Fatal("a snapshot without counts: the restore says it took some")
+	}
+	if got := e3.f.HandlerCounts(); !mapsEqual(got, want) {
+		t.Fatalf("counts after restoring a snapshot without them %v, want %v", got, want)
+	}
+}
+
+func writeSavedCounts(t *testing.T, e *env, rec *savedCounts) {
 	t.Helper()
-	b, err := encodeRecord(&rec)
+	b, err := encodeRecord(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := e.db.Update(func(txn *badger.Txn) error { return txn.Set(keySavedCounts, b) }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// BenchmarkRestoreSavedCounts is a Restore of a snapshot of 1M WAITING
+// tasks of one handler, with the counts per handler it carries and
+// without them (every record decoded to count them) (restore-ms).
+func BenchmarkRestoreSavedCounts(b *testing.B) {
+	e := newEnv(b)
+	loadCeilingTasks(e, 1_000_000)
+	for _, saved := range []bool{false, true} {
+		name := "counted"
+		if saved {
+			name = "carried"
+		}
+		b.Run(name, func(b *testing.B) {
+			snap := e.snapshot().(*snapshot)
+			if !saved {
+				snap.counts = nil
+			}
+			stream := persist(b, snap)
+			e2 := newEnv(b)
+			for range b.N {
+				t0 := time.Now()
+				if err := e2.restore(stream); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(time.Since(t0).Milliseconds()), "restore-ms")
+				if e2.f.countsSaved != saved || e2.f.HandlerCounts()["ceil.load"][StateWaiting] != 1_000_000 {
+					b.Fatalf("saved %v, counts %v", e2.f.countsSaved, e2.f.HandlerCounts())
+				}
+			}
+		})
+	}
+}
+
+// loadCeilingTasks applies n WAITING tasks of one handler to e, 1 000 an
+// entry (ids of 14 bytes, no payload, as in the ceiling's runs).
+func loadCeilingTasks(e *env, n int) {
+	idx := uint64(1)
+	for lo := 0; lo < n; lo += 1000 {
+		var sub []Command
+		for i := lo; i < min(lo+1000, n); i++ {
+			sub = append(sub, submitCmd(fmt.Sprintf("ceil-%09d", i), spec("ceil.load", ""), 1<<40, 0))
+		}
+		e.apply(idx, sub...)
+		idx++
 	}
 }
 
@@ -152,15 +254,7 @@ func writeSavedCounts(t *testing.T, e *env, rec savedCounts) {
 // (every record decoded) (open-ms).
 func BenchmarkOpenSavedCounts(b *testing.B) {
 	e := newEnv(b)
-	idx := uint64(1)
-	for lo := 0; lo < 1_000_000; lo += 1000 {
-		var sub []Command
-		for i := lo; i < lo+1000; i++ {
-			sub = append(sub, submitCmd(fmt.Sprintf("ceil-%09d", i), spec("ceil.load", ""), 1<<40, 0))
-		}
-		e.apply(idx, sub...)
-		idx++
-	}
+	loadCeilingTasks(e, 1_000_000)
 	if err := e.db.Flatten(2); err != nil {
 		b.Fatal(err)
 	}

@@ -43,6 +43,10 @@ type StateSizeSink interface {
 type snapshot struct {
 	txn     *badger.Txn // read view pinned at Snapshot time
 	applied uint64
+	// counts are the tasks per handler at applied (HandlerCounts), written
+	// into the stream as keySavedCounts' record, so that a restore need
+	// not decode every task record to count them (savedcounts.go).
+	counts map[string][numStates]int64
 }
 
 // Persist streams the pinned read view into sink.
@@ -112,8 +116,8 @@ func (s *snapshot) writeRecords(w io.Writer, applied []byte) error {
 	for it.Rewind(); it.Valid(); it.Next() {
 		item := it.Item()
 		k := item.Key()
-		if len(k) == 0 {
-			continue
+		if len(k) == 0 || string(k) == string(keySavedCounts) {
+			continue // the counts are written below, at the view's index
 		}
 		err := item.Value(func(v []byte) error {
 			if string(k) == string(keyApplied) {
@@ -134,6 +138,16 @@ func (s *snapshot) writeRecords(w io.Writer, applied []byte) error {
 	// pins versions, not files): the stream would be empty, not the state.
 	if !sawApplied {
 		return errors.New("snapshot read view lost its state (the FSM was restored after Snapshot)")
+	}
+	if s.counts != nil {
+		v, err := encodeRecord(newSavedCounts(s.applied, s.counts))
+		if err != nil {
+			return err
+		}
+		w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(keySavedCounts)))])
+		w.Write(keySavedCounts)
+		w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(v)))])
+		w.Write(v)
 	}
 	_, err := w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], 0)])
 	return err
