@@ -25,7 +25,8 @@ type PurgeFilter struct {
 	// the sidecar's default, 1000.
 	Limit int
 	// Cursor is the NextCursor of the previous call's result, to read on
-	// from where it stopped; empty: from the oldest finished task.
+	// from where it stopped (with the same Handler and State); empty: from
+	// the oldest finished task.
 	Cursor string
 }
 
@@ -51,7 +52,8 @@ func (c *Client) Purge(ctx context.Context, id string) error {
 // call it again, with f.Cursor set to the result's NextCursor, until More
 // is false (a call may purge nothing and still say More: it read its
 // bound of tasks the filter left). Invalid filters, and a cursor the
-// sidecar did not make, give an error matching ErrInvalid.
+// sidecar did not make or made for another Handler or State, give an
+// error matching ErrInvalid.
 //
 //	f := ax.PurgeFilter{State: ax.StateCancelled}
 //	for {

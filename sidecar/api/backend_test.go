@@ -495,3 +495,41 @@ func TestPurgeTasksIncludesTheCurrentMillisecond(t *testing.T) {
 		t.Fatalf("ceilMilli of a whole millisecond: %d", got)
 	}
 }
+
+// A purge cursor goes on only with the handler and state filters of the
+// request it came from: the finished index's classes are read in a fixed
+// order, so one taken with other filters would pass over, silently, what
+// these filters match behind it (a cursor of a handler-h1 purge, resumed
+// with handler h2, answered 0 purged and no more while h2's task was
+// left). Another filter's cursor is refused, and changes nothing.
+func TestPurgeTasksCursorKeepsItsFilters(t *testing.T) {
+	e := newEnv(t)
+	now := e.clock.Now().UnixMilli()
+	for i, c := range []struct{ id, handler string }{{"b1", "h2"}, {"a1", "h1"}, {"a2", "h1"}} {
+		e.submit(c.id, c.handler)
+		e.apply(raftfsm.Command{Type: raftfsm.CmdCancel, Cancel: &raftfsm.Cancel{ID: c.id, AtMs: now - 3 + int64(i)}})
+	}
+	before := e.clock.Now().Add(time.Second)
+	e.purge.calls, e.purge.purged = nil, nil
+	res, err := e.b.PurgeTasks(ctx, ipc.PurgeQuery{Handler: "h1", FinishedBefore: before, Limit: 1})
+	if err != nil || res.Purged != 1 || !res.More || res.NextCursor == "" || e.purge.calls[0][0].ID != "a1" {
+		t.Fatalf("first page: %+v %v %+v", res, err, e.purge.calls)
+	}
+	cur := res.NextCursor
+	for _, q := range []ipc.PurgeQuery{
+		{Handler: "h2", FinishedBefore: before, Limit: 10, Cursor: cur},
+		{FinishedBefore: before, Limit: 10, Cursor: cur},
+		{Handler: "h1", State: "SUCCESS", FinishedBefore: before, Limit: 10, Cursor: cur},
+	} {
+		e.purge.calls = nil
+		res, err := e.b.PurgeTasks(ctx, q)
+		if codeOf(err) != "bad_request" || !strings.Contains(err.Error(), "handler and state") || len(e.purge.calls) != 0 {
+			t.Fatalf("cursor of handler h1 with %+v: %+v %v, purged %+v", q, res, err, e.purge.calls)
+		}
+	}
+	e.purge.calls = nil
+	res, err = e.b.PurgeTasks(ctx, ipc.PurgeQuery{Handler: "h1", FinishedBefore: before.Add(time.Hour), Limit: 10, Cursor: cur})
+	if err != nil || res.Purged != 1 || res.More || e.purge.calls[0][0].ID != "a2" {
+		t.Fatalf("same filters (a later finished_before): %+v %v %+v", res, err, e.purge.calls)
+	}
+}

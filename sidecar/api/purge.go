@@ -2,7 +2,10 @@ package api
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
+	"hash/fnv"
+	"strings"
 	"time"
 
 	"github.com/axsched/ax/ipc"
@@ -75,15 +78,21 @@ func (b *Backend) stageOfRunningFlow(id string) (string, bool) {
 // q.Cursor (an earlier answer's NextCursor) resumes the read where that
 // one stopped; the answer's NextCursor, set with More, is where this one
 // stopped. The cursor names an entry of the finished index, the same on
-// every node, so a purge resumed on another node goes on alike. When a
-// purge fails part way, More is set and NextCursor is q.Cursor: the read
-// is done again from there.
+// every node, so a purge resumed on another node goes on alike; it
+// carries a tag of the handler and state filters (purgeCursorTag) and
+// goes on only with those. When a purge fails part way, More is set and
+// NextCursor is q.Cursor: the read is done again from there.
 func (b *Backend) PurgeTasks(ctx context.Context, q ipc.PurgeQuery) (ipc.PurgeResult, error) {
 	cur := &raftfsm.PurgeCursor{}
+	tag := purgeCursorTag(q.Handler, raftfsm.ParseState(q.State))
 	if q.Cursor != "" {
+		key, got, ok := strings.Cut(q.Cursor, ".")
 		var err error
-		if cur, err = raftfsm.ParseFinishedCursor(q.Cursor); err != nil {
+		if cur, err = raftfsm.ParseFinishedCursor(key); err != nil || !ok {
 			return ipc.PurgeResult{}, ipc.Errorf(ipc.ErrInvalid, "cursor: %q is not a cursor of this API (send the next_cursor of the previous answer, or none to start over)", q.Cursor)
+		}
+		if got != tag {
+			return ipc.PurgeResult{}, ipc.Errorf(ipc.ErrInvalid, "cursor: %q comes from a purge with another handler or state: a cursor goes on only with the handler and state of the request it came from (send those, or no cursor to start over)", q.Cursor)
 		}
 	}
 	b.readOwnWrites(ctx)
@@ -110,9 +119,23 @@ func (b *Backend) PurgeTasks(ctx context.Context, q ipc.PurgeQuery) (ipc.PurgeRe
 	}
 	res.More = more
 	if more {
-		res.NextCursor = cur.String()
+		res.NextCursor = cur.String() + "." + tag
 	}
 	return res, nil
+}
+
+// purgeCursorTag is the part of a bulk purge's cursor after its "." (not
+// in base64url): a hash of the handler and state filters it was made
+// with. The finished index is read class after class (SUCCESS and
+// CANCELLED, DEAD and FAILED, own retention), so a cursor resumed with
+// other filters would pass over, silently, what those match behind it;
+// with the tag it is refused instead. finished_before is not in it: it
+// defaults to the time of each request.
+func purgeCursorTag(handler string, state raftfsm.State) string {
+	h := fnv.New64a()
+	h.Write([]byte{byte(state)})
+	h.Write([]byte(handler))
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }
 
 // ceilMilli is t in Unix milliseconds, rounded up: finish times are

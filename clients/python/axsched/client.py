@@ -504,7 +504,7 @@ class Client:
                 r = client.purge_tasks(state=State.CANCELLED, cursor=r.next_cursor)
 
         Raises :class:`BadRequest` for invalid filters and for a cursor the
-        sidecar did not make."""
+        sidecar did not make or made for another ``handler`` or ``state``."""
         body: Dict[str, Any] = {}
         if handler is not None:
             body["handler"] = handler
