@@ -260,7 +260,9 @@ type PurgeResult struct {
 	// send the request again, with NextCursor as its cursor.
 	More bool `json:"more"`
 	// NextCursor, for POST /v1/tasks/purge, is where the next request
-	// reads on (its cursor); present when More is. Without it a request
+	// reads on (its cursor); present when More is, except after a purge
+	// that failed part way on a request sent without a cursor (the next
+	// request then starts over). Without it a request
 	// reads from the oldest finished task again: it still ends, but it
 	// walks again what earlier requests purged, and when more than
 	// 100 000 finished tasks ahead of the matching ones do not match the
