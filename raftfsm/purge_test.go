@@ -475,28 +475,10 @@ func timedPurges(tb testing.TB, e *env, next *uint64, read func() ([]FinishedTas
 // counted). Without a cursor every read walks again the deleted keys of
 // all the batches purged before it.
 func BenchmarkPurgeCycle(b *testing.B) {
-	for _, withCursor := range []bool{false, true} {
-		name := "from-start"
-		if withCursor {
-			name = "cursor"
-		}
-		b.Run(name, func(b *testing.B) {
-			b.StopTimer()
-			for range b.N {
-				e := newEnv(b)
-				next := cancelledFuture(e, 100_000, 1<<40)
-				var cur *PurgeCursor
-				if withCursor {
-					cur = &PurgeCursor{}
-				}
-				read, _, n := timedPurgeCycle(b, e, &next, cur)
-				if n != 100_000 {
-					b.Fatalf("purged %d, want 100 000", n)
-				}
-				b.ReportMetric(float64(read.Milliseconds()), "read-ms")
-			}
-		})
-	}
+	benchPurgeReads(b, func(e *env, cur *PurgeCursor) ([]FinishedTask, bool, error) {
+		fts, err := e.f.Expired(1<<50, time.Millisecond, time.Millisecond, 512, cur)
+		return fts, len(fts) > 0, err
+	})
 }
 
 // BenchmarkBulkPurge is a bulk purge's reads (POST /v1/tasks/purge at its
@@ -505,6 +487,16 @@ func BenchmarkPurgeCycle(b *testing.B) {
 // the start each time, as without next_cursor, or resumed from the
 // previous call's cursor.
 func BenchmarkBulkPurge(b *testing.B) {
+	benchPurgeReads(b, func(e *env, cur *PurgeCursor) ([]FinishedTask, bool, error) {
+		return e.f.Finished(FinishedQuery{BeforeMs: math.MaxInt64, State: StateCancelled}, 1000, cur)
+	})
+}
+
+// benchPurgeReads purges 100 000 cancelled tasks with what read returns
+// (timedPurges) until it says no more, each read from the start (a new
+// cursor each time) or resumed from the previous one's cursor, and
+// reports the reads' time (read-ms).
+func benchPurgeReads(b *testing.B, read func(e *env, cur *PurgeCursor) ([]FinishedTask, bool, error)) {
 	for _, withCursor := range []bool{false, true} {
 		name := "from-start"
 		if withCursor {
@@ -516,16 +508,16 @@ func BenchmarkBulkPurge(b *testing.B) {
 				e := newEnv(b)
 				next := cancelledFuture(e, 100_000, 1<<40)
 				cur := &PurgeCursor{}
-				read, _, n := timedPurges(b, e, &next, func() ([]FinishedTask, bool, error) {
+				reads, _, n := timedPurges(b, e, &next, func() ([]FinishedTask, bool, error) {
 					if !withCursor {
 						cur = &PurgeCursor{}
 					}
-					return e.f.Finished(FinishedQuery{BeforeMs: math.MaxInt64, State: StateCancelled}, 1000, cur)
+					return read(e, cur)
 				})
 				if n != 100_000 {
 					b.Fatalf("purged %d, want 100 000", n)
 				}
-				b.ReportMetric(float64(read.Milliseconds()), "read-ms")
+				b.ReportMetric(float64(reads.Milliseconds()), "read-ms")
 			}
 		})
 	}

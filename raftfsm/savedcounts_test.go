@@ -22,6 +22,32 @@ func savedCountsFixture(e *env) uint64 {
 	return next + 1
 }
 
+// wantCountsTaken checks that e's last Open or Restore (after what) took
+// the saved counts: they are want, the record is gone, and the id filter
+// holds the stored ids (a submit of a stored id at entry next is a
+// duplicate, which changes no count).
+func wantCountsTaken(t *testing.T, e *env, want map[string][numStates]int64, next uint64, after string) {
+	t.Helper()
+	if !e.f.countsSaved {
+		t.Fatalf("after %s the tasks were counted again: the saved counts were not taken", after)
+	}
+	if got := e.f.HandlerCounts(); !mapsEqual(got, want) {
+		t.Fatalf("counts after %s %v, want %v", after, got, want)
+	}
+	if hasSavedCounts(t, e) {
+		t.Fatalf("the saved counts outlived %s", after)
+	}
+	if e.f.ids == nil || !e.f.ids.mayContain(taskKey("w-07")) || !e.f.ids.mayContain(taskKey("cancelled")) {
+		t.Fatal("the id filter was not built from the task keys")
+	}
+	if r := e.apply1(next, submitCmd("w-07", spec("h3", "x"), 1<<40, 10)); r.Created || r.Code != CodeOK {
+		t.Fatalf("submit of a stored id after %s: %+v", after, r)
+	}
+	if got := e.f.HandlerCounts(); !mapsEqual(got, want) {
+		t.Fatalf("counts after the duplicate %v, want %v", got, want)
+	}
+}
+
 // hasSavedCounts reports whether keySavedCounts is in e's store.
 func hasSavedCounts(t *testing.T, e *env) bool {
 	t.Helper()
@@ -43,24 +69,7 @@ func TestSavedHandlerCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.reopen()
-	if !e.f.countsSaved {
-		t.Fatal("Open counted the tasks again: the saved counts were not taken")
-	}
-	if got := e.f.HandlerCounts(); !mapsEqual(got, want) {
-		t.Fatalf("counts after a clean stop %v, want %v", got, want)
-	}
-	if hasSavedCounts(t, e) {
-		t.Fatal("the saved counts outlived Open")
-	}
-	if e.f.ids == nil || !e.f.ids.mayContain(taskKey("w-07")) || !e.f.ids.mayContain(taskKey("cancelled")) {
-		t.Fatal("the id filter was not built from the task keys")
-	}
-	if r := e.apply1(next, submitCmd("w-07", spec("h3", "x"), 1<<40, 10)); r.Created || r.Code != CodeOK {
-		t.Fatalf("submit of a stored id after the restart: %+v", r)
-	}
-	if got := e.f.HandlerCounts(); !mapsEqual(got, want) {
-		t.Fatalf("counts after the duplicate %v, want %v", got, want)
-	}
+	wantCountsTaken(t, e, want, next, "a clean stop")
 	// The next Open, with nothing saved, counts again.
 	e.reopen()
 	if e.f.countsSaved {
@@ -159,21 +168,7 @@ func TestRestoreTakesSnapshotCounts(t *testing.T) {
 	if err := e2.restore(stream); err != nil {
 		t.Fatal(err)
 	}
-	if !e2.f.countsSaved {
-		t.Fatal("the restore counted the tasks again: the snapshot's counts were not taken")
-	}
-	if got := e2.f.HandlerCounts(); !mapsEqual(got, want) {
-		t.Fatalf("counts after the restore %v, want those of the view %v", got, want)
-	}
-	if hasSavedCounts(t, e2) {
-		t.Fatal("the snapshot's counts stayed in the store")
-	}
-	if r := e2.apply1(next, submitCmd("w-07", spec("h3", "x"), 1<<40, 10)); r.Created || r.Code != CodeOK {
-		t.Fatalf("submit of a stored id after the restore: %+v", r)
-	}
-	if got := e2.f.HandlerCounts(); !mapsEqual(got, want) {
-		t.Fatalf("counts after the duplicate %v, want %v", got, want)
-	}
+	wantCountsTaken(t, e2, want, next, "the restore of a snapshot")
 
 	// The same view without its counts (as written before): counted.
 	old := e.snapshot().(*snapshot)
