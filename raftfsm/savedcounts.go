@@ -40,6 +40,15 @@ import (
 // keySavedCounts holds savedCounts from a clean stop to the next Open.
 var keySavedCounts = []byte("m/saved-handler-counts")
 
+// savedCountsMaxBytes bounds keySavedCounts' record: counts that encode
+// to more (about 25 000 handlers with the longest names, 100 000 with
+// short ones) are not saved, and the next Open or Restore counts the
+// tasks. One badger value holds at most the value log file size (64 MiB
+// in OpenDB): a larger record in a snapshot made every restore of it fail
+// after dropping the old state, on this version and on older ones, which
+// store the record as an unknown key.
+const savedCountsMaxBytes = 8 << 20
+
 // savedCounts is keySavedCounts' record: the tasks per handler and state
 // at applied index Index, in handler order (so that the same counts are
 // the same bytes, in a snapshot too).
@@ -78,6 +87,9 @@ func (f *FSM) SaveHandlerCounts() error {
 	b, err := encodeRecord(newSavedCounts(f.applied.Load(), f.handlerCounts.all()))
 	if err != nil {
 		return err
+	}
+	if len(b) > savedCountsMaxBytes {
+		return nil // the next Open counts them
 	}
 	return f.db.Update(func(txn *badger.Txn) error { return txn.Set(keySavedCounts, b) })
 }

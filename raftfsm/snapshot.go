@@ -144,10 +144,14 @@ func (s *snapshot) writeRecords(w io.Writer, applied []byte) error {
 		if err != nil {
 			return err
 		}
-		w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(keySavedCounts)))])
-		w.Write(keySavedCounts)
-		w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(v)))])
-		w.Write(v)
+		// Too many handlers for one badger value: the restore counts the
+		// tasks (savedCountsMaxBytes).
+		if len(v) <= savedCountsMaxBytes {
+			w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(keySavedCounts)))])
+			w.Write(keySavedCounts)
+			w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(v)))])
+			w.Write(v)
+		}
 	}
 	_, err := w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], 0)])
 	return err
@@ -210,6 +214,9 @@ func restore(db *badger.DB, r io.Reader) (idx uint64, dropped bool, err error) {
 		if string(k) == string(keyApplied) {
 			applied = v
 			continue
+		}
+		if string(k) == string(keySavedCounts) && len(v) > savedCountsMaxBytes {
+			continue // more than badger may take as one value: the tasks are counted
 		}
 		if err := wb.Set(k, v); err != nil {
 			return 0, true, err
