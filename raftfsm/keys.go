@@ -10,8 +10,9 @@ import "encoding/binary"
 //	r/<id>                    RUNNING tasks (value empty)
 //	n/<node id>               node record
 //	m/count/<state byte>      number of tasks in that state, uint64 big-endian
-//	m/saved-handler-counts    tasks per handler at a clean stop, until the next
-//	                          Open (savedCounts; savedcounts.go)
+//	m/saved-handler-counts    tasks per handler at a clean stop or in a
+//	                          snapshot, until the next Open or Restore
+//	                          (savedCounts; savedcounts.go)
 //	f/s/<finished ms BE 8><id>  SUCCESS, CANCELLED tasks without own retention
 //	f/d/<finished ms BE 8><id>  DEAD, FAILED tasks without own retention
 //	f/x/<expiry ms BE 8><id>    finished tasks with own retention, by
