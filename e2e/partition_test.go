@@ -161,10 +161,52 @@ func waitConverged(t *testing.T, c *harness.Cluster, clients map[string]*harness
 		}
 		last = err.Error()
 		if time.Now().After(deadline) {
-			t.Fatalf("the nodes did not converge within %s: %s", timeout, last)
+			t.Errorf("the nodes did not converge within %s: %s", timeout, last)
+			logViewDiffs(t, c, clients)
+			t.FailNow()
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// logViewDiffs logs, for the tasks whose views differ between the nodes
+// (at most 10), each node's view: what a failed waitConverged could not
+// say with its digests alone.
+func logViewDiffs(t *testing.T, c *harness.Cluster, clients map[string]*harness.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	views := map[string]map[string]string{}
+	ids := map[string]bool{}
+	for _, n := range c.Nodes {
+		_, v, err := stateDigest(ctx, clients[n.ID])
+		if err != nil {
+			t.Logf("%s: views: %v", n.ID, err)
+			return
+		}
+		views[n.ID] = v
+		for id := range v {
+			ids[id] = true
+		}
+	}
+	shown := 0
+	for id := range ids {
+		first := views[c.Nodes[0].ID][id]
+		same := true
+		for _, n := range c.Nodes {
+			same = same && views[n.ID][id] == first
+		}
+		if same {
+			continue
+		}
+		for _, n := range c.Nodes {
+			t.Logf("%s on %s: %s", id, n.ID, views[n.ID][id])
+		}
+		if shown++; shown == 10 {
+			return
+		}
+	}
+	t.Logf("%d tasks differ at most", shown)
 }
 
 // runLeaderFault runs a three-node cluster (every node has an executor;
