@@ -141,15 +141,8 @@ func Open(db *badger.DB) (*FSM, error) {
 	if _, err := backfillFinished(db, f.terminalCount()); err != nil {
 		return nil, fmt.Errorf("index finished tasks: %w", err)
 	}
-	saved, err := f.loadSavedCounts(idx)
-	if err != nil {
-		return nil, fmt.Errorf("read the saved counts per handler: %w", err)
-	}
-	f.countsSaved = saved
-	if !saved {
-		if err := f.loadHandlerCounts(); err != nil {
-			return nil, fmt.Errorf("count tasks per handler: %w", err)
-		}
+	if err := f.loadHandlerCountsAt(idx); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -609,15 +602,8 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	// The snapshot carries its counts per handler (snapshot.go); one
 	// written before it did, or whose counts do not add up, is counted.
-	saved, err := f.loadSavedCounts(idx)
-	if err != nil {
-		return fmt.Errorf("restore snapshot: read its counts per handler: %w", err)
-	}
-	f.countsSaved = saved
-	if !saved {
-		if err := f.loadHandlerCounts(); err != nil {
-			return fmt.Errorf("restore snapshot: count tasks per handler: %w", err)
-		}
+	if err := f.loadHandlerCountsAt(idx); err != nil {
+		return fmt.Errorf("restore snapshot: %w", err)
 	}
 	f.setApplied(idx)
 	if b := f.observer.Load(); b != nil {

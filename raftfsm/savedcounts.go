@@ -84,14 +84,21 @@ func (f *FSM) SaveHandlerCounts() error {
 	if f.broken.Load() {
 		return nil
 	}
-	b, err := encodeRecord(newSavedCounts(f.applied.Load(), f.handlerCounts.all()))
-	if err != nil {
-		return err
-	}
-	if len(b) > savedCountsMaxBytes {
-		return nil // the next Open counts them
+	b, err := encodeSavedCounts(f.applied.Load(), f.handlerCounts.all())
+	if err != nil || b == nil {
+		return err // nil: too many handlers, the next Open counts them
 	}
 	return f.db.Update(func(txn *badger.Txn) error { return txn.Set(keySavedCounts, b) })
+}
+
+// encodeSavedCounts returns the record of counts c at applied index idx,
+// or nil when it would pass savedCountsMaxBytes.
+func encodeSavedCounts(idx uint64, c map[string][numStates]int64) ([]byte, error) {
+	b, err := encodeRecord(newSavedCounts(idx, c))
+	if err != nil || len(b) > savedCountsMaxBytes {
+		return nil, err
+	}
+	return b, nil
 }
 
 // HandlerCountsSaved reports whether Open took the tasks per handler that
@@ -109,7 +116,7 @@ func (f *FSM) loadSavedCounts(idx uint64) (bool, error) {
 	var rec savedCounts
 	var found bool
 	var decodeErr error
-	err := f.db.View(func(txn *badger.Txn) error {
+	err := f.db.Update(func(txn *badger.Txn) error {
 		item, err := txn.Get(keySavedCounts)
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
@@ -118,16 +125,17 @@ func (f *FSM) loadSavedCounts(idx uint64) (bool, error) {
 			return err
 		}
 		found = true
-		return item.Value(func(b []byte) error {
+		err = item.Value(func(b []byte) error {
 			decodeErr = decodeRecord(b, &rec) // any error: it does not hold
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		return txn.Delete(keySavedCounts)
 	})
 	if err != nil || !found {
 		return false, err
-	}
-	if err := f.db.Update(func(txn *badger.Txn) error { return txn.Delete(keySavedCounts) }); err != nil {
-		return false, fmt.Errorf("delete the saved counts: %w", err)
 	}
 	if decodeErr != nil || rec.Index != idx {
 		return false, nil
@@ -163,6 +171,24 @@ func (f *FSM) loadSavedCounts(idx uint64) (bool, error) {
 	f.handlerCounts.hc = hc
 	f.handlerCounts.hmu.Unlock()
 	return true, nil
+}
+
+// loadHandlerCountsAt loads the tasks per handler of the state at applied
+// index idx (Open, Restore): the saved record when it holds
+// (loadSavedCounts), else a count of every task record (loadHandlerCounts);
+// countsSaved says which.
+func (f *FSM) loadHandlerCountsAt(idx uint64) error {
+	saved, err := f.loadSavedCounts(idx)
+	if err != nil {
+		return fmt.Errorf("read the saved counts per handler: %w", err)
+	}
+	f.countsSaved = saved
+	if !saved {
+		if err := f.loadHandlerCounts(); err != nil {
+			return fmt.Errorf("count tasks per handler: %w", err)
+		}
+	}
+	return nil
 }
 
 // loadIDs builds the filter of stored task ids (idfilter.go) from the task

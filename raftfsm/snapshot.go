@@ -123,11 +123,7 @@ func (s *snapshot) writeRecords(w io.Writer, applied []byte) error {
 			if string(k) == string(keyApplied) {
 				sawApplied = string(v) == string(applied)
 			}
-			w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(k)))])
-			w.Write(k)
-			w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(v)))])
-			_, err := w.Write(v)
-			return err
+			return writeRecord(w, &lenBuf, k, v)
 		})
 		if err != nil {
 			return err
@@ -140,20 +136,28 @@ func (s *snapshot) writeRecords(w io.Writer, applied []byte) error {
 		return errors.New("snapshot read view lost its state (the FSM was restored after Snapshot)")
 	}
 	if s.counts != nil {
-		v, err := encodeRecord(newSavedCounts(s.applied, s.counts))
+		v, err := encodeSavedCounts(s.applied, s.counts)
 		if err != nil {
 			return err
 		}
-		// Too many handlers for one badger value: the restore counts the
-		// tasks (savedCountsMaxBytes).
-		if len(v) <= savedCountsMaxBytes {
-			w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(keySavedCounts)))])
-			w.Write(keySavedCounts)
-			w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(v)))])
-			w.Write(v)
+		if v != nil { // nil: too many handlers, the restore counts the tasks
+			if err := writeRecord(w, &lenBuf, keySavedCounts, v); err != nil {
+				return err
+			}
 		}
 	}
 	_, err := w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], 0)])
+	return err
+}
+
+// writeRecord writes key k and value v as a record of the stream; buf is
+// scratch for the lengths. It returns the error of v's write (w buffers,
+// and a buffered writer's error sticks).
+func writeRecord(w io.Writer, buf *[binary.MaxVarintLen64]byte, k, v []byte) error {
+	w.Write(buf[:binary.PutUvarint(buf[:], uint64(len(k)))])
+	w.Write(k)
+	w.Write(buf[:binary.PutUvarint(buf[:], uint64(len(v)))])
+	_, err := w.Write(v)
 	return err
 }
 

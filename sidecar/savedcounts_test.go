@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -27,21 +25,7 @@ func TestRestartTakesSavedHandlerCounts(t *testing.T) {
 	addrs := freeAddrs(t, 2)
 	cfg := Config{NodeID: "c1", DataDir: filepath.Join(dir, "data"), Socket: filepath.Join(dir, "ax.sock"), RaftAddr: addrs[0], PeerAddr: addrs[1]}
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	start := func() *Node {
-		t.Helper()
-		n, err := Start(cfg, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(30 * time.Second)
-		for n.Ready(context.Background()) != nil {
-			if time.Now().After(deadline) {
-				t.Fatal("node not ready after 30s")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		return n
-	}
+	start := func() *Node { t.Helper(); return startReadyNode(t, cfg, log) }
 	stop := func(n *Node) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -64,10 +48,7 @@ func TestRestartTakesSavedHandlerCounts(t *testing.T) {
 	if n.fsm.HandlerCountsSaved() {
 		t.Fatal("a new node took saved counts")
 	}
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", cfg.Socket)
-	}}}
+	c := socketClient(cfg.Socket)
 	for i := range 30 {
 		h := []string{"mail", "bill", "ship"}[i%3]
 		if r := call(t, c, "POST", "/v1/tasks", fmt.Sprintf(`{"id":"t%d","handler":%q,"delay":"1h"}`, i, h)); r.status != 201 {

@@ -29,27 +29,42 @@ func startStorageNode(t *testing.T) (*Node, *http.Client) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	addrs := freeAddrs(t, 2)
 	cfg := Config{NodeID: "s1", DataDir: filepath.Join(dir, "data"), Socket: filepath.Join(dir, "ax.sock"), RaftAddr: addrs[0], PeerAddr: addrs[1]}
-	n, err := Start(cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := startReadyNode(t, cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		n.Shutdown(ctx)
 	})
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", cfg.Socket)
-	}}}
+	return n, socketClient(cfg.Socket)
+}
+
+// startReadyNode starts a real sidecar in-process with cfg and returns it
+// once it serves writes (at most 30 s).
+func startReadyNode(t *testing.T, cfg Config, log zerolog.Logger) *Node {
+	t.Helper()
+	n, err := Start(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for n.Ready(context.Background()) != nil {
 		if time.Now().After(deadline) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			n.Shutdown(ctx)
+			cancel()
 			t.Fatal("node not ready after 30s")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return n, c
+	return n
+}
+
+// socketClient is an HTTP client of the API on Unix socket path.
+func socketClient(path string) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}}}
 }
 
 type httpReply struct {
