@@ -138,11 +138,24 @@ func Open(db *badger.DB) (*FSM, error) {
 	if err := f.loadCounts(); err != nil {
 		return nil, fmt.Errorf("read task counts: %w", err)
 	}
+	split, err := splitEntryPending(db)
+	if err != nil {
+		return nil, fmt.Errorf("read the split-entry marker: %w", err)
+	}
+	if split {
+		// A writer stopped between the parts of a split transaction: the
+		// stored counts may miss the committed parts (splitentry.go).
+		if err := f.recountAfterSplit(); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := backfillFinished(db, f.terminalCount()); err != nil {
 		return nil, fmt.Errorf("index finished tasks: %w", err)
 	}
-	if err := f.loadHandlerCountsAt(idx); err != nil {
-		return nil, err
+	if !split {
+		if err := f.loadHandlerCountsAt(idx); err != nil {
+			return nil, err
+		}
 	}
 	return f, nil
 }
@@ -347,10 +360,9 @@ func (f *FSM) StoreConfiguration(index uint64, _ raft.Configuration) {
 //
 // It also keeps the per-state task counts: putTask records deltas, and the
 // last part writes the counts as they stand, next to the applied index.
-// (A crash between the parts of one huge entry can leave the counts off
-// by the commands of the parts already committed: they re-apply as
-// no-ops. Entries stay small enough for one transaction in practice: the
-// leader caps its proposals at MaxBatchCommands.)
+// (The commands of the parts that committed before a crash re-apply as
+// no-ops and count nothing: a writer that splits marks it in the store
+// first, and the next Open counts the records again; splitentry.go.)
 //
 // Storage errors never reach the apply logic: a failed read is retried on
 // the same transaction, and a failed commit is retried by rebuilding the
@@ -375,6 +387,9 @@ type writer struct {
 	touched [numStates]bool
 	// hdeltas are deltas per handler (FSM.HandlerCounts).
 	hdeltas map[string]*[numStates]int64
+	// splitMarked: the writer split and stored keySplitEntry
+	// (splitentry.go); its last part deletes it.
+	splitMarked bool
 }
 
 // writeOp is one set (del false) or delete of a writer's current part.
@@ -406,8 +421,12 @@ func (w *writer) count(handler string, s State, d int64) {
 	hd[s] += d
 }
 
-// split commits the full transaction and starts the next part.
+// split commits the full transaction and starts the next part; before the
+// first part, it marks the split in the store (markSplit).
 func (w *writer) split() error {
+	if !w.splitMarked {
+		w.markSplit()
+	}
 	w.commit()
 	w.txn = w.db.NewTransaction(true)
 	return nil
@@ -546,6 +565,11 @@ func (w *writer) finish(index uint64) error {
 			if err := w.set(countKey(State(st)), binary.BigEndian.AppendUint64(nil, uint64(w.base[st]+d))); err != nil {
 				return err
 			}
+		}
+	}
+	if w.splitMarked {
+		if err := w.del(keySplitEntry); err != nil {
+			return err
 		}
 	}
 	if err := w.set(keyApplied, binary.BigEndian.AppendUint64(nil, index)); err != nil {

@@ -13,6 +13,9 @@ import "encoding/binary"
 //	m/saved-handler-counts    tasks per handler at a clean stop or in a
 //	                          snapshot, until the next Open or Restore
 //	                          (savedCounts; savedcounts.go)
+//	m/split-entry             while a transaction split in parts has not
+//	                          committed its last (entry index BE 8;
+//	                          splitentry.go)
 //	f/s/<finished ms BE 8><id>  SUCCESS, CANCELLED tasks without own retention
 //	f/d/<finished ms BE 8><id>  DEAD, FAILED tasks without own retention
 //	f/x/<expiry ms BE 8><id>    finished tasks with own retention, by

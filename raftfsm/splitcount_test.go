@@ -1,0 +1,105 @@
+package raftfsm
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/hashicorp/raft"
+)
+
+// recountStates counts the stored task records per state.
+func recountStates(t *testing.T, db *badger.DB) [numStates]int64 {
+	t.Helper()
+	var out [numStates]int64
+	err := db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = prefixTask
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var tk Task
+			if err := it.Item().Value(func(b []byte) error { return decodeRecord(b, &tk) }); err != nil {
+				return err
+			}
+			out[tk.State]++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// An entry too big for one badger transaction commits in parts; when the
+// node stops (Abort) or crashes after a part committed and before the
+// last, a restart applies the entry again, and the commands of the
+// committed parts find their work done. The task counts must still match
+// the records.
+func TestSplitEntryStoppedBetweenPartsKeepsCounts(t *testing.T) {
+	e := newEnv(t)
+	const n = 2000
+	payload := bytes.Repeat([]byte("x"), 4<<10)
+	if total := int64(n * len(payload)); total <= e.db.MaxBatchSize() {
+		t.Fatalf("entry of %d bytes fits one badger transaction (%d): the test would not split", total, e.db.MaxBatchSize())
+	}
+	var cmds []Command
+	for i := range n {
+		cmds = append(cmds, submitCmd(fmt.Sprintf("s-%05d", i), Spec{Handler: "h", Payload: payload, MaxAttempts: 3}, int64(10000+i), 1000))
+	}
+	data := mustEncode(t, cmds...)
+
+	// The first part commits; every later commit fails until Abort.
+	commits := 0
+	e.f.commitTxn = func(txn *badger.Txn) error {
+		if commits++; commits == 1 {
+			return txn.Commit()
+		}
+		return errNoSpace
+	}
+	sleeping := make(chan struct{}, 1)
+	release := make(chan struct{})
+	e.f.sleep = func(time.Duration) {
+		select {
+		case sleeping <- struct{}{}:
+		default:
+		}
+		<-release
+	}
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		e.f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data})
+	}()
+	<-sleeping
+	e.f.Abort()
+	close(release)
+	<-ended
+	if e.f.AppliedIndex() != 0 {
+		t.Fatalf("applied %d", e.f.AppliedIndex())
+	}
+	e.f.commitTxn, e.f.sleep = nil, nil
+	// A stop saves the counts per handler (Node.Shutdown): they miss the
+	// committed part as the stored per-state counts do.
+	if err := e.f.SaveHandlerCounts(); err != nil {
+		t.Fatal(err)
+	}
+	e.reopen()
+	if got := recountStates(t, e.db)[StateWaiting]; got == 0 || got == n {
+		t.Fatalf("%d tasks stored after the first part, want some", got)
+	}
+	e.f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data})
+	if got, want := e.f.Counts(), recountStates(t, e.db); got != want || want[StateWaiting] != n {
+		t.Fatalf("counts %v, records %v (want %d WAITING)", got, want, n)
+	}
+	if hc := e.f.HandlerCounts()["h"]; hc[StateWaiting] != n {
+		t.Fatalf("handler counts %v", hc)
+	}
+	e.reopen()
+	if got, want := e.f.Counts(), recountStates(t, e.db); got != want {
+		t.Fatalf("after a restart: counts %v, records %v", got, want)
+	}
+}
