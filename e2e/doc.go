@@ -15,6 +15,7 @@
 //	AX_E2E_LATENCY_OUT=/tmp/lateness.json go test ./e2e/ -run TestCluster
 //	AX_E2E_LOG_LEVEL=debug go test ./e2e/ -run TestSemantics
 //	AX_E2E_VERBOSE=1 go test ./e2e/ -run PendingAndRunning   # per-task lateness
+//	AX_E2E_KEEP_LOGS=/tmp/axlogs go test ./e2e/ -run TestSigstop   # whole node logs of a failed test
 //	AX_CHAOS_DURATION=40s go test ./e2e/ -run TestChaos -v    # the SIGKILL loop
 //	AX_LIN_DURATION=60s AX_LIN_KILLS=10 go test ./e2e/ -run TestLinearizab -v
 //

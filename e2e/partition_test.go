@@ -237,6 +237,7 @@ func runLeaderFault(t *testing.T, c *harness.Cluster, hooks faultHooks) faultRes
 
 	load, workersDone := harness.StartTraffic(t, c, clients, faultRate, faultWorkers, seed)
 	loadStart := time.Now()
+	t.Logf("load started at %s (the +offsets below are from it)", loadStart.UTC().Format(time.RFC3339Nano))
 	time.Sleep(faultLoadBefore)
 
 	var r faultResult

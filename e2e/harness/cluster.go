@@ -196,6 +196,7 @@ func NewCluster(t testing.TB, opts ...ClusterOption) *Cluster {
 			for _, n := range c.Nodes {
 				t.Logf("----- log of %s (%s) -----\n%s", n.ID, n.logPath, Tail(n.Logs(), LogDumpMaxBytes))
 			}
+			keepLogs(t, c.Nodes)
 		}
 	})
 	for _, n := range c.Nodes {
@@ -410,5 +411,28 @@ func WaitFor(t testing.TB, timeout, interval time.Duration, what string, cond fu
 			t.Fatalf("%s: not done after %s: %v", what, timeout, err)
 		}
 		time.Sleep(interval)
+	}
+}
+
+// keepLogs copies the whole log of each node into the directory named by
+// AX_E2E_KEEP_LOGS, when set, as TEST-NODE.log (the dump above keeps only
+// each log's tail, and the test's temporary directory goes with it).
+func keepLogs(t testing.TB, nodes []*Node) {
+	dir := os.Getenv("AX_E2E_KEEP_LOGS")
+	if dir == "" {
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("AX_E2E_KEEP_LOGS: %v", err)
+		return
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	for _, n := range nodes {
+		p := filepath.Join(dir, fmt.Sprintf("%s-%s.log", name, n.ID))
+		if err := os.WriteFile(p, []byte(n.Logs()), 0o644); err != nil {
+			t.Logf("AX_E2E_KEEP_LOGS: %v", err)
+			continue
+		}
+		t.Logf("kept the whole log of %s in %s", n.ID, p)
 	}
 }
