@@ -16,6 +16,8 @@ import (
 type Event struct {
 	// Type is the command that caused the change.
 	Type CommandType
+	// Index is the Raft index of the entry that held the command.
+	Index uint64
 	// Task is the task after the change (nil for node events and for a
 	// handler's pause or resume); for CmdPurge, the deleted task as it
 	// was stored.
@@ -308,6 +310,9 @@ func (w *writer) applyEntry(index uint64, cmds []Command) ([]Result, []Event) {
 		}
 		r.Index = index
 		results[i] = r
+		for j := range ev {
+			ev[j].Index = index
+		}
 		events = append(events, ev...)
 	}
 	for st := range w.deltas {

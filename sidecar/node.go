@@ -400,18 +400,20 @@ var commandNames = map[raftfsm.CommandType]string{
 	raftfsm.CmdAlertDone: "alert_done",
 }
 
-// logEvent writes one debug line per applied change: every line about a
-// task carries task_id, attempt, handler and node. Payloads only with
+// logEvent writes one debug line per applied change, with the index of
+// its entry: every line about a task carries task_id, attempt, handler,
+// node and the record's updated_ms (what two nodes' logs are compared by
+// when their states differ). Payloads only with
 // Config.LogPayloads.
 func (n *Node) logEvent(ev *raftfsm.Event) {
 	if ev.Restored {
 		n.log.Debug().Msg("state replaced by a snapshot")
 		return
 	}
-	e := n.log.Debug().Str("command", commandNames[ev.Type])
+	e := n.log.Debug().Str("command", commandNames[ev.Type]).Uint64("index", ev.Index)
 	if t := ev.Task; t != nil {
 		e = e.Str("task_id", t.ID).Int("attempt", t.Attempts).Str("handler", t.Spec.Handler).
-			Str("state", t.State.String()).Str("attempt_node", t.Node)
+			Str("state", t.State.String()).Str("attempt_node", t.Node).Int64("updated_ms", t.UpdatedMs)
 		if ev.Prev != 0 {
 			e = e.Str("prev_state", ev.Prev.String())
 		}
