@@ -16,8 +16,9 @@ import (
 type Event struct {
 	// Type is the command that caused the change.
 	Type CommandType
-	// Index is the Raft index of the entry that held the command.
-	Index uint64
+	// Index and Term are the Raft index and term of the entry that held
+	// the command.
+	Index, Term uint64
 	// Task is the task after the change (nil for node events and for a
 	// handler's pause or resume); for CmdPurge, the deleted task as it
 	// was stored.
@@ -278,6 +279,9 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 				w.frees = frees
 			}
 			results, events := w.applyEntry(l.Index, cmds)
+			for j := range events {
+				events[j].Term = l.Term
+			}
 			out[i] = results
 			group = append(group, appliedEntry{index: l.Index, events: events})
 		case raft.LogConfiguration:

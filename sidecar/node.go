@@ -400,8 +400,8 @@ var commandNames = map[raftfsm.CommandType]string{
 	raftfsm.CmdAlertDone: "alert_done",
 }
 
-// logEvent writes one debug line per applied change, with the index of
-// its entry: every line about a task carries task_id, attempt, handler,
+// logEvent writes one debug line per applied change, with the index and
+// term of its entry: every line about a task carries task_id, attempt, handler,
 // node and the record's updated_ms (what two nodes' logs are compared by
 // when their states differ). Payloads only with
 // Config.LogPayloads.
@@ -410,7 +410,7 @@ func (n *Node) logEvent(ev *raftfsm.Event) {
 		n.log.Debug().Msg("state replaced by a snapshot")
 		return
 	}
-	e := n.log.Debug().Str("command", commandNames[ev.Type]).Uint64("index", ev.Index)
+	e := n.log.Debug().Str("command", commandNames[ev.Type]).Uint64("index", ev.Index).Uint64("term", ev.Term)
 	if t := ev.Task; t != nil {
 		e = e.Str("task_id", t.ID).Int("attempt", t.Attempts).Str("handler", t.Spec.Handler).
 			Str("state", t.State.String()).Str("attempt_node", t.Node).Int64("updated_ms", t.UpdatedMs)
