@@ -1,0 +1,1339 @@
+package raftfsm
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"reflect"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/hashicorp/raft"
+)
+
+// The differential test of the FSM's determinism: one randomized log,
+// applied by FSMs that differ in everything a node may differ in but the
+// log (how raft groups the entries, restarts, snapshot restores, the task
+// cache's contents, the id filter's rebuilds, badger's transaction
+// splits), must leave the same badger state, counts, responses and
+// observer events on every one of them.
+//
+// AX_DETERMINISM_SEED replays one seed (AX_DETERMINISM_SEEDS runs that
+// many from it), AX_DETERMINISM_ENTRIES sets the log's length.
+
+// detDefaultSeeds and detDefaultEntries keep the test at a few seconds
+// (and under ~20 s with -race).
+var detDefaultSeeds = []uint64{1, 2}
+
+const detDefaultEntries = 1200
+
+func TestDeterminismAcrossReplicas(t *testing.T) {
+	seeds := detDefaultSeeds
+	entries := detDefaultEntries
+	if s := os.Getenv("AX_DETERMINISM_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("AX_DETERMINISM_SEED=%q: %v", s, err)
+		}
+		seeds = []uint64{v}
+		if n := os.Getenv("AX_DETERMINISM_SEEDS"); n != "" {
+			k, err := strconv.Atoi(n)
+			if err != nil || k < 1 {
+				t.Fatalf("AX_DETERMINISM_SEEDS=%q", n)
+			}
+			for i := 1; i < k; i++ {
+				seeds = append(seeds, v+uint64(i))
+			}
+		}
+	}
+	if s := os.Getenv("AX_DETERMINISM_ENTRIES"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("AX_DETERMINISM_ENTRIES=%q", s)
+		}
+		entries = n
+	}
+	for _, seed := range seeds {
+		t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
+			t.Logf("replay: AX_DETERMINISM_SEED=%d AX_DETERMINISM_ENTRIES=%d go test ./raftfsm -run 'TestDeterminismAcrossReplicas'", seed, entries)
+			runDeterminism(t, seed, entries)
+		})
+	}
+}
+
+// detFSM is one replica of the differential test: an FSM over its own
+// badger, fed the log in its own way.
+type detFSM struct {
+	name string
+	e    *env
+	open func(dir string) *badger.DB // nil: OpenDB
+	rec  *recorder
+	rng  *rand.Rand
+	pos  int // the position in the log of the next entry it applies
+	// maxGroup bounds the entries of one ApplyBatch; 0 applies one entry
+	// at a time with Apply and StoreConfiguration (raft without batching).
+	maxGroup int
+	group    int // the size of the group being gathered
+	// restarts: close and open badger and the FSM between entries, half
+	// the time after SaveHandlerCounts, and now and then restore a
+	// snapshot of its own taken earlier (raft restores its newest
+	// snapshot at start and replays the entries after it).
+	restarts bool
+	ownSnap  []byte
+	// fromSnapshots: now and then take the state from a snapshot of
+	// another replica (a follower sent InstallSnapshot).
+	fromSnapshots bool
+	// clearCache: drop the task cache before half the batches.
+	clearCache bool
+	// for the log
+	batches, restartsDone, restores, commits, rebuildsDone int
+}
+
+// detRun is one seed's run: the log so far, the reference replica's
+// responses and events per entry, and the replicas.
+type detRun struct {
+	t       *testing.T
+	seed    uint64
+	logs    []*raft.Log        // in index order (with gaps)
+	byIndex map[uint64]int     // an entry's position in logs
+	results map[uint64]any     // the reference's response per entry
+	events  map[uint64][]Event // the reference's events per entry
+	ref     *detFSM
+	vs      []*detFSM
+}
+
+func runDeterminism(t *testing.T, seed uint64, entries int) {
+	r := &detRun{t: t, seed: seed, byIndex: map[uint64]int{}, results: map[uint64]any{}, events: map[uint64][]Event{}}
+	hrng := rand.New(rand.NewPCG(seed, 0x68617276)) // the harness's choices
+	newFSM := func(name string, open func(string) *badger.DB) *detFSM {
+		v := &detFSM{name: name, e: &env{t: t, dir: t.TempDir()}, open: open, rec: &recorder{},
+			rng: rand.New(rand.NewPCG(hrng.Uint64(), hrng.Uint64()))}
+		v.openFSM()
+		t.Cleanup(func() {
+			if v.e.db != nil {
+				v.e.db.Close()
+			}
+		})
+		return v
+	}
+	// R: the reference, one entry at a time; the generator reads it.
+	r.ref = newFSM("R", nil)
+	// A: ApplyBatch in groups of 1..64 entries.
+	a := newFSM("A-batch", nil)
+	a.maxGroup = 64
+	// B: one entry at a time, with restarts.
+	b := newFSM("B-restarts", nil)
+	b.restarts = true
+	// C: starts empty, takes A's snapshots now and then.
+	c := newFSM("C-snapshots", nil)
+	c.maxGroup = 16
+	c.fromSnapshots = true
+	// D: a tiny task cache (no production knob: the cache sizes its ring
+	// only when it has none), dropped before half the batches, and an id
+	// filter rebuilt over and over.
+	d := newFSM("D-tiny-cache", nil)
+	d.maxGroup = 8
+	d.clearCache = true
+	d.e.f.tasks.m = map[string]cachedRecord{}
+	d.e.f.tasks.ring = make([]cacheSlot, 1+d.rng.IntN(4))
+	d.e.f.idRebuildSlack = uint64(d.rng.IntN(8))
+	d.e.f.idRebuildStep = 1 + d.rng.IntN(4)
+	// E: badger with 64 KiB memtables: a transaction takes about 100
+	// writes, so the writer splits entries and groups (ErrTxnTooBig).
+	e := newFSM("E-split", openSmallDB)
+	e.maxGroup = 32
+	r.vs = []*detFSM{a, b, c, d, e}
+
+	g := newDetGen(t, seed, r.ref.e)
+	const checkEvery = 97
+	for i := 1; i <= entries; i++ {
+		l := g.entry()
+		r.byIndex[l.Index] = len(r.logs)
+		r.logs = append(r.logs, l)
+		r.applyGroup(r.ref, len(r.logs)-1, len(r.logs)-1)
+		g.applied(l, r.events[l.Index])
+		g.taskSum += len(g.tasks)
+		flush := i%checkEvery == 0 || i == entries
+		for _, v := range r.vs {
+			r.feed(v, flush)
+		}
+		if flush {
+			r.compare()
+		}
+	}
+	g.resync(true)
+	stats := fmt.Sprintf("%d entries to index %d, %d commands; %d tasks, %d keys at the end (%.1f tasks on average); A %d batches, %d task cache hits; B %d restarts, %d restores of its own snapshot; C %d snapshots restored, %d batches; D cache of %d, %d id filter rebuilds; E %d commits for %d batches",
+		entries, g.idx, g.commands, r.ref.e.f.TotalTasks(), len(dumpDB(t, r.ref.e.db)), float64(g.taskSum)/float64(entries), a.batches, a.e.f.tasks.hits,
+		b.restartsDone, b.restores, c.restores, c.batches, len(d.e.f.tasks.ring), d.rebuildsDone, e.commits, e.batches)
+	// A restart of every replica (a clean stop for some) changes nothing,
+	// and the entries raft re-delivers after it are skipped.
+	for i, v := range append([]*detFSM{r.ref}, r.vs...) {
+		if i%2 == 0 {
+			if err := v.e.f.SaveHandlerCounts(); err != nil {
+				t.Fatalf("%s: save counts: %v", v.name, err)
+			}
+		}
+		r.restart(v)
+		r.replayApplied(v)
+	}
+	r.compare()
+	t.Log(stats)
+	t.Logf("commands (applied/all): %s", kindStats(r.logs, r.results))
+}
+
+// openFSM opens v's badger and FSM.
+func (v *detFSM) openFSM() {
+	e := v.e
+	if v.open == nil {
+		e.open()
+	} else {
+		e.db = v.open(e.dir)
+		f, err := Open(e.db)
+		if err != nil {
+			e.t.Fatalf("%s: open: %v", v.name, err)
+		}
+		e.f = f
+	}
+	e.f.SetObserver(v.rec)
+	e.f.commitTxn = func(txn *badger.Txn) error { v.commits++; return txn.Commit() }
+}
+
+// openSmallDB opens badger with 64 KiB memtables, so that about 100
+// writes fill a transaction (badger's limit is 15 % of a memtable).
+func openSmallDB(dir string) *badger.DB {
+	opts := badger.DefaultOptions(dir).
+		WithLogger(nil).
+		WithMemTableSize(64 << 10).
+		WithValueThreshold(1 << 10).
+		WithValueLogFileSize(1 << 20).
+		WithBaseTableSize(64 << 10).
+		WithNumMemtables(2).
+		WithNumCompactors(2).
+		WithSyncWrites(false).
+		WithDetectConflicts(false).
+		WithMetricsEnabled(false)
+	db, err := badger.Open(opts)
+	if err != nil {
+		panic(err)
+	}
+	return db
+}
+
+// feed lets v apply the log as far as it goes (all of it with flush),
+// as its grouping and its restarts or restores decide.
+func (r *detRun) feed(v *detFSM, flush bool) {
+	end := len(r.logs)
+	if v.maxGroup == 0 {
+		for v.pos < end {
+			if v.restarts && v.rng.IntN(150) == 0 {
+				r.restartWithSnapshot(v)
+				continue
+			}
+			r.applyGroup(v, v.pos, v.pos)
+			if v.restarts && v.rng.IntN(60) == 0 {
+				v.ownSnap = r.snapshotOf(v, false)
+			}
+		}
+		return
+	}
+	if v.fromSnapshots && !flush && v.rng.IntN(120) == 0 {
+		r.restore(v, r.snapshotOf(r.vs[0], v.rng.IntN(2) == 0))
+	}
+	for v.pos < end {
+		if v.group == 0 {
+			v.group = 1 + v.rng.IntN(v.maxGroup)
+		}
+		n := end - v.pos
+		if n < v.group && !flush {
+			return
+		}
+		r.applyGroup(v, v.pos, v.pos+min(n, v.group)-1)
+		v.group = 0
+	}
+}
+
+// applyGroup applies the log's entries at positions i to j to v (one
+// ApplyBatch, or one Apply or StoreConfiguration per entry) and checks
+// each response and the events against the reference's; the reference
+// keeps its own. An entry at or below the applied index must respond nil
+// and hand no event.
+func (r *detRun) applyGroup(v *detFSM, i, j int) {
+	r.t.Helper()
+	logs := r.logs[i : j+1]
+	before := len(v.rec.calls)
+	wasApplied := v.e.f.AppliedIndex()
+	resps := make([]any, len(logs))
+	if v.maxGroup == 0 {
+		for k, l := range logs {
+			if l.Type == raft.LogConfiguration {
+				v.e.f.StoreConfiguration(l.Index, raftConfiguration())
+				continue
+			}
+			resps[k] = v.e.f.Apply(l)
+		}
+	} else {
+		if v.clearCache && v.rng.IntN(2) == 0 {
+			v.e.f.tasks.clear()
+		}
+		rebuilding := v.e.f.rebuild != nil
+		resps = v.e.f.ApplyBatch(logs)
+		if rebuilding && v.e.f.rebuild == nil {
+			v.rebuildsDone++
+		}
+		v.batches++
+	}
+	if got, want := v.e.f.AppliedIndex(), max(wasApplied, logs[len(logs)-1].Index); got != want {
+		r.t.Fatalf("%s: applied %d after entries %d-%d, want %d", v.name, got, logs[0].Index, logs[len(logs)-1].Index, want)
+	}
+	got := map[uint64][]Event{}
+	for _, c := range v.rec.calls[before:] {
+		if _, dup := got[c.index]; dup {
+			r.t.Fatalf("%s: events of entry %d handed twice", v.name, c.index)
+		}
+		got[c.index] = c.events
+	}
+	v.rec.calls = v.rec.calls[:before]
+	for k, l := range logs {
+		switch {
+		case l.Index <= wasApplied:
+			if resps[k] != nil || got[l.Index] != nil {
+				r.t.Fatalf("%s: entry %d at or below the applied index %d answered %s, events %s", v.name, l.Index, wasApplied, detJSON(resps[k]), detJSON(got[l.Index]))
+			}
+		case v == r.ref:
+			r.results[l.Index], r.events[l.Index] = resps[k], got[l.Index]
+		case !reflect.DeepEqual(resps[k], r.results[l.Index]):
+			r.t.Fatalf("%s: entry %d responds differently from R (seed %d)\nentry: %s\ngot:  %s\nwant: %s",
+				v.name, l.Index, r.seed, detEntryString(l), detJSON(resps[k]), detJSON(r.results[l.Index]))
+		case !reflect.DeepEqual(got[l.Index], r.events[l.Index]):
+			r.t.Fatalf("%s: entry %d hands the observer other events than R (seed %d)\nentry: %s\ngot:  %s\nwant: %s",
+				v.name, l.Index, r.seed, detEntryString(l), detJSON(got[l.Index]), detJSON(r.events[l.Index]))
+		}
+	}
+	v.pos = max(v.pos, j+1)
+}
+
+// appliedAt is the index of the entry before position pos (0 at the
+// start).
+func (r *detRun) appliedAt(pos int) uint64 {
+	if pos == 0 {
+		return 0
+	}
+	return r.logs[pos-1].Index
+}
+
+// restart closes and opens v's badger and FSM, as a node's restart does.
+func (r *detRun) restart(v *detFSM) {
+	r.t.Helper()
+	if err := v.e.db.Close(); err != nil {
+		r.t.Fatalf("%s: close badger: %v", v.name, err)
+	}
+	v.e.db = nil
+	v.openFSM()
+	v.restartsDone++
+	if got, want := v.e.f.AppliedIndex(), r.appliedAt(v.pos); got != want {
+		r.t.Fatalf("%s: applied %d after a restart, want %d", v.name, got, want)
+	}
+}
+
+// restartWithSnapshot restarts v, after SaveHandlerCounts half the time
+// (a clean stop), then either restores the snapshot of its own it took
+// last (a third of the time, when it has one) and goes on from there, or
+// is handed again entries it applied before.
+func (r *detRun) restartWithSnapshot(v *detFSM) {
+	r.t.Helper()
+	if v.rng.IntN(2) == 0 {
+		if err := v.e.f.SaveHandlerCounts(); err != nil {
+			r.t.Fatalf("%s: save counts: %v", v.name, err)
+		}
+	}
+	r.restart(v)
+	if v.ownSnap != nil && v.rng.IntN(3) == 0 {
+		r.restore(v, v.ownSnap)
+		return
+	}
+	r.replayApplied(v)
+}
+
+// replayApplied hands v again up to the last 5 entries it applied, as
+// raft replays the entries after its snapshot: each must respond nil,
+// hand no event and change nothing.
+func (r *detRun) replayApplied(v *detFSM) {
+	r.t.Helper()
+	k := v.pos - 1
+	if k < 0 {
+		return
+	}
+	before := dumpDB(r.t, v.e.db)
+	r.applyGroup(v, max(0, k-v.rng.IntN(5)), k)
+	if d := diffDumps(dumpDB(r.t, v.e.db), before); d != "" {
+		r.t.Fatalf("%s: entries re-delivered up to %d changed the state:\n%s", v.name, r.logs[k].Index, d)
+	}
+}
+
+// snapshotOf returns a snapshot stream of v's state. With later, v
+// applies a group of entries between Snapshot and Persist (raft persists
+// while the FSM goes on): the stream holds the state at Snapshot.
+func (r *detRun) snapshotOf(v *detFSM, later bool) []byte {
+	r.t.Helper()
+	snap, err := v.e.f.Snapshot()
+	if err != nil {
+		r.t.Fatalf("%s: snapshot: %v", v.name, err)
+	}
+	if later && v.maxGroup > 0 && v.pos < len(r.logs) {
+		r.applyGroup(v, v.pos, min(v.pos+v.rng.IntN(v.maxGroup), len(r.logs)-1))
+		v.group = 0
+	}
+	return persist(r.t, snap)
+}
+
+// restore restores stream into v, checks that the observer heard of it,
+// and sets v to apply the entries after the snapshot's index.
+func (r *detRun) restore(v *detFSM, stream []byte) {
+	r.t.Helper()
+	before := len(v.rec.calls)
+	if err := v.e.f.Restore(io.NopCloser(bytes.NewReader(stream))); err != nil {
+		r.t.Fatalf("%s: restore: %v", v.name, err)
+	}
+	v.restores++
+	idx := v.e.f.AppliedIndex()
+	calls := v.rec.calls[before:]
+	if len(calls) != 1 || calls[0].index != idx || len(calls[0].events) != 1 || !calls[0].events[0].Restored {
+		r.t.Fatalf("%s: restore to %d told the observer %+v", v.name, idx, calls)
+	}
+	v.rec.calls = v.rec.calls[:before]
+	v.pos, v.group = 0, 0
+	if idx > 0 {
+		v.pos = r.byIndex[idx] + 1
+	}
+}
+
+// compare checks every replica against the reference at index idx: the
+// applied index, every badger key and value, the counts per state and
+// per handler, those counts against a count of the stored records, and
+// the indexes (checkIndexes).
+func (r *detRun) compare() {
+	r.t.Helper()
+	ref := r.ref
+	idx := ref.e.f.AppliedIndex()
+	want := dumpDB(r.t, ref.e.db)
+	r.checkStoredCounts(ref)
+	ref.e.checkIndexes()
+	for _, v := range r.vs {
+		if got := v.e.f.AppliedIndex(); got != idx {
+			r.t.Fatalf("%s: applied %d, want %d", v.name, got, idx)
+		}
+		got := dumpDB(r.t, v.e.db)
+		if d := diffDumps(got, want); d != "" {
+			r.t.Fatalf("%s: state at %d differs from R's (seed %d):\n%s%s", v.name, idx, r.seed, d, detDumpDiff(got, want))
+		}
+		if g, w := v.e.f.Counts(), ref.e.f.Counts(); g != w {
+			r.t.Fatalf("%s: counts at %d %v, want %v", v.name, idx, g, w)
+		}
+		if g, w := v.e.f.HandlerCounts(), ref.e.f.HandlerCounts(); !reflect.DeepEqual(g, w) {
+			r.t.Fatalf("%s: counts per handler at %d\n%v\nwant %v", v.name, idx, g, w)
+		}
+		r.checkStoredCounts(v)
+		v.e.checkIndexes()
+		if r.t.Failed() {
+			r.t.FailNow()
+		}
+	}
+}
+
+// checkStoredCounts compares v's counts per state and per handler with a
+// count of the task records in its badger.
+func (r *detRun) checkStoredCounts(v *detFSM) {
+	r.t.Helper()
+	hc := map[string][numStates]int64{}
+	var states [numStates]int64
+	err := v.e.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = prefixTask
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var tk Task
+			if err := it.Item().Value(func(b []byte) error { return decodeRecord(b, &tk) }); err != nil {
+				return err
+			}
+			c := hc[tk.Spec.Handler]
+			c[tk.State]++
+			hc[tk.Spec.Handler] = c
+			states[tk.State]++
+		}
+		return nil
+	})
+	if err != nil {
+		r.t.Fatalf("%s: count tasks: %v", v.name, err)
+	}
+	if got := v.e.f.Counts(); got != states {
+		r.t.Fatalf("%s: counts %v, the stored tasks %v", v.name, got, states)
+	}
+	if got := v.e.f.HandlerCounts(); !reflect.DeepEqual(got, hc) && (len(got) != 0 || len(hc) != 0) {
+		r.t.Fatalf("%s: counts per handler\n%v\nthe stored tasks\n%v", v.name, got, hc)
+	}
+}
+
+// detDumpDiff shows up to 5 differing values of two dumps, task and
+// flow records decoded.
+func detDumpDiff(got, want map[string]string) string {
+	var keys []string
+	for k, v := range got {
+		if w, ok := want[k]; !ok || w != v {
+			keys = append(keys, k)
+		}
+	}
+	for k := range want {
+		if _, ok := got[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i == 5 {
+			break
+		}
+		fmt.Fprintf(&b, "key %q:\n  got:  %s\n  want: %s\n", k, detValue(k, got), detValue(k, want))
+	}
+	return b.String()
+}
+
+func detValue(k string, d map[string]string) string {
+	v, ok := d[k]
+	if !ok {
+		return "(absent)"
+	}
+	var rec any
+	switch {
+	case strings.HasPrefix(k, string(prefixTask)):
+		rec = new(Task)
+	case strings.HasPrefix(k, string(prefixFlow)):
+		rec = new(Flow)
+	case strings.HasPrefix(k, string(prefixHistory)):
+		rec = new(RunRecord)
+	}
+	if rec != nil && decodeRecord([]byte(v), rec) == nil {
+		return detJSON(rec)
+	}
+	return strconv.Quote(v)
+}
+
+func detJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%+v", v)
+	}
+	return string(b)
+}
+
+func detEntryString(l *raft.Log) string {
+	if l.Type != raft.LogCommand {
+		return fmt.Sprintf("(%v entry)", l.Type)
+	}
+	cmds, err := DecodeEntry(l.Data)
+	if err != nil {
+		return err.Error()
+	}
+	return detJSON(cmds)
+}
+
+// detGen writes the log: entries of 1 to 8 commands over a small pool of
+// task ids, flows and nodes, most of them valid for the state the
+// reference replica holds (and for what the entry's earlier commands did
+// to it), some stale, some repeated, as leaders propose them.
+type detGen struct {
+	t     testing.TB
+	rng   *rand.Rand
+	ref   *env
+	idx   uint64
+	now   int64
+	pool  []string
+	specs map[string]Spec
+	flows map[string]FlowSpec
+	// tasks are the reference's tasks after the last entry; pending are
+	// those the current entry changed so far (nil: deleted), as the
+	// lifecycle's functions tell.
+	tasks    map[string]*Task
+	pending  map[string]*Task
+	focus    []string  // ids the last entry touched
+	force    string    // the id the next command is about, if it can be
+	last     []Command // the last entry's commands
+	commands int
+	taskSum  int // tasks after each entry, summed
+}
+
+var (
+	detHandlers = []string{"mail", "pay.card", "pay.bank", "report", "img"}
+	detNodes    = []string{"n1", "n2", "n3"}
+	detPatterns = []string{"*", "pay.*", "mail", "report", "img", "h.*", "pay.card"}
+	detFlowIDs  = []string{"f0", "f1", "f2", "f3"}
+)
+
+func newDetGen(t testing.TB, seed uint64, ref *env) *detGen {
+	g := &detGen{t: t, rng: rand.New(rand.NewPCG(seed, 0x67656e)), ref: ref, now: 1_000_000,
+		specs: map[string]Spec{}, flows: map[string]FlowSpec{}, tasks: map[string]*Task{}}
+	n := 30 + g.rng.IntN(31)
+	for i := range n {
+		g.pool = append(g.pool, fmt.Sprintf("t%02d", i))
+	}
+	return g
+}
+
+// entry returns the next entry of the log.
+func (g *detGen) entry() *raft.Log {
+	g.idx++
+	if g.rng.IntN(30) == 0 { // no-op and barrier entries never reach the FSM
+		g.idx += uint64(1 + g.rng.IntN(2))
+	}
+	g.now += int64(1 + g.rng.IntN(1500))
+	if g.rng.IntN(100) == 0 {
+		g.last = nil
+		return &raft.Log{Index: g.idx, Term: 1, Type: raft.LogConfiguration, Data: raft.EncodeConfiguration(raftConfiguration())}
+	}
+	n := 1
+	if g.rng.IntN(2) == 0 {
+		n = 2 + g.rng.IntN(7)
+	}
+	g.pending = map[string]*Task{}
+	g.force = ""
+	if len(g.focus) > 0 && g.rng.IntN(5) < 2 {
+		g.force = g.focus[g.rng.IntN(len(g.focus))]
+	}
+	var cmds []Command
+	for len(cmds) < n {
+		if g.rng.IntN(12) == 0 && (len(cmds) > 0 || len(g.last) > 0) {
+			// The same command again, from this entry or the last.
+			from := append(slices.Clone(g.last), cmds...)
+			c := from[g.rng.IntN(len(from))]
+			g.model(&c)
+			cmds = append(cmds, c)
+			continue
+		}
+		c := g.command()
+		g.model(&c)
+		cmds = append(cmds, c)
+		g.force = ""
+		if id := cmdTaskID(&c); id != "" && g.rng.IntN(100) < 35 {
+			g.force = id // the next command is about it too (a fire, then its complete)
+		}
+	}
+	g.last = cmds
+	g.commands += len(cmds)
+	return &raft.Log{Index: g.idx, Term: 1, Type: raft.LogCommand, Data: mustEncode(g.t, cmds...)}
+}
+
+// applied brings the generator's view in step with the reference after
+// it applied l: the tasks the entry's commands name or its events
+// changed (and the parents of shards, which change without an event of
+// their own) are read again; every 50 entries all of them.
+func (g *detGen) applied(l *raft.Log, evs []Event) {
+	g.focus = g.focus[:0]
+	if l.Type != raft.LogCommand {
+		return
+	}
+	cmds, err := DecodeEntry(l.Data)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	touched := map[string]bool{}
+	for i := range cmds {
+		if id := cmdTaskID(&cmds[i]); id != "" {
+			touched[id] = true
+			if !slices.Contains(g.focus, id) {
+				g.focus = append(g.focus, id)
+			}
+		}
+		if p := cmds[i].Purge; p != nil {
+			for _, pt := range p.Tasks {
+				touched[pt.ID] = true
+			}
+		}
+	}
+	for _, ev := range evs {
+		if ev.Task != nil {
+			touched[ev.Task.ID] = true
+			if parent, _, _, ok := ParseShardID(ev.Task.ID); ok {
+				touched[parent] = true
+			}
+		}
+	}
+	for id := range touched {
+		tk, err := g.ref.f.Task(id)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			delete(g.tasks, id)
+		case err != nil:
+			g.t.Fatal(err)
+		default:
+			g.tasks[id] = tk
+		}
+	}
+	if l.Index%50 == 0 {
+		g.resync(true)
+	}
+}
+
+// resync reads every task of the reference; with check, it fails when
+// the view kept by applied missed a change (a task changed by an entry
+// that neither named it nor told an event of it).
+func (g *detGen) resync(check bool) {
+	all := map[string]*Task{}
+	err := g.ref.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = prefixTask
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			tk := new(Task)
+			if err := it.Item().Value(func(b []byte) error { return decodeRecord(b, tk) }); err != nil {
+				return err
+			}
+			all[tk.ID] = tk
+		}
+		return nil
+	})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	if check && !reflect.DeepEqual(all, g.tasks) {
+		for id, tk := range all {
+			if !reflect.DeepEqual(tk, g.tasks[id]) {
+				g.t.Fatalf("task %s changed without a command or event naming it:\n%s\nwas %s", id, detJSON(tk), detJSON(g.tasks[id]))
+			}
+		}
+		for id := range g.tasks {
+			if all[id] == nil {
+				g.t.Fatalf("task %s deleted without a command or event naming it", id)
+			}
+		}
+	}
+	g.tasks = all
+}
+
+// cur is task id as the entry so far leaves it (nil: none).
+func (g *detGen) cur(id string) *Task {
+	if t, ok := g.pending[id]; ok {
+		return t
+	}
+	return g.tasks[id]
+}
+
+// ids lists the ids of the tasks there are (or were, in this entry), sorted.
+func (g *detGen) ids() []string {
+	out := make([]string, 0, len(g.tasks)+len(g.pending))
+	for id := range g.tasks {
+		out = append(out, id)
+	}
+	for id := range g.pending {
+		if _, ok := g.tasks[id]; !ok {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// pick returns a task for which ok holds: the forced one when it does,
+// else one of the last entry's half the time, else any.
+func (g *detGen) pick(ok func(*Task) bool) (string, *Task) {
+	if g.force != "" {
+		if t := g.cur(g.force); t != nil && ok(t) {
+			return g.force, t
+		}
+	}
+	if len(g.focus) > 0 && g.rng.IntN(2) == 0 {
+		id := g.focus[g.rng.IntN(len(g.focus))]
+		if t := g.cur(id); t != nil && ok(t) {
+			return id, t
+		}
+	}
+	var cands []string
+	for _, id := range g.ids() {
+		if t := g.cur(id); t != nil && ok(t) {
+			cands = append(cands, id)
+		}
+	}
+	if len(cands) == 0 {
+		return "", nil
+	}
+	id := cands[g.rng.IntN(len(cands))]
+	return id, g.cur(id)
+}
+
+func isWaiting(t *Task) bool  { return t.State == StateWaiting }
+func isRunning(t *Task) bool  { return t.State == StateRunning && !t.AwaitingShards() }
+func isTerminal(t *Task) bool { return t.State.Terminal() }
+func anyTask(*Task) bool      { return true }
+
+// command returns the next command: of the kind that suits the forced
+// task's state when there is one, else of a random kind.
+func (g *detGen) command() Command {
+	for {
+		kind := g.kind()
+		var c Command
+		var ok bool
+		switch kind {
+		case "submit":
+			c, ok = g.submit()
+		case "fire":
+			c, ok = g.fire()
+		case "complete":
+			c, ok = g.complete()
+		case "cancel":
+			c, ok = g.cancel()
+		case "retry":
+			c, ok = g.retry()
+		case "lease":
+			c, ok = g.lease()
+		case "purge":
+			c, ok = g.purge()
+		case "pause":
+			c, ok = g.pause()
+		case "node":
+			c, ok = g.node(), true
+		case "executor":
+			c, ok = g.executor(), true
+		case "flow":
+			c, ok = g.flow()
+		case "alertdone":
+			c, ok = g.alertDone(), true
+		}
+		if ok {
+			return c
+		}
+		g.force = ""
+	}
+}
+
+func (g *detGen) kind() string {
+	if g.force != "" {
+		t := g.cur(g.force)
+		switch {
+		case t == nil:
+			return "submit"
+		case t.State == StateWaiting:
+			return []string{"fire", "fire", "fire", "fire", "fire", "cancel", "pause", "submit"}[g.rng.IntN(8)]
+		case t.State == StateRunning:
+			return []string{"complete", "complete", "complete", "lease", "cancel"}[g.rng.IntN(5)]
+		default:
+			return []string{"purge", "retry", "submit", "submit", "cancel"}[g.rng.IntN(5)]
+		}
+	}
+	weights := []struct {
+		kind string
+		w    int
+	}{
+		{"submit", 20}, {"fire", 20}, {"complete", 22}, {"cancel", 3}, {"retry", 4}, {"lease", 5},
+		{"purge", 4}, {"pause", 4}, {"node", 2}, {"executor", 2}, {"flow", 5}, {"alertdone", 2},
+	}
+	total := 0
+	for _, w := range weights {
+		total += w.w
+	}
+	n := g.rng.IntN(total)
+	for _, w := range weights {
+		if n < w.w {
+			return w.kind
+		}
+		n -= w.w
+	}
+	panic("unreachable")
+}
+
+// newSpec returns a spec for id: a plain, recurring (every or cron) or
+// sharded task by the id's place in the pool, with random details.
+func (g *detGen) newSpec(id string) Spec {
+	n, _ := strconv.Atoi(strings.TrimPrefix(id, "t"))
+	h := detHandlers[n%len(detHandlers)]
+	if g.rng.IntN(5) == 0 {
+		h = detHandlers[g.rng.IntN(len(detHandlers))]
+	}
+	s := Spec{Handler: h, Priority: g.rng.IntN(3), TimeoutNs: 30e9, MaxAttempts: 1 + g.rng.IntN(3)}
+	switch g.rng.IntN(10) {
+	case 0:
+	case 1:
+		s.Payload = []byte{}
+	default:
+		s.Payload = []byte(`{"v":` + strconv.Itoa(g.rng.IntN(4)) + `}`)
+	}
+	switch n % 8 {
+	case 0:
+		s.EveryNs = 60e9
+	case 1:
+		s.Cron = "*/5 * * * *"
+		if g.rng.IntN(2) == 0 {
+			s.Timezone = "Europe/Paris"
+		}
+	case 2:
+		if g.rng.IntN(2) == 0 {
+			s.Shards = &Shards{Count: 1 + g.rng.IntN(3)}
+		} else {
+			s.Shards = &Shards{Ask: true, Max: 1 + g.rng.IntN(4)}
+		}
+		if g.rng.IntN(3) == 0 {
+			s.EveryNs = 120e9
+		}
+	}
+	if g.rng.IntN(6) == 0 {
+		s.RetentionNs = int64(1+g.rng.IntN(3600)) * 1e9
+	}
+	if g.rng.IntN(8) == 0 {
+		s.Labels = map[string]string{"team": strconv.Itoa(g.rng.IntN(2))}
+	}
+	if g.rng.IntN(8) == 0 {
+		s.Backoff = &Backoff{InitialNs: 1e9, MaxNs: 60e9, Multiplier: 2, Jitter: 0.1}
+	}
+	if g.rng.IntN(5) == 0 {
+		s.DelayNs = int64(g.rng.IntN(5000)) * 1e6
+	}
+	if g.rng.IntN(8) == 0 {
+		s.RouteKey = "k" + strconv.Itoa(g.rng.IntN(3))
+	}
+	return s
+}
+
+func (g *detGen) traced(s Spec) Spec {
+	if g.rng.IntN(3) == 0 { // not part of Equal: a resubmit from another trace is the same task
+		s.TraceParent = fmt.Sprintf("00-%032x-%016x-01", g.rng.Uint64(), g.rng.Uint64())
+	}
+	return s
+}
+
+func (g *detGen) submit() (Command, bool) {
+	var id string
+	switch {
+	case g.force != "" && !strings.HasPrefix(g.force, FlowStagePrefix) && !strings.HasPrefix(g.force, ShardPrefix):
+		id = g.force
+	case len(g.focus) > 0 && g.rng.IntN(3) == 0:
+		id = g.focus[g.rng.IntN(len(g.focus))]
+	default:
+		id = g.pool[g.rng.IntN(len(g.pool))]
+	}
+	if strings.HasPrefix(id, FlowStagePrefix) || strings.HasPrefix(id, ShardPrefix) {
+		return Command{}, false // the API reserves those ids
+	}
+	cur := g.cur(id)
+	canon, has := g.specs[id]
+	s := Submit{ID: id, AtMs: g.now}
+	switch k := g.rng.IntN(10); {
+	case k < 5 || cur == nil && !has: // a new task, or the same again
+		if !has {
+			canon = g.newSpec(id)
+			g.specs[id] = canon
+		}
+		s.Spec = g.traced(canon)
+	case k < 7: // another spec: a conflict
+		s.Spec = g.traced(g.newSpec(id))
+		if cur == nil {
+			g.specs[id] = s.Spec
+		}
+	default: // an overwrite
+		s.Spec = canon
+		if g.rng.IntN(3) != 0 {
+			s.Spec = g.newSpec(id)
+		}
+		s.Spec = g.traced(s.Spec)
+		s.Overwrite = true
+		g.specs[id] = s.Spec
+	}
+	s.DueMs = g.now + int64(g.rng.IntN(3000))
+	if s.Spec.Recurring() {
+		s.SlotMs = s.DueMs
+	}
+	return Command{Type: CmdSubmit, Submit: &s}, true
+}
+
+func (g *detGen) fire() (Command, bool) {
+	id, cur := g.pick(isWaiting)
+	if cur == nil {
+		return Command{}, false
+	}
+	f := Fire{ID: id, Epoch: cur.Epoch, Attempt: cur.Attempts + 1, Node: detNodes[g.rng.IntN(len(detNodes))],
+		AtMs: g.now, LeaseMs: g.now + 30000}
+	switch g.rng.IntN(16) {
+	case 0:
+		f.Attempt++
+	case 1:
+		f.Attempt--
+	case 2:
+		f.Epoch--
+	}
+	f.HistoryRuns = []int{0, 0, 0, 0, 0, 1, 2, -1}[g.rng.IntN(8)]
+	if g.rng.IntN(5) == 0 {
+		f.ParkedReason = []string{"paused", "concurrency", "rate"}[g.rng.IntN(3)]
+	}
+	return Command{Type: CmdFire, Fire: &f}, true
+}
+
+// nextSlot is the slot of a recurring task's next run after its slot
+// (0 a fifth of the time: the schedule ends).
+func (g *detGen) nextSlot(t *Task) (slot, due int64) {
+	if !t.Spec.Recurring() || g.rng.IntN(5) == 0 {
+		return 0, 0
+	}
+	period := int64(60000)
+	if t.Spec.EveryNs > 0 {
+		period = t.Spec.EveryNs / 1e6
+	}
+	slot = max(t.SlotMs, t.DueMs) + period
+	for slot <= g.now-10*period {
+		slot += period
+	}
+	due = slot
+	if slot < g.now && g.rng.IntN(2) == 0 {
+		due = g.now // a catch-up
+	}
+	return slot, due
+}
+
+func (g *detGen) complete() (Command, bool) {
+	id, cur := g.pick(isRunning)
+	if cur == nil {
+		if id, cur = g.pick(func(t *Task) bool { return t.State == StateRunning }); cur == nil {
+			return Command{}, false
+		}
+	}
+	outcomes := []Outcome{OutcomeSuccess, OutcomeSuccess, OutcomeSuccess, OutcomeRetryable, OutcomeRetryable,
+		OutcomePermanent, OutcomeTimeout, OutcomeBusy, OutcomeLost, OutcomeUnavailable}
+	c := Complete{ID: id, Epoch: cur.Epoch, Attempt: cur.Attempts, Outcome: outcomes[g.rng.IntN(len(outcomes))], AtMs: g.now}
+	switch g.rng.IntN(20) {
+	case 0, 1:
+		c.Epoch = 0 // an app's report
+	case 2:
+		c.Attempt--
+	case 3:
+		c.Attempt++
+	}
+	switch o := c.Outcome; {
+	case o == OutcomeSuccess:
+		c.NextSlotMs, c.NextDueMs = g.nextSlot(cur)
+		if cur.Spec.Shards != nil && g.rng.IntN(8) != 0 {
+			c.ShardCount = 1 + g.rng.IntN(4)
+		}
+		switch g.rng.IntN(4) {
+		case 0:
+			c.Result = []byte(`{"ok":` + strconv.Itoa(g.rng.IntN(9)) + `}`)
+		case 1:
+			c.Result, c.ResultBinary = []byte{0xff, byte(g.rng.IntN(256))}, true
+		}
+	case o.Failed():
+		c.Error = "error " + strconv.Itoa(g.rng.IntN(5))
+		c.RetryDueMs = g.now + int64(100+g.rng.IntN(5000))
+		if lastAttempt(cur, c.Attempt) {
+			c.NextSlotMs, c.NextDueMs = g.nextSlot(cur)
+		}
+	case o == OutcomePermanent:
+		c.Error = "bad request"
+	case o == OutcomeBusy:
+		c.RetryAfterMs = int64(g.rng.IntN(3000))
+		c.RetryDueMs = g.now + max(c.RetryAfterMs, 1000)
+	case o == OutcomeUnavailable:
+		if g.rng.IntN(5) == 0 { // a draining node hands the attempt back
+			c.RetryDueMs = cur.RunDueMs + 1
+		} else {
+			c.RetryAfterMs = int64(100 + g.rng.IntN(2000))
+			c.RetryDueMs = g.now + c.RetryAfterMs
+		}
+	}
+	c.Alert = g.rng.IntN(3) == 0
+	if g.rng.IntN(5) < 3 { // the delivering node's report
+		c.Executor = "x" + strconv.Itoa(g.rng.IntN(2))
+		c.HTTPStatus = 200
+		if c.Outcome != OutcomeSuccess {
+			c.HTTPStatus = 500
+		}
+		c.AppliedMs, c.StartedMs, c.EndedMs = g.now-5, g.now-3, g.now-1
+		c.DurationNs, c.QueueNs, c.ConnectNs = 2e6, int64(g.rng.IntN(3))*1e6, 1e5
+	}
+	c.FlowNextSlotMs = g.flowNextSlot(id)
+	return Command{Type: CmdComplete, Complete: &c}, true
+}
+
+// flowNextSlot is what the leader puts in a Complete or Cancel of a
+// stage of a cron flow (or of a shard of one): the flow's next slot.
+func (g *detGen) flowNextSlot(id string) int64 {
+	fid, ok := FlowOfTask(id)
+	if !ok {
+		return 0
+	}
+	fl, err := g.ref.f.Flow(fid)
+	if err != nil || fl.Spec.Cron == "" || fl.State.Terminal() || g.rng.IntN(5) == 0 {
+		return 0
+	}
+	return max(fl.SlotMs, g.now) + 300000
+}
+
+func (g *detGen) cancel() (Command, bool) {
+	id, _ := g.pick(anyTask)
+	if id == "" || g.rng.IntN(6) == 0 {
+		id = g.pool[g.rng.IntN(len(g.pool))]
+	}
+	return Command{Type: CmdCancel, Cancel: &Cancel{ID: id, AtMs: g.now, FlowNextSlotMs: g.flowNextSlot(id)}}, true
+}
+
+func (g *detGen) retry() (Command, bool) {
+	id, _ := g.pick(func(t *Task) bool { return t.State == StateDead || t.State == StateFailed })
+	if id == "" || g.rng.IntN(6) == 0 {
+		if id, _ = g.pick(anyTask); id == "" {
+			return Command{}, false
+		}
+	}
+	return Command{Type: CmdRetry, Retry: &Retry{ID: id, AtMs: g.now}}, true
+}
+
+func (g *detGen) lease() (Command, bool) {
+	id, cur := g.pick(func(t *Task) bool { return t.State == StateRunning })
+	if cur == nil {
+		return Command{}, false
+	}
+	l := Lease{ID: id, Attempt: cur.Attempts, GraceMs: 5000, AtMs: g.now}
+	if g.rng.IntN(6) == 0 {
+		l.Attempt--
+	}
+	return Command{Type: CmdLease, Lease: &l}, true
+}
+
+func (g *detGen) purge() (Command, bool) {
+	var p Purge
+	for range 1 + g.rng.IntN(4) {
+		id, cur := g.pick(isTerminal)
+		if g.rng.IntN(8) == 0 {
+			id, cur = g.pick(anyTask)
+		}
+		if cur == nil {
+			continue
+		}
+		pt := PurgeTask{ID: id, Epoch: cur.Epoch, FinishedMs: cur.FinishedMs}
+		switch g.rng.IntN(10) {
+		case 0:
+			pt.Epoch++
+		case 1:
+			pt.FinishedMs++
+		}
+		p.Tasks = append(p.Tasks, pt)
+	}
+	if g.rng.IntN(4) == 0 {
+		flows, _, err := g.ref.f.Flows("", 100)
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		for _, fl := range flows {
+			if fl.State.Terminal() || g.rng.IntN(4) == 0 {
+				pt := fl.FlowTarget()
+				if g.rng.IntN(8) == 0 {
+					pt.FinishedMs++
+				}
+				p.Flows = append(p.Flows, pt)
+			}
+		}
+	}
+	if len(p.Tasks) == 0 && len(p.Flows) == 0 {
+		return Command{}, false
+	}
+	return Command{Type: CmdPurge, Purge: &p}, true
+}
+
+func (g *detGen) pause() (Command, bool) {
+	p := Pause{Paused: g.rng.IntN(2) == 0, AtMs: g.now}
+	if g.rng.IntN(2) == 0 {
+		id, _ := g.pick(anyTask)
+		if id == "" {
+			id = g.pool[g.rng.IntN(len(g.pool))]
+		}
+		p.ID = id
+	} else {
+		hs := append(slices.Clone(detHandlers), "ghost", "h.A", "h.C")
+		p.Handler = hs[g.rng.IntN(len(hs))]
+	}
+	return Command{Type: CmdPause, Pause: &p}, true
+}
+
+func (g *detGen) node() Command {
+	id := detNodes[g.rng.IntN(len(detNodes))]
+	n := Node{ID: id, RaftAddr: "raft-" + id, PeerAddr: "peer-" + id, UpdateMs: g.now, Incarnation: "inc-" + strconv.Itoa(g.rng.IntN(2))}
+	for i := range g.rng.IntN(3) {
+		n.Executors = append(n.Executors, Executor{Name: "flag" + strconv.Itoa(i),
+			Handlers: []string{detPatterns[g.rng.IntN(len(detPatterns))]}, URL: "http://app/" + strconv.Itoa(i)})
+	}
+	return Command{Type: CmdNode, Node: &n}
+}
+
+func (g *detGen) executor() Command {
+	x := ExecutorChange{Node: detNodes[g.rng.IntN(len(detNodes))], AtMs: g.now, Remove: g.rng.IntN(3) == 0,
+		Executor: Executor{Name: "api" + strconv.Itoa(g.rng.IntN(3)), Handlers: []string{detPatterns[g.rng.IntN(len(detPatterns))]},
+			URL: "http://api", MaxConcurrency: g.rng.IntN(4)}}
+	if g.rng.IntN(10) == 0 {
+		x.Node = "n9"
+	}
+	return Command{Type: CmdExecutor, Executor: &x}
+}
+
+func (g *detGen) newFlowSpec() FlowSpec {
+	st := func(name string, deps ...string) FlowStage {
+		s := FlowStage{Name: name, Spec: Spec{Handler: "h." + name, Payload: []byte(`{"s":"` + name + `"}`),
+			TimeoutNs: 30e9, MaxAttempts: 1 + g.rng.IntN(2)}, DependsOn: deps, Continue: g.rng.IntN(5) == 0}
+		if g.rng.IntN(10) == 0 {
+			s.Spec.Shards = &Shards{Count: 2}
+		}
+		return s
+	}
+	var fs FlowSpec
+	switch g.rng.IntN(3) {
+	case 0:
+		fs.Stages = []FlowStage{st("A"), st("B", "A")}
+	case 1:
+		fs.Stages = []FlowStage{st("A"), st("B", "A"), st("C", "A"), st("D", "B", "C")}
+	default:
+		fs.Stages = []FlowStage{st("A"), st("C")}
+	}
+	switch g.rng.IntN(6) {
+	case 0:
+		fs.EveryNs = 60e9
+	case 1:
+		fs.Cron = "*/10 * * * *"
+	}
+	return fs
+}
+
+func (g *detGen) flow() (Command, bool) {
+	id := detFlowIDs[g.rng.IntN(len(detFlowIDs))]
+	if g.rng.IntN(5) == 0 {
+		return Command{Type: CmdFlow, Flow: &FlowSubmit{ID: id, Cancel: true, AtMs: g.now}}, true
+	}
+	fs, ok := g.flows[id]
+	if !ok || g.rng.IntN(6) == 0 {
+		fs = g.newFlowSpec()
+	}
+	if _, err := g.ref.f.Flow(id); errors.Is(err, ErrNotFound) {
+		g.flows[id] = fs
+	}
+	return Command{Type: CmdFlow, Flow: &FlowSubmit{ID: id, Spec: fs, DueMs: g.now + int64(g.rng.IntN(2000)), AtMs: g.now}}, true
+}
+
+func (g *detGen) alertDone() Command {
+	seq := uint64(1 + g.rng.IntN(40))
+	if alerts, err := g.ref.f.Alerts(0, 20); err == nil && len(alerts) > 0 && g.rng.IntN(4) != 0 {
+		seq = alerts[g.rng.IntN(len(alerts))].Seq
+	}
+	return Command{Type: CmdAlertDone, AlertDone: &AlertDone{Seq: seq}}
+}
+
+// model moves the entry's view of the task c is about as the lifecycle's
+// functions move it (the side effects on flows and shards are left to
+// the next read of the reference).
+func (g *detGen) model(c *Command) {
+	switch c.Type {
+	case CmdSubmit:
+		if t, _ := submitTask(g.cur(c.Submit.ID), c.Submit, g.idx); t != nil {
+			g.pending[c.Submit.ID] = t
+		}
+	case CmdFire:
+		if cur := g.cur(c.Fire.ID); cur != nil {
+			if t, _ := fireTask(cur, c.Fire); t != nil {
+				g.pending[c.Fire.ID] = t
+			}
+		}
+	case CmdComplete:
+		if cur := g.cur(c.Complete.ID); cur != nil {
+			if t, _, err := completeTask(cur, c.Complete); err == nil && t != nil {
+				g.pending[c.Complete.ID] = t
+			}
+		}
+	case CmdCancel:
+		if cur := g.cur(c.Cancel.ID); cur != nil {
+			if t, _ := cancelTask(cur, c.Cancel); t != nil {
+				g.pending[c.Cancel.ID] = t
+			}
+		}
+	case CmdRetry:
+		if cur := g.cur(c.Retry.ID); cur != nil {
+			if t, _ := retryTask(cur, c.Retry); t != nil {
+				g.pending[c.Retry.ID] = t
+			}
+		}
+	case CmdLease:
+		if cur := g.cur(c.Lease.ID); cur != nil {
+			if t, _ := leaseTask(cur, c.Lease); t != nil {
+				g.pending[c.Lease.ID] = t
+			}
+		}
+	case CmdPause:
+		if c.Pause.ID != "" {
+			if cur := g.cur(c.Pause.ID); cur != nil {
+				if t, _ := pauseTask(cur, c.Pause); t != nil {
+					g.pending[c.Pause.ID] = t
+				}
+			}
+		}
+	case CmdPurge:
+		for _, pt := range c.Purge.Tasks {
+			if cur := g.cur(pt.ID); cur != nil && cur.State.Terminal() && cur.Epoch == pt.Epoch && cur.FinishedMs == pt.FinishedMs &&
+				!strings.HasPrefix(pt.ID, FlowStagePrefix) {
+				g.pending[pt.ID] = nil
+			}
+		}
+	}
+}
+
+// cmdTaskID is the id of the task c is about, "" for other commands.
+func cmdTaskID(c *Command) string {
+	switch c.Type {
+	case CmdSubmit:
+		return c.Submit.ID
+	case CmdFire:
+		return c.Fire.ID
+	case CmdComplete:
+		return c.Complete.ID
+	case CmdCancel:
+		return c.Cancel.ID
+	case CmdRetry:
+		return c.Retry.ID
+	case CmdLease:
+		return c.Lease.ID
+	case CmdPause:
+		return c.Pause.ID
+	}
+	return ""
+}
+
+// kindStats counts the commands of logs by type, and those that took
+// effect by their result (no code; a submit that created, a purge that
+// deleted).
+func kindStats(logs []*raft.Log, results map[uint64]any) string {
+	names := map[CommandType]string{CmdSubmit: "submit", CmdCancel: "cancel", CmdFire: "fire", CmdComplete: "complete",
+		CmdNode: "node", CmdExecutor: "executor", CmdRetry: "retry", CmdLease: "lease", CmdPurge: "purge", CmdPause: "pause",
+		CmdFlow: "flow", CmdAlertDone: "alertdone"}
+	all, ok := map[CommandType]int{}, map[CommandType]int{}
+	for _, l := range logs {
+		rs, _ := results[l.Index].([]Result)
+		if rs == nil {
+			continue
+		}
+		cmds, _ := DecodeEntry(l.Data)
+		for i, c := range cmds {
+			all[c.Type]++
+			x := rs[i]
+			switch {
+			case x.Code != "":
+			case c.Type == CmdSubmit && !x.Created:
+			case c.Type == CmdPurge && x.PurgedCount()+x.PurgedFlowCount() == 0:
+			default:
+				ok[c.Type]++
+			}
+		}
+	}
+	var b strings.Builder
+	for t := CmdSubmit; t <= CmdAlertDone; t++ {
+		fmt.Fprintf(&b, "%s %d/%d ", names[t], ok[t], all[t])
+	}
+	return b.String()
+}
