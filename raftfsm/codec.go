@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"bytes"
 	"encoding/binary"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -21,7 +22,8 @@ import (
 // as nil. So the stored records, Raft log entries and snapshots are the
 // same as before, and a node of an older version reads them. The rare
 // nested values (Backoff, Labels, Shards, ShardRun) and every other command
-// type are still written by msgpack.Marshal, into the same buffer.
+// type are still written by msgpack.Marshal, into the same buffer, with the
+// keys of maps in increasing order (marshalSorted).
 //
 // Reading: decodeTaskFast and decodeCommandFast read what those write, and
 // every other encoding of the same values msgpack would accept the same way
@@ -146,13 +148,34 @@ func (m *mapWriter) end(b []byte) []byte {
 	return b
 }
 
-// appendReflect writes v with msgpack.Marshal: the rare nested values.
+// appendReflect writes v with msgpack's reflection (marshalSorted): the
+// rare nested values.
 func appendReflect(b []byte, v any) ([]byte, error) {
-	m, err := msgpack.Marshal(v)
+	m, err := marshalSorted(v)
 	if err != nil {
 		return b, err
 	}
 	return append(b, m...), nil
+}
+
+// marshalSorted is msgpack.Marshal with the keys of maps in increasing
+// order. msgpack.Marshal writes a map in Go's random iteration order, so
+// two replicas applying the same log stored a task's labels
+// (Spec.Labels, a map of two keys or more) in different bytes, and so did
+// one replica each time it wrote the record again. The order is one of
+// those msgpack.Marshal writes, and every reader takes any order.
+func marshalSorted(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := msgpack.GetEncoder()
+	enc.Reset(&buf)
+	enc.SetSortMapKeys(true)
+	err := enc.Encode(v)
+	enc.SetSortMapKeys(false)
+	msgpack.PutEncoder(enc)
+	if err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // appendSpec writes s as msgpack.Marshal writes a Spec.

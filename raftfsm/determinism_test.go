@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/hashicorp/raft"
@@ -69,6 +70,44 @@ func TestDeterminismAcrossReplicas(t *testing.T) {
 	}
 }
 
+// Labels, a map, are stored with their keys in increasing order, so that
+// every replica stores the same bytes for the same log. msgpack.Marshal
+// writes a map in Go's random iteration order: replicas applying one
+// submit stored a task's labels (and a flow stage's) in different orders,
+// and so did one replica each time it wrote the record again (found by
+// TestDeterminismAcrossReplicas).
+func TestLabelsStoredInKeyOrder(t *testing.T) {
+	s := spec("h", "p")
+	s.Labels = map[string]string{}
+	var sorted []byte // the labels as msgpack writes them in key order
+	sorted = append(sorted, 0x88)
+	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		s.Labels[k] = "v"
+		sorted = append(sorted, 0xa1, k[0], 0xa1, 'v')
+	}
+	cmds := []Command{flowCmd("f", FlowSpec{Stages: []FlowStage{{Name: "A", Spec: s}}}, 5000, 1000)}
+	for i := range 8 {
+		cmds = append(cmds, submitCmd("t"+strconv.Itoa(i), s, 5000, 1000))
+	}
+	one, two := newEnv(t), newEnv(t)
+	one.apply(1, cmds...)
+	two.apply(1, cmds...)
+	for i := range 8 { // each record written again
+		id := "t" + strconv.Itoa(i)
+		one.apply1(uint64(2+i), fireCmd(id, 1, 1, "n1", 5000, 40000))
+		two.apply1(uint64(2+i), fireCmd(id, 1, 1, "n1", 5000, 40000))
+	}
+	got, want := one.dump(), two.dump()
+	if d := diffDumps(got, want); d != "" {
+		t.Fatalf("two replicas of one log store other bytes:\n%s", d)
+	}
+	for k, v := range got {
+		if (strings.HasPrefix(k, "t/") || strings.HasPrefix(k, "ws/")) && !strings.Contains(v, string(sorted)) {
+			t.Errorf("%q: labels not in key order: %q", k, v)
+		}
+	}
+}
+
 // detFSM is one replica of the differential test: an FSM over its own
 // badger, fed the log in its own way.
 type detFSM struct {
@@ -93,8 +132,11 @@ type detFSM struct {
 	fromSnapshots bool
 	// clearCache: drop the task cache before half the batches.
 	clearCache bool
+	// faults: commits fail now and then (nothing written, or written and
+	// reported failed), and are retried (a node with a failing disk).
+	faults bool
 	// for the log
-	batches, restartsDone, restores, commits, rebuildsDone int
+	batches, restartsDone, restores, commits, rebuildsDone, faultsDone int
 }
 
 // detRun is one seed's run: the log so far, the reference replica's
@@ -148,8 +190,10 @@ func runDeterminism(t *testing.T, seed uint64, entries int) {
 	d.e.f.idRebuildStep = 1 + d.rng.IntN(4)
 	// E: badger with 64 KiB memtables: a transaction takes about 100
 	// writes, so the writer splits entries and groups (ErrTxnTooBig).
-	e := newFSM("E-split", openSmallDB)
+	// Its commits fail now and then, and are retried.
+	e := newFSM("E-split-faults", openSmallDB)
 	e.maxGroup = 32
+	e.faults = true
 	r.vs = []*detFSM{a, b, c, d, e}
 
 	g := newDetGen(t, seed, r.ref.e)
@@ -170,9 +214,9 @@ func runDeterminism(t *testing.T, seed uint64, entries int) {
 		}
 	}
 	g.resync(true)
-	stats := fmt.Sprintf("%d entries to index %d, %d commands; %d tasks, %d keys at the end (%.1f tasks on average); A %d batches, %d task cache hits; B %d restarts, %d restores of its own snapshot; C %d snapshots restored, %d batches; D cache of %d, %d id filter rebuilds; E %d commits for %d batches",
+	stats := fmt.Sprintf("%d entries to index %d, %d commands; %d tasks, %d keys at the end (%.1f tasks on average); A %d batches, %d task cache hits; B %d restarts, %d restores of its own snapshot; C %d snapshots restored, %d batches; D cache of %d, %d id filter rebuilds; E %d commits (%d failed) for %d batches",
 		entries, g.idx, g.commands, r.ref.e.f.TotalTasks(), len(dumpDB(t, r.ref.e.db)), float64(g.taskSum)/float64(entries), a.batches, a.e.f.tasks.hits,
-		b.restartsDone, b.restores, c.restores, c.batches, len(d.e.f.tasks.ring), d.rebuildsDone, e.commits, e.batches)
+		b.restartsDone, b.restores, c.restores, c.batches, len(d.e.f.tasks.ring), d.rebuildsDone, e.commits, e.faultsDone, e.batches)
 	// A restart of every replica (a clean stop for some) changes nothing,
 	// and the entries raft re-delivers after it are skipped.
 	for i, v := range append([]*detFSM{r.ref}, r.vs...) {
@@ -203,7 +247,27 @@ func (v *detFSM) openFSM() {
 		e.f = f
 	}
 	e.f.SetObserver(v.rec)
-	e.f.commitTxn = func(txn *badger.Txn) error { v.commits++; return txn.Commit() }
+	seen := map[*badger.Txn]int{}
+	e.f.commitTxn = func(txn *badger.Txn) error {
+		v.commits++
+		if !v.faults {
+			return txn.Commit()
+		}
+		seen[txn]++
+		switch {
+		case v.commits%11 == 0: // in badger, yet reported failed
+			v.faultsDone++
+			if err := txn.Commit(); err != nil {
+				e.t.Errorf("%s: real commit: %v", v.name, err)
+			}
+			return fmt.Errorf("sync: %w", errNoSpace)
+		case seen[txn] == 1 && v.commits%7 == 0: // a full disk, nothing written
+			v.faultsDone++
+			return errNoSpace
+		}
+		return txn.Commit()
+	}
+	e.f.sleep = func(time.Duration) {}
 }
 
 // openSmallDB opens badger with 64 KiB memtables, so that about 100
@@ -502,7 +566,13 @@ func detDumpDiff(got, want map[string]string) string {
 		if i == 5 {
 			break
 		}
-		fmt.Fprintf(&b, "key %q:\n  got:  %s\n  want: %s\n", k, detValue(k, got), detValue(k, want))
+		g, w := detValue(k, got), detValue(k, want)
+		if g == w {
+			g, w = strconv.Quote(got[k]), strconv.Quote(want[k])
+			fmt.Fprintf(&b, "key %q: the same record in other bytes:\n  got:  %s\n  want: %s\n", k, g, w)
+			continue
+		}
+		fmt.Fprintf(&b, "key %q:\n  got:  %s\n  want: %s\n", k, g, w)
 	}
 	return b.String()
 }
@@ -520,6 +590,8 @@ func detValue(k string, d map[string]string) string {
 		rec = new(Flow)
 	case strings.HasPrefix(k, string(prefixHistory)):
 		rec = new(RunRecord)
+	case strings.HasPrefix(k, string(prefixFlowStage)):
+		rec = new(FlowStage)
 	}
 	if rec != nil && decodeRecord([]byte(v), rec) == nil {
 		return detJSON(rec)
@@ -888,6 +960,9 @@ func (g *detGen) newSpec(id string) Spec {
 	}
 	if g.rng.IntN(8) == 0 {
 		s.Labels = map[string]string{"team": strconv.Itoa(g.rng.IntN(2))}
+		for _, k := range []string{"env", "tier", "zone"}[:g.rng.IntN(4)] {
+			s.Labels[k] = strconv.Itoa(g.rng.IntN(2))
+		}
 	}
 	if g.rng.IntN(8) == 0 {
 		s.Backoff = &Backoff{InitialNs: 1e9, MaxNs: 60e9, Multiplier: 2, Jitter: 0.1}
@@ -1183,6 +1258,9 @@ func (g *detGen) newFlowSpec() FlowSpec {
 			TimeoutNs: 30e9, MaxAttempts: 1 + g.rng.IntN(2)}, DependsOn: deps, Continue: g.rng.IntN(5) == 0}
 		if g.rng.IntN(10) == 0 {
 			s.Spec.Shards = &Shards{Count: 2}
+		}
+		if g.rng.IntN(8) == 0 {
+			s.Spec.Labels = map[string]string{"flow": "1", "stage": name}
 		}
 		return s
 	}

@@ -302,7 +302,8 @@ func (n *Node) ExecutorFor(handler string) *Executor {
 const recordVersion = 1
 
 // encodeRecord writes v's record: the version byte, then v as
-// msgpack.Marshal writes it (a *Task without reflection: codec.go).
+// msgpack.Marshal writes it, the keys of maps in increasing order
+// (marshalSorted; a *Task without reflection: codec.go).
 func encodeRecord(v any) ([]byte, error) {
 	if t, ok := v.(*Task); ok {
 		return appendTask(append(make([]byte, 0, taskSize(t)), recordVersion), t)
@@ -310,7 +311,7 @@ func encodeRecord(v any) ([]byte, error) {
 	if r, ok := v.(*RunRecord); ok {
 		return appendRunRecord(append(make([]byte, 0, runRecordSize(r)), recordVersion), r), nil
 	}
-	b, err := msgpack.Marshal(v)
+	b, err := marshalSorted(v)
 	if err != nil {
 		return nil, err
 	}
