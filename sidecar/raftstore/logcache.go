@@ -49,6 +49,10 @@ type tailCache struct {
 	// sizes, when set, records the data length of every entry written
 	// (not only the cached ones) until DeleteRange deletes it.
 	sizes *entrySizes
+	// suffixDeleted, when set, is told of each DeleteRange that removes a
+	// suffix of the log (a follower dropping entries its leader replaced:
+	// lo is above the first index), before it runs.
+	suffixDeleted func(lo, hi uint64)
 }
 
 // newTailCache wraps s with a cache of its newest maxN entries and about
@@ -133,6 +137,11 @@ func (c *tailCache) dropHead(n int) {
 // DeleteRange deletes [lo, hi] from the store and from the cache (and the
 // sizes) first, so no deleted entry is ever answered from memory.
 func (c *tailCache) DeleteRange(lo, hi uint64) error {
+	if c.suffixDeleted != nil {
+		if first, err := c.LogStore.FirstIndex(); err == nil && lo > first {
+			c.suffixDeleted(lo, hi)
+		}
+	}
 	if c.sizes != nil {
 		c.sizes.deleted(lo, hi)
 	}

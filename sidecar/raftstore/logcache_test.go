@@ -3,9 +3,14 @@ package raftstore
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
+
+	"github.com/axsched/ax/internal/fsmtest"
+	"github.com/axsched/ax/raftfsm"
 )
 
 // failingLogStore refuses writes while fail is set.
@@ -172,5 +177,49 @@ func BenchmarkTailCacheGetLog(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// DeleteRange tells suffixDeleted of a suffix deletion (a follower's
+// conflicting entries), not of a compaction of the log's head.
+func TestTailCacheReportsSuffixDeletions(t *testing.T) {
+	c := newTailCache(raft.NewInmemStore(), 8, 1<<20)
+	var got [][2]uint64
+	c.suffixDeleted = func(lo, hi uint64) { got = append(got, [2]uint64{lo, hi}) }
+	var ls []*raft.Log
+	for i := uint64(1); i <= 20; i++ {
+		ls = append(ls, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand})
+	}
+	if err := c.StoreLogs(ls); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteRange(1, 5); err != nil { // compaction
+		t.Fatal(err)
+	}
+	if err := c.DeleteRange(15, 20); err != nil { // a conflicting suffix
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != [2]uint64{15, 20} {
+		t.Fatalf("suffixDeleted calls %v, want [[15 20]]", got)
+	}
+}
+
+// A suffix deleted from above the applied index is raft's usual repair of
+// a follower's log; one from at or below it means the node applied an
+// entry the cluster replaced: an error line and the counter.
+func TestSuffixDeletedBelowAppliedIsReported(t *testing.T) {
+	f := fsmtest.Open(t)
+	for i := uint64(1); i <= 10; i++ {
+		fsmtest.Apply(t, f, i, raftfsm.Command{Type: raftfsm.CmdPause, Pause: &raftfsm.Pause{Handler: "h", Paused: i%2 == 1, AtMs: int64(i)}})
+	}
+	var buf bytes.Buffer
+	st := &Store{FSM: f, log: zerolog.New(&buf)}
+	st.checkSuffixDeleted(11, 20)
+	if st.appliedReplaced.Load() != 0 || strings.Contains(buf.String(), `"level":"error"`) {
+		t.Fatalf("a suffix above the applied index reported: %d, %s", st.appliedReplaced.Load(), buf.String())
+	}
+	st.checkSuffixDeleted(10, 20)
+	if st.appliedReplaced.Load() != 1 || !strings.Contains(buf.String(), `"level":"error"`) || !strings.Contains(buf.String(), `"applied":10`) {
+		t.Fatalf("a suffix from the applied index not reported: %d, %s", st.appliedReplaced.Load(), buf.String())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -93,10 +94,13 @@ type Store struct {
 	// LogWriting tells whether the Raft log is being written.
 	LogWriting LogWriting
 
-	logStore  *wal.WAL
-	sizes     entrySizes // of the entries written to logStore (trailingForBytes)
-	transport raft.Transport
-	snaps     *gatedSnapshotStore
+	logStore *wal.WAL
+	sizes    entrySizes // of the entries written to logStore (trailingForBytes)
+	// appliedReplaced counts the log suffixes raft deleted from at or
+	// below the applied index (checkSuffixDeleted).
+	appliedReplaced atomic.Uint64
+	transport       raft.Transport
+	snaps           *gatedSnapshotStore
 }
 
 // OpenState opens badger in DataDir/state, the FSM over it and the
@@ -186,6 +190,7 @@ func (st *Store) StartRaft(advertise func() (net.Addr, error)) error {
 	logs := newTailCache(guardedLogStore{st.logStore, st.Guard, &st.LogStats}, tailCacheEntries, tailCacheBytes)
 	logs.writing = &st.LogWriting
 	logs.sizes = &st.sizes
+	logs.suffixDeleted = st.checkSuffixDeleted
 	st.Raft, err = raft.NewRaft(rc, st.FSM, logs, guardedStableStore{st.logStore, st.Guard}, snaps, st.transport)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
@@ -214,6 +219,9 @@ func (st *Store) raftConfig(hlog hclog.Logger) *raft.Config {
 // snapshot gate (registered by the node).
 func (st *Store) Collectors() []prometheus.Collector {
 	cs := st.Guard.Collectors()
+	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_applied_entries_replaced_total",
+		Help: "Times raft deleted log entries this node had already applied (a leader replaced them): always 0 unless a bug made this node apply an uncommitted entry."},
+		func() float64 { return float64(st.appliedReplaced.Load()) }))
 	if st.snaps != nil {
 		cs = append(cs, st.snaps.Collectors()...)
 	}
@@ -298,3 +306,22 @@ func (b badgerLogger) Errorf(f string, a ...interface{})   { b.l.Error().Msgf("b
 func (b badgerLogger) Warningf(f string, a ...interface{}) { b.l.Warn().Msgf("badger: "+f, a...) }
 func (b badgerLogger) Infof(string, ...interface{})        {}
 func (b badgerLogger) Debugf(string, ...interface{})       {}
+
+// checkSuffixDeleted is told when raft deletes the log from index lo on (a
+// follower whose entries from lo conflict with its new leader's). Raft
+// never replaces a committed entry, so lo is always above the applied
+// index; an entry at or below it that is replaced means this node applied
+// an entry the cluster did not commit, and its state now differs from the
+// others'. That is logged as an error (once per deletion) with the
+// figures, and counted in ax_raft_applied_entries_replaced_total: it is a
+// bug, and the log line is where its cause can be found.
+func (st *Store) checkSuffixDeleted(lo, hi uint64) {
+	applied := st.FSM.AppliedIndex()
+	if lo > applied {
+		st.log.Debug().Uint64("from", lo).Uint64("to", hi).Uint64("applied", applied).Msg("raft log suffix deleted")
+		return
+	}
+	st.appliedReplaced.Add(1)
+	st.log.Error().Uint64("from", lo).Uint64("to", hi).Uint64("applied", applied).
+		Msg("raft deleted log entries this node had applied: its state may differ from the other nodes'")
+}
