@@ -137,19 +137,6 @@ func writeBoltGuard(dataDir string) error {
 	return syncDir(dataDir)
 }
 
-// openWAL opens (or creates) the WAL in dir, which must exist.
-//
-// raft-wal must be v0.4.1 or later: v0.4.0 marked a segment sealed in its
-// meta store when raft truncated the log's tail ("clearing log suffix",
-// after an election) without writing the segment's index, so the next
-// start failed on every entry of it ("sealed segment has no index
-// block", raft-wal#31: a node killed in the chaos e2e could not start
-// again); and its Close left the meta store's bolt file open, whose lock
-// blocked the next open in the same process for ever.
-func openWAL(dir string, hlog hclog.Logger) (*wal.WAL, error) {
-	return wal.Open(dir, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(hlog.Named("wal")))
-}
-
 // hasLogStore reports whether dataDir holds a Raft log: the WAL or the
 // bolt log of an earlier version (not the guard alone).
 func hasLogStore(dataDir string) bool {
