@@ -120,7 +120,10 @@ type detFSM struct {
 	// maxGroup bounds the entries of one ApplyBatch; 0 applies one entry
 	// at a time with Apply and StoreConfiguration (raft without batching).
 	maxGroup int
-	group    int // the size of the group being gathered
+	// bigGroups: an eighth of the groups take up to 400 entries more
+	// (ApplyBatch commits such a group in parts of batchFlushOps writes).
+	bigGroups bool
+	group     int // the size of the group being gathered
 	// restarts: close and open badger and the FSM between entries, half
 	// the time after SaveHandlerCounts, and now and then restore a
 	// snapshot of its own taken earlier (raft restores its newest
@@ -179,6 +182,9 @@ func (r *detRun) countEvents(evs []Event) {
 func runDeterminism(t *testing.T, seed uint64, entries int) {
 	r := &detRun{t: t, seed: seed, byIndex: map[uint64]int{}, results: map[uint64]any{}, events: map[uint64][]Event{}, seen: map[string]int{}}
 	hrng := rand.New(rand.NewPCG(seed, 0x68617276)) // the harness's choices
+	// Few pending alerts: the oldest are dropped as new ones come.
+	defer func(n int) { alertsPendingMax = n }(alertsPendingMax)
+	alertsPendingMax = 4
 	newFSM := func(name string, open func(string) *badger.DB) *detFSM {
 		v := &detFSM{name: name, e: &env{t: t, dir: t.TempDir()}, open: open, rec: &recorder{},
 			rng: rand.New(rand.NewPCG(hrng.Uint64(), hrng.Uint64()))}
@@ -192,9 +198,10 @@ func runDeterminism(t *testing.T, seed uint64, entries int) {
 	}
 	// R: the reference, one entry at a time; the generator reads it.
 	r.ref = newFSM("R", nil)
-	// A: ApplyBatch in groups of 1..64 entries.
+	// A: ApplyBatch in groups of 1..64 entries, some of up to 464.
 	a := newFSM("A-batch", nil)
 	a.maxGroup = 64
+	a.bigGroups = true
 	// B: one entry at a time, with restarts.
 	b := newFSM("B-restarts", nil)
 	b.restarts = true
@@ -239,8 +246,8 @@ func runDeterminism(t *testing.T, seed uint64, entries int) {
 		}
 	}
 	g.resync(true)
-	stats := fmt.Sprintf("%d entries to index %d, %d commands; %d tasks, %d keys at the end (%.1f tasks on average); A %d batches, %d task cache hits; B %d restarts, %d restores of its own snapshot; C %d snapshots restored, %d batches; D cache of %d, %d id filter rebuilds; E %d commits (%d failed) for %d batches",
-		entries, g.idx, g.commands, r.ref.e.f.TotalTasks(), len(dumpDB(t, r.ref.e.db)), float64(g.taskSum)/float64(entries), a.batches, a.e.f.tasks.hits,
+	stats := fmt.Sprintf("%d entries to index %d, %d commands; %d tasks, %d keys at the end (%.1f tasks on average); A %d batches in %d commits, %d task cache hits; B %d restarts, %d restores of its own snapshot; C %d snapshots restored, %d batches; D cache of %d, %d id filter rebuilds; E %d commits (%d failed) for %d batches",
+		entries, g.idx, g.commands, r.ref.e.f.TotalTasks(), len(dumpDB(t, r.ref.e.db)), float64(g.taskSum)/float64(entries), a.batches, a.commits, a.e.f.tasks.hits,
 		b.restartsDone, b.restores, c.restores, c.batches, len(d.e.f.tasks.ring), d.rebuildsDone, e.commits, e.faultsDone, e.batches)
 	// A restart of every replica (a clean stop for some) changes nothing,
 	// and the entries raft re-delivers after it are skipped.
@@ -340,6 +347,9 @@ func (r *detRun) feed(v *detFSM, flush bool) {
 	for v.pos < end {
 		if v.group == 0 {
 			v.group = 1 + v.rng.IntN(v.maxGroup)
+			if v.bigGroups && v.rng.IntN(8) == 0 {
+				v.group = v.maxGroup + v.rng.IntN(400) // past batchFlushOps writes
+			}
 		}
 		n := end - v.pos
 		if n < v.group && !flush {
@@ -718,6 +728,10 @@ func (g *detGen) entry() *raft.Log {
 	if len(g.focus) > 0 && g.rng.IntN(5) < 2 {
 		g.force = g.focus[g.rng.IntN(len(g.focus))]
 	}
+	chain := 35 // percent: the next command is about the same task
+	if g.rng.IntN(4) == 0 {
+		chain = 85 // a task's lifecycle in one entry
+	}
 	var cmds []Command
 	for len(cmds) < n {
 		if g.rng.IntN(12) == 0 && (len(cmds) > 0 || len(g.last) > 0) {
@@ -732,7 +746,7 @@ func (g *detGen) entry() *raft.Log {
 		g.model(&c)
 		cmds = append(cmds, c)
 		g.force = ""
-		if id := cmdTaskID(&c); id != "" && g.rng.IntN(100) < 35 {
+		if id := cmdTaskID(&c); id != "" && g.rng.IntN(100) < chain {
 			g.force = id // the next command is about it too (a fire, then its complete)
 		}
 	}
@@ -971,10 +985,13 @@ func (g *detGen) newSpec(id string) Spec {
 		h = detRare[g.rng.IntN(len(detRare))]
 	}
 	s := Spec{Handler: h, Priority: g.rng.IntN(3), TimeoutNs: 30e9, MaxAttempts: 1 + g.rng.IntN(3)}
-	switch g.rng.IntN(10) {
-	case 0:
-	case 1:
+	switch g.rng.IntN(40) {
+	case 0, 1, 2, 3:
+	case 4, 5, 6, 7:
 		s.Payload = []byte{}
+	case 8: // past E's value threshold: in badger's value log
+		s.Payload = bytes.Repeat([]byte{'x'}, 2000+g.rng.IntN(100))
+		s.PayloadBase64 = true
 	default:
 		s.Payload = []byte(`{"v":` + strconv.Itoa(g.rng.IntN(4)) + `}`)
 	}
