@@ -576,13 +576,17 @@ func (w *writer) finish(index uint64) error {
 			}
 		}
 	}
+	if err := w.set(keyApplied, binary.BigEndian.AppendUint64(nil, index)); err != nil {
+		return err
+	}
+	// Last, so that a split by any write above (the counts', the applied
+	// index's) is marked before this check (splitentry.go). Should the
+	// delete itself split, the marker outlives the applied index by one
+	// part: a stop then costs a recount, never wrong counts.
 	if w.splitMarked {
 		if err := w.del(keySplitEntry); err != nil {
 			return err
 		}
-	}
-	if err := w.set(keyApplied, binary.BigEndian.AppendUint64(nil, index)); err != nil {
-		return err
 	}
 	w.commit()
 	return nil
