@@ -20,22 +20,23 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// The differential test of the FSM's determinism: one randomized log,
-// applied by FSMs that differ in everything a node may differ in but the
-// log (how raft groups the entries, restarts, snapshot restores, the task
-// cache's contents, the id filter's rebuilds, badger's transaction
-// splits), must leave the same badger state, counts, responses and
-// observer events on every one of them.
-//
-// AX_DETERMINISM_SEED replays one seed (AX_DETERMINISM_SEEDS runs that
-// many from it), AX_DETERMINISM_ENTRIES sets the log's length.
-
-// detDefaultSeeds and detDefaultEntries keep the test at a few seconds
-// (and under ~20 s with -race).
+// detDefaultSeeds and detDefaultEntries keep TestDeterminismAcrossReplicas
+// at a few seconds (and under ~20 s with -race).
 var detDefaultSeeds = []uint64{1, 2}
 
 const detDefaultEntries = 800
 
+// TestDeterminismAcrossReplicas is the differential test of the FSM's
+// determinism: one randomized log (seeded: detGen), applied by FSMs that
+// differ in everything a node may differ in but the log (how raft groups
+// the entries, restarts, snapshot restores, the task cache's contents,
+// the id filter's rebuilds, badger's transaction splits, failed commits),
+// must give the same response to each entry and hand the observer the
+// same events, and leave the same badger keys and values, counts per
+// state and per handler, applied index and snapshot bytes (runDeterminism).
+//
+// AX_DETERMINISM_SEED replays one seed (AX_DETERMINISM_SEEDS runs that
+// many from it), AX_DETERMINISM_ENTRIES sets the log's length.
 func TestDeterminismAcrossReplicas(t *testing.T) {
 	seeds := detDefaultSeeds
 	entries := detDefaultEntries
@@ -113,7 +114,7 @@ func TestLabelsStoredInKeyOrder(t *testing.T) {
 type detFSM struct {
 	name string
 	e    *env
-	open func(dir string) *badger.DB // nil: OpenDB
+	open func(dir string) (*badger.DB, error) // nil: OpenDB
 	rec  *recorder
 	rng  *rand.Rand
 	pos  int // the position in the log of the next entry it applies
@@ -128,8 +129,9 @@ type detFSM struct {
 	// the time after SaveHandlerCounts, and now and then restore a
 	// snapshot of its own taken earlier (raft restores its newest
 	// snapshot at start and replays the entries after it).
-	restarts bool
-	ownSnap  []byte
+	restarts   bool
+	ownSnap    []byte
+	ownSnapIdx uint64 // ownSnap's applied index
 	// fromSnapshots: now and then take the state from a snapshot of
 	// another replica (a follower sent InstallSnapshot).
 	fromSnapshots bool
@@ -154,6 +156,7 @@ type detRun struct {
 	ref     *detFSM
 	vs      []*detFSM
 	seen    map[string]int // what the reference's events show, for the log
+	kinds   detKinds
 }
 
 // countEvents counts what the reference's events show happened: shards
@@ -179,13 +182,23 @@ func (r *detRun) countEvents(evs []Event) {
 	}
 }
 
+// runDeterminism writes seed's log of entries entries, one at a time,
+// applying each to the reference R (Apply, one entry at a time: the
+// generator reads it) and feeding it to five replicas: A (ApplyBatch in
+// random groups), B (Apply with restarts, saved counts and restores of
+// its own snapshots), C (batches, and snapshots of A restored now and
+// then), D (a tiny task cache, dropped often; the id filter rebuilt over
+// and over), E (transactions split by a small badger; failed commits).
+// Each response and each entry's events are checked as applied; all of
+// them flush and compare every 97 entries, and again after a restart of
+// every one.
 func runDeterminism(t *testing.T, seed uint64, entries int) {
 	r := &detRun{t: t, seed: seed, byIndex: map[uint64]int{}, results: map[uint64]any{}, events: map[uint64][]Event{}, seen: map[string]int{}}
 	hrng := rand.New(rand.NewPCG(seed, 0x68617276)) // the harness's choices
 	// Few pending alerts: the oldest are dropped as new ones come.
 	defer func(n int) { alertsPendingMax = n }(alertsPendingMax)
 	alertsPendingMax = 4
-	newFSM := func(name string, open func(string) *badger.DB) *detFSM {
+	newFSM := func(name string, open func(string) (*badger.DB, error)) *detFSM {
 		v := &detFSM{name: name, e: &env{t: t, dir: t.TempDir()}, open: open, rec: &recorder{},
 			rng: rand.New(rand.NewPCG(hrng.Uint64(), hrng.Uint64()))}
 		v.openFSM()
@@ -243,6 +256,7 @@ func runDeterminism(t *testing.T, seed uint64, entries int) {
 		}
 		if flush {
 			r.compare()
+			r.prune()
 		}
 	}
 	g.resync(true)
@@ -262,7 +276,7 @@ func runDeterminism(t *testing.T, seed uint64, entries int) {
 	}
 	r.compare()
 	t.Log(stats)
-	t.Logf("commands (applied/all): %s", kindStats(r.logs, r.results))
+	t.Logf("commands (applied/all): %s", &r.kinds)
 	t.Logf("events: %v", r.seen)
 }
 
@@ -272,40 +286,40 @@ func (v *detFSM) openFSM() {
 	if v.open == nil {
 		e.open()
 	} else {
-		e.db = v.open(e.dir)
-		f, err := Open(e.db)
+		db, err := v.open(e.dir)
 		if err != nil {
+			e.t.Fatalf("%s: open badger: %v", v.name, err)
+		}
+		f, err := Open(db)
+		if err != nil {
+			db.Close()
 			e.t.Fatalf("%s: open: %v", v.name, err)
 		}
-		e.f = f
+		e.db, e.f = db, f
 	}
 	e.f.SetObserver(v.rec)
-	seen := map[*badger.Txn]int{}
 	e.f.commitTxn = func(txn *badger.Txn) error {
 		v.commits++
-		if !v.faults {
-			return txn.Commit()
-		}
-		seen[txn]++
 		switch {
+		case !v.faults:
 		case v.commits%11 == 0: // in badger, yet reported failed
 			v.faultsDone++
 			if err := txn.Commit(); err != nil {
 				e.t.Errorf("%s: real commit: %v", v.name, err)
 			}
 			return fmt.Errorf("sync: %w", errNoSpace)
-		case seen[txn] == 1 && v.commits%7 == 0: // a full disk, nothing written
+		case v.commits%7 == 0: // a full disk, nothing written
 			v.faultsDone++
 			return errNoSpace
 		}
 		return txn.Commit()
 	}
-	e.f.sleep = func(time.Duration) {}
+	e.f.sleep = func(time.Duration) {} // the retries' backoff
 }
 
 // openSmallDB opens badger with 64 KiB memtables, so that about 100
 // writes fill a transaction (badger's limit is 15 % of a memtable).
-func openSmallDB(dir string) *badger.DB {
+func openSmallDB(dir string) (*badger.DB, error) {
 	opts := badger.DefaultOptions(dir).
 		WithLogger(nil).
 		WithMemTableSize(64 << 10).
@@ -317,11 +331,7 @@ func openSmallDB(dir string) *badger.DB {
 		WithSyncWrites(false).
 		WithDetectConflicts(false).
 		WithMetricsEnabled(false)
-	db, err := badger.Open(opts)
-	if err != nil {
-		panic(err)
-	}
-	return db
+	return badger.Open(opts)
 }
 
 // feed lets v apply the log as far as it goes (all of it with flush),
@@ -336,7 +346,7 @@ func (r *detRun) feed(v *detFSM, flush bool) {
 			}
 			r.applyGroup(v, v.pos, v.pos)
 			if v.restarts && v.rng.IntN(60) == 0 {
-				v.ownSnap = r.snapshotOf(v, false)
+				v.ownSnap, v.ownSnapIdx = r.snapshotOf(v, false), v.e.f.AppliedIndex()
 			}
 		}
 		return
@@ -410,6 +420,7 @@ func (r *detRun) applyGroup(v *detFSM, i, j int) {
 		case v == r.ref:
 			r.results[l.Index], r.events[l.Index] = resps[k], got[l.Index]
 			r.countEvents(got[l.Index])
+			r.kinds.add(l, resps[k])
 		case !reflect.DeepEqual(resps[k], r.results[l.Index]):
 			r.t.Fatalf("%s: entry %d responds differently from R (seed %d)\nentry: %s\ngot:  %s\nwant: %s",
 				v.name, l.Index, r.seed, detEntryString(l), detJSON(resps[k]), detJSON(r.results[l.Index]))
@@ -555,6 +566,26 @@ func (r *detRun) compare() {
 	}
 }
 
+// prune drops the reference's responses and events of the entries no
+// replica will apply again (a long run's memory): those up to B's own
+// snapshot, the oldest state a replica may go back to (the others are
+// at the reference's index, and C restores snapshots of A, which is
+// there too).
+func (r *detRun) prune() {
+	low := r.ref.e.f.AppliedIndex()
+	for _, v := range r.vs {
+		if v.restarts {
+			low = min(low, v.ownSnapIdx)
+		}
+	}
+	for idx := range r.results {
+		if idx <= low {
+			delete(r.results, idx)
+			delete(r.events, idx)
+		}
+	}
+}
+
 // checkStoredCounts compares v's counts per state and per handler with a
 // count of the task records in its badger.
 func (r *detRun) checkStoredCounts(v *detFSM) {
@@ -620,6 +651,8 @@ func detDumpDiff(got, want map[string]string) string {
 	return b.String()
 }
 
+// detValue is the value of key k in dump d for a failure message: a
+// task, flow, run or stage record decoded, anything else quoted.
 func detValue(k string, d map[string]string) string {
 	v, ok := d[k]
 	if !ok {
@@ -642,6 +675,7 @@ func detValue(k string, d map[string]string) string {
 	return strconv.Quote(v)
 }
 
+// detJSON is v in JSON for a failure message.
 func detJSON(v any) string {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -650,6 +684,7 @@ func detJSON(v any) string {
 	return string(b)
 }
 
+// detEntryString is the commands of l in JSON for a failure message.
 func detEntryString(l *raft.Log) string {
 	if l.Type != raft.LogCommand {
 		return fmt.Sprintf("(%v entry)", l.Type)
@@ -698,6 +733,8 @@ var (
 	detFlowIDs  = []string{"f0", "f1", "f2", "f3"}
 )
 
+// newDetGen returns the generator of seed's log, reading the reference
+// replica ref, with a pool of 30 to 60 task ids.
 func newDetGen(t testing.TB, seed uint64, ref *env) *detGen {
 	g := &detGen{t: t, rng: rand.New(rand.NewPCG(seed, 0x67656e)), ref: ref, now: 1_000_000,
 		specs: map[string]Spec{}, flows: map[string]FlowSpec{}, tasks: map[string]*Task{}}
@@ -893,6 +930,7 @@ func (g *detGen) pick(ok func(*Task) bool) (string, *Task) {
 	return id, g.cur(id)
 }
 
+// Predicates of pick.
 func isWaiting(t *Task) bool  { return t.State == StateWaiting }
 func isRunning(t *Task) bool  { return t.State == StateRunning && !t.AwaitingShards() }
 func isTerminal(t *Task) bool { return t.State.Terminal() }
@@ -938,6 +976,8 @@ func (g *detGen) command() Command {
 	}
 }
 
+// kind chooses the kind of the next command: by the forced task's state
+// when there is one, else by weight.
 func (g *detGen) kind() string {
 	if g.force != "" {
 		t := g.cur(g.force)
@@ -1034,6 +1074,7 @@ func (g *detGen) newSpec(id string) Spec {
 	return s
 }
 
+// traced gives s a random trace context a third of the time.
 func (g *detGen) traced(s Spec) Spec {
 	if g.rng.IntN(3) == 0 { // not part of Equal: a resubmit from another trace is the same task
 		s.TraceParent = fmt.Sprintf("00-%032x-%016x-01", g.rng.Uint64(), g.rng.Uint64())
@@ -1041,6 +1082,8 @@ func (g *detGen) traced(s Spec) Spec {
 	return s
 }
 
+// submit writes a submit of a pool id: a new task or its spec again
+// (half the time), another spec (a conflict), or an overwrite.
 func (g *detGen) submit() (Command, bool) {
 	var id string
 	switch {
@@ -1085,6 +1128,8 @@ func (g *detGen) submit() (Command, bool) {
 	return Command{Type: CmdSubmit, Submit: &s}, true
 }
 
+// fire writes the Fire of a WAITING task's next attempt, stale one time in
+// six (another attempt or epoch).
 func (g *detGen) fire() (Command, bool) {
 	id, cur := g.pick(isWaiting)
 	if cur == nil {
@@ -1128,6 +1173,10 @@ func (g *detGen) nextSlot(t *Task) (slot, due int64) {
 	return slot, due
 }
 
+// complete writes the Complete of a RUNNING task's attempt with any
+// stored outcome, as the leader prepares it (retry due times, the next
+// run of a recurring task, shards, alerts, the node's report), now and
+// then an app's report (epoch 0) or stale.
 func (g *detGen) complete() (Command, bool) {
 	id, cur := g.pick(isRunning)
 	if cur == nil {
@@ -1205,6 +1254,7 @@ func (g *detGen) flowNextSlot(id string) int64 {
 	return max(fl.SlotMs, g.now) + 300000
 }
 
+// cancel writes a Cancel of any task, or of a pool id.
 func (g *detGen) cancel() (Command, bool) {
 	id, _ := g.pick(anyTask)
 	if id == "" || g.rng.IntN(6) == 0 {
@@ -1213,6 +1263,7 @@ func (g *detGen) cancel() (Command, bool) {
 	return Command{Type: CmdCancel, Cancel: &Cancel{ID: id, AtMs: g.now, FlowNextSlotMs: g.flowNextSlot(id)}}, true
 }
 
+// retry writes a Retry, mostly of a DEAD or FAILED task.
 func (g *detGen) retry() (Command, bool) {
 	id, _ := g.pick(func(t *Task) bool { return t.State == StateDead || t.State == StateFailed })
 	if id == "" || g.rng.IntN(6) == 0 {
@@ -1223,6 +1274,7 @@ func (g *detGen) retry() (Command, bool) {
 	return Command{Type: CmdRetry, Retry: &Retry{ID: id, AtMs: g.now}}, true
 }
 
+// lease writes a Lease of a RUNNING task's attempt (now and then stale).
 func (g *detGen) lease() (Command, bool) {
 	id, cur := g.pick(func(t *Task) bool { return t.State == StateRunning })
 	if cur == nil {
@@ -1235,6 +1287,9 @@ func (g *detGen) lease() (Command, bool) {
 	return Command{Type: CmdLease, Lease: &l}, true
 }
 
+// purge writes a Purge of 1 to 4 tasks, finished ones with the epoch and
+// finish time the reference holds (now and then not), and a quarter of
+// the time of flows.
 func (g *detGen) purge() (Command, bool) {
 	var p Purge
 	for range 1 + g.rng.IntN(4) {
@@ -1275,6 +1330,8 @@ func (g *detGen) purge() (Command, bool) {
 	return Command{Type: CmdPurge, Purge: &p}, true
 }
 
+// pause writes a pause or resume of a task or of a handler (a rare one, an
+// unknown one).
 func (g *detGen) pause() (Command, bool) {
 	p := Pause{Paused: g.rng.IntN(2) == 0, AtMs: g.now}
 	if g.rng.IntN(2) == 0 {
@@ -1291,6 +1348,7 @@ func (g *detGen) pause() (Command, bool) {
 	return Command{Type: CmdPause, Pause: &p}, true
 }
 
+// node writes a node's record with 0 to 2 executors from its flags.
 func (g *detGen) node() Command {
 	id := detNodes[g.rng.IntN(len(detNodes))]
 	n := Node{ID: id, RaftAddr: "raft-" + id, PeerAddr: "peer-" + id, UpdateMs: g.now, Incarnation: "inc-" + strconv.Itoa(g.rng.IntN(2))}
@@ -1305,6 +1363,8 @@ func (g *detGen) node() Command {
 	return Command{Type: CmdNode, Node: &n}
 }
 
+// executor registers or removes an executor through the API, now and then
+// on an unknown node.
 func (g *detGen) executor() Command {
 	x := ExecutorChange{Node: detNodes[g.rng.IntN(len(detNodes))], AtMs: g.now, Remove: g.rng.IntN(3) == 0,
 		Executor: Executor{Name: "api" + strconv.Itoa(g.rng.IntN(3)), Handlers: []string{detPatterns[g.rng.IntN(len(detPatterns))]},
@@ -1315,6 +1375,8 @@ func (g *detGen) executor() Command {
 	return Command{Type: CmdExecutor, Executor: &x}
 }
 
+// newFlowSpec returns a flow of two or four stages (a chain, two roots, a
+// diamond), sometimes recurring.
 func (g *detGen) newFlowSpec() FlowSpec {
 	st := func(name string, deps ...string) FlowStage {
 		s := FlowStage{Name: name, Spec: Spec{Handler: "h." + name, Payload: []byte(`{"s":"` + name + `"}`),
@@ -1345,6 +1407,8 @@ func (g *detGen) newFlowSpec() FlowSpec {
 	return fs
 }
 
+// flow writes a flow's submit (its spec again, or another: a conflict)
+// or, a fifth of the time, its cancel.
 func (g *detGen) flow() (Command, bool) {
 	id := detFlowIDs[g.rng.IntN(len(detFlowIDs))]
 	if g.rng.IntN(5) == 0 {
@@ -1360,6 +1424,8 @@ func (g *detGen) flow() (Command, bool) {
 	return Command{Type: CmdFlow, Flow: &FlowSubmit{ID: id, Spec: fs, DueMs: g.now + int64(g.rng.IntN(2000)), AtMs: g.now}}, true
 }
 
+// alertDone writes the AlertDone of a pending alert, or of any sequence
+// number.
 func (g *detGen) alertDone() Command {
 	seq := uint64(1 + g.rng.IntN(40))
 	if alerts, err := g.ref.f.Alerts(0, 20); err == nil && len(alerts) > 0 && g.rng.IntN(4) != 0 {
@@ -1446,35 +1512,36 @@ func cmdTaskID(c *Command) string {
 	return ""
 }
 
-// kindStats counts the commands of logs by type, and those that took
+// detKinds counts the commands of the log by type, and those that took
 // effect by their result (no code; a submit that created, a purge that
 // deleted).
-func kindStats(logs []*raft.Log, results map[uint64]any) string {
-	names := map[CommandType]string{CmdSubmit: "submit", CmdCancel: "cancel", CmdFire: "fire", CmdComplete: "complete",
-		CmdNode: "node", CmdExecutor: "executor", CmdRetry: "retry", CmdLease: "lease", CmdPurge: "purge", CmdPause: "pause",
-		CmdFlow: "flow", CmdAlertDone: "alertdone"}
-	all, ok := map[CommandType]int{}, map[CommandType]int{}
-	for _, l := range logs {
-		rs, _ := results[l.Index].([]Result)
-		if rs == nil {
-			continue
-		}
-		cmds, _ := DecodeEntry(l.Data)
-		for i, c := range cmds {
-			all[c.Type]++
-			x := rs[i]
-			switch {
-			case x.Code != "":
-			case c.Type == CmdSubmit && !x.Created:
-			case c.Type == CmdPurge && x.PurgedCount()+x.PurgedFlowCount() == 0:
-			default:
-				ok[c.Type]++
-			}
+type detKinds struct{ all, ok [CmdAlertDone + 1]int }
+
+func (k *detKinds) add(l *raft.Log, resp any) {
+	rs, _ := resp.([]Result)
+	if rs == nil {
+		return
+	}
+	cmds, _ := DecodeEntry(l.Data)
+	for i, c := range cmds {
+		k.all[c.Type]++
+		switch x := rs[i]; {
+		case x.Code != "":
+		case c.Type == CmdSubmit && !x.Created:
+		case c.Type == CmdPurge && x.PurgedCount()+x.PurgedFlowCount() == 0:
+		default:
+			k.ok[c.Type]++
 		}
 	}
+}
+
+func (k *detKinds) String() string {
+	names := []string{CmdSubmit: "submit", CmdCancel: "cancel", CmdFire: "fire", CmdComplete: "complete",
+		CmdNode: "node", CmdExecutor: "executor", CmdRetry: "retry", CmdLease: "lease", CmdPurge: "purge", CmdPause: "pause",
+		CmdFlow: "flow", CmdAlertDone: "alertdone"}
 	var b strings.Builder
 	for t := CmdSubmit; t <= CmdAlertDone; t++ {
-		fmt.Fprintf(&b, "%s %d/%d ", names[t], ok[t], all[t])
+		fmt.Fprintf(&b, "%s %d/%d ", names[t], k.ok[t], k.all[t])
 	}
 	return b.String()
 }
