@@ -590,28 +590,7 @@ func (r *detRun) prune() {
 // count of the task records in its badger.
 func (r *detRun) checkStoredCounts(v *detFSM) {
 	r.t.Helper()
-	hc := map[string][numStates]int64{}
-	var states [numStates]int64
-	err := v.e.db.View(func(txn *badger.Txn) error {
-		opts := badger.DefaultIteratorOptions
-		opts.Prefix = prefixTask
-		it := txn.NewIterator(opts)
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			var tk Task
-			if err := it.Item().Value(func(b []byte) error { return decodeRecord(b, &tk) }); err != nil {
-				return err
-			}
-			c := hc[tk.Spec.Handler]
-			c[tk.State]++
-			hc[tk.Spec.Handler] = c
-			states[tk.State]++
-		}
-		return nil
-	})
-	if err != nil {
-		r.t.Fatalf("%s: count tasks: %v", v.name, err)
-	}
+	states, hc := storedTaskCounts(r.t, v.e.db)
 	if got := v.e.f.Counts(); got != states {
 		r.t.Fatalf("%s: counts %v, the stored tasks %v", v.name, got, states)
 	}

@@ -10,10 +10,11 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// recountStates counts the stored task records per state.
-func recountStates(t *testing.T, db *badger.DB) [numStates]int64 {
+// storedTaskCounts counts the task records in db per state and per
+// handler and state.
+func storedTaskCounts(t testing.TB, db *badger.DB) (states [numStates]int64, perHandler map[string][numStates]int64) {
 	t.Helper()
-	var out [numStates]int64
+	perHandler = map[string][numStates]int64{}
 	err := db.View(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
 		opts.Prefix = prefixTask
@@ -24,14 +25,24 @@ func recountStates(t *testing.T, db *badger.DB) [numStates]int64 {
 			if err := it.Item().Value(func(b []byte) error { return decodeRecord(b, &tk) }); err != nil {
 				return err
 			}
-			out[tk.State]++
+			c := perHandler[tk.Spec.Handler]
+			c[tk.State]++
+			perHandler[tk.Spec.Handler] = c
+			states[tk.State]++
 		}
 		return nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("count tasks: %v", err)
 	}
-	return out
+	return states, perHandler
+}
+
+// recountStates counts the stored task records per state.
+func recountStates(t *testing.T, db *badger.DB) [numStates]int64 {
+	t.Helper()
+	states, _ := storedTaskCounts(t, db)
+	return states
 }
 
 // An entry too big for one badger transaction commits in parts; when the
