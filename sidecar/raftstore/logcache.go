@@ -61,7 +61,8 @@ func newTailCache(s raft.LogStore, maxN, maxB int) *tailCache {
 	return &tailCache{LogStore: s, maxN: maxN, maxB: maxB}
 }
 
-// GetLog answers from memory when idx is cached, else from the store.
+// GetLog answers from memory when idx is cached, else from the store;
+// an index below the store's FirstIndex is raft.ErrLogNotFound.
 func (c *tailCache) GetLog(idx uint64, l *raft.Log) error {
 	c.mu.RLock()
 	if idx >= c.first && idx-c.first < uint64(len(c.ents)) {
@@ -72,6 +73,18 @@ func (c *tailCache) GetLog(idx uint64, l *raft.Log) error {
 	}
 	c.mu.RUnlock()
 	c.misses.Add(1)
+	if first, err := c.LogStore.FirstIndex(); err == nil && idx < first {
+		// raft-wal (v0.4.1) still answers entries a compaction deleted when
+		// they share a segment with the first one kept (its head truncation
+		// only moves the segment's MinIndex, and GetLog reads the tail
+		// segment without checking it). raft must see them as gone: a
+		// leader sends a follower a snapshot only when the entry before
+		// the follower's next one is not found, and with the stale entry
+		// it walked that follower's next index down one refused
+		// AppendEntries at a time instead (e2e
+		// TestSnapshot_LaggingFollowerCatchesUp).
+		return raft.ErrLogNotFound
+	}
 	return c.LogStore.GetLog(idx, l)
 }
 
