@@ -161,9 +161,11 @@ type gatedSnapshotStore struct {
 	// say, as for a snapshot installed from the leader) (SnapshotByBytes).
 	logBytesAtSnap atomic.Uint64
 	lastState      atomic.Uint64
-	lastSkipM      sync.Mutex
-	lastSkip       time.Time
-	now            func() time.Time
+	// newest is the highest index of a snapshot stored (newestIndex).
+	newest    atomic.Uint64
+	lastSkipM sync.Mutex
+	lastSkip  time.Time
+	now       func() time.Time
 }
 
 // errSnapshotSkipped is the error of a snapshot the gate refuses.
@@ -190,7 +192,68 @@ func (s *gatedSnapshotStore) Create(version raft.SnapshotVersion, index, term ui
 		done()
 		return nil, err
 	}
-	return &gatedSink{SnapshotSink: sink, s: s, tasks: tasks, dir: filepath.Join(s.dir, sink.ID()+".tmp"), done: sync.OnceFunc(done)}, nil
+	return &gatedSink{SnapshotSink: sink, s: s, index: index, tasks: tasks, dir: filepath.Join(s.dir, sink.ID()+".tmp"), done: sync.OnceFunc(done)}, nil
+}
+
+// keepNewestAnd removes every snapshot but the newest one (raft's order:
+// term, then index) and the one named written, which is older when a
+// leader installs a snapshot behind this node's newest. The raft store
+// under it keeps snapshotsRetained+1; this brings it back to
+// snapshotsRetained, and to two only while an older snapshot is the last
+// one written.
+//
+// With raft's own reaping to one, an older snapshot received from the
+// leader was deleted as its sink closed, before raft could restore it
+// ("failed to open snapshot"), and the leader sent it again and again:
+// the follower never caught up until the leader took a snapshot past the
+// follower's (e2e TestSnapshot_LaggingFollowerCatchesUp; a node whose
+// log raft emptied when it installed a snapshot a deposed leader sent,
+// left with a next index below that snapshot at the new leader).
+// Restoring the older snapshot is safe: it is a committed state, and the
+// leader's entries after it follow.
+func (s *gatedSnapshotStore) keepNewestAnd(written string) {
+	metas, err := s.SnapshotStore.List()
+	if err != nil {
+		s.log.Warn().Err(err).Msg("cannot list snapshots to remove the older ones")
+		return
+	}
+	for i, m := range metas {
+		if i == 0 || m.ID == written {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(s.dir, m.ID)); err != nil {
+			s.log.Warn().Err(err).Str("id", m.ID).Msg("cannot remove an older snapshot")
+		}
+	}
+}
+
+// newestIndex is the index of the newest snapshot stored (0: none).
+func (s *gatedSnapshotStore) newestIndex() uint64 { return s.newest.Load() }
+
+// snapshotFSM is the FSM raft runs: the store's, whose Snapshot answers
+// raft.ErrNothingNewToSnapshot (which raft passes over in silence) when
+// the state is not past the newest snapshot stored, newest().
+//
+// raft decides to snapshot when its log's last index is SnapshotThreshold
+// past its last snapshot's, in unsigned arithmetic. A follower that has
+// just installed a snapshot has an empty log (raft removes it, and
+// raft-wal's LastIndex is then 0): 0 - 368 wrapped to nearly 2^64, and the
+// node wrote its whole state out again at every SnapshotInterval, the
+// same index each time, until the leader's next entry arrived (forever on
+// a cluster with nothing to write; e2e TestSnapshot_LaggingFollowerCatchesUp
+// logged 61 such snapshots in 30 s).
+type snapshotFSM struct {
+	*raftfsm.FSM
+	newest func() uint64
+}
+
+// Snapshot is raftfsm.FSM.Snapshot, or raft.ErrNothingNewToSnapshot when
+// the applied index is not above newest().
+func (f snapshotFSM) Snapshot() (raft.FSMSnapshot, error) {
+	if n := f.newest(); n > 0 && f.FSM.AppliedIndex() <= n {
+		return nil, raft.ErrNothingNewToSnapshot
+	}
+	return f.FSM.Snapshot()
 }
 
 // Open opens a snapshot to read; a read is heavy background work (busy)
@@ -267,6 +330,7 @@ func (s *gatedSnapshotStore) admit(need uint64) error {
 type gatedSink struct {
 	raft.SnapshotSink
 	s          *gatedSnapshotStore
+	index      uint64 // the snapshot's last log index
 	dir        string // the temp dir FileSnapshotStore writes into
 	tasks      int64
 	written    uint64
@@ -332,6 +396,9 @@ func (k *gatedSink) Close() error {
 	k.s.est.record(state, tasks)
 	k.s.lastState.Store(state)
 	k.s.saveEstimate(snapEstimateRecord{ID: k.ID(), Size: k.written, Tasks: tasks, StateBytes: state})
+	k.s.keepNewestAnd(k.ID())
+	for n := k.s.newest.Load(); k.index > n && !k.s.newest.CompareAndSwap(n, k.index); n = k.s.newest.Load() {
+	}
 	if k.s.persisted != nil {
 		k.s.persisted()
 	}
@@ -522,7 +589,14 @@ func (st *Store) SnapshotByBytes(ctx context.Context) {
 // snapshotsRetained is how many snapshots the store keeps: one. A second
 // one (raft's usual 2) is a second full copy of the state on disk, and the
 // node's own badger state and the log are the fallback of the first.
+// raft's file store is opened with one more, and gatedSnapshotStore
+// removes the extra one itself (keepNewestAnd), so that a snapshot older
+// than the newest, installed from the leader, survives until raft
+// restores it.
 const snapshotsRetained = 1
+
+// fileSnapshotsRetained is what raft's file store under the gate keeps.
+const fileSnapshotsRetained = snapshotsRetained + 1
 
 // openSnapshots removes unfinished snapshots' temp dirs and opens raft's
 // file snapshot store (snapshotsRetained) behind the disk-pressure gate.
@@ -530,7 +604,7 @@ func (st *Store) openSnapshots(hlog hclog.Logger) (*gatedSnapshotStore, error) {
 	dataDir := st.cfg.DataDir
 	dir := filepath.Join(dataDir, "snapshots")
 	removeStaleSnapshotTemps(dir, st.log)
-	fs, err := raft.NewFileSnapshotStoreWithLogger(dataDir, snapshotsRetained, hlog)
+	fs, err := raft.NewFileSnapshotStoreWithLogger(dataDir, fileSnapshotsRetained, hlog)
 	if err != nil {
 		return nil, fmt.Errorf("open snapshots: %w", err)
 	}
@@ -547,6 +621,12 @@ func (st *Store) openSnapshots(hlog hclog.Logger) (*gatedSnapshotStore, error) {
 	s.persisted = func() { s.logBytesAtSnap.Store(st.LogStats.Bytes.Load()) }
 	g.snapNeed = s.expectedSize
 	if metas, err := fs.List(); err == nil && len(metas) > 0 {
+		for _, m := range metas {
+			s.newest.Store(max(s.newest.Load(), m.Index))
+		}
+		if len(metas) > snapshotsRetained {
+			s.keepNewestAnd(metas[0].ID) // a stop before the older one's restore
+		}
 		rec := s.loadEstimate(metas[0].ID)
 		s.est.size, s.est.tasks = max(rec.StateBytes, uint64(max(metas[0].Size, 0))), rec.Tasks
 		s.lastState.Store(s.est.size)

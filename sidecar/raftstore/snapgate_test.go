@@ -19,7 +19,7 @@ import (
 // a temp dir, with a fake free-space source (bytes in free).
 func testSnapStore(t *testing.T) (*gatedSnapshotStore, *atomic.Uint64) {
 	base := t.TempDir()
-	fs, err := raft.NewFileSnapshotStore(base, 2, io.Discard)
+	fs, err := raft.NewFileSnapshotStore(base, fileSnapshotsRetained, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,5 +518,55 @@ func TestSnapshotReadIsBackgroundWork(t *testing.T) {
 	}
 	if _, _, err := s.Open("no-such-snapshot"); err == nil || b.jobs.Load() != 0 || b.begins.Load() != 2 {
 		t.Fatalf("Open of a missing snapshot: %v, jobs %d, begun %d; want an error, 0 and 2", err, b.jobs.Load(), b.begins.Load())
+	}
+}
+
+// A snapshot older than the newest one stored (a leader's, installed on a
+// node that holds a later one) can be opened after its sink closes, so
+// raft can restore it; the next snapshot leaves one again.
+func TestOlderSnapshotSurvivesUntilRestored(t *testing.T) {
+	s, free := testSnapStore(t)
+	free.Store(1 << 40)
+	ids := func() []string {
+		t.Helper()
+		metas, err := s.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range metas {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	own := writeSnap(t, s, 368, 1000, 5000)
+	own2 := writeSnap(t, s, 368, 1000, 5000) // the same index again: one kept
+	if got := ids(); len(got) != 1 || got[0] != own2.ID() {
+		t.Fatalf("snapshots %v after two at 368, want [%s]", got, own2.ID())
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, own.ID())); !os.IsNotExist(err) {
+		t.Fatalf("the first snapshot at 368 is still there (%v)", err)
+	}
+	older := writeSnap(t, s, 360, 1000, 0) // the leader's, installed here
+	meta, rc, err := s.Open(older.ID())
+	if err != nil {
+		t.Fatalf("the installed snapshot at 360 cannot be opened to restore: %v", err)
+	}
+	rc.Close()
+	if meta.Index != 360 {
+		t.Fatalf("opened index %d, want 360", meta.Index)
+	}
+	if got := ids(); len(got) != 2 {
+		t.Fatalf("snapshots %v, want the newest (368) and the installed one (360)", got)
+	}
+	if n := s.newestIndex(); n != 368 {
+		t.Fatalf("newestIndex = %d, want 368", n)
+	}
+	newer := writeSnap(t, s, 400, 1000, 5000)
+	if got := ids(); len(got) != 1 || got[0] != newer.ID() {
+		t.Fatalf("snapshots %v after one at 400, want [%s]", got, newer.ID())
+	}
+	if n := s.newestIndex(); n != 400 {
+		t.Fatalf("newestIndex = %d, want 400", n)
 	}
 }

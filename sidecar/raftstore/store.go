@@ -191,7 +191,8 @@ func (st *Store) StartRaft(advertise func() (net.Addr, error)) error {
 	logs.writing = &st.LogWriting
 	logs.sizes = &st.sizes
 	logs.suffixDeleted = st.checkSuffixDeleted
-	st.Raft, err = raft.NewRaft(rc, st.FSM, logs, guardedStableStore{st.logStore, st.Guard}, snaps, st.transport)
+	fsm := snapshotFSM{FSM: st.FSM, newest: snaps.newestIndex}
+	st.Raft, err = raft.NewRaft(rc, fsm, logs, guardedStableStore{st.logStore, st.Guard}, snaps, st.transport)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}

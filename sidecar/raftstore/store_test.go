@@ -284,3 +284,56 @@ func TestSpaceLevelString(t *testing.T) {
 		}
 	}
 }
+
+// A snapshot at the index of the newest one stored is nothing new: raft
+// is told so (and says nothing) instead of writing the same state again.
+// A follower whose log raft emptied as it installed a leader's snapshot
+// asked for one at every SnapshotInterval (snapshotFSM).
+func TestSnapshotAtTheNewestIndexIsNothingNew(t *testing.T) {
+	cfg := testStoreConfig(t, t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := startTestStore(t, cfg, nil)
+	defer stopTestStore(t, st)
+	p := NewProposer(ProposerConfig{Raft: st.Raft, Guard: st.Guard, Clock: cfg.Clock})
+	go p.Run(ctx)
+	propose := func(id string) {
+		t.Helper()
+		if _, err := p.Propose(ctx, []raftfsm.Command{nodeCmd(id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func() []string {
+		t.Helper()
+		metas, err := st.snaps.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range metas {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	propose("a")
+	if err := st.Raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	first := ids()
+	if len(first) != 1 {
+		t.Fatalf("snapshots %v, want one", first)
+	}
+	if err := st.Raft.Snapshot().Error(); !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		t.Fatalf("a second snapshot at the same applied index: %v, want raft.ErrNothingNewToSnapshot", err)
+	}
+	if got := ids(); len(got) != 1 || got[0] != first[0] {
+		t.Fatalf("snapshots %v after a snapshot with nothing new, want %v", got, first)
+	}
+	propose("b")
+	if err := st.Raft.Snapshot().Error(); err != nil {
+		t.Fatalf("a snapshot after a new entry: %v", err)
+	}
+	if got := ids(); len(got) != 1 || got[0] == first[0] {
+		t.Fatalf("snapshots %v after a new entry, want one other than %v", got, first)
+	}
+}
