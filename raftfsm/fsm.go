@@ -112,6 +112,10 @@ type FSM struct {
 	// per handler saved with the state (savedcounts.go) rather than
 	// counting them. Written on the apply goroutine (or before raft runs).
 	countsSaved bool
+	// recountedAfterSplit reports that Open found a writer stopped between
+	// the parts of a split transaction and counted the tasks again
+	// (splitentry.go).
+	recountedAfterSplit bool
 }
 
 type observerBox struct{ o Observer }
@@ -151,6 +155,7 @@ func Open(db *badger.DB) (*FSM, error) {
 		if err := f.recountAfterSplit(); err != nil {
 			return nil, err
 		}
+		f.recountedAfterSplit = true
 	}
 	if _, err := backfillFinished(db, f.terminalCount()); err != nil {
 		return nil, fmt.Errorf("index finished tasks: %w", err)

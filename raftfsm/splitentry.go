@@ -64,6 +64,12 @@ func splitEntryPending(db *badger.DB) (bool, error) {
 	return err == nil, err
 }
 
+// RecountedAfterSplit reports whether Open found a writer stopped between
+// the parts of a split transaction (keySplitEntry) and so counted every
+// task record again (the node's "state opened" line says so). Call it
+// before raft starts.
+func (f *FSM) RecountedAfterSplit() bool { return f.recountedAfterSplit }
+
 // recountAfterSplit counts the task records per handler and state,
 // takes the per-state counts from the sums and stores them, deleting
 // keySplitEntry and the saved counts per handler (which may be as wrong

@@ -49,19 +49,38 @@ func recountStates(t *testing.T, db *badger.DB) [numStates]int64 {
 // node stops (Abort) or crashes after a part committed and before the
 // last, a restart applies the entry again, and the commands of the
 // committed parts find their work done. The task counts must still match
-// the records.
+// the records. The same holds for a group of entries raft hands over
+// together (ApplyBatch), which share one writer.
 func TestSplitEntryStoppedBetweenPartsKeepsCounts(t *testing.T) {
+	// A group of entries is cut after 1 000 writes (writer.go), so the
+	// group of 4 holds fewer, larger tasks.
+	for _, c := range []struct{ entries, tasks, payload int }{{1, 2000, 4 << 10}, {4, 240, 16 << 10}} {
+		t.Run(fmt.Sprintf("%d entries", c.entries), func(t *testing.T) { testSplitStoppedBetweenParts(t, c.entries, c.tasks, c.payload) })
+	}
+}
+
+func testSplitStoppedBetweenParts(t *testing.T, entries, n, payloadBytes int) {
 	e := newEnv(t)
-	const n = 2000
-	payload := bytes.Repeat([]byte("x"), 4<<10)
+	payload := bytes.Repeat([]byte("x"), payloadBytes)
 	if total := int64(n * len(payload)); total <= e.db.MaxBatchSize() {
-		t.Fatalf("entry of %d bytes fits one badger transaction (%d): the test would not split", total, e.db.MaxBatchSize())
+		t.Fatalf("entries of %d bytes fit one badger transaction (%d): the test would not split", total, e.db.MaxBatchSize())
 	}
-	var cmds []Command
-	for i := range n {
-		cmds = append(cmds, submitCmd(fmt.Sprintf("s-%05d", i), Spec{Handler: "h", Payload: payload, MaxAttempts: 3}, int64(10000+i), 1000))
+	var logs []*raft.Log
+	per := n / entries
+	for k := range entries {
+		var cmds []Command
+		for i := k * per; i < (k+1)*per; i++ {
+			cmds = append(cmds, submitCmd(fmt.Sprintf("s-%05d", i), Spec{Handler: "h", Payload: payload, MaxAttempts: 3}, int64(10000+i), 1000))
+		}
+		logs = append(logs, &raft.Log{Index: uint64(k + 1), Type: raft.LogCommand, Data: mustEncode(t, cmds...)})
 	}
-	data := mustEncode(t, cmds...)
+	apply := func() {
+		if entries == 1 {
+			e.f.Apply(logs[0])
+		} else {
+			e.f.ApplyBatch(logs)
+		}
+	}
 
 	// The first part commits; every later commit fails until Abort.
 	commits := 0
@@ -83,7 +102,7 @@ func TestSplitEntryStoppedBetweenPartsKeepsCounts(t *testing.T) {
 	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
-		e.f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data})
+		apply()
 	}()
 	<-sleeping
 	e.f.Abort()
@@ -99,17 +118,26 @@ func TestSplitEntryStoppedBetweenPartsKeepsCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.reopen()
-	if got := recountStates(t, e.db)[StateWaiting]; got == 0 || got == n {
+	if !e.f.RecountedAfterSplit() {
+		t.Fatal("Open after a stop between parts did not report counting again")
+	}
+	if got := recountStates(t, e.db)[StateWaiting]; got == 0 || got == int64(n) {
 		t.Fatalf("%d tasks stored after the first part, want some", got)
 	}
-	e.f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data})
-	if got, want := e.f.Counts(), recountStates(t, e.db); got != want || want[StateWaiting] != n {
+	apply()
+	if got, want := e.f.Counts(), recountStates(t, e.db); got != want || want[StateWaiting] != int64(n) {
 		t.Fatalf("counts %v, records %v (want %d WAITING)", got, want, n)
 	}
-	if hc := e.f.HandlerCounts()["h"]; hc[StateWaiting] != n {
+	if hc := e.f.HandlerCounts()["h"]; hc[StateWaiting] != int64(n) {
 		t.Fatalf("handler counts %v", hc)
 	}
+	if e.f.AppliedIndex() != uint64(entries) {
+		t.Fatalf("applied %d, want %d", e.f.AppliedIndex(), entries)
+	}
 	e.reopen()
+	if e.f.RecountedAfterSplit() {
+		t.Fatal("Open after the entries completed reports counting again")
+	}
 	if got, want := e.f.Counts(), recountStates(t, e.db); got != want {
 		t.Fatalf("after a restart: counts %v, records %v", got, want)
 	}

@@ -141,7 +141,7 @@ func (n *Node) open() error {
 	}
 	n.db, n.fsm, n.storage = st.DB, st.FSM, st.Guard
 	n.log.Info().Dur("took", time.Since(opened)).Int64("tasks", n.fsm.TotalTasks()).Uint64("applied_index", n.fsm.AppliedIndex()).
-		Bool("handler_counts_saved", n.fsm.HandlerCountsSaved()).Msg("state opened")
+		Bool("handler_counts_saved", n.fsm.HandlerCountsSaved()).Bool("recounted_after_split", n.fsm.RecountedAfterSplit()).Msg("state opened")
 	n.events = newEventQueue(&n.pauses)
 	n.fsm.SetObserver(n.events)
 	if err := n.pauses.Load(n.fsm); err != nil {
