@@ -232,7 +232,9 @@ func (s *gatedSnapshotStore) newestIndex() uint64 { return s.newest.Load() }
 
 // snapshotFSM is the FSM raft runs: the store's, whose Snapshot answers
 // raft.ErrNothingNewToSnapshot (which raft passes over in silence) when
-// the state is not past the newest snapshot stored, newest().
+// neither the state nor the Raft log is past the newest snapshot stored,
+// newest(). (The log's entries that never reach the FSM, a new leader's
+// no-op and barrier, still let a snapshot compact the log.)
 //
 // raft decides to snapshot when its log's last index is SnapshotThreshold
 // past its last snapshot's, in unsigned arithmetic. A follower that has
@@ -244,14 +246,17 @@ func (s *gatedSnapshotStore) newestIndex() uint64 { return s.newest.Load() }
 // logged 61 such snapshots in 30 s).
 type snapshotFSM struct {
 	*raftfsm.FSM
-	newest func() uint64
+	newest  func() uint64
+	lastLog func() (uint64, error) // the Raft log's LastIndex
 }
 
 // Snapshot is raftfsm.FSM.Snapshot, or raft.ErrNothingNewToSnapshot when
-// the applied index is not above newest().
+// neither the applied index nor the log's last index is above newest().
 func (f snapshotFSM) Snapshot() (raft.FSMSnapshot, error) {
 	if n := f.newest(); n > 0 && f.FSM.AppliedIndex() <= n {
-		return nil, raft.ErrNothingNewToSnapshot
+		if last, err := f.lastLog(); err == nil && last <= n {
+			return nil, raft.ErrNothingNewToSnapshot
+		}
 	}
 	return f.FSM.Snapshot()
 }

@@ -191,7 +191,7 @@ func (st *Store) StartRaft(advertise func() (net.Addr, error)) error {
 	logs.writing = &st.LogWriting
 	logs.sizes = &st.sizes
 	logs.suffixDeleted = st.checkSuffixDeleted
-	fsm := snapshotFSM{FSM: st.FSM, newest: snaps.newestIndex}
+	fsm := snapshotFSM{FSM: st.FSM, newest: snaps.newestIndex, lastLog: logs.LastIndex}
 	st.Raft, err = raft.NewRaft(rc, fsm, logs, guardedStableStore{st.logStore, st.Guard}, snaps, st.transport)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)

@@ -337,3 +337,49 @@ func TestSnapshotAtTheNewestIndexIsNothingNew(t *testing.T) {
 		t.Fatalf("snapshots %v after a new entry, want one other than %v", got, first)
 	}
 }
+
+// snapshotFSM says "nothing new" only when neither the applied index nor
+// the log's last index is past the newest snapshot: a follower whose log
+// an install emptied (last index 0) is not snapshotted again, a log that
+// grew by entries the FSM never sees (a new leader's no-op) still is.
+func TestSnapshotFSMNothingNew(t *testing.T) {
+	cfg := testStoreConfig(t, t.TempDir())
+	st := startTestStore(t, cfg, nil)
+	defer stopTestStore(t, st)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := NewProposer(ProposerConfig{Raft: st.Raft, Guard: st.Guard, Clock: cfg.Clock})
+	go p.Run(ctx)
+	if _, err := p.Propose(ctx, []raftfsm.Command{nodeCmd("a")}); err != nil {
+		t.Fatal(err)
+	}
+	applied := st.FSM.AppliedIndex()
+	if applied < 2 {
+		t.Fatalf("applied index %d after a command", applied)
+	}
+	for _, c := range []struct {
+		name            string
+		newest, lastLog uint64
+		nothingNew      bool
+	}{
+		{"no snapshot stored", 0, applied, false},
+		{"log emptied by an install", applied, 0, true},
+		{"at the newest snapshot", applied, applied, true},
+		{"log past the snapshot", applied, applied + 2, false},
+		{"state past the snapshot", applied - 1, applied, false},
+	} {
+		f := snapshotFSM{FSM: st.FSM, newest: func() uint64 { return c.newest }, lastLog: func() (uint64, error) { return c.lastLog, nil }}
+		snap, err := f.Snapshot()
+		if c.nothingNew {
+			if !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+				t.Errorf("%s: Snapshot() = %v, want raft.ErrNothingNewToSnapshot", c.name, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: Snapshot(): %v", c.name, err)
+			continue
+		}
+		snap.Release()
+	}
+}
