@@ -32,6 +32,10 @@ type fakeAPI struct {
 	metrics  string
 	calls    []string // "METHOD path?query"
 	socket   string
+	// purgeScan bounds the tasks one POST /v1/tasks/purge reads, in id
+	// order from its cursor, as the real one reads at most 100 000
+	// finished-index entries (0: no bound).
+	purgeScan int
 }
 
 func newFakeAPI(t *testing.T) *fakeAPI {
@@ -134,14 +138,36 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == "POST" && p == "/v1/tasks/purge":
 		var req axapi.PurgeRequest
 		json.NewDecoder(r.Body).Decode(&req)
-		n := 0
-		for id, t := range f.tasks {
-			if t.State == string(req.State) && (req.Handler == "" || req.Handler == t.Handler) && n < req.Limit {
+		after := ""
+		if req.Cursor != "" {
+			b, err := base64.RawURLEncoding.DecodeString(req.Cursor)
+			if err != nil {
+				apiErr(w, 400, "bad_request", "cursor: not a cursor from a previous purge")
+				return
+			}
+			after = string(b)
+		}
+		var res axapi.PurgeResult
+		scanned := 0
+		for _, id := range sortedKeys(f.tasks) {
+			if id <= after {
+				continue
+			}
+			if res.Purged == req.Limit || (f.purgeScan > 0 && scanned == f.purgeScan) {
+				res.More = true
+				break
+			}
+			scanned++
+			after = id
+			if t := f.tasks[id]; t.State == string(req.State) && (req.Handler == "" || req.Handler == t.Handler) {
 				delete(f.tasks, id)
-				n++
+				res.Purged++
 			}
 		}
-		reply(w, axapi.PurgeResult{Purged: n})
+		if res.More {
+			res.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(after))
+		}
+		reply(w, res)
 	case strings.HasPrefix(p, "/v1/tasks/"):
 		f.task(w, r, strings.TrimPrefix(p, "/v1/tasks/"))
 	case f.flows != nil && r.Method == "GET" && p == "/v1/flows":

@@ -31,8 +31,15 @@ const (
 	deadListMax = 100
 	// bulkMax bounds the tasks one bulk retry retries, one API call each.
 	bulkMax = 100
-	// bulkPurgeMax bounds one bulk purge (POST /v1/tasks/purge's limit).
+	// bulkPurgeMax bounds the tasks one bulk purge deletes (the limit of
+	// its POST /v1/tasks/purge requests, all together).
 	bulkPurgeMax = 1000
+	// bulkPurgeRounds and bulkPurgeBudget bound the requests of one bulk
+	// purge: it follows each answer's next_cursor while more may match,
+	// so that finished tasks the filter skips (each request reads at most
+	// 100 000 of them) do not make every click purge nothing.
+	bulkPurgeRounds = 64
+	bulkPurgeBudget = 3 * time.Second
 	// runsShown is the runs of a task one task page reads (a page of
 	// GET /v1/tasks/{id}/runs; older ones are behind its cursor).
 	runsShown = 10
@@ -677,15 +684,38 @@ func (s *Server) deadAction(w http.ResponseWriter, r *http.Request) {
 			done(w, r, back, "", errors.New("purge: tick the box to confirm"))
 			return
 		}
-		var res axapi.PurgeResult
-		err := s.api.call(ctx, "POST", "/v1/tasks/purge", axapi.PurgeRequest{Handler: handler, State: axapi.State(st), Limit: bulkPurgeMax}, &res)
-		msg := fmt.Sprintf("purged %d %s tasks", res.Purged, st)
-		if res.More {
+		purged, more, err := s.bulkPurge(ctx, handler, st)
+		msg := fmt.Sprintf("purged %d %s tasks", purged, st)
+		if more {
 			msg += " (more remain: purge again)"
 		}
 		done(w, r, back, msg, err)
 	default:
 		http.NotFound(w, r)
+	}
+}
+
+// bulkPurge deletes up to bulkPurgeMax finished tasks of state st (and of
+// handler, when not empty) through POST /v1/tasks/purge, following each
+// answer's next_cursor while more may match, for at most bulkPurgeRounds
+// requests and bulkPurgeBudget. It returns how many were purged, whether
+// more may match, and the first error (with what was purged before it).
+func (s *Server) bulkPurge(ctx context.Context, handler, st string) (purged int, more bool, err error) {
+	req := axapi.PurgeRequest{Handler: handler, State: axapi.State(st), Limit: bulkPurgeMax}
+	deadline := time.Now().Add(bulkPurgeBudget)
+	for round := 1; ; round++ {
+		var res axapi.PurgeResult
+		if err := s.api.call(ctx, "POST", "/v1/tasks/purge", req, &res); err != nil {
+			return purged, true, err
+		}
+		purged += res.Purged
+		if !res.More {
+			return purged, false, nil
+		}
+		if purged >= bulkPurgeMax || res.NextCursor == "" || round >= bulkPurgeRounds || time.Now().After(deadline) {
+			return purged, true, nil
+		}
+		req.Cursor, req.Limit = res.NextCursor, bulkPurgeMax-purged
 	}
 }
 

@@ -391,6 +391,51 @@ func TestPages_DeadLetters(t *testing.T) {
 	mustContain(t, "purge waiting", body, "want DEAD or FAILED")
 }
 
+// A bulk purge follows the API's next_cursor: when more finished tasks
+// than one request reads come before the matching ones and do not match,
+// a single request purges nothing and answers more; the click still
+// purges them, and says so when its bound stops it.
+func TestPages_DeadPurgeFollowsTheCursor(t *testing.T) {
+	f := newFakeAPI(t)
+	f.purgeScan = 50
+	for i := 0; i < 400; i++ {
+		f.add("a-done-"+pad(i), "mail", "SUCCESS", nil) // before the DEAD ones in id order
+	}
+	for i := 0; i < 30; i++ {
+		f.add("m-dead-"+pad(i), "mail", "DEAD", nil)
+	}
+	_, b := startUI(t, f, "")
+	_, body := b.post("/dead?handler=mail", "/dead/purge", url.Values{"handler": {"mail"}, "state": {"DEAD"}, "confirm": {"yes"}})
+	mustContain(t, "bulk purge", body, "purged 30 DEAD tasks")
+	if strings.Contains(body, "more remain") {
+		t.Error("bulk purge says more remain after purging them all")
+	}
+	f.mu.Lock()
+	left := len(f.tasks)
+	calls := 0
+	for _, c := range f.calls {
+		if strings.HasPrefix(c, "POST /v1/tasks/purge") {
+			calls++
+		}
+	}
+	f.mu.Unlock()
+	if left != 400 {
+		t.Errorf("%d tasks left, want the 400 SUCCESS ones", left)
+	}
+	if calls != 9 {
+		t.Errorf("%d purge requests, want 9 (430 tasks read 50 at a time)", calls)
+	}
+
+	// Bounded: with more skipped tasks than bulkPurgeRounds requests read,
+	// the click stops and says more remain.
+	f.mu.Lock()
+	f.purgeScan = 1
+	f.mu.Unlock()
+	f.add("z-dead", "mail", "DEAD", nil)
+	_, body = b.post("/dead?handler=mail", "/dead/purge", url.Values{"handler": {"mail"}, "state": {"DEAD"}, "confirm": {"yes"}})
+	mustContain(t, "bounded bulk purge", body, "purged 0 DEAD tasks (more remain: purge again)")
+}
+
 func TestAssets_NoExternalFetch(t *testing.T) {
 	f := newFakeAPI(t)
 	f.add("t1", "mail", "WAITING", nil)
