@@ -198,7 +198,7 @@ func (s *gatedSnapshotStore) Create(version raft.SnapshotVersion, index, term ui
 // keepNewestAnd removes every snapshot but the newest one (raft's order:
 // term, then index) and the one named written, which is older when a
 // leader installs a snapshot behind this node's newest. The raft store
-// under it keeps snapshotsRetained+1; this brings it back to
+// under it keeps fileSnapshotsRetained; this brings it back to
 // snapshotsRetained, and to two only while an older snapshot is the last
 // one written.
 //
