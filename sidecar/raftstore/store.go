@@ -192,9 +192,16 @@ func (st *Store) StartRaft(advertise func() (net.Addr, error)) error {
 	logs.sizes = &st.sizes
 	logs.suffixDeleted = st.checkSuffixDeleted
 	fsm := snapshotFSM{FSM: st.FSM, newest: snaps.newestIndex, lastLog: logs.LastIndex}
+	// Raft's heartbeat fast path must not change the node's term or state
+	// behind its main loop (heartbeat.go); the guard is closed with the
+	// transport.
+	st.transport = guardHeartbeats(st.transport)
 	st.Raft, err = raft.NewRaft(rc, fsm, logs, guardedStableStore{st.logStore, st.Guard}, snaps, st.transport)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
+	}
+	if g, ok := st.transport.(*heartbeatGuard); ok {
+		g.setRaft(st.Raft)
 	}
 	return nil
 }
