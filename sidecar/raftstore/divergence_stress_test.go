@@ -343,6 +343,10 @@ type stressCluster struct {
 	violations []string
 	events     []string
 	bad        atomic.Bool
+	// modes counts the rounds of each stop mode; suffixes the log
+	// suffixes the nodes deleted (a deposed leader's own entries).
+	modes    map[string]int
+	suffixes atomic.Int64
 }
 
 type appliedRec struct {
@@ -553,6 +557,7 @@ func (s checkedLogs) DeleteRange(lo, hi uint64) error {
 		if r := s.n.raft.Load(); r != nil {
 			commit = r.CommitIndex()
 		}
+		s.n.c.suffixes.Add(1)
 		s.n.c.event("%s deletes its log suffix %d..%d (commit %d, applied %d)", s.n.id, lo, hi, commit, applied)
 		if lo <= commit || lo <= applied {
 			s.n.c.violate("%s deletes %d..%d at or below its commit index %d or applied command %d", s.n.id, lo, hi, commit, applied)
@@ -676,7 +681,7 @@ func (c *stressCluster) freezeMainLoop(l *stressNode) bool {
 
 func runStress(t *testing.T, o stressOpts) {
 	rng := rand.New(rand.NewPCG(o.seed, 0x5eed))
-	c := &stressCluster{t: t, o: o, applied: map[uint64]appliedRec{}, written: map[[2]uint64]writtenRec{}}
+	c := &stressCluster{t: t, o: o, applied: map[uint64]appliedRec{}, written: map[[2]uint64]writtenRec{}, modes: map[string]int{}}
 	// The scenario's parameters vary with the seed.
 	maxAppend := []int{4, 8, 16, 64}[rng.IntN(4)]
 	threshold := uint64(32 + rng.IntN(96))
@@ -861,6 +866,9 @@ func runStress(t *testing.T, o stressOpts) {
 			mode = "stop"
 		}
 		victim.g.pauseAll(holdProposers)
+		c.mu.Lock()
+		c.modes[mode]++
+		c.mu.Unlock()
 		c.event("round %d: %s stopped (%s, proposers held %v; leader %s, term %d, last %d)", round, victim.id, mode, holdProposers,
 			l.id, l.raft.Load().CurrentTerm(), l.raft.Load().LastIndex())
 		if victim == l {
@@ -921,7 +929,7 @@ func runStress(t *testing.T, o stressOpts) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t.Logf("%d indexes applied, %d (index, term) written", len(c.applied), len(c.written))
+	t.Logf("%d indexes applied, %d (index, term) written; rounds by mode %v; %d log suffixes deleted", len(c.applied), len(c.written), c.modes, c.suffixes.Load())
 	if os.Getenv("AX_RAFT_STRESS_VERBOSE") != "" && len(c.violations) == 0 {
 		t.Logf("events:\n%s", strings.Join(c.events, "\n"))
 	}
