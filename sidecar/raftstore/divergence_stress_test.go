@@ -713,6 +713,7 @@ func runStress(t *testing.T, o stressOpts) {
 			}
 		}
 	}
+	var guards []*heartbeatGuard
 	for i, n := range c.nodes {
 		rc := raft.DefaultConfig()
 		rc.LocalID = raft.ServerID(n.id)
@@ -742,6 +743,7 @@ func runStress(t *testing.T, o stressOpts) {
 		n.raft.Store(r)
 		if g, ok := tr.(*heartbeatGuard); ok {
 			g.setRaft(r)
+			guards = append(guards, g)
 		}
 	}
 
@@ -929,7 +931,12 @@ func runStress(t *testing.T, o stressOpts) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t.Logf("%d indexes applied, %d (index, term) written; rounds by mode %v; %d log suffixes deleted", len(c.applied), len(c.written), c.modes, c.suffixes.Load())
+	var deferred uint64
+	for _, g := range guards {
+		deferred += g.deferredN.Load()
+	}
+	t.Logf("%d indexes applied, %d (index, term) written; rounds by mode %v; %d log suffixes deleted; %d heartbeats sent to the main loop by the guard",
+		len(c.applied), len(c.written), c.modes, c.suffixes.Load(), deferred)
 	if os.Getenv("AX_RAFT_STRESS_VERBOSE") != "" && len(c.violations) == 0 {
 		t.Logf("events:\n%s", strings.Join(c.events, "\n"))
 	}
