@@ -99,6 +99,12 @@ func TestStoreLifecycle(t *testing.T) {
 	if st.HasState {
 		t.Fatal("a new data dir has Raft state")
 	}
+	// The network transport raft runs over is behind the heartbeat guard
+	// (heartbeat.go): guardHeartbeats passes a transport without pre-vote
+	// or Close through unguarded.
+	if _, ok := st.transport.(*heartbeatGuard); !ok {
+		t.Fatalf("raft's transport is a %T, not behind the heartbeat guard", st.transport)
+	}
 	<-changed
 	p := NewProposer(ProposerConfig{Raft: st.Raft, Guard: st.Guard, Clock: cfg.Clock})
 	go p.Run(ctx)
