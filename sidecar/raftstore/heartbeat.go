@@ -109,7 +109,7 @@ func (g *heartbeatGuard) SetHeartbeatHandler(cb func(raft.RPC)) {
 		select {
 		case g.deferred <- rpc:
 		case <-g.stop:
-			rpc.Respond(nil, raft.ErrTransportShutdown)
+			respondShutdown(rpc)
 		}
 	})
 }
@@ -144,10 +144,31 @@ func (g *heartbeatGuard) forward() {
 		select {
 		case g.consumer <- rpc:
 		case <-g.stop:
-			rpc.Respond(nil, raft.ErrTransportShutdown)
+			respondShutdown(rpc)
 			return
 		}
 	}
+}
+
+// respondShutdown answers rpc with raft.ErrTransportShutdown and an empty
+// response of its command's type: raft's in-memory pipeline reads every
+// answer to an AppendEntries as an *AppendEntriesResponse, and a nil one
+// panicked the sending node (the sidecartest cluster, as a node stopped).
+func respondShutdown(rpc raft.RPC) {
+	var resp interface{}
+	switch rpc.Command.(type) {
+	case *raft.AppendEntriesRequest:
+		resp = &raft.AppendEntriesResponse{}
+	case *raft.RequestVoteRequest:
+		resp = &raft.RequestVoteResponse{}
+	case *raft.RequestPreVoteRequest:
+		resp = &raft.RequestPreVoteResponse{}
+	case *raft.InstallSnapshotRequest:
+		resp = &raft.InstallSnapshotResponse{}
+	case *raft.TimeoutNowRequest:
+		resp = &raft.TimeoutNowResponse{}
+	}
+	rpc.Respond(resp, raft.ErrTransportShutdown)
 }
 
 // Close stops the forwarding and closes the wrapped transport (raft

@@ -138,6 +138,11 @@ func TestHeartbeatGuard_PassesRPCsAndCloses(t *testing.T) {
 		if r.Error != raft.ErrTransportShutdown {
 			t.Fatalf("answer %v, want %v", r.Error, raft.ErrTransportShutdown)
 		}
+		// With a response of the command's type: raft's in-memory
+		// pipeline panics on any other (respondShutdown).
+		if _, ok := r.Response.(*raft.AppendEntriesResponse); !ok {
+			t.Fatalf("answer's response is a %T, want *raft.AppendEntriesResponse", r.Response)
+		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the deferred heartbeat was never answered")
 	}
