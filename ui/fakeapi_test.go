@@ -36,6 +36,10 @@ type fakeAPI struct {
 	// order from its cursor, as the real one reads at most 100 000
 	// finished-index entries (0: no bound).
 	purgeScan int
+	// purgeFailAt makes the purge request of that number (1: the first)
+	// and the later ones answer 503 (0: none fails).
+	purgeFailAt int
+	purges      int
 }
 
 func newFakeAPI(t *testing.T) *fakeAPI {
@@ -138,6 +142,10 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == "POST" && p == "/v1/tasks/purge":
 		var req axapi.PurgeRequest
 		json.NewDecoder(r.Body).Decode(&req)
+		if f.purges++; f.purgeFailAt > 0 && f.purges >= f.purgeFailAt {
+			apiErr(w, 503, "unavailable", "no leader")
+			return
+		}
 		after := ""
 		if req.Cursor != "" {
 			b, err := base64.RawURLEncoding.DecodeString(req.Cursor)

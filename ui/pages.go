@@ -689,6 +689,11 @@ func (s *Server) deadAction(w http.ResponseWriter, r *http.Request) {
 		if more {
 			msg += " (more remain: purge again)"
 		}
+		if err != nil && purged > 0 {
+			// done shows the error alone: say what the earlier requests
+			// of this click purged, which is gone all the same.
+			err = fmt.Errorf("purged %d %s tasks, then: %w", purged, st, err)
+		}
 		done(w, r, back, msg, err)
 	default:
 		http.NotFound(w, r)

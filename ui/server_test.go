@@ -436,6 +436,31 @@ func TestPages_DeadPurgeFollowsTheCursor(t *testing.T) {
 	mustContain(t, "bounded bulk purge", body, "purged 0 DEAD tasks (more remain: purge again)")
 }
 
+// A bulk purge whose later request fails still says how many tasks its
+// earlier requests purged: they are gone, and the error alone read as if
+// the click had deleted nothing.
+func TestPages_DeadPurgeErrorSaysWhatWasPurged(t *testing.T) {
+	f := newFakeAPI(t)
+	f.purgeScan = 50
+	for i := 0; i < 30; i++ {
+		f.add("a-dead-"+pad(i), "mail", "DEAD", nil)
+	}
+	for i := 0; i < 400; i++ {
+		f.add("m-done-"+pad(i), "mail", "SUCCESS", nil)
+	}
+	f.add("z-dead", "mail", "DEAD", nil)
+	f.purgeFailAt = 2 // the first request purges the 30, the second fails
+	_, b := startUI(t, f, "")
+	_, body := b.post("/dead?handler=mail", "/dead/purge", url.Values{"handler": {"mail"}, "state": {"DEAD"}, "confirm": {"yes"}})
+	f.mu.Lock()
+	left := len(f.tasks)
+	f.mu.Unlock()
+	if left != 401 {
+		t.Fatalf("%d tasks left, want 401 (the first request purges 30)", left)
+	}
+	mustContain(t, "bulk purge that failed after purging", body, "purged 30 DEAD tasks", "no leader")
+}
+
 func TestAssets_NoExternalFetch(t *testing.T) {
 	f := newFakeAPI(t)
 	f.add("t1", "mail", "WAITING", nil)
