@@ -969,7 +969,7 @@ func runStress(t *testing.T, o stressOpts) {
 // stopped leader a follower of the new term while its main loop still
 // runs the leader's loop, and its next entries took the new term) a few
 // times with ax's log stack and heartbeat guard. Without the guard
-// (AX_RAFT_STRESS_GUARD=0) it fails at the first round. About 2 s.
+// (AX_RAFT_STRESS_GUARD=0) it fails at the first round. 2–6 s.
 func TestStaleLeaderHeartbeat_NoDivergence(t *testing.T) {
 	if testing.Short() {
 		t.Skip("about 2 s of raft elections")

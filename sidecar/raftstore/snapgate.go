@@ -604,7 +604,8 @@ const snapshotsRetained = 1
 const fileSnapshotsRetained = snapshotsRetained + 1
 
 // openSnapshots removes unfinished snapshots' temp dirs and opens raft's
-// file snapshot store (snapshotsRetained) behind the disk-pressure gate.
+// file snapshot store (fileSnapshotsRetained, trimmed to snapshotsRetained
+// by keepNewestAnd) behind the disk-pressure gate.
 func (st *Store) openSnapshots(hlog hclog.Logger) (*gatedSnapshotStore, error) {
 	dataDir := st.cfg.DataDir
 	dir := filepath.Join(dataDir, "snapshots")
