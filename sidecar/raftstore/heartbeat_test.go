@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -123,7 +124,14 @@ func TestHeartbeatGuard_PassesRPCsAndCloses(t *testing.T) {
 		tr.hb(raft.RPC{Command: &raft.AppendEntriesRequest{Term: 1, RPCHeader: raft.RPCHeader{Addr: []byte("b")}}, RespChan: resp})
 		close(done)
 	}()
-	time.Sleep(10 * time.Millisecond)
+	// Close once the handler has sent it towards the main loop (deferredN
+	// counts it first), not after a guessed sleep.
+	for deadline := time.Now().Add(5 * time.Second); g.deferredN.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the heartbeat was never deferred")
+		}
+		runtime.Gosched()
+	}
 	if err := gt.(raft.WithClose).Close(); err != nil {
 		t.Fatal(err)
 	}
