@@ -65,7 +65,7 @@ type clusterData struct {
 
 type memberRow struct {
 	axapi.Member
-	Lag     string // commit index less the member's applied index
+	Lag     string // entries the member has still to apply to reach the commit index (ClusterInfo.Lag)
 	Contact string // last contact, for people
 }
 
@@ -88,7 +88,7 @@ func (s *Server) clusterPage(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if m.AppliedIndex > 0 && ci.CommitIndex >= m.AppliedIndex {
-			row.Lag = strconv.FormatUint(ci.CommitIndex-m.AppliedIndex, 10)
+			row.Lag = strconv.FormatUint(ci.Lag(m.AppliedIndex), 10)
 		}
 		if m.Suffrage == "Voter" {
 			d.Voters++

@@ -232,6 +232,13 @@ func TestPages_Cluster(t *testing.T) {
 	if strings.Contains(part, "<html") || !strings.Contains(part, "Quorum at risk") {
 		t.Errorf("partial: %s", part)
 	}
+	// The commit index ends on a new leader's no-op (state_index 41 of
+	// 42): the lag counts only the entries that change the state.
+	f.mu.Lock()
+	f.cluster.StateIndex = 41
+	f.mu.Unlock()
+	_, body = b.get("/cluster")
+	mustContain(t, "lag to the state index", body, "<td>42</td>\n<td>0</td>", "<td>40</td>\n<td>1</td>", "<td>41</td>\n<td>0</td>")
 }
 
 func TestPages_HandlersAndPause(t *testing.T) {

@@ -37,8 +37,10 @@ promotes once it has been stable for --autopilot-stabilization), health
 how long it has been healthy, and its addresses.
 
 Health, contact and the members' applied indexes are the leader's view (a
-follower asks the leader); "-" when no leader is known. The lag is how far
-a member's applied index is behind this node's commit index.`,
+follower asks the leader); "-" when no leader is known. The lag is how many
+entries a member has still to apply to reach this node's commit index,
+counting only entries that change the state (a new leader's no-op and
+barriers are committed but never applied, so they are not lag).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := cmdContext(cmd)
@@ -66,10 +68,7 @@ func printCluster(w io.Writer, info *ax.ClusterInfo, now time.Time) error {
 	if leader == "" {
 		leader = "none known (election running, or no quorum)"
 	}
-	var lag uint64
-	if info.CommitIndex > info.AppliedIndex {
-		lag = info.CommitIndex - info.AppliedIndex
-	}
+	lag := info.Lag(info.AppliedIndex)
 	voters := 0
 	for _, m := range info.Members {
 		if m.Suffrage == "Voter" {
@@ -116,12 +115,7 @@ func printCluster(w io.Writer, info *ax.ClusterInfo, now time.Time) error {
 			}
 		}
 		if m.LastContactMs != nil && *m.LastContactMs >= 0 {
-			applied = fmt.Sprint(m.AppliedIndex)
-			if info.CommitIndex > m.AppliedIndex {
-				mlag = fmt.Sprint(info.CommitIndex - m.AppliedIndex)
-			} else {
-				mlag = "0"
-			}
+			applied, mlag = fmt.Sprint(m.AppliedIndex), fmt.Sprint(info.Lag(m.AppliedIndex))
 		}
 		if m.StableSince != nil {
 			stable = max(now.Sub(*m.StableSince), 0).Truncate(time.Second).String()

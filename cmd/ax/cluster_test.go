@@ -104,3 +104,31 @@ func TestPrintCluster_StableForAndOldSidecar(t *testing.T) {
 		t.Errorf("lines for absent fields:\n%s", out)
 	}
 }
+
+// After an election the commit index ends on the new leader's no-op and
+// barrier, which no node applies: with state_index they are no lag.
+func TestPrintCluster_NoLagForEntriesThatChangeNothing(t *testing.T) {
+	yes := true
+	contact := int64(40)
+	info := &ax.ClusterInfo{NodeID: "n1", State: "Leader", Leader: "n1", CommitIndex: 12, StateIndex: 10, AppliedIndex: 10,
+		Members: []ax.Member{
+			{ID: "n1", RaftAddr: "a:1", Suffrage: "Voter", Leader: true},
+			{ID: "n2", RaftAddr: "a:2", Suffrage: "Voter", Role: "follower", Status: "voter", Healthy: &yes, LastContactMs: &contact, AppliedIndex: 10},
+			{ID: "n3", RaftAddr: "a:3", Suffrage: "Voter", Role: "follower", Status: "voter", Healthy: &yes, LastContactMs: &contact, AppliedIndex: 8},
+		}}
+	var b bytes.Buffer
+	if err := printCluster(&b, info, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"commit index:   12", "applied index:  10 (lag 0)",
+		"n1 *  leader    Voter     -       -        -        10       0",
+		"n2    follower  Voter     voter   yes      40ms     10       0",
+		"n3    follower  Voter     voter   yes      40ms     8        2",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

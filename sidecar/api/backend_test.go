@@ -245,9 +245,13 @@ func TestClusterInfo(t *testing.T) {
 	e.raft.servers = []raft.Server{{ID: "a", Address: "a:7000", Suffrage: raft.Voter}, {ID: "b", Address: "b:7000", Suffrage: raft.Voter},
 		{ID: "c", Address: "c:7000", Suffrage: raft.Voter}, {ID: "d", Address: "d:7000", Suffrage: raft.Nonvoter}}
 	e.mem.members = map[string]peerapi.MemberStatus{"a": {Reachable: true, Healthy: true}, "b": {Reachable: true, LastContactMs: 20, StableSinceMs: 1_700_000_000_000}}
+	e.mem.noopTail = 2 // a new leader's no-op and barrier
 	info, err := e.b.Cluster(ctx)
 	if err != nil || info.Term != 4 || info.CommitIndex != 9 || info.VotersTarget != 3 || len(info.Members) != 4 {
 		t.Fatalf("cluster %+v %v", info, err)
+	}
+	if info.StateIndex != 7 {
+		t.Fatalf("state index %d, want 7: the commit index 9 less the two entries the FSM does not apply", info.StateIndex)
 	}
 	a, b, c := info.Members[0], info.Members[1], info.Members[2]
 	if !a.Leader || b.Leader || a.PeerAddr != "a:7001" || *b.LastContactMs != 20 || *c.LastContactMs != -1 || *c.Reachable || b.StableSince == nil {

@@ -21,6 +21,10 @@ func (b *Backend) Cluster(ctx context.Context) (ipc.ClusterInfo, error) {
 		Term: parseUint(stats["term"]), AppliedIndex: b.d.Store.AppliedIndex(), CommitIndex: parseUint(stats["commit_index"]),
 		Storage: b.d.Storage.Status(),
 	}
+	// The lag is counted to the last committed entry the state machine
+	// applies: after an election the commit index ends on the new
+	// leader's no-op and barrier, which the applied index never reaches.
+	info.StateIndex = b.d.Membership.StateIndex(info.CommitIndex)
 	f := r.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return info, err

@@ -174,6 +174,7 @@ type fakeMembership struct {
 	members                       map[string]peerapi.MemberStatus
 	slow                          bool // applying takes too long
 	removeErr                     error
+	noopTail                      uint64 // committed entries at the log's end the FSM does not apply
 }
 
 func (m *fakeMembership) Registered() bool     { return m.registered }
@@ -187,7 +188,7 @@ func (m *fakeMembership) RemoveMember(context.Context, string) error { return m.
 func (m *fakeMembership) WaitApplied(context.Context, uint64, time.Duration) bool {
 	return !m.slow
 }
-func (m *fakeMembership) StateIndex(upTo uint64) uint64 { return upTo }
+func (m *fakeMembership) StateIndex(upTo uint64) uint64 { return upTo - min(m.noopTail, upTo) }
 
 type fakeRoutes struct{ e *env }
 

@@ -272,13 +272,20 @@ type PurgeResult struct {
 
 // ClusterInfo is the reply of GET /v1/cluster.
 type ClusterInfo struct {
-	NodeID       string   `json:"node_id"`
-	State        string   `json:"state"`  // Raft state of this node: Leader, Follower, Candidate, Shutdown
-	Leader       string   `json:"leader"` // node id of the leader, "" when none is known
-	Term         uint64   `json:"term"`
-	AppliedIndex uint64   `json:"applied_index"`
-	CommitIndex  uint64   `json:"commit_index"`
-	Members      []Member `json:"members"`
+	NodeID       string `json:"node_id"`
+	State        string `json:"state"`  // Raft state of this node: Leader, Follower, Candidate, Shutdown
+	Leader       string `json:"leader"` // node id of the leader, "" when none is known
+	Term         uint64 `json:"term"`
+	AppliedIndex uint64 `json:"applied_index"`
+	CommitIndex  uint64 `json:"commit_index"`
+	// StateIndex is the index of the last entry at or below CommitIndex
+	// that the state machine applies (a command or a configuration
+	// change): what AppliedIndex reaches once the node has caught up. It
+	// is below CommitIndex while the newest committed entries are a new
+	// leader's no-op or barriers, which change no state. 0 from an older
+	// sidecar.
+	StateIndex uint64   `json:"state_index,omitempty"`
+	Members    []Member `json:"members"`
 	// Storage is set while this node's storage cannot take writes: every
 	// write is then answered 503 storage_unavailable. Absent when healthy.
 	Storage *StorageStatus `json:"storage,omitempty"`
@@ -288,6 +295,22 @@ type ClusterInfo struct {
 	// cluster loses its quorum: the reachable voters less a quorum of all
 	// voters (the leader's view; absent when no leader is known).
 	FailureTolerance *int `json:"failure_tolerance,omitempty"`
+}
+
+// Lag returns how many entries that change the state a node whose state
+// machine has applied up to applied still has to apply to reach this
+// node's commit index: StateIndex (CommitIndex from an older sidecar,
+// which counts a new leader's no-op and barriers too) less applied, 0
+// when applied is at or past it.
+func (c *ClusterInfo) Lag(applied uint64) uint64 {
+	target := c.StateIndex
+	if target == 0 {
+		target = c.CommitIndex
+	}
+	if target > applied {
+		return target - applied
+	}
+	return 0
 }
 
 // Member is one server of the Raft configuration.

@@ -103,3 +103,24 @@ func TestTaskPath(t *testing.T) {
 		t.Errorf("TaskPath = %s", got)
 	}
 }
+
+func TestClusterInfo_Lag(t *testing.T) {
+	for _, tc := range []struct {
+		commit, state, applied, want uint64
+	}{
+		{commit: 12, state: 10, applied: 10, want: 0}, // a new leader's no-op and barrier: no lag
+		{commit: 12, state: 10, applied: 7, want: 3},
+		{commit: 12, state: 12, applied: 11, want: 1},
+		{commit: 12, state: 0, applied: 10, want: 2},  // an older sidecar: counted to the commit index
+		{commit: 12, state: 10, applied: 13, want: 0}, // a member ahead of this node
+	} {
+		c := ClusterInfo{CommitIndex: tc.commit, StateIndex: tc.state}
+		if got := c.Lag(tc.applied); got != tc.want {
+			t.Errorf("commit %d, state %d: Lag(%d) = %d, want %d", tc.commit, tc.state, tc.applied, got, tc.want)
+		}
+	}
+	var c ClusterInfo
+	if err := json.Unmarshal([]byte(`{"commit_index":12,"state_index":10}`), &c); err != nil || c.StateIndex != 10 {
+		t.Fatalf("state_index not read: %+v %v", c, err)
+	}
+}

@@ -932,6 +932,12 @@ class ClusterInfo:
             ``Candidate`` or ``Shutdown``.
         leader: the node id of the leader, ``""`` when none is known.
         term, applied_index, commit_index: Raft counters.
+        state_index: the index of the last entry at or below
+            ``commit_index`` that the state machine applies (a command or a
+            configuration change): what ``applied_index`` reaches once the
+            node has caught up. Below ``commit_index`` while the newest
+            committed entries are a new leader's no-op or barriers, which
+            change nothing; 0 from an older sidecar.
         members: the servers of the configuration.
         storage: set while this node's storage cannot take writes (every
             write raises :class:`StorageUnavailable`; reads still work);
@@ -950,6 +956,7 @@ class ClusterInfo:
     term: int = 0
     applied_index: int = 0
     commit_index: int = 0
+    state_index: int = 0
     members: List[Member] = field(default_factory=list)
     storage: Optional[StorageStatus] = None
     voters_target: int = 0
@@ -968,6 +975,7 @@ class ClusterInfo:
             term=int(d.get("term", 0)),
             applied_index=int(d.get("applied_index", 0)),
             commit_index=int(d.get("commit_index", 0)),
+            state_index=int(d.get("state_index") or 0),
             members=[Member.from_json(m) for m in d.get("members") or [] if isinstance(m, Mapping)],
             storage=StorageStatus(
                 cause=str(storage.get("cause") or ""),
@@ -978,6 +986,15 @@ class ClusterInfo:
             voters_target=int(d.get("voters_target") or 0),
             failure_tolerance=int(tolerance) if tolerance is not None else None,
         )
+
+    def lag(self, applied_index: int) -> int:
+        """How many entries that change the state a node that has applied up
+        to ``applied_index`` still has to apply to reach this node's commit
+        index: ``state_index`` (``commit_index`` from an older sidecar, which
+        counts a new leader's no-op and barriers too) less ``applied_index``,
+        0 when it is at or past it."""
+        target = self.state_index or self.commit_index
+        return max(target - applied_index, 0)
 
 
 @dataclass

@@ -707,11 +707,18 @@ class ClusterTest(ClientTestCase):
         self.stub.enqueue(200, json.dumps(doc).encode(), {"Content-Type": "application/json"}, path="/v1/cluster")
         info = self.client.cluster()
         self.assertEqual((info.voters_target, info.failure_tolerance), (3, 0))
+        self.assertEqual((info.state_index, info.lag(10)), (0, 2))  # an older sidecar: lag to the commit index
         self.assertEqual(info.storage, axsched.StorageStatus("data dir below its free-space reserve",
                                                              datetime(2026, 12, 5, 8, 1, tzinfo=timezone.utc)))
         n1, n2 = info.members
         self.assertEqual((n1.reachable, n1.last_contact_ms, n1.applied_index, n1.role, n1.status, n1.healthy),
                          (True, 0, 12, "leader", "leader", True))
+        # A new leader's no-op and barrier at the log's end: committed, never
+        # applied, no lag.
+        self.stub.enqueue(200, json.dumps(dict(doc, commit_index=14, state_index=12)).encode(),
+                          {"Content-Type": "application/json"}, path="/v1/cluster")
+        later = self.client.cluster()
+        self.assertEqual((later.commit_index, later.state_index, later.lag(12), later.lag(11), later.lag(13)), (14, 12, 0, 1, 0))
         self.assertEqual(n1.stable_since, datetime(2026, 12, 5, 8, 0, 56, 548000, tzinfo=timezone.utc))
         self.assertEqual((n2.reachable, n2.last_contact_ms, n2.applied_index, n2.role, n2.status, n2.healthy, n2.stable_since),
                          (False, -1, 0, "", "", False, None))
