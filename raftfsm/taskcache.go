@@ -5,10 +5,23 @@ import (
 	"sync"
 )
 
-// taskCacheSize bounds the task records the FSM keeps in memory after
-// writing them (taskCache): about 9 MiB of records of ~250 bytes with
-// their ids.
-const taskCacheSize = 1 << 15
+const (
+	// taskCacheSize bounds the task records the FSM keeps in memory after
+	// writing them (taskCache): its eviction ring's slots, one per write.
+	taskCacheSize = 1 << 15
+	// taskCacheBytes bounds the bytes of the records and ids it keeps,
+	// each counted with taskCacheEntryOverhead: records of ~250 bytes
+	// fill the slots first (about 12 MiB); records with large payloads
+	// (up to 1 MiB each) are held to this.
+	taskCacheBytes = 16 << 20
+	// taskCacheMaxRecord is the largest record it keeps: a larger one
+	// would push out hundreds of small ones, and its decode costs more
+	// than the read it saves.
+	taskCacheMaxRecord = 64 << 10
+	// taskCacheEntryOverhead is what an entry costs beyond its id and
+	// record: the map's entry and the ring's slot.
+	taskCacheEntryOverhead = 96
+)
 
 // taskCache keeps the encoded records of the tasks the FSM wrote last, as
 // committed to badger, so that the next command on a task (the Complete
@@ -20,16 +33,21 @@ const taskCacheSize = 1 << 15
 // It holds only committed values: a writer forgets a task's record when it
 // writes or deletes it (its later reads go to its own transaction) and
 // puts the new value back once the part that wrote it has committed
-// (writer.commit). Restore clears it. A record is dropped first in, first
-// out past taskCacheSize; a miss reads badger as before. It is memory
-// only: a restarted node starts with none.
+// (writer.commit). Restore clears it. Records are dropped first in, first
+// out, past taskCacheSize writes or taskCacheBytes bytes; records over
+// taskCacheMaxRecord are not kept. A miss reads badger as before. It is
+// memory only: a restarted node starts with none.
 type taskCache struct {
-	mu   sync.Mutex
-	m    map[string]cachedRecord
-	ring []cacheSlot // insertion order, for eviction
-	next int         // ring's next slot
-	seq  uint64
-	hits uint64 // reads served (tests)
+	mu sync.Mutex
+	m  map[string]cachedRecord
+	// ring holds the writes in order, for eviction: n slots from head
+	// (the oldest). A slot whose seq is no longer its key's in m was
+	// superseded by a later write or forgotten; evicting it frees nothing.
+	ring    []cacheSlot
+	head, n int
+	seq     uint64
+	bytes   int    // sum of the cached entries' sizes (entrySize)
+	hits    uint64 // reads served (tests)
 }
 
 type cachedRecord struct {
@@ -43,6 +61,11 @@ type cacheSlot struct {
 }
 
 func isTaskKey(key []byte) bool { return bytes.HasPrefix(key, prefixTask) }
+
+// entrySize is what an entry of key and val counts against taskCacheBytes.
+func entrySize(key string, val []byte) int {
+	return len(key) + len(val) + taskCacheEntryOverhead
+}
 
 // get returns the cached record of key.
 func (c *taskCache) get(key []byte) ([]byte, bool) {
@@ -58,8 +81,16 @@ func (c *taskCache) get(key []byte) ([]byte, bool) {
 // forget drops key's record: it is being written.
 func (c *taskCache) forget(key []byte) {
 	c.mu.Lock()
-	delete(c.m, string(key))
+	c.drop(string(key))
 	c.mu.Unlock()
+}
+
+// drop removes key's entry, if cached. c.mu is held.
+func (c *taskCache) drop(key string) {
+	if r, ok := c.m[key]; ok {
+		c.bytes -= entrySize(key, r.val)
+		delete(c.m, key)
+	}
 }
 
 // committed records the task writes among ops, just committed: a set's
@@ -71,24 +102,37 @@ func (c *taskCache) committed(ops []writeOp) {
 		if !isTaskKey(op.key) {
 			continue
 		}
-		if op.del {
-			delete(c.m, string(op.key))
+		k := string(op.key)
+		c.drop(k)
+		if op.del || len(op.val) > taskCacheMaxRecord {
 			continue
 		}
 		if c.m == nil {
-			c.m = make(map[string]cachedRecord, taskCacheSize)
+			c.m = make(map[string]cachedRecord)
 			c.ring = make([]cacheSlot, taskCacheSize)
 		}
-		old := c.ring[c.next]
-		if r, ok := c.m[old.key]; ok && r.seq == old.seq {
-			delete(c.m, old.key) // the oldest record still cached as put then
+		size := entrySize(k, op.val)
+		for c.n == len(c.ring) || (c.n > 0 && c.bytes+size > taskCacheBytes) {
+			c.evictOldest()
 		}
 		c.seq++
-		k := string(op.key)
 		c.m[k] = cachedRecord{val: op.val, seq: c.seq}
-		c.ring[c.next] = cacheSlot{key: k, seq: c.seq}
-		c.next = (c.next + 1) % len(c.ring)
+		c.bytes += size
+		c.ring[(c.head+c.n)%len(c.ring)] = cacheSlot{key: k, seq: c.seq}
+		c.n++
 	}
+}
+
+// evictOldest frees the ring's oldest slot, and its entry when the slot
+// is still the entry's latest write. c.mu is held; c.n > 0.
+func (c *taskCache) evictOldest() {
+	old := c.ring[c.head]
+	if r, ok := c.m[old.key]; ok && r.seq == old.seq {
+		c.drop(old.key)
+	}
+	c.ring[c.head] = cacheSlot{}
+	c.head = (c.head + 1) % len(c.ring)
+	c.n--
 }
 
 // clear drops every record (a snapshot is being restored).
@@ -97,5 +141,5 @@ func (c *taskCache) clear() {
 	defer c.mu.Unlock()
 	clear(c.m)
 	clear(c.ring)
-	c.next = 0
+	c.head, c.n, c.bytes = 0, 0, 0
 }

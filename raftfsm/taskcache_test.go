@@ -92,3 +92,54 @@ func TestTaskCacheIsBounded(t *testing.T) {
 		t.Fatal("a deleted task is still cached")
 	}
 }
+
+// Records with large payloads are held to taskCacheBytes (without the
+// bound, 32 768 records of 48 KiB held 1.5 GiB), the newest kept; a record
+// over taskCacheMaxRecord is not kept at all, and a task written again
+// or deleted gives its bytes back.
+func TestTaskCacheBoundedInBytes(t *testing.T) {
+	var c taskCache
+	const size = 48 << 10
+	big := make([]byte, size-200) // one buffer for every record: the test allocates little
+	ops := make([]writeOp, taskCacheSize)
+	for i := range ops {
+		ops[i] = writeOp{key: taskKey("t" + strconv.Itoa(i)), val: big[:len(big)-i%7]}
+	}
+	held := func() (n int) {
+		for k, r := range c.m {
+			n += len(k) + len(r.val) + taskCacheEntryOverhead
+		}
+		return n
+	}
+	c.committed(ops)
+	if h := held(); h > taskCacheBytes || h != c.bytes {
+		t.Fatalf("%d records hold %d bytes (counted %d), bound %d", len(c.m), h, c.bytes, taskCacheBytes)
+	}
+	if len(c.m) < taskCacheBytes/size-1 {
+		t.Fatalf("%d records kept, want the bound's worth (%d)", len(c.m), taskCacheBytes/size)
+	}
+	if _, ok := c.get(ops[len(ops)-1].key); !ok {
+		t.Fatal("the newest record is not cached")
+	}
+	if _, ok := c.get(ops[0].key); ok {
+		t.Fatal("the oldest record is still cached")
+	}
+	huge := writeOp{key: taskKey("huge"), val: make([]byte, taskCacheMaxRecord+1)}
+	c.committed([]writeOp{huge})
+	if _, ok := c.get(huge.key); ok {
+		t.Fatal("a record over taskCacheMaxRecord is cached")
+	}
+	c.committed([]writeOp{{key: ops[len(ops)-1].key, val: []byte{1}}})
+	c.committed([]writeOp{{key: ops[len(ops)-2].key, del: true}})
+	if h := held(); h != c.bytes {
+		t.Fatalf("after a rewrite and a delete: %d bytes held, %d counted", h, c.bytes)
+	}
+	c.clear()
+	if c.bytes != 0 || len(c.m) != 0 || c.n != 0 {
+		t.Fatalf("after clear: %d bytes, %d records, %d slots", c.bytes, len(c.m), c.n)
+	}
+	c.committed(ops[:3])
+	if len(c.m) != 3 || held() != c.bytes {
+		t.Fatalf("%d records after clear and 3 writes", len(c.m))
+	}
+}
