@@ -59,7 +59,10 @@ import (
 // Run+1, Attempts 0; otherwise it keeps SUCCESS or DEAD. The leader finds
 // one (nextRun) with the schedule's misfire rule (missed slots fire once,
 // then the schedule goes on: Schedule.NextRunAfter) unless Repeats or
-// UntilMs end the schedule (Schedule.Done).
+// UntilMs end the schedule (Schedule.Done). The slot of an every task
+// whose interval is not a whole number of milliseconds is taken from its
+// grid (everySlot), not from the stored slot rounded up to the
+// millisecond.
 //
 // The leader's side (Prepare), by command:
 //
@@ -275,6 +278,11 @@ func nextRun(x *Complete, t *Task, now time.Time, in LeaderInputs) (p Prepared) 
 	if t.SlotMs == 0 {
 		prev = time.UnixMilli(t.DueMs)
 	}
+	if t.Spec.EveryNs%int64(time.Millisecond) != 0 {
+		// Slots a whole number of milliseconds apart are exact as
+		// stored; others are rounded, and must not be stepped from.
+		prev = everySlot(t, prev)
+	}
 	// The run that ends was the one run of every slot up to its start
 	// (FiredMs): only slots since then may fire at once.
 	slot, skipped := sched.NextRunAfter(prev, time.UnixMilli(t.FiredMs), now)
@@ -284,6 +292,47 @@ func nextRun(x *Complete, t *Task, now time.Time, in LeaderInputs) (p Prepared) 
 	x.NextSlotMs = CeilMs(slot)
 	x.NextDueMs = x.NextSlotMs
 	return Prepared{Skipped: skipped, NextSlot: slot}
+}
+
+// everySlot returns the exact slot of the run of every task t whose slot
+// is stored as stored (rounded up to the millisecond): the point of t's
+// grid it stands for. The grid is its start plus whole multiples of the
+// interval, the start being run_at, else the submit's time plus the
+// delay (without either the first run is one interval after the submit).
+// The submit's time is stored in milliseconds, rounded down, so the grid
+// starts 1 ms after it: never before the instant the submit asked for.
+// nextRun steps from this slot when the interval is not a whole number of
+// milliseconds (10s/3): stepped from the stored slot, such a schedule
+// drifted late by up to 1 ms a run. (Whole milliseconds are stepped from
+// the stored slot, which is exact: the first one is rounded up from the
+// submit's instant, and each next one an interval later.)
+//
+// A slot of the grid is stored less than 1 ms from its point, so the
+// point is the first one at or after stored − 2 ms. A slot stored off the
+// grid (drifted before this rule) gets the first point from there: its
+// next run is at least an interval (less 2 ms) after it, and on the grid.
+// stored itself is returned when t has no usable start, or when it is
+// before the start.
+func everySlot(t *Task, stored time.Time) time.Time {
+	var start time.Time
+	switch {
+	case t.Spec.RunAtMs != 0:
+		start = time.UnixMilli(t.Spec.RunAtMs)
+	case t.CreatedMs != 0:
+		start = time.UnixMilli(t.CreatedMs + 1).Add(time.Duration(t.Spec.DelayNs))
+	default:
+		return stored
+	}
+	const tolerance = 2 * time.Millisecond
+	every := time.Duration(t.Spec.EveryNs)
+	d := stored.Sub(start) - tolerance
+	switch {
+	case d < -2*tolerance: // before the grid's start: not of this grid
+		return stored
+	case d <= 0:
+		return start
+	}
+	return start.Add((d + every - 1) / every * every)
 }
 
 // CeilMs returns t in Unix milliseconds, rounded up: the due times the

@@ -566,3 +566,35 @@ func TestCeilMsNeverEarly(t *testing.T) {
 		}
 	}
 }
+
+// everySlot: a slot stored within a millisecond of its grid point stands
+// for that point; one stored off the grid (drifted before the rule) gives
+// a next run at least an interval (less 2 ms) after it, back on the grid;
+// a task with no start keeps its stored slot.
+func TestEverySlot(t *testing.T) {
+	every := 10 * time.Second / 3
+	task := &Task{Spec: Spec{EveryNs: int64(every)}, CreatedMs: 1_000_000}
+	start := time.UnixMilli(1_000_001)
+	for k := range 5000 {
+		p := start.Add(time.Duration(k) * every)
+		for _, off := range []time.Duration{-999 * time.Microsecond, 0, 999 * time.Microsecond} {
+			if got := everySlot(task, p.Add(off)); !got.Equal(p) {
+				t.Fatalf("k=%d off %v: %v, want %v", k, off, got.Sub(start), p.Sub(start))
+			}
+		}
+	}
+	for _, off := range []time.Duration{3 * time.Millisecond, time.Second, 2 * time.Second, 3333 * time.Millisecond} {
+		stored := start.Add(100*every + off)
+		got := everySlot(task, stored)
+		if next := got.Add(every); next.Before(stored.Add(every-2*time.Millisecond)) || (got.Sub(start))%every != 0 {
+			t.Errorf("stored %v off the grid: slot %v, next %v after it", off, got.Sub(start), next.Sub(stored))
+		}
+	}
+	if got := everySlot(&Task{Spec: Spec{EveryNs: int64(every)}}, start); !got.Equal(start) {
+		t.Errorf("no start: %v", got)
+	}
+	ra := &Task{Spec: Spec{EveryNs: int64(every), RunAtMs: 5_000_000}, CreatedMs: 1_000_000}
+	if got := everySlot(ra, time.UnixMilli(5_000_000).Add(3*every+time.Millisecond)); !got.Equal(time.UnixMilli(5_000_000).Add(3 * every)) {
+		t.Errorf("run_at grid: %v", got)
+	}
+}

@@ -173,3 +173,68 @@ func TestPrepareSkipsTheReadOfAOneOffSuccess(t *testing.T) {
 		t.Fatal("RunningOneOff after plain completed: want false")
 	}
 }
+
+// An every schedule stays on its grid (creation, delay or run_at + k ×
+// every) when the interval is not a whole number of milliseconds (every
+// 10s/3 from the Python client's every=10/3, or time.Hour/7 from Go):
+// each slot is stored rounded up to the millisecond, and the next slot
+// was computed from that rounded slot, so the rounding added up, up to
+// 1 ms a run (every 3.333333333s: 0.67 ms a run, 17 s a day late after
+// 26 000 runs). Each run here fires on time and succeeds 5 ms later; no
+// slot may be before its grid instant (never early) nor more than 2 ms
+// after it.
+func TestEveryOffTheMillisecondGridDoesNotDrift(t *testing.T) {
+	now := time.Unix(1_700_000_000, 123_456_789) // not on a millisecond
+	for _, tc := range []struct {
+		name  string
+		every time.Duration
+		delay time.Duration
+		runAt time.Time
+	}{
+		{"every 10s/3", 10 * time.Second / 3, 0, time.Time{}},
+		{"every 1h/7 after a delay", time.Hour / 7, 1500*time.Millisecond + 300*time.Microsecond, time.Time{}},
+		{"every 1.0005s from run_at", 1000500 * time.Microsecond, 0, now.Add(time.Minute).Truncate(time.Millisecond)},
+		{"every 2s (whole ms)", 2 * time.Second, 0, time.Time{}},
+	} {
+		spec := raftfsm.Spec{Handler: "h", TimeoutNs: int64(time.Second), MaxAttempts: 3, EveryNs: int64(tc.every), DelayNs: int64(tc.delay)}
+		grid := now.Add(tc.delay) // the instant the client asked for slot 0
+		k0 := int64(1)            // an every task without a start runs first one interval after the submit
+		if !tc.runAt.IsZero() {
+			spec.RunAtMs, grid = tc.runAt.UnixMilli(), tc.runAt
+		}
+		if tc.delay > 0 || !tc.runAt.IsZero() {
+			k0 = 0
+		}
+		var task *raftfsm.Task
+		p := NewPreparer(PrepareConfig{LeaseGrace: 5 * time.Second, ProbeMin: probeMin, ProbeMax: probeMax, Task: func(string) *raftfsm.Task { return task }, Log: zerolog.Nop()})
+		sub := raftfsm.Command{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{ID: "e", Spec: spec}}
+		p.Prepare(&sub, now)
+		s := sub.Submit
+		task = &raftfsm.Task{ID: "e", Spec: spec, Epoch: 1, State: raftfsm.StateWaiting, Run: 1, DueMs: s.DueMs, SlotMs: s.SlotMs, CreatedMs: s.AtMs, UpdatedMs: s.AtMs}
+		const runs = 3000
+		k := k0
+		for range runs {
+			want := grid.Add(time.Duration(k) * tc.every)
+			slot := time.UnixMilli(task.SlotMs)
+			if slot.Before(want) || slot.Sub(want) > 2*time.Millisecond {
+				t.Fatalf("%s: run %d's slot is %v after its grid instant (k=%d), want 0 to 2ms", tc.name, task.Run, slot.Sub(want), k)
+			}
+			// The run fires at its due time and succeeds 5 ms later; every
+			// 100th fires 10.5 intervals late (the leader was down): one
+			// catch-up run, and the next back on the grid.
+			task.State, task.Attempts, task.FiredMs = raftfsm.StateRunning, 1, task.DueMs
+			k++
+			if task.Run%100 == 50 {
+				task.FiredMs += (10*tc.every + tc.every/2).Milliseconds()
+				k += 10
+			}
+			c := raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{ID: "e", Epoch: 1, Attempt: 1, Outcome: raftfsm.OutcomeSuccess}}
+			p.Prepare(&c, time.UnixMilli(task.FiredMs+5))
+			x := c.Complete
+			if x.NextSlotMs == 0 || x.NextDueMs != x.NextSlotMs {
+				t.Fatalf("%s: run %d: next slot %d due %d", tc.name, task.Run, x.NextSlotMs, x.NextDueMs)
+			}
+			task.State, task.Attempts, task.Run, task.SlotMs, task.DueMs = raftfsm.StateWaiting, 0, task.Run+1, x.NextSlotMs, x.NextDueMs
+		}
+	}
+}
