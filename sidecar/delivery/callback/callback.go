@@ -496,8 +496,12 @@ func httpErrorText(status int, body []byte) string {
 	return fmt.Sprintf("http %d: %s", status, text)
 }
 
+// retryAfterMax bounds a Retry-After, in either form: an executor's
+// answer cannot snooze a task for longer than a day at a time.
+const retryAfterMax = 24 * time.Hour
+
 // parseRetryAfter reads a Retry-After value: delay in seconds or an HTTP
-// date. It returns 0 when v is empty, invalid or in the past.
+// date, at most retryAfterMax; 0 when absent, invalid or in the past.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -507,14 +511,16 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		if n <= 0 {
 			return 0
 		}
-		if n > int64(24*time.Hour/time.Second) {
-			n = int64(24 * time.Hour / time.Second)
+		if n > int64(retryAfterMax/time.Second) {
+			n = int64(retryAfterMax / time.Second)
 		}
 		return time.Duration(n) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		if d := t.Sub(now); d > 0 {
-			return d
+			// A date far ahead (a maintenance page's "Fri, 31 Dec 9999")
+			// snoozed the task until then.
+			return min(d, retryAfterMax)
 		}
 	}
 	return 0

@@ -378,6 +378,8 @@ func TestParseRetryAfter(t *testing.T) {
 		"999999999999":                  24 * time.Hour,
 		"Mon, 30 Nov 2026 12:00:42 GMT": 42 * time.Second,
 		"Mon, 30 Nov 2026 11:59:00 GMT": 0,
+		"Tue, 01 Dec 2026 12:00:01 GMT": 24 * time.Hour, // a date is bounded as a delay is
+		"Fri, 31 Dec 2100 00:00:00 GMT": 24 * time.Hour,
 	}
 	for in, want := range tests {
 		if got := parseRetryAfter(in, now); got != want {
