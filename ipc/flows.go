@@ -152,6 +152,13 @@ func DecodeFlow(body []byte) (spec FlowSpec, err error) {
 	if err != nil {
 		return FlowSpec{}, err
 	}
+	if ts.Every%time.Millisecond != 0 {
+		// The state machine steps a flow's slots by whole milliseconds
+		// (raftfsm's endFlowRun): 1.5005s ran every 1.5 s, a run early
+		// by half a millisecond more each time. Changing that step would
+		// make nodes of two versions apply the same entry differently.
+		return FlowSpec{}, Errorf(ErrInvalid, "every: a flow's interval must be a whole number of milliseconds, got %q", *req.Every)
+	}
 	fs.Delay, fs.RunAt, fs.Every, fs.Cron, fs.Timezone = ts.Delay, ts.RunAt, ts.Every, ts.Cron, ts.Timezone
 	fs.TraceParent, fs.TraceState = ts.TraceParent, ts.TraceState
 	for i, raw := range req.Stages {

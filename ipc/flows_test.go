@@ -72,6 +72,8 @@ func TestDecodeFlowInvalid(t *testing.T) {
 		{"stage cron", `{"id":"f","stages":[{"name":"A","handler":"h","cron":"0 * * * *"}]}`, `stage "A": cron: not allowed`},
 		{"delay and run_at", `{"id":"f","delay":"1s","run_at":"2030-01-01T00:00:00Z","stages":[{"name":"A","handler":"h"}]}`, "give at most one"},
 		{"bad every", `{"id":"f","every":"1ms","stages":[{"name":"A","handler":"h"}]}`, "every"},
+		// Its slots are whole milliseconds apart: 1.5005s ran every 1.5 s.
+		{"every not whole milliseconds", `{"id":"f","every":"1.5005s","stages":[{"name":"A","handler":"h"}]}`, `every: a flow's interval must be a whole number of milliseconds, got "1.5005s"`},
 		// Its stages' task ids would pass the 512-byte id limit.
 		{"long id", `{"id":"` + strings.Repeat("x", FlowIDMaxBytes+1) + `","stages":[{"name":"A","handler":"h"}]}`, "the limit for a flow is 357"},
 		{"long stage name", `{"id":"f","stages":[{"name":"` + strings.Repeat("a", StageNameMaxBytes+1) + `","handler":"h"}]}`, "at most 128 bytes"},
