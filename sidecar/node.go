@@ -92,7 +92,11 @@ type Node struct {
 	registered   atomic.Bool   // this node's record is committed
 	removed      atomic.Bool   // the leader does not list this node (cluster/remove.go)
 	leaderCommit atomic.Uint64 // the leader's commit index at the last load report
-	orphans      []raftfsm.Complete
+	// leaderCommitCh is closed (and replaced) when leaderCommit changes
+	// (setLeaderCommit); under leaderCommitMu.
+	leaderCommitMu sync.Mutex
+	leaderCommitCh chan struct{}
+	orphans        []raftfsm.Complete
 }
 
 // Start opens the node's stores, starts Raft, the peer API and the

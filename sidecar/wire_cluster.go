@@ -69,7 +69,7 @@ func (l clusterLoad) Own() peerapi.LoadReport {
 }
 func (l clusterLoad) Record(r peerapi.LoadReport)          { l.n.reportToLeader(r) }
 func (l clusterLoad) ParkedShare(id string) map[string]int { return l.n.leader.ParkedShare(id) }
-func (l clusterLoad) SetLeaderCommit(index uint64)         { l.n.leaderCommit.Store(index) }
+func (l clusterLoad) SetLeaderCommit(index uint64)         { l.n.setLeaderCommit(index) }
 func (l clusterLoad) SetParked(parked map[string]int)      { l.n.delivery.SetParked(parked) }
 
 // The node's calls into its membership.

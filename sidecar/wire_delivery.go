@@ -31,7 +31,40 @@ func newDelivery(n *Node) *nodeDelivery {
 		Log:        n.log,
 		Metrics:    deliveryMetrics(n.metrics),
 		Pauses:     &n.pauses,
+		CatchUp:    deliveryCatchUp{n},
 	})}
+}
+
+// deliveryCatchUp tells delivery how far the node is behind the leader.
+type deliveryCatchUp struct{ n *Node }
+
+func (c deliveryCatchUp) LeaderCommit() (uint64, <-chan struct{}) { return c.n.leaderCommitWait() }
+func (c deliveryCatchUp) AppliedIndex() uint64                    { return c.n.fsm.AppliedIndex() }
+func (c deliveryCatchUp) AppliedCh() <-chan struct{}              { return c.n.fsm.AppliedCh() }
+
+// IsLeader is true without Raft (a node under test): nothing to wait for.
+func (c deliveryCatchUp) IsLeader() bool { return c.n.raft == nil || c.n.IsLeader() }
+
+// setLeaderCommit records the leader's commit index from a load report
+// and wakes those waiting for it to change (leaderCommitWait).
+func (n *Node) setLeaderCommit(index uint64) {
+	n.leaderCommitMu.Lock()
+	defer n.leaderCommitMu.Unlock()
+	if n.leaderCommit.Swap(index) != index && n.leaderCommitCh != nil {
+		close(n.leaderCommitCh)
+		n.leaderCommitCh = nil
+	}
+}
+
+// leaderCommitWait returns the leader's commit index at the last load
+// report (0: none yet) and a channel closed when it next changes.
+func (n *Node) leaderCommitWait() (uint64, <-chan struct{}) {
+	n.leaderCommitMu.Lock()
+	defer n.leaderCommitMu.Unlock()
+	if n.leaderCommitCh == nil {
+		n.leaderCommitCh = make(chan struct{})
+	}
+	return n.leaderCommit.Load(), n.leaderCommitCh
 }
 
 // deliveryProposer proposes through the node (forwarding to the leader).

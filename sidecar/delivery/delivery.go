@@ -40,7 +40,8 @@ type Delivery struct {
 	retry    engine.Clock // Deps.RetryClock
 	log      zerolog.Logger
 	m        *Metrics
-	pauses   Pauses // nil: none
+	pauses   Pauses  // nil: none
+	catchUp  CatchUp // nil: no wait
 	caller   *callback.Caller
 	reports  *reportBatcher
 
@@ -102,6 +103,11 @@ type attemptRun struct {
 	// (for its due time, a slot, a probe): it also ends when the node
 	// begins to drain (drain.go).
 	wait context.Context
+	// behind is set when the attempt's Fire applied while this node was
+	// behind the leader (catchUpTarget), catchUpTo is the index it must
+	// then have applied before the callback (0: the first one known).
+	behind    bool
+	catchUpTo uint64
 	// paused is set when a pause of the attempt's task applies here
 	// before its callback started (OnEvent); pausedBack when the attempt
 	// was found paused and is to be handed back (pausedNow).
@@ -139,7 +145,7 @@ func New(deps Deps) *Delivery {
 	}
 	d := &Delivery{
 		cfg: deps.Config, ctx: ctx, proposer: deps.Proposer, store: deps.Store, clock: clock, retry: retry, log: deps.Log, m: deps.Metrics,
-		pauses:  deps.Pauses,
+		pauses: deps.Pauses, catchUp: deps.CatchUp,
 		caller:  callback.NewCaller(callback.CallerOptions{MaxIdleConnsPerExecutor: idle, Clock: clock}),
 		running: map[string]*attemptRun{}, slots: map[string]*slot{}, queued: map[string]int{}, down: map[string]downState{},
 	}
@@ -225,7 +231,7 @@ func (d *Delivery) OnEvent(ev *raftfsm.Event) {
 		if resumed {
 			return // already started from the snapshot that held this Fire
 		}
-		d.start(t)
+		d.start(t, ev.Index)
 	}
 }
 
@@ -289,7 +295,7 @@ func (d *Delivery) resumeAfterRestore() {
 		}
 		d.mu.Unlock()
 		if !running {
-			d.start(t)
+			d.start(t, 0)
 			started++
 		}
 	}
@@ -308,9 +314,12 @@ func (d *Delivery) abort(id string) {
 	}
 }
 
-func (d *Delivery) start(t *raftfsm.Task) {
+// start starts attempt t, whose state is as of Raft index index (its
+// Fire's; 0 for an attempt read from an installed snapshot).
+func (d *Delivery) start(t *raftfsm.Task, index uint64) {
 	ctx, cancel := context.WithCancelCause(d.ctx)
 	r := &attemptRun{epoch: t.Epoch, attempt: t.Attempts, cancel: cancel, timeout: time.Duration(t.Spec.TimeoutNs), appliedAt: d.clock.Now()}
+	r.behind, r.catchUpTo = d.catchUpTarget(index)
 	r.leaseMs.Store(t.LeaseMs)
 	wctx, wstop := d.waitContext(ctx)
 	r.wait = wctx
@@ -854,6 +863,9 @@ func (d *Delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 				}
 				return
 			}
+		}
+		if r.behind && !d.stillHere(ctx, t, r) {
+			return
 		}
 		if d.pausedNow(ctx, t, r) {
 			d.handBack(t, r)

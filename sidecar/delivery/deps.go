@@ -26,6 +26,33 @@ type Store interface {
 	Node(id string) (*raftfsm.Node, error)
 	// Running calls fn for each RUNNING task until fn returns false.
 	Running(fn func(*raftfsm.Task) bool) error
+	// Task returns the task with id (raftfsm.ErrNotFound when there is
+	// none): read before the callback of an attempt whose Fire this node
+	// applied while catching up (CatchUp).
+	Task(id string) (*raftfsm.Task, error)
+}
+
+// CatchUp is what delivery asks of the node about how far it is behind
+// the leader. A follower that replays the log (restarted, or rejoined
+// under its old id with an empty data dir) applies Fires of attempts that
+// an earlier life of this node already ran and reported: their Complete
+// follows later in the log. An attempt whose Fire applies while the node
+// is behind the leader's last known commit index waits, before its
+// callback, until the node has applied that index, and is delivered only
+// if the task is still running here in that attempt.
+type CatchUp interface {
+	// LeaderCommit returns the index this node must have applied to have
+	// caught up with the leader (the leader's commit index at the last
+	// load report), 0 while none is known, and a channel closed when it
+	// next changes.
+	LeaderCommit() (uint64, <-chan struct{})
+	// AppliedIndex is the last index this node has applied; AppliedCh is
+	// closed when it next moves.
+	AppliedIndex() uint64
+	AppliedCh() <-chan struct{}
+	// IsLeader reports whether this node leads (a leader replays nothing
+	// another node committed after it: no wait).
+	IsLeader() bool
 }
 
 // Pauses is what delivery asks of the node's pause state
@@ -142,4 +169,8 @@ type Deps struct {
 	// Pauses is the node's pause state; nil: nothing is ever paused here
 	// (the leader still holds paused runs back).
 	Pauses Pauses
+	// CatchUp, when set, holds the attempts whose Fire applied while this
+	// node was behind the leader until it caught up (see CatchUp); nil: no
+	// wait.
+	CatchUp CatchUp
 }

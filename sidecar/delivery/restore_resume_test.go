@@ -49,7 +49,7 @@ func TestDeliveryResumesAttemptsOfAnInstalledSnapshot(t *testing.T) {
 	}
 	apply(fire("mine", "n1", lease), fire("other", "n2", lease), fire("ended", "n1", ended))
 	// "cancelled" ran here before the snapshot, which cancelled it.
-	d.start(&raftfsm.Task{ID: "cancelled", Epoch: 99, Attempts: 1, State: raftfsm.StateRunning, Node: "n1", DueMs: due, LeaseMs: lease, Spec: spec})
+	d.start(&raftfsm.Task{ID: "cancelled", Epoch: 99, Attempts: 1, State: raftfsm.StateRunning, Node: "n1", DueMs: due, LeaseMs: lease, Spec: spec}, 0)
 
 	d.OnEvent(&raftfsm.Event{Restored: true})
 	d.mu.Lock()

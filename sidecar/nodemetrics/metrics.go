@@ -77,7 +77,7 @@ func New() *Metrics {
 		Name: "ax_raft_leader_changes_total", Help: "Times this node won or lost leadership.",
 	})
 	m.StaleFires = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "ax_stale_fires_skipped_total", Help: "Attempts assigned to this node that it did not deliver: their lease had ended before it applied their fire (catching up after a partition).",
+		Name: "ax_stale_fires_skipped_total", Help: "Attempts assigned to this node that it did not deliver: their lease had ended before it applied their fire (catching up after a partition), or the log it replayed had already ended them (a node back under its id with an empty data dir).",
 	})
 	m.ExecutorLimit = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_executor_limit", Help: "Concurrency limit of each executor of this node."}, []string{"executor"})
 	m.ExecutorFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_executor_in_flight", Help: "Callbacks in flight per executor of this node."}, []string{"executor"})
