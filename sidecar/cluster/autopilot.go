@@ -387,6 +387,15 @@ func (a *autopilot) observe(r peerapi.LoadReport, commit uint64) {
 	a.mu.Unlock()
 }
 
+// heardWithin reports whether member id's last load report came within
+// the LastContact bound (the member is alive).
+func (a *autopilot) heardWithin(id string) bool {
+	a.mu.Lock()
+	r, ok := a.reports[id]
+	a.mu.Unlock()
+	return ok && a.d.Clock.Now().Sub(r.at) <= a.cfg.LastContact
+}
+
 // RunAutopilot reconciles every AutopilotInterval until ctx ends (it acts
 // only while this node leads).
 func (m *Membership) RunAutopilot(ctx context.Context) {

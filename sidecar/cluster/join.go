@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 
@@ -96,9 +97,21 @@ func (m *Membership) JoinOrBootstrap(ctx context.Context) {
 // the leader's error, or ErrNoLeader when no leader was known before ctx
 // ended.
 func (m *Membership) Join(ctx context.Context, req peerapi.Info) error {
-	m.d.Peers.Learn(req.ID, req.RaftAddr, req.PeerAddr)
+	// The joiner's peer address is learnt once the leader took it: a
+	// request it refuses (another live member's id) must not turn this
+	// node's route to that member towards the joiner.
+	learn := func(err error) error {
+		if err == nil {
+			m.d.Peers.Learn(req.ID, req.RaftAddr, req.PeerAddr)
+		}
+		return err
+	}
 	for {
 		if m.d.Raft.State() == raft.Leader {
+			if err := m.refuseLiveDuplicate(req); err != nil {
+				m.log.Warn().Err(err).Str("joining", req.ID).Str("raft_addr", req.RaftAddr).Msg("join refused")
+				return err
+			}
 			if err := m.removeStaleAtAddress(req); err != nil {
 				return err
 			}
@@ -109,11 +122,11 @@ func (m *Membership) Join(ctx context.Context, req peerapi.Info) error {
 				}
 			}
 			m.log.Info().Str("joining", req.ID).Str("raft_addr", req.RaftAddr).Msg("adding non-voter")
-			return m.d.Raft.AddNonvoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, peerapi.Timeout).Error()
+			return learn(m.d.Raft.AddNonvoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, peerapi.Timeout).Error())
 		}
 		if addr := m.d.Routes.LeaderPeerAddr(); addr != "" && addr != m.cfg.PeerAdvertise {
 			_, err := m.d.Peers.Join(ctx, addr, req)
-			return err
+			return learn(err)
 		}
 		if !sleep(ctx, m.d.Clock, forwardRetryInterval) {
 			return ErrNoLeader
@@ -181,6 +194,37 @@ func (m *Membership) rejoinsEmpty(req peerapi.Info) bool {
 		}
 	}
 	return false
+}
+
+// ErrDuplicateID is returned by Join (on the leader, or from it) when the
+// joining node has the id of a live member at another Raft address.
+var ErrDuplicateID = peerapi.ErrDuplicateID
+
+// refuseLiveDuplicate returns ErrDuplicateID (wrapped, naming both
+// addresses) for a join under the id of a member at another Raft address
+// that is alive: this leader itself, or a member whose load report came
+// within the autopilot's LastContact. That is a second node started with
+// the same --node-id (a copied manifest, a typo), not the member come
+// back: raft's AddNonvoter would move the live member's address in the
+// configuration to the newcomer (the leader's own, too), and rejoinsEmpty
+// would take a live voter's vote away. A member that has gone quiet may
+// come back at a new address (a pod recreated with another IP): that join
+// goes through once its last report is older than LastContact.
+func (m *Membership) refuseLiveDuplicate(req peerapi.Info) error {
+	f := m.d.Raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) != req.ID || string(s.Address) == req.RaftAddr {
+			continue
+		}
+		if req.ID == m.cfg.NodeID || m.autopilot.heardWithin(req.ID) {
+			return fmt.Errorf("%w: %q is at %s and alive; this node (raft address %s) needs another --node-id",
+				ErrDuplicateID, req.ID, s.Address, req.RaftAddr)
+		}
+	}
+	return nil
 }
 
 // removeStaleAtAddress removes, on the leader, a member with another id

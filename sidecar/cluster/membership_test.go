@@ -623,3 +623,58 @@ func TestReportLoopReportsAtOnceToANewLeader(t *testing.T) {
 		t.Errorf("%d reports, want 2", n)
 	}
 }
+
+// A second node started with the id of a live member (a copied manifest, a
+// typo) at another address is refused with ErrDuplicateID: raft's
+// AddNonvoter would have moved the member's address in the configuration
+// to the newcomer (the leader's own too: by hand, a duplicate of the
+// leader's id left the leader's configured address pointing at an empty
+// node), and a live voter's duplicate would have had its vote taken away
+// (rejoinsEmpty). Nor does the node that took the request learn the
+// newcomer's peer address under that id (a follower then forwarded every
+// write to the duplicate, which had no leader: 503 no_leader). Once the
+// member has gone quiet past AutopilotLastContact, its id may come back at
+// a new address (a pod recreated with another IP).
+func TestJoinRefusesTheIDOfALiveMember(t *testing.T) {
+	e := newEnv(t, Config{})
+	e.lead("n1", "n2", "n3")
+	e.fsm.nodes = []raftfsm.Node{{ID: "n1", Incarnation: "i1"}, {ID: "n2", Incarnation: "i2"}, {ID: "n3", Incarnation: "i3"}}
+	e.m.HandleReport(peerapi.LoadReport{ID: "n2"})
+	ctx := context.Background()
+	for _, id := range []string{"n1", "n2"} {
+		err := e.m.Join(ctx, peerapi.Info{ID: id, RaftAddr: "dup:raft", PeerAddr: "dup:peer", Incarnation: "x"})
+		if !errors.Is(err, ErrDuplicateID) || !strings.Contains(err.Error(), id+":raft") {
+			t.Fatalf("join of a duplicate of %s: %v, want ErrDuplicateID naming the member's address", id, err)
+		}
+	}
+	if got := e.raft.log(); len(got) != 0 {
+		t.Fatalf("configuration changes %q for duplicates", got)
+	}
+	for _, s := range e.raft.servers {
+		if s.Address != raft.ServerAddress(s.ID+":raft") || s.Suffrage != raft.Voter {
+			t.Fatalf("configuration changed: %+v", e.raft.servers)
+		}
+	}
+	if len(e.peers.learnt) != 0 {
+		t.Fatalf("learnt peer addresses %v from refused joins", e.peers.learnt)
+	}
+
+	e.clock.Advance(AutopilotLastContact + time.Millisecond)
+	if err := e.m.Join(ctx, peerapi.Info{ID: "n2", RaftAddr: "n2:raft2", PeerAddr: "n2:peer2", InCluster: true, Incarnation: "i2"}); err != nil {
+		t.Fatalf("n2 back at a new address after going quiet: %v", err)
+	}
+	if got := e.raft.log(); !reflect.DeepEqual(got, []string{"add-nonvoter n2"}) || e.peers.learnt["n2"] != "n2:peer2" {
+		t.Fatalf("changes %q, learnt %v", got, e.peers.learnt)
+	}
+
+	// A follower forwards the join; the leader refuses it: nothing learnt.
+	e.raft.state = raft.Follower
+	e.routes.leader = "n3:peer"
+	e.peers.err = peerapi.Errorf(ErrDuplicateID, "taken")
+	if err := e.m.Join(ctx, peerapi.Info{ID: "n3", RaftAddr: "dup:raft", PeerAddr: "dup:peer"}); !errors.Is(err, ErrDuplicateID) {
+		t.Fatalf("forwarded duplicate: %v", err)
+	}
+	if a := e.peers.learnt["n3"]; a != "" {
+		t.Fatalf("the follower learnt %s for n3 from a refused join", a)
+	}
+}

@@ -47,6 +47,9 @@ const (
 	CodeNoSuchMember = "no_such_member"
 	// CodeLastVoter: a removal would leave no voter (409).
 	CodeLastVoter = "last_voter"
+	// CodeDuplicateID: a join names the id of a live member at another
+	// address: a second node started with the same node id (409).
+	CodeDuplicateID = "duplicate_node_id"
 	// CodeNotFound: no such task, or no such route (404).
 	CodeNotFound = "not_found"
 	// CodeBadRequest: the body is not what the path wants (400).
@@ -68,6 +71,7 @@ var (
 	ErrStorageUnavailable = &Error{Status: http.StatusServiceUnavailable, Code: CodeStorageUnavailable, Message: "storage unavailable"}
 	ErrNoSuchMember       = &Error{Status: http.StatusNotFound, Code: CodeNoSuchMember, Message: "no such member"}
 	ErrLastVoter          = &Error{Status: http.StatusConflict, Code: CodeLastVoter, Message: "cannot remove the last voter of the cluster"}
+	ErrDuplicateID        = &Error{Status: http.StatusConflict, Code: CodeDuplicateID, Message: "another live member has this node id"}
 	ErrNotFound           = &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "not found"}
 	ErrBadRequest         = &Error{Status: http.StatusBadRequest, Code: CodeBadRequest, Message: "bad request"}
 	ErrUnauthorized       = &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "missing or wrong cluster token (" + TokenHeader + ")"}
@@ -79,7 +83,7 @@ var (
 var byCode = func() map[string]*Error {
 	m := map[string]*Error{}
 	for _, e := range []*Error{ErrNotLeader, ErrQueueFull, ErrStorageUnavailable, ErrNoSuchMember, ErrLastVoter,
-		ErrNotFound, ErrBadRequest, ErrUnauthorized, ErrUnavailable, ErrInternal} {
+		ErrDuplicateID, ErrNotFound, ErrBadRequest, ErrUnauthorized, ErrUnavailable, ErrInternal} {
 		m[e.Code] = e
 	}
 	return m
