@@ -32,6 +32,7 @@ func newDelivery(n *Node) *nodeDelivery {
 		Metrics:    deliveryMetrics(n.metrics),
 		Pauses:     &n.pauses,
 		CatchUp:    deliveryCatchUp{n},
+		Orphans:    n.orphans,
 	})}
 }
 

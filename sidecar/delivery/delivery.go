@@ -61,6 +61,8 @@ type Delivery struct {
 	// (resumeAfterRestore) whose Fire may still come as an event: that
 	// event must not start them a second time.
 	resumed map[attemptKey]struct{}
+	// orphans are Deps.Orphans: never started here.
+	orphans map[attemptKey]struct{}
 	wg      sync.WaitGroup
 	stopped bool
 	// draining is set by BeginDrain (drain.go): attempts not started are
@@ -148,6 +150,12 @@ func New(deps Deps) *Delivery {
 		pauses: deps.Pauses, catchUp: deps.CatchUp,
 		caller:  callback.NewCaller(callback.CallerOptions{MaxIdleConnsPerExecutor: idle, Clock: clock}),
 		running: map[string]*attemptRun{}, slots: map[string]*slot{}, queued: map[string]int{}, down: map[string]downState{},
+	}
+	for _, c := range deps.Orphans {
+		if d.orphans == nil {
+			d.orphans = map[attemptKey]struct{}{}
+		}
+		d.orphans[attemptKey{c.ID, c.Epoch, c.Attempt}] = struct{}{}
 	}
 	d.drainCtx, d.drainCancel = context.WithCancel(context.Background())
 	d.reports = &reportBatcher{max: deps.Config.MaxBatchCommands, base: ctx, timeout: reportTimeout,
@@ -286,6 +294,11 @@ func (d *Delivery) resumeAfterRestore() {
 	for _, t := range ts {
 		if leaseEnded(t, nowMs) {
 			continue // the leader's lease timer retries it
+		}
+		if _, orphan := d.orphans[attemptKey{t.ID, t.Epoch, t.Attempts}]; orphan {
+			// This node's previous process ran it (it may have called the
+			// executor) and Register reports it lost: the leader retries it.
+			continue
 		}
 		d.mu.Lock()
 		r := d.running[t.ID]

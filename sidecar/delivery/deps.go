@@ -169,6 +169,12 @@ type Deps struct {
 	// Pauses is the node's pause state; nil: nothing is ever paused here
 	// (the leader still holds paused runs back).
 	Pauses Pauses
+	// Orphans are the attempts the store said run on this node when it
+	// started (cluster.FindOrphans): the previous process was delivering
+	// them and this one reports them lost (cluster.Register), so they are
+	// never started here, not even from an installed snapshot that still
+	// has them running here.
+	Orphans []raftfsm.Complete
 	// CatchUp, when set, holds the attempts whose Fire applied while this
 	// node was behind the leader until it caught up (see CatchUp); nil: no
 	// wait.

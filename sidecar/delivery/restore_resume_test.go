@@ -85,3 +85,53 @@ func TestDeliveryResumesAttemptsOfAnInstalledSnapshot(t *testing.T) {
 		t.Fatalf("attempt 2 was not started (running %+v)", next)
 	}
 }
+
+// A node restarted during an attempt (cluster.FindOrphans listed it, and
+// Register reports it lost so the leader retries it elsewhere) and then
+// sent a snapshot that still has the attempt running here must not start
+// it: the previous process may have called the executor already, and the
+// leader's retry calls it again. By hand: a node killed and restarted with
+// its data while it lagged got a snapshot at once, started its three
+// orphans from it, and one callback was made twice (here and on the
+// retry).
+func TestDeliveryDoesNotResumeAnOrphanFromASnapshot(t *testing.T) {
+	f := testFSM(t)
+	now := time.Now()
+	due, lease := now.Add(time.Hour).UnixMilli(), now.Add(2*time.Hour).UnixMilli()
+	var index uint64
+	apply := func(cmds ...raftfsm.Command) {
+		t.Helper()
+		index++
+		applyEntry(t, f, index, cmds...)
+	}
+	apply(raftfsm.Command{Type: raftfsm.CmdNode, Node: &raftfsm.Node{ID: "n1",
+		Executors: []raftfsm.Executor{{Name: "x", Handlers: []string{"*"}, URL: "unix:///nonexistent.sock"}}}})
+	spec := raftfsm.Spec{Handler: "h", Priority: 2, TimeoutNs: int64(time.Second), MaxAttempts: 3}
+	for _, id := range []string{"orphan", "new"} {
+		apply(raftfsm.Command{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{ID: id, Spec: spec, DueMs: due, AtMs: now.UnixMilli()}})
+		task, err := f.Task(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		apply(raftfsm.Command{Type: raftfsm.CmdFire, Fire: &raftfsm.Fire{ID: id, Epoch: task.Epoch, Attempt: 1, Node: "n1", AtMs: due, LeaseMs: lease}})
+	}
+	orphan, err := f.Task("orphan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := New(Deps{Config: Config{NodeID: "n1"}, Log: zerolog.Nop(), Store: f, Context: ctx,
+		Metrics: &Metrics{StaleFires: prometheus.NewCounter(prometheus.CounterOpts{Name: "s"})},
+		Orphans: []raftfsm.Complete{{ID: "orphan", Epoch: orphan.Epoch, Attempt: 1, Outcome: raftfsm.OutcomeLost}}})
+	defer d.Stop()
+
+	d.OnEvent(&raftfsm.Event{Restored: true})
+	d.mu.Lock()
+	_, orphanRuns := d.running["orphan"]
+	_, newRuns := d.running["new"]
+	d.mu.Unlock()
+	if orphanRuns || !newRuns {
+		t.Fatalf("after the restore: orphan running %v (want false), new running %v (want true)", orphanRuns, newRuns)
+	}
+}
