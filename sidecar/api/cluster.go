@@ -79,7 +79,7 @@ func (b *Backend) Cluster(ctx context.Context) (ipc.ClusterInfo, error) {
 func (b *Backend) Ready(ctx context.Context) error {
 	_, id := b.d.Raft.LeaderWithID()
 	if id == "" && b.d.Membership.Removed() {
-		return ipc.Errorf(ipc.ErrNotReady, "this node was removed from the cluster while it was down: delete its data dir and start it with --join")
+		return ipc.Errorf(ipc.ErrNotReady, "this node was removed from the cluster (ax cluster remove): to bring it back, stop it, delete its data dir and start it with --join")
 	}
 	if id == "" {
 		return ipc.Errorf(ipc.ErrNotReady, "no leader known yet").WithRetryAfter(time.Second)

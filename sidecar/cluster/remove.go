@@ -57,6 +57,9 @@ func (m *Membership) RemoveMember(ctx context.Context, id string) error {
 	}
 }
 
+// A node removed while it ran (its Raft shuts down when it applies its own
+// removal) is in the same state, and the same check says so.
+//
 // A node removed from the cluster while it was down (ax cluster remove of
 // a dead node) still finds itself in the configuration of its own log when
 // it starts again: it campaigns, the others ignore it (they no longer count
@@ -99,7 +102,7 @@ func (w *removalWatch) check(ctx context.Context) {
 	}
 	if m.removedByCluster(ctx) {
 		m.d.Removed.Store(true)
-		m.log.Error().Msg("the cluster's leader does not list this node as a member: it was removed (ax cluster remove) while it was down. It will not rejoin with its old data: stop it, delete its data dir and start it with --join")
+		m.log.Error().Msg("the cluster's leader does not list this node as a member: it was removed (ax cluster remove), while it was down or while it ran. It will not rejoin with its old data: stop it, delete its data dir and start it with --join")
 	}
 }
 
