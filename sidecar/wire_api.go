@@ -122,6 +122,12 @@ func (m apiMembership) RemoveMember(ctx context.Context, id string) error {
 		return ipc.Errorf(ipc.ErrNotFound, "member %q is not in the cluster", id)
 	case errors.Is(err, errLastVoter) || (err != nil && strings.Contains(err.Error(), "last voter")):
 		return ipc.Errorf(ipc.ErrConflict, "member %q is the last voter: removing it would leave no cluster", id)
+	case errors.Is(err, errLoseQuorum):
+		return ipc.Errorf(ipc.ErrConflict, "%v", err)
+	case errors.Is(err, peerapi.ErrUnavailable), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrNotLeader):
+		// The leader took the request but did not see it committed (it
+		// lost its leadership meanwhile): it may or may not be done.
+		return ipc.Errorf(ipc.ErrNoLeader, "the removal of %q was not confirmed (%v): see ax cluster status, and ask again if it is still listed", id, err).WithRetryAfter(time.Second)
 	case err != nil:
 		return apiError(err)
 	}

@@ -23,6 +23,7 @@ type memberStatus = peerapi.MemberStatus
 var (
 	errNoSuchMember = cluster.ErrNoSuchMember
 	errLastVoter    = cluster.ErrLastVoter
+	errLoseQuorum   = cluster.ErrWouldLoseQuorum
 )
 
 // newMembership builds the node's cluster membership (after Raft, the
@@ -77,10 +78,11 @@ func (l clusterLoad) SetParked(parked map[string]int)      { l.n.delivery.SetPar
 // memberStatuses is the leader's view of every member.
 func (n *Node) memberStatuses() map[string]memberStatus { return n.cluster.MemberStatuses() }
 
-// removeMember removes node id from the configuration (cluster.RemoveMember),
+// removeMember removes node id from the configuration for an operator
+// (cluster.RemoveNode: it answers no leader within a few seconds),
 // with this package's ErrNoLeader.
 func (n *Node) removeMember(ctx context.Context, id string) error {
-	err := n.cluster.RemoveMember(ctx, id)
+	err := n.cluster.RemoveNode(ctx, id)
 	if errors.Is(err, cluster.ErrNoLeader) {
 		return ErrNoLeader
 	}

@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -26,6 +28,25 @@ var (
 // It returns ErrNoSuchMember, ErrLastVoter (both wrapped, naming id),
 // raft's error, or ErrNoLeader when no leader was known before ctx ended.
 func (m *Membership) RemoveMember(ctx context.Context, id string) error {
+	return m.removeMember(ctx, id, false)
+}
+
+// RemoveNode is RemoveMember for an operator (ax cluster remove, DELETE
+// /v1/cluster/members/{id}): it looks for a leader that answers for at
+// most removeLeaderWait, then returns ErrNoLeader (wrapped with the last
+// forward's error, if any) instead of waiting until the caller gives up;
+// a leader that does not answer the forwarded request (it was just
+// killed) is looked for again, as while none is known, and a removal
+// whose answer was lost that way and that the next leader no longer
+// finds counts as done.
+func (m *Membership) RemoveNode(ctx context.Context, id string) error {
+	return m.removeMember(ctx, id, true)
+}
+
+func (m *Membership) removeMember(ctx context.Context, id string, patient bool) error {
+	var lastErr error // the last forward the leader did not answer
+	wasMember := InConfiguration(m.d.Raft, id)
+	giveUp := m.d.Clock.Now().Add(removeLeaderWait)
 	for {
 		if m.d.Raft.State() == raft.Leader {
 			f := m.d.Raft.GetConfiguration()
@@ -40,22 +61,100 @@ func (m *Membership) RemoveMember(ctx context.Context, id string) error {
 				}
 			}
 			if !found {
+				if lastErr != nil && wasMember {
+					return nil // the unanswered forward removed it
+				}
 				return fmt.Errorf("%w: %q", ErrNoSuchMember, id)
 			}
 			if voters == 0 {
 				return fmt.Errorf("%w: %q is the last voter", ErrLastVoter, id)
 			}
+			if patient {
+				if err := quorumAfterRemoval(f.Configuration(), m.MemberStatuses(), id); err != nil {
+					return err
+				}
+			}
 			m.log.Info().Str("member", id).Msg("removing member")
 			return m.d.Raft.RemoveServer(raft.ServerID(id), 0, peerapi.Timeout).Error()
 		}
 		if addr := m.d.Routes.LeaderPeerAddr(); addr != "" && addr != m.cfg.PeerAdvertise {
-			return m.d.Peers.Remove(ctx, addr, id)
+			if patient {
+				// The leader's view of who is reachable, with this node's
+				// configuration (the leader's, or about to be).
+				f := m.d.Raft.GetConfiguration()
+				if statuses, err := m.d.Peers.Members(ctx, addr); err == nil && f.Error() == nil {
+					if err := quorumAfterRemoval(f.Configuration(), statuses, id); err != nil {
+						return err
+					}
+				}
+			}
+			err := m.d.Peers.Remove(ctx, addr, id)
+			var pe *peerapi.Error
+			switch {
+			case !patient || err == nil || ctx.Err() != nil:
+				return err
+			case errors.As(err, &pe): // the leader's answer
+				if errors.Is(err, ErrNoSuchMember) && lastErr != nil && wasMember {
+					return nil // the unanswered forward removed it
+				}
+				return err
+			}
+			// No answer: the leader may have just died. Look again.
+			m.log.Debug().Err(err).Str("leader", addr).Msg("remove: the leader did not answer; looking for a leader again")
+			lastErr = err
+		}
+		if patient && !m.d.Clock.Now().Before(giveUp) {
+			if lastErr != nil {
+				return fmt.Errorf("%w: the leader did not answer (%v)", ErrNoLeader, lastErr)
+			}
+			return ErrNoLeader
 		}
 		if !sleep(ctx, m.d.Clock, forwardRetryInterval) {
 			return ErrNoLeader
 		}
 	}
 }
+
+// ErrWouldLoseQuorum is returned by RemoveNode when the voters that would
+// remain, less those the leader has not heard from lately, are short of a
+// quorum of them.
+var ErrWouldLoseQuorum = errors.New("the removal would leave the cluster without a quorum")
+
+// quorumAfterRemoval returns ErrWouldLoseQuorum (wrapped, with the counts)
+// when removing id from conf would leave fewer reachable voters (by the
+// leader's statuses) than a quorum of the voters that remain. Raft would
+// take such a change (it needs a quorum of the new configuration, which
+// it then never gets): by hand, ax cluster remove of a live voter right
+// after another voter was killed left the survivors, one voter of the two
+// remaining, unable to elect a leader or commit anything until the dead
+// one came back. A removal that leaves no voter is ErrLastVoter's.
+func quorumAfterRemoval(conf raft.Configuration, statuses map[string]peerapi.MemberStatus, id string) error {
+	remaining, reachable := 0, 0
+	var unreachable []string
+	for _, s := range conf.Servers {
+		if s.Suffrage != raft.Voter || string(s.ID) == id {
+			continue
+		}
+		remaining++
+		if statuses[string(s.ID)].Reachable {
+			reachable++
+		} else {
+			unreachable = append(unreachable, string(s.ID))
+		}
+	}
+	if remaining == 0 || reachable >= Quorum(remaining) {
+		return nil
+	}
+	return fmt.Errorf("%w: removing %q would leave %d reachable of the %d remaining voters, short of a quorum of %d (not heard from: %s); bring those back first, or remove them first if they are gone for good",
+		ErrWouldLoseQuorum, id, reachable, remaining, Quorum(remaining), strings.Join(unreachable, ", "))
+}
+
+// removeLeaderWait bounds how long RemoveMember looks for a leader that
+// answers: several election timeouts, so that the removal of a node
+// right after the leader died waits out the election, while a cluster
+// with no quorum answers no_leader instead of hanging until the caller
+// gives up.
+const removeLeaderWait = 5 * time.Second
 
 // A node removed while it ran (its Raft shuts down when it applies its own
 // removal) is in the same state, and the same check says so.

@@ -2,10 +2,13 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -45,5 +48,111 @@ func TestRemovedByCluster(t *testing.T) {
 				t.Fatalf("removedByCluster = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// An operator's removal (RemoveNode) through a follower whose leader was
+// just killed: the forward gets no answer, so it looks for a leader again
+// (on the node's clock) instead of failing at once; when the next leader
+// no longer finds the member (the unanswered request had removed it) that
+// counts as done. With no leader that answers it gives up after
+// removeLeaderWait with ErrNoLeader naming the last failure, instead of
+// waiting until the caller gives up. By hand: right after the leader was
+// killed, ax cluster remove answered "internal error" (the dial error,
+// hidden as a 500); with no quorum it hung until the CLI's 10 s deadline.
+func TestRemoveNodeLooksForALeaderThatAnswers(t *testing.T) {
+	dialErr := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+	e := newEnv(t, Config{})
+	e.raft.servers = servers("n1", "n2", "n3")
+	e.routes.leader = "n2:peer"
+	e.peers.err = dialErr
+	done := make(chan error, 1)
+	go func() { done <- e.m.RemoveNode(context.Background(), "n3") }()
+	waits := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { waits <- e.clock.BlockUntilContext(ctx, 1) }()
+	select { // not answered: it waits, then asks again
+	case err := <-done:
+		t.Fatalf("gave up on the first unanswered forward: %v", err)
+	case <-waits:
+	}
+	e.peers.mu.Lock()
+	e.peers.err = peerapi.Errorf(ErrNoSuchMember, "no such member")
+	e.peers.mu.Unlock()
+	e.clock.Advance(forwardRetryInterval)
+	if err := <-done; err != nil {
+		t.Fatalf("a removal whose answer was lost: %v, want done", err)
+	}
+	removes := 0
+	for _, c := range e.peers.log() {
+		if strings.HasPrefix(c, "remove ") {
+			removes++
+		}
+	}
+	if removes != 2 {
+		t.Fatalf("calls %q, want two forwards", e.peers.log())
+	}
+
+	// No leader answers: ErrNoLeader after removeLeaderWait, naming why.
+	e.peers.err = dialErr
+	go func() { done <- e.m.RemoveNode(context.Background(), "n3") }()
+	for waited := time.Duration(0); waited < removeLeaderWait; waited += forwardRetryInterval {
+		e.clock.BlockUntil(1)
+		e.clock.Advance(forwardRetryInterval)
+	}
+	if err := <-done; !errors.Is(err, ErrNoLeader) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("no leader answers: %v, want ErrNoLeader with the dial error", err)
+	}
+
+	// The leader's own answer ends it at once; and RemoveMember (a leave,
+	// the peer API) still gives up on the first unanswered forward.
+	e.peers.err = peerapi.Errorf(ErrLastVoter, "last voter")
+	if err := e.m.RemoveNode(context.Background(), "n3"); !errors.Is(err, ErrLastVoter) {
+		t.Fatalf("the leader's answer: %v", err)
+	}
+	e.peers.err = dialErr
+	if err := e.m.RemoveMember(context.Background(), "n3"); !errors.Is(err, dialErr) {
+		t.Fatalf("RemoveMember: %v", err)
+	}
+}
+
+// An operator's removal that would leave the remaining voters the leader
+// hears from short of a quorum of them is refused (ErrWouldLoseQuorum),
+// on the leader and on a follower (by the leader's member list) alike;
+// removing the voter that is gone is fine. By hand: ax cluster remove of a
+// live voter right after another voter was killed left the two remaining
+// voters, one of them dead, unable to elect a leader.
+func TestRemoveNodeKeepsAQuorumReachable(t *testing.T) {
+	e := newEnv(t, Config{})
+	e.lead("n1", "n2", "n3", "~n4")
+	e.m.HandleReport(peerapi.LoadReport{ID: "n2"}) // n3 is not heard from
+	ctx := context.Background()
+	err := e.m.RemoveNode(ctx, "n2")
+	if !errors.Is(err, ErrWouldLoseQuorum) || !strings.Contains(err.Error(), "n3") {
+		t.Fatalf("removing a live voter beside a dead one: %v, want ErrWouldLoseQuorum naming n3", err)
+	}
+	if err := e.m.RemoveNode(ctx, "n4"); err != nil { // a non-voter: no voter goes
+		t.Fatal(err)
+	}
+	if err := e.m.RemoveNode(ctx, "n3"); err != nil {
+		t.Fatalf("removing the dead voter: %v", err)
+	}
+	if got := e.raft.log(); !reflect.DeepEqual(got, []string{"remove n4", "remove n3"}) {
+		t.Fatalf("changes %q", got)
+	}
+
+	f := newEnv(t, Config{})
+	f.raft.servers = servers("n1", "n2", "n3")
+	f.routes.leader = "n2:peer"
+	f.peers.members["n2:peer"] = map[string]peerapi.MemberStatus{"n1": {Reachable: true}, "n2": {Reachable: true}}
+	if err := f.m.RemoveNode(ctx, "n1"); !errors.Is(err, ErrWouldLoseQuorum) {
+		t.Fatalf("through a follower: %v, want ErrWouldLoseQuorum", err)
+	}
+	if got := f.peers.log(); !reflect.DeepEqual(got, []string{"members n2:peer"}) {
+		t.Fatalf("calls %q, want no removal asked", got)
+	}
+	if err := f.m.RemoveNode(ctx, "n3"); err != nil {
+		t.Fatalf("removing the dead voter through a follower: %v", err)
 	}
 }
