@@ -52,13 +52,30 @@ func (n *Node) Submit(ctx context.Context, spec ipc.TaskSpec) (ipc.Task, bool, e
 type apiProposer struct{ n *Node }
 
 func (p apiProposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
+	if err := p.n.removedError(); err != nil {
+		return nil, err
+	}
 	res, err := p.n.propose(ctx, cmds)
 	return res, apiError(err)
 }
 
 func (p apiProposer) ProposeAPI(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
+	if err := p.n.removedError(); err != nil {
+		return nil, err
+	}
 	res, err := p.n.proposeAPI(ctx, cmds)
 	return res, apiError(err)
+}
+
+// removedError is the answer to a write on a node that knows it was
+// removed from the cluster (cluster.WatchRemoval): at once, and saying
+// so, instead of waiting for a leader it will never hear of and asking
+// the app to retry (no_leader, as before, so clients treat it alike).
+func (n *Node) removedError() error {
+	if !n.removed.Load() {
+		return nil
+	}
+	return ipc.Errorf(ipc.ErrNoLeader, "this node was removed from the cluster (ax cluster remove) and takes no writes: to bring it back, stop it, delete its data dir and start it with --join").WithRetryAfter(5 * time.Second)
 }
 
 // apiOwnWrites is the forwarder's read barrier (read your writes).
