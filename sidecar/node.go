@@ -21,6 +21,7 @@ import (
 	"github.com/axsched/ax/sidecar/alert"
 	"github.com/axsched/ax/sidecar/api"
 	"github.com/axsched/ax/sidecar/cluster"
+	"github.com/axsched/ax/sidecar/delivery"
 	"github.com/axsched/ax/sidecar/forward"
 	"github.com/axsched/ax/sidecar/nodemetrics"
 	"github.com/axsched/ax/sidecar/otelexport"
@@ -97,6 +98,7 @@ type Node struct {
 	leaderCommitMu sync.Mutex
 	leaderCommitCh chan struct{}
 	orphans        []raftfsm.Complete
+	orphanRuns     []delivery.Orphan
 }
 
 // Start opens the node's stores, starts Raft, the peer API and the
@@ -152,6 +154,7 @@ func (n *Node) open() error {
 		return fmt.Errorf("read paused handlers: %w", err)
 	}
 	n.orphans = cluster.FindOrphans(n.fsm, n.cfg.NodeID) // attempts the store says run here
+	n.orphanRuns = orphanAttempts(n.fsm, n.cfg.NodeID)   // the same, with their runs, for delivery
 	if err := st.StartRaft(func() (net.Addr, error) { return n.resolveAdvertise(cluster.AdvertiseResolveWait) }); err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ func newDelivery(n *Node) *nodeDelivery {
 		Metrics:    deliveryMetrics(n.metrics),
 		Pauses:     &n.pauses,
 		CatchUp:    deliveryCatchUp{n},
-		Orphans:    n.orphans,
+		Orphans:    n.orphanRuns,
 	})}
 }
 
@@ -93,4 +93,20 @@ func (d *nodeDelivery) limitOf(x *raftfsm.Executor) int {
 		return 0
 	}
 	return d.LimitOf(x)
+}
+
+// orphanAttempts lists, like cluster.FindOrphans and at the same moment
+// (at start, before Raft replays anything), the attempts the store says
+// run on node id, with their run: delivery never starts them
+// (delivery.Orphan), but does start a later run's attempt of the same
+// number.
+func orphanAttempts(fsm *raftfsm.FSM, id string) []delivery.Orphan {
+	var out []delivery.Orphan
+	_ = fsm.Running(func(t *raftfsm.Task) bool {
+		if t.Node == id {
+			out = append(out, delivery.Orphan{ID: t.ID, Epoch: t.Epoch, Run: t.Run, Attempt: t.Attempts})
+		}
+		return true
+	})
+	return out
 }

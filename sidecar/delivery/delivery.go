@@ -61,8 +61,8 @@ type Delivery struct {
 	// (resumeAfterRestore) whose Fire may still come as an event: that
 	// event must not start them a second time.
 	resumed map[attemptKey]struct{}
-	// orphans are Deps.Orphans: never started here.
-	orphans map[attemptKey]struct{}
+	// orphans are Deps.Orphans, with their run: never started here.
+	orphans map[attemptKey]int
 	wg      sync.WaitGroup
 	stopped bool
 	// draining is set by BeginDrain (drain.go): attempts not started are
@@ -151,11 +151,11 @@ func New(deps Deps) *Delivery {
 		caller:  callback.NewCaller(callback.CallerOptions{MaxIdleConnsPerExecutor: idle, Clock: clock}),
 		running: map[string]*attemptRun{}, slots: map[string]*slot{}, queued: map[string]int{}, down: map[string]downState{},
 	}
-	for _, c := range deps.Orphans {
+	for _, o := range deps.Orphans {
 		if d.orphans == nil {
-			d.orphans = map[attemptKey]struct{}{}
+			d.orphans = map[attemptKey]int{}
 		}
-		d.orphans[attemptKey{c.ID, c.Epoch, c.Attempt}] = struct{}{}
+		d.orphans[attemptKey{o.ID, o.Epoch, o.Attempt}] = o.Run
 	}
 	d.drainCtx, d.drainCancel = context.WithCancel(context.Background())
 	d.reports = &reportBatcher{max: deps.Config.MaxBatchCommands, base: ctx, timeout: reportTimeout,
@@ -295,7 +295,7 @@ func (d *Delivery) resumeAfterRestore() {
 		if leaseEnded(t, nowMs) {
 			continue // the leader's lease timer retries it
 		}
-		if _, orphan := d.orphans[attemptKey{t.ID, t.Epoch, t.Attempts}]; orphan {
+		if run, orphan := d.orphans[attemptKey{t.ID, t.Epoch, t.Attempts}]; orphan && run == t.Run {
 			// This node's previous process ran it (it may have called the
 			// executor) and Register reports it lost: the leader retries it.
 			continue

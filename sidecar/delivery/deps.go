@@ -174,9 +174,21 @@ type Deps struct {
 	// them and this one reports them lost (cluster.Register), so they are
 	// never started here, not even from an installed snapshot that still
 	// has them running here.
-	Orphans []raftfsm.Complete
+	Orphans []Orphan
 	// CatchUp, when set, holds the attempts whose Fire applied while this
 	// node was behind the leader until it caught up (see CatchUp); nil: no
 	// wait.
 	CatchUp CatchUp
+}
+
+// Orphan names an attempt the store said ran on this node when it started
+// (Deps.Orphans). The run is part of it: each run of a task (a recurring
+// task's next run, a re-run after DEAD or FAILED) numbers its attempts
+// from 1 again under the same epoch, and a later run's attempt given to
+// this node is this process's to deliver.
+type Orphan struct {
+	ID      string
+	Epoch   uint64
+	Run     int // raftfsm.Task.Run
+	Attempt int
 }

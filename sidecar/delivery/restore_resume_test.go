@@ -123,7 +123,7 @@ func TestDeliveryDoesNotResumeAnOrphanFromASnapshot(t *testing.T) {
 	defer cancel()
 	d := New(Deps{Config: Config{NodeID: "n1"}, Log: zerolog.Nop(), Store: f, Context: ctx,
 		Metrics: &Metrics{StaleFires: prometheus.NewCounter(prometheus.CounterOpts{Name: "s"})},
-		Orphans: []raftfsm.Complete{{ID: "orphan", Epoch: orphan.Epoch, Attempt: 1, Outcome: raftfsm.OutcomeLost}}})
+		Orphans: []Orphan{{ID: "orphan", Epoch: orphan.Epoch, Run: orphan.Run, Attempt: 1}}})
 	defer d.Stop()
 
 	d.OnEvent(&raftfsm.Event{Restored: true})
@@ -133,5 +133,69 @@ func TestDeliveryDoesNotResumeAnOrphanFromASnapshot(t *testing.T) {
 	d.mu.Unlock()
 	if orphanRuns || !newRuns {
 		t.Fatalf("after the restore: orphan running %v (want false), new running %v (want true)", orphanRuns, newRuns)
+	}
+}
+
+// An orphan is one attempt of one run: the same attempt number of a later
+// run of the task (a re-run after DEAD, or a recurring task's next run)
+// has the same id, epoch and attempt, and is not the previous process's
+// to have called. Skipped as an orphan when it came with a snapshot, it
+// was delivered by no one until its lease ended (timeout + grace), and
+// then counted as a timed-out attempt: a task with max_attempts 1 went
+// DEAD without a callback.
+func TestDeliveryResumesALaterRunOfAnOrphanedTask(t *testing.T) {
+	f := testFSM(t)
+	now := time.Now()
+	due, lease := now.Add(time.Hour).UnixMilli(), now.Add(2*time.Hour).UnixMilli()
+	var index uint64
+	apply := func(cmds ...raftfsm.Command) {
+		t.Helper()
+		index++
+		applyEntry(t, f, index, cmds...)
+	}
+	apply(raftfsm.Command{Type: raftfsm.CmdNode, Node: &raftfsm.Node{ID: "n1",
+		Executors: []raftfsm.Executor{{Name: "x", Handlers: []string{"*"}, URL: "unix:///nonexistent.sock"}}}})
+	spec := raftfsm.Spec{Handler: "h", Priority: 2, TimeoutNs: int64(time.Second), MaxAttempts: 1}
+	apply(raftfsm.Command{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{ID: "t", Spec: spec, DueMs: due, AtMs: now.UnixMilli()}})
+	task, err := f.Task("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fire := func() {
+		t.Helper()
+		apply(raftfsm.Command{Type: raftfsm.CmdFire, Fire: &raftfsm.Fire{ID: "t", Epoch: task.Epoch, Attempt: 1, Node: "n1", AtMs: due, LeaseMs: lease}})
+	}
+	// Run 1, attempt 1 runs here when the node restarts: an orphan.
+	fire()
+	run1, err := f.Task("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphans := []Orphan{{ID: "t", Epoch: run1.Epoch, Run: run1.Run, Attempt: 1}}
+	// The restart's report ends it (DEAD: one attempt), the task is re-run,
+	// and run 2's attempt 1 is given to this node again.
+	apply(raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{ID: "t", Epoch: run1.Epoch, Attempt: 1, Outcome: raftfsm.OutcomeLost, AtMs: due}})
+	apply(raftfsm.Command{Type: raftfsm.CmdRetry, Retry: &raftfsm.Retry{ID: "t", AtMs: due}})
+	fire()
+	run2, err := f.Task("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run2.State != raftfsm.StateRunning || run2.Attempts != 1 || run2.Epoch != run1.Epoch || run2.Run == run1.Run {
+		t.Fatalf("setup: run 2 is %+v", run2)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := New(Deps{Config: Config{NodeID: "n1"}, Log: zerolog.Nop(), Store: f, Context: ctx,
+		Metrics: &Metrics{StaleFires: prometheus.NewCounter(prometheus.CounterOpts{Name: "s"})},
+		Orphans: orphans})
+	defer d.Stop()
+
+	d.OnEvent(&raftfsm.Event{Restored: true}) // a snapshot with run 2's attempt running here
+	d.mu.Lock()
+	_, runs := d.running["t"]
+	d.mu.Unlock()
+	if !runs {
+		t.Fatal("run 2's attempt 1, from the snapshot, was not started: skipped as the orphan of run 1")
 	}
 }
