@@ -75,7 +75,7 @@ func (d *Delivery) stillHere(ctx context.Context, t *raftfsm.Task, r *attemptRun
 		d.log.Warn().Err(err).Str("task_id", t.ID).Msg("reading a task after catching up failed; delivering its attempt")
 		return true
 	}
-	if cur == nil || cur.State != raftfsm.StateRunning || cur.Node != d.cfg.NodeID || cur.Epoch != r.epoch || cur.Attempts != r.attempt {
+	if cur == nil || cur.State != raftfsm.StateRunning || cur.Node != d.cfg.NodeID || !r.is(cur) {
 		d.skipReplayed(t, "the attempt had ended before this node caught up with the leader (a Fire replayed from the log)")
 		return false
 	}

@@ -61,8 +61,8 @@ type Delivery struct {
 	// (resumeAfterRestore) whose Fire may still come as an event: that
 	// event must not start them a second time.
 	resumed map[attemptKey]struct{}
-	// orphans are Deps.Orphans, with their run: never started here.
-	orphans map[attemptKey]int
+	// orphans are Deps.Orphans: never started here.
+	orphans map[attemptKey]struct{}
 	wg      sync.WaitGroup
 	stopped bool
 	// draining is set by BeginDrain (drain.go): attempts not started are
@@ -77,15 +77,22 @@ type Delivery struct {
 	unregisterStale func(*raftfsm.Executor)
 }
 
-// attemptKey names one attempt of a task.
+// attemptKey names one attempt of a task. The run is part of it: each
+// run of a task (a recurring task's next one, a re-run after DEAD or
+// FAILED) numbers its attempts from 1 again under the same epoch.
 type attemptKey struct {
 	id      string
 	epoch   uint64
+	run     int
 	attempt int
 }
 
+// keyOf names the attempt t is running.
+func keyOf(t *raftfsm.Task) attemptKey { return attemptKey{t.ID, t.Epoch, t.Run, t.Attempts} }
+
 type attemptRun struct {
 	epoch   uint64
+	run     int // raftfsm.Task.Run
 	attempt int
 	cancel  context.CancelCauseFunc
 	timeout time.Duration
@@ -114,6 +121,12 @@ type attemptRun struct {
 	// before its callback started (OnEvent); pausedBack when the attempt
 	// was found paused and is to be handed back (pausedNow).
 	paused, pausedBack atomic.Bool
+}
+
+// is reports whether r is the attempt t is running (its epoch, run and
+// attempt).
+func (r *attemptRun) is(t *raftfsm.Task) bool {
+	return r.epoch == t.Epoch && r.run == t.Run && r.attempt == t.Attempts
 }
 
 // waitCtx returns the context r waits in: r.wait, or ctx when it has none
@@ -153,9 +166,9 @@ func New(deps Deps) *Delivery {
 	}
 	for _, o := range deps.Orphans {
 		if d.orphans == nil {
-			d.orphans = map[attemptKey]int{}
+			d.orphans = map[attemptKey]struct{}{}
 		}
-		d.orphans[attemptKey{o.ID, o.Epoch, o.Attempt}] = o.Run
+		d.orphans[attemptKey{o.ID, o.Epoch, o.Run, o.Attempt}] = struct{}{}
 	}
 	d.drainCtx, d.drainCancel = context.WithCancel(context.Background())
 	d.reports = &reportBatcher{max: deps.Config.MaxBatchCommands, base: ctx, timeout: reportTimeout,
@@ -196,7 +209,7 @@ func (d *Delivery) OnEvent(ev *raftfsm.Event) {
 		// slot, a probe) does not start, pausedNow hands it back; a resume
 		// before then lets it start after all.
 		d.mu.Lock()
-		if r := d.running[t.ID]; r != nil && r.epoch == t.Epoch && r.attempt == t.Attempts {
+		if r := d.running[t.ID]; r != nil && r.is(t) {
 			r.paused.Store(ev.Pause.Paused)
 		}
 		d.mu.Unlock()
@@ -209,7 +222,7 @@ func (d *Delivery) OnEvent(ev *raftfsm.Event) {
 			// A heartbeat or lease renewal of an attempt running here: it
 			// goes on, with its new lease.
 			d.mu.Lock()
-			if r := d.running[t.ID]; r != nil && r.epoch == t.Epoch && r.attempt == t.Attempts {
+			if r := d.running[t.ID]; r != nil && r.is(t) {
 				r.leaseMs.Store(t.LeaseMs)
 			}
 			d.mu.Unlock()
@@ -232,7 +245,7 @@ func (d *Delivery) OnEvent(ev *raftfsm.Event) {
 			return
 		}
 		d.mu.Lock()
-		k := attemptKey{t.ID, t.Epoch, t.Attempts}
+		k := keyOf(t)
 		_, resumed := d.resumed[k]
 		delete(d.resumed, k)
 		d.mu.Unlock()
@@ -275,13 +288,13 @@ func (d *Delivery) resumeAfterRestore() {
 	// events that would have aborted them were folded into the snapshot.
 	current := make(map[attemptKey]bool, len(ts))
 	for _, t := range ts {
-		current[attemptKey{t.ID, t.Epoch, t.Attempts}] = true
+		current[keyOf(t)] = true
 	}
 	d.mu.Lock()
 	d.resumed = map[attemptKey]struct{}{}
 	var stale []string
 	for id, r := range d.running {
-		if !current[attemptKey{id, r.epoch, r.attempt}] {
+		if !current[attemptKey{id, r.epoch, r.run, r.attempt}] {
 			stale = append(stale, id)
 		}
 	}
@@ -295,16 +308,16 @@ func (d *Delivery) resumeAfterRestore() {
 		if leaseEnded(t, nowMs) {
 			continue // the leader's lease timer retries it
 		}
-		if run, orphan := d.orphans[attemptKey{t.ID, t.Epoch, t.Attempts}]; orphan && run == t.Run {
+		if _, orphan := d.orphans[keyOf(t)]; orphan {
 			// This node's previous process ran it (it may have called the
 			// executor) and Register reports it lost: the leader retries it.
 			continue
 		}
 		d.mu.Lock()
 		r := d.running[t.ID]
-		running := r != nil && r.epoch == t.Epoch && r.attempt == t.Attempts
+		running := r != nil && r.is(t)
 		if !running {
-			d.resumed[attemptKey{t.ID, t.Epoch, t.Attempts}] = struct{}{}
+			d.resumed[keyOf(t)] = struct{}{}
 		}
 		d.mu.Unlock()
 		if !running {
@@ -331,7 +344,7 @@ func (d *Delivery) abort(id string) {
 // Fire's; 0 for an attempt read from an installed snapshot).
 func (d *Delivery) start(t *raftfsm.Task, index uint64) {
 	ctx, cancel := context.WithCancelCause(d.ctx)
-	r := &attemptRun{epoch: t.Epoch, attempt: t.Attempts, cancel: cancel, timeout: time.Duration(t.Spec.TimeoutNs), appliedAt: d.clock.Now()}
+	r := &attemptRun{epoch: t.Epoch, run: t.Run, attempt: t.Attempts, cancel: cancel, timeout: time.Duration(t.Spec.TimeoutNs), appliedAt: d.clock.Now()}
 	r.behind, r.catchUpTo = d.catchUpTarget(index)
 	r.leaseMs.Store(t.LeaseMs)
 	wctx, wstop := d.waitContext(ctx)

@@ -199,3 +199,69 @@ func TestDeliveryResumesALaterRunOfAnOrphanedTask(t *testing.T) {
 		t.Fatal("run 2's attempt 1, from the snapshot, was not started: skipped as the orphan of run 1")
 	}
 }
+
+// An attempt started from an installed snapshot that held its Fire (no
+// Fire event will come for it) leaves its key in resumed, to skip that
+// Fire's event should it still come. Keyed by id, epoch and attempt only,
+// the key outlived the attempt and matched the Fire of the same attempt
+// number of the task's next run (a recurring task's, or a re-run's) given
+// to this node: that attempt was skipped as already started, and nobody
+// delivered it until its lease ended (then a timed-out attempt).
+func TestDeliveryStartsTheNextRunAfterAnAttemptResumedFromASnapshot(t *testing.T) {
+	f := testFSM(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := New(Deps{Config: Config{NodeID: "n1"}, Log: zerolog.Nop(), Store: f, Context: ctx,
+		Metrics: &Metrics{StaleFires: prometheus.NewCounter(prometheus.CounterOpts{Name: "s"})}})
+	defer d.Stop()
+	now := time.Now()
+	due, lease := now.Add(time.Hour).UnixMilli(), now.Add(2*time.Hour).UnixMilli()
+	var index uint64
+	apply := func(cmds ...raftfsm.Command) {
+		t.Helper()
+		index++
+		applyEntry(t, f, index, cmds...)
+	}
+	apply(raftfsm.Command{Type: raftfsm.CmdNode, Node: &raftfsm.Node{ID: "n1",
+		Executors: []raftfsm.Executor{{Name: "x", Handlers: []string{"*"}, URL: "unix:///nonexistent.sock"}}}})
+	spec := raftfsm.Spec{Handler: "h", Priority: 2, TimeoutNs: int64(time.Second), MaxAttempts: 1}
+	apply(raftfsm.Command{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{ID: "t", Spec: spec, DueMs: due, AtMs: now.UnixMilli()}})
+	task, err := f.Task("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch := task.Epoch
+	fire := raftfsm.Command{Type: raftfsm.CmdFire, Fire: &raftfsm.Fire{ID: "t", Epoch: epoch, Attempt: 1, Node: "n1", AtMs: due, LeaseMs: lease}}
+	event := func(typ raftfsm.CommandType, prev raftfsm.State, prevNode string) {
+		t.Helper()
+		cur, err := f.Task("t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.OnEvent(&raftfsm.Event{Type: typ, Task: cur, Prev: prev, PrevNode: prevNode, Index: index})
+	}
+
+	// Run 1's Fire is inside the snapshot this node installs: started from it.
+	apply(fire)
+	d.OnEvent(&raftfsm.Event{Restored: true})
+	d.mu.Lock()
+	run1 := d.running["t"]
+	d.mu.Unlock()
+	if run1 == nil {
+		t.Fatal("run 1's attempt was not started from the snapshot")
+	}
+	// It ends (DEAD: one attempt), the task is re-run, and run 2's attempt
+	// 1 is given to this node: its Fire comes as an event.
+	apply(raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{ID: "t", Epoch: epoch, Attempt: 1, Outcome: raftfsm.OutcomeRetryable, Error: "x", AtMs: due}})
+	event(raftfsm.CmdComplete, raftfsm.StateRunning, "n1")
+	apply(raftfsm.Command{Type: raftfsm.CmdRetry, Retry: &raftfsm.Retry{ID: "t", AtMs: due}})
+	event(raftfsm.CmdRetry, raftfsm.StateDead, "")
+	apply(fire)
+	event(raftfsm.CmdFire, raftfsm.StateWaiting, "n1")
+	d.mu.Lock()
+	run2 := d.running["t"]
+	d.mu.Unlock()
+	if run2 == nil || run2 == run1 {
+		t.Fatal("run 2's attempt 1 was not started: its Fire was taken for run 1's, resumed from the snapshot")
+	}
+}
