@@ -9,9 +9,10 @@ const (
 	// taskCacheSize bounds the task records the FSM keeps in memory after
 	// writing them (taskCache): its eviction ring's slots, one per write.
 	taskCacheSize = 1 << 15
-	// taskCacheBytes bounds the bytes of the records and ids it keeps,
-	// each counted with taskCacheEntryOverhead: records of ~250 bytes
-	// fill the slots first (about 12 MiB); records with large payloads
+	// taskCacheBytes bounds the bytes of the records (their buffers'
+	// capacity) and ids it keeps, each counted with
+	// taskCacheEntryOverhead: records of ~250 bytes (buffers of ~350)
+	// fill the slots first (about 15 MiB); records with large payloads
 	// (up to 1 MiB each) are held to this.
 	taskCacheBytes = 16 << 20
 	// taskCacheMaxRecord is the largest record it keeps: a larger one
@@ -62,9 +63,11 @@ type cacheSlot struct {
 
 func isTaskKey(key []byte) bool { return bytes.HasPrefix(key, prefixTask) }
 
-// entrySize is what an entry of key and val counts against taskCacheBytes.
+// entrySize is what an entry of key and val counts against taskCacheBytes:
+// val's capacity, which the entry keeps alive, not only its length (an
+// encoded record's buffer is about 1.5 times the record).
 func entrySize(key string, val []byte) int {
-	return len(key) + len(val) + taskCacheEntryOverhead
+	return len(key) + cap(val) + taskCacheEntryOverhead
 }
 
 // get returns the cached record of key.
@@ -104,7 +107,7 @@ func (c *taskCache) committed(ops []writeOp) {
 		}
 		k := string(op.key)
 		c.drop(k)
-		if op.del || len(op.val) > taskCacheMaxRecord {
+		if op.del || cap(op.val) > taskCacheMaxRecord {
 			continue
 		}
 		if c.m == nil {

@@ -103,11 +103,13 @@ func TestTaskCacheBoundedInBytes(t *testing.T) {
 	big := make([]byte, size-200) // one buffer for every record: the test allocates little
 	ops := make([]writeOp, taskCacheSize)
 	for i := range ops {
-		ops[i] = writeOp{key: taskKey("t" + strconv.Itoa(i)), val: big[:len(big)-i%7]}
+		// A record's buffer is larger than the record: the cache keeps
+		// the buffer, and counts it.
+		ops[i] = writeOp{key: taskKey("t" + strconv.Itoa(i)), val: big[: size/2 : len(big)-i%7]}
 	}
 	held := func() (n int) {
 		for k, r := range c.m {
-			n += len(k) + len(r.val) + taskCacheEntryOverhead
+			n += len(k) + cap(r.val) + taskCacheEntryOverhead
 		}
 		return n
 	}
