@@ -15,6 +15,7 @@ import (
 	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/raftfsm"
 	"github.com/axsched/ax/sidecar/cluster"
+	"github.com/axsched/ax/sidecar/delivery"
 	"github.com/axsched/ax/sidecar/peerapi"
 )
 
@@ -38,7 +39,7 @@ func newMembership(n *Node) *cluster.Membership {
 		Join: n.cfg.Join, Resolver: n.cfg.Resolver, BootstrapExpect: n.cfg.BootstrapExpect, Voters: n.cfg.Voters,
 		AutopilotStabilization: n.cfg.AutopilotStabilization, AutopilotReplaceAfter: n.cfg.AutopilotReplaceAfter,
 		DeadMemberCleanup: n.cfg.DeadMemberCleanup,
-		Executors:         execs, Orphans: n.orphans,
+		Executors:         execs, Orphans: n.orphans, OrphanCurrent: n.orphanCurrent(),
 	}, cluster.Deps{
 		Raft: n.raft, Peers: n.peers.Client, Proposer: clusterProposer{n}, FSM: n.fsm, RaftLog: n.store, Routes: clusterRoutes{n}, Load: clusterLoad{n},
 		Clock: n.clock, Log: n.log, Registered: &n.registered, Removed: &n.removed,
@@ -247,4 +248,29 @@ func (p peerNode) Members() (map[string]peerapi.MemberStatus, error) {
 		return nil, peerapi.ErrNotLeader
 	}
 	return p.n.memberStatuses(), nil
+}
+
+// orphanCurrent returns cluster.Config.OrphanCurrent: whether an orphan
+// (cluster.FindOrphans) is still the attempt its task runs on this node,
+// in the same run as when the node started (n.orphanRuns).
+func (n *Node) orphanCurrent() func(raftfsm.Complete) bool {
+	runs := make(map[string]delivery.Orphan, len(n.orphanRuns))
+	for _, o := range n.orphanRuns {
+		runs[o.ID] = o
+	}
+	return func(c raftfsm.Complete) bool {
+		o, ok := runs[c.ID]
+		if !ok {
+			return true // not known with its run: reported, as before
+		}
+		t, err := n.fsm.Task(c.ID)
+		if errors.Is(err, raftfsm.ErrNotFound) {
+			return false // purged: nothing to retry
+		}
+		if err != nil {
+			return true // unreadable: reported (the FSM ignores a stale one)
+		}
+		return t.State == raftfsm.StateRunning && t.Node == n.cfg.NodeID &&
+			t.Epoch == o.Epoch && t.Run == o.Run && t.Attempts == o.Attempt
+	}
 }

@@ -122,6 +122,15 @@ type Config struct {
 	// Orphans are the attempts the store said ran on this node when it
 	// started (FindOrphans): reported lost once it is registered.
 	Orphans []raftfsm.Complete
+	// OrphanCurrent, when set, reports whether an orphan is still the
+	// attempt its task runs on this node, in the run it was in at start.
+	// It is asked once the node's record has committed and applied here,
+	// so the store has caught up with the log up to it: an orphan whose
+	// attempt ended meanwhile (its report was committed just before the
+	// previous process died, and applied only in the replay) is not
+	// reported, since a Complete names only the attempt's number, which
+	// the task's next run starts again from 1. nil: every orphan is.
+	OrphanCurrent func(raftfsm.Complete) bool
 }
 
 // Deps are the parts of the node the cluster works with.

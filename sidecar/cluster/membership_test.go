@@ -678,3 +678,32 @@ func TestJoinRefusesTheIDOfALiveMember(t *testing.T) {
 		t.Fatalf("the follower learnt %s for n3 from a refused join", a)
 	}
 }
+
+// Only the orphans still current once the node's record has applied are
+// reported lost (Config.OrphanCurrent): a report of an attempt that ended
+// in the replayed log would end the next run's attempt of that number.
+func TestRegisterReportsOnlyCurrentOrphans(t *testing.T) {
+	orphans := []raftfsm.Complete{{ID: "t1", Epoch: 2, Attempt: 1, Outcome: raftfsm.OutcomeLost}, {ID: "t2", Epoch: 3, Attempt: 1, Outcome: raftfsm.OutcomeLost}}
+	var asked []string
+	e := newEnv(t, Config{Orphans: orphans, OrphanCurrent: func(c raftfsm.Complete) bool {
+		asked = append(asked, c.ID)
+		return c.ID == "t1"
+	}})
+	e.m.Register(context.Background())
+	if !e.m.d.Registered.Load() || len(e.prop.got) != 2 {
+		t.Fatalf("registered %v, proposals %+v", e.m.d.Registered.Load(), e.prop.got)
+	}
+	if c := e.prop.got[1]; len(c) != 1 || c[0].Complete.ID != "t1" {
+		t.Errorf("reported %+v, want t1 alone (t2's attempt ended)", c)
+	}
+	if len(asked) != 2 {
+		t.Errorf("asked about %v, want both", asked)
+	}
+
+	// None current: nothing proposed, none kept.
+	e = newEnv(t, Config{Orphans: orphans, OrphanCurrent: func(raftfsm.Complete) bool { return false }})
+	e.m.Register(context.Background())
+	if len(e.prop.got) != 1 || len(e.m.orphans) != 0 {
+		t.Errorf("proposals %+v, orphans kept %+v", e.prop.got, e.m.orphans)
+	}
+}

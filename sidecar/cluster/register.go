@@ -62,13 +62,30 @@ func FindOrphans(fsm *raftfsm.FSM, id string) []raftfsm.Complete {
 // registered: the leader retries them now instead of at their lease's end
 // (timeout + grace). A report naming an attempt that is no longer current
 // is ignored by the FSM.
+//
+// Only those still current are reported (Config.OrphanCurrent): a
+// Complete names an attempt by task, epoch and number, and a task's next
+// run numbers its attempts from 1 again, so a report of an attempt that
+// had ended (its success committed just before the previous process
+// died) would end the next run's attempt of the same number, which may
+// be running elsewhere: that callback would be aborted and made again.
 func (m *Membership) abandonOrphans(ctx context.Context) {
 	if len(m.orphans) == 0 {
 		return
 	}
-	cmds := make([]raftfsm.Command, len(m.orphans))
+	cmds := make([]raftfsm.Command, 0, len(m.orphans))
 	for i := range m.orphans {
-		cmds[i] = raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &m.orphans[i]}
+		if m.cfg.OrphanCurrent != nil && !m.cfg.OrphanCurrent(m.orphans[i]) {
+			continue
+		}
+		cmds = append(cmds, raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &m.orphans[i]})
+	}
+	if ended := len(m.orphans) - len(cmds); ended > 0 {
+		m.log.Info().Int("attempts", ended).Msg("attempts of the previous process that ended before the restart: not reported")
+	}
+	if len(cmds) == 0 {
+		m.orphans = nil
+		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
