@@ -241,7 +241,7 @@ func TestAbortEndsRetryingApply(t *testing.T) {
 	e := newEnv(t)
 	e.apply1(1, submitCmd("a", spec("h", "p"), 5000, 1000))
 	e.f.commitTxn = func(*badger.Txn) error { return errNoSpace }
-	sleeping := make(chan struct{})
+	sleeping := make(chan struct{}, 1) // buffered: the first retry may come before the test waits for it
 	release := make(chan struct{})
 	e.f.sleep = func(time.Duration) {
 		select {
