@@ -153,8 +153,7 @@ func (n *Node) open() error {
 	if err := n.pauses.Load(n.fsm); err != nil {
 		return fmt.Errorf("read paused handlers: %w", err)
 	}
-	n.orphans = cluster.FindOrphans(n.fsm, n.cfg.NodeID) // attempts the store says run here
-	n.orphanRuns = orphanAttempts(n.fsm, n.cfg.NodeID)   // the same, with their runs, for delivery
+	n.orphans, n.orphanRuns = findOrphans(n.fsm, n.cfg.NodeID) // attempts the store says run here
 	if err := st.StartRaft(func() (net.Addr, error) { return n.resolveAdvertise(cluster.AdvertiseResolveWait) }); err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/axsched/ax/raftfsm"
-	"github.com/axsched/ax/sidecar/cluster"
 )
 
 // An orphan (an attempt the store said ran here at start) whose run ended
@@ -56,8 +55,7 @@ func TestOrphanCurrent(t *testing.T) {
 	}
 	// The node starts: the store says the four run here.
 	n := &Node{cfg: Config{NodeID: "n1"}, fsm: fsm}
-	n.orphans = cluster.FindOrphans(fsm, "n1")
-	n.orphanRuns = orphanAttempts(fsm, "n1")
+	n.orphans, n.orphanRuns = findOrphans(fsm, "n1")
 	if len(n.orphans) != 4 || len(n.orphanRuns) != 4 {
 		t.Fatalf("orphans %+v, runs %+v", n.orphans, n.orphanRuns)
 	}

@@ -251,7 +251,7 @@ func (p peerNode) Members() (map[string]peerapi.MemberStatus, error) {
 }
 
 // orphanCurrent returns cluster.Config.OrphanCurrent: whether an orphan
-// (cluster.FindOrphans) is still the attempt its task runs on this node,
+// (findOrphans) is still the attempt its task runs on this node,
 // in the same run as when the node started (n.orphanRuns).
 func (n *Node) orphanCurrent() func(raftfsm.Complete) bool {
 	runs := make(map[string]delivery.Orphan, len(n.orphanRuns))

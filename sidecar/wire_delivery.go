@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/axsched/ax/raftfsm"
+	"github.com/axsched/ax/sidecar/cluster"
 	"github.com/axsched/ax/sidecar/delivery"
 	"github.com/axsched/ax/sidecar/nodemetrics"
 )
@@ -95,18 +96,19 @@ func (d *nodeDelivery) limitOf(x *raftfsm.Executor) int {
 	return d.LimitOf(x)
 }
 
-// orphanAttempts lists, like cluster.FindOrphans and at the same moment
-// (at start, before Raft replays anything), the attempts the store says
-// run on node id, with their run: delivery never starts them
-// (delivery.Orphan), but does start a later run's attempt of the same
+// findOrphans lists, at start before Raft replays anything, the attempts
+// the store says run on node id: the reports of them as lost, which
+// membership sends once the node is registered (cluster.LostReport), and
+// the same with their run for delivery, which never starts them
+// (delivery.Orphan) but does start a later run's attempt of the same
 // number.
-func orphanAttempts(fsm *raftfsm.FSM, id string) []delivery.Orphan {
-	var out []delivery.Orphan
+func findOrphans(fsm *raftfsm.FSM, id string) (reports []raftfsm.Complete, runs []delivery.Orphan) {
 	_ = fsm.Running(func(t *raftfsm.Task) bool {
 		if t.Node == id {
-			out = append(out, delivery.Orphan{ID: t.ID, Epoch: t.Epoch, Run: t.Run, Attempt: t.Attempts})
+			reports = append(reports, cluster.LostReport(t, id))
+			runs = append(runs, delivery.Orphan{ID: t.ID, Epoch: t.Epoch, Run: t.Run, Attempt: t.Attempts})
 		}
 		return true
 	})
-	return out
+	return reports, runs
 }

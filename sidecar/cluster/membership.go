@@ -120,7 +120,7 @@ type Config struct {
 	// Executors are the executors given by flag, in this node's record.
 	Executors []raftfsm.Executor
 	// Orphans are the attempts the store said ran on this node when it
-	// started (FindOrphans): reported lost once it is registered.
+	// started (LostReport): reported lost once it is registered.
 	Orphans []raftfsm.Complete
 	// OrphanCurrent, when set, reports whether an orphan is still the
 	// attempt its task runs on this node, in the run it was in at start.

@@ -39,23 +39,17 @@ func (m *Membership) Register(ctx context.Context) {
 	}
 }
 
-// FindOrphans lists, at start before Raft replays anything, the attempts
-// the store says run on node id: the previous process was delivering
-// them, and this one never will (a restart delivers only the attempts
-// whose Fire it applies from now on). Those are the only ones Register
-// may report lost (Config.Orphans).
-func FindOrphans(fsm *raftfsm.FSM, id string) []raftfsm.Complete {
-	var out []raftfsm.Complete
-	_ = fsm.Running(func(t *raftfsm.Task) bool {
-		if t.Node == id {
-			out = append(out, raftfsm.Complete{
-				ID: t.ID, Epoch: t.Epoch, Attempt: t.Attempts, Outcome: raftfsm.OutcomeLost,
-				Error: "node " + id + " restarted during the attempt",
-			})
-		}
-		return true
-	})
-	return out
+// LostReport is the report of running task t's attempt as lost by node
+// id, which restarted during it: one of Config.Orphans. The node lists
+// them at start, before Raft replays anything, from the attempts the
+// store says run on it: the previous process was delivering them, and
+// this one never will (a restart delivers only the attempts whose Fire it
+// applies from now on). Those are the only ones Register may report lost.
+func LostReport(t *raftfsm.Task, id string) raftfsm.Complete {
+	return raftfsm.Complete{
+		ID: t.ID, Epoch: t.Epoch, Attempt: t.Attempts, Outcome: raftfsm.OutcomeLost,
+		Error: "node " + id + " restarted during the attempt",
+	}
 }
 
 // abandonOrphans reports the attempts of Config.Orphans, once this node is

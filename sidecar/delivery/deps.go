@@ -170,7 +170,7 @@ type Deps struct {
 	// (the leader still holds paused runs back).
 	Pauses Pauses
 	// Orphans are the attempts the store said run on this node when it
-	// started (cluster.FindOrphans): the previous process was delivering
+	// started (the node lists them at start): the previous process was delivering
 	// them and this one reports them lost (cluster.Register), so they are
 	// never started here, not even from an installed snapshot that still
 	// has them running here.

@@ -86,7 +86,7 @@ func TestDeliveryResumesAttemptsOfAnInstalledSnapshot(t *testing.T) {
 	}
 }
 
-// A node restarted during an attempt (cluster.FindOrphans listed it, and
+// A node restarted during an attempt (the node listed it at start, and
 // Register reports it lost so the leader retries it elsewhere) and then
 // sent a snapshot that still has the attempt running here must not start
 // it: the previous process may have called the executor already, and the
