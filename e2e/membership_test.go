@@ -90,3 +90,59 @@ func TestMembership_TokenRemoveLeaveStrongRead(t *testing.T) {
 	harness.MustSubmit(t, leader, harness.SubmitRequest{ID: "after-leave", Handler: harness.HandlerOK}, 201)
 	harness.WaitState(t, leader, "after-leave", "SUCCESS")
 }
+
+// TestMembership_ReusedAddressIsNotTakenOver: a cluster that still lists a
+// dead member sends Raft RPCs to its address; when a node of another ax
+// cluster (no token on either) now holds that address, as a recreated
+// pod may hold a gone pod's IP, it refuses them
+// (ax_raft_rpcs_refused_total) and keeps its own leadership, term and
+// tasks; the first cluster goes on with its two live members.
+func TestMembership_ReusedAddressIsNotTakenOver(t *testing.T) {
+	harness.SkipShort(t)
+	t.Parallel()
+	a := harness.NewCluster(t, harness.WithSize(3))
+	a.WaitReady()
+	aLeader := a.Leader()
+	harness.MustSubmit(t, aLeader, harness.SubmitRequest{ID: "a-task", Handler: harness.HandlerOK, Delay: "1h"}, 201)
+	gone := a.Followers()[1]
+	if err := gone.Kill(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Cluster B: one node, b1, on the dead member's Raft and peer
+	// addresses. (The check is by server id: ids shared by the two
+	// clusters would pass it.)
+	b := harness.NewCluster(t, harness.WithSize(1), harness.WithIDPrefix("b"), harness.WithArgs("--raft-addr", gone.RaftAddr, "--peer-addr", gone.PeerAddr))
+	b.WaitReady()
+	b1 := b.Leader()
+	harness.MustSubmit(t, b1, harness.SubmitRequest{ID: "b-task", Handler: harness.HandlerOK, Delay: "1h"}, 201)
+	before, err := b1.Client.Cluster(harness.ReqCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A's leader keeps sending; b1 refuses: wait until it has refused
+	// many, checking all along that it still leads its own cluster.
+	harness.WaitFor(t, 30*time.Second, 100*time.Millisecond, "b1 refusing cluster A's RPCs", func() error {
+		info, err := b1.Client.Cluster(harness.ReqCtx(t))
+		if err != nil {
+			return err
+		}
+		if info.Leader != b1.ID || info.Term != before.Term || len(info.Members) != 1 {
+			t.Fatalf("b1 was taken over: leader %q term %d (was %d), members %+v", info.Leader, info.Term, before.Term, info.Members)
+		}
+		if n := harness.Scrape(t, b1)["ax_raft_rpcs_refused_total"]; n < 20 {
+			return fmt.Errorf("refused %v", n)
+		}
+		return nil
+	})
+	if tk, err := b1.Client.GetTask(harness.ReqCtx(t), "b-task"); err != nil || tk.State != "WAITING" {
+		t.Fatalf("b1's own task: %+v %v", tk, err)
+	}
+	if resp, err := b1.Client.Get(harness.ReqCtx(t), "a-task"); err != nil || resp.Status != 404 {
+		t.Fatalf("cluster A's task on b1: %v %v", resp, err)
+	}
+	// Cluster A works on with two of its three voters.
+	harness.MustSubmit(t, aLeader, harness.SubmitRequest{ID: "a-after", Handler: harness.HandlerOK}, 201)
+	harness.WaitState(t, aLeader, "a-after", "SUCCESS")
+}

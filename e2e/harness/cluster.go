@@ -23,6 +23,7 @@ type clusterConfig struct {
 	nodeArgs        map[int][]string
 	peerProxies     bool
 	deferred        map[int]bool
+	idPrefix        string // "": "n"
 }
 
 // ClusterOption configures NewCluster.
@@ -31,6 +32,12 @@ type ClusterOption func(*clusterConfig)
 // WithSize sets the number of nodes (default 3). A cluster of one is
 // started with --bootstrap-expect 1 and no --join.
 func WithSize(n int) ClusterOption { return func(c *clusterConfig) { c.size = n } }
+
+// WithIDPrefix names the nodes prefix1, prefix2, … instead of n1, n2, …
+// (two clusters of one test with ids of their own).
+func WithIDPrefix(prefix string) ClusterOption {
+	return func(c *clusterConfig) { c.idPrefix = prefix }
+}
 
 // WithBootstrapExpect overrides --bootstrap-expect (default: the size).
 func WithBootstrapExpect(n int) ClusterOption {
@@ -130,7 +137,11 @@ func NewCluster(t testing.TB, opts ...ClusterOption) *Cluster {
 
 	c := &Cluster{t: t, Recorder: NewRecorder()}
 	for i := 0; i < cfg.size; i++ {
-		id := fmt.Sprintf("n%d", i+1)
+		prefix := cfg.idPrefix
+		if prefix == "" {
+			prefix = "n"
+		}
+		id := fmt.Sprintf("%s%d", prefix, i+1)
 		n := &Node{
 			ID: id, Index: i,
 			Socket:   filepath.Join(sockRoot, id+".sock"),

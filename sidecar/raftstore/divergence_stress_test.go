@@ -713,7 +713,7 @@ func runStress(t *testing.T, o stressOpts) {
 			}
 		}
 	}
-	var guards []*heartbeatGuard
+	var guards []*rpcGuard
 	for i, n := range c.nodes {
 		rc := raft.DefaultConfig()
 		rc.LocalID = raft.ServerID(n.id)
@@ -729,7 +729,7 @@ func runStress(t *testing.T, o stressOpts) {
 		rc.Logger = ops[i].hlog
 		var tr raft.Transport = n.tr
 		if !o.noGuard {
-			tr = guardHeartbeats(n.tr)
+			tr = guardRPCs(n.tr, n.id, zerolog.Nop())
 		}
 		if i == 0 {
 			if err := raft.BootstrapCluster(rc, ops[i].logs, ops[i].stable, ops[i].snaps, tr, raft.Configuration{Servers: servers}); err != nil {
@@ -741,7 +741,7 @@ func runStress(t *testing.T, o stressOpts) {
 			t.Fatal(err)
 		}
 		n.raft.Store(r)
-		if g, ok := tr.(*heartbeatGuard); ok {
+		if g, ok := tr.(*rpcGuard); ok {
 			g.setRaft(r)
 			guards = append(guards, g)
 		}

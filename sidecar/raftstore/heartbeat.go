@@ -5,10 +5,16 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
 )
 
+// rpcGuard stands between raft and its transport. It has two duties:
+// heartbeats that could change this node's term or state go through
+// raft's main loop (below), and RPCs that would make a node that is not
+// in this node's configuration its leader are refused (membership.go).
+
 // A heartbeat that would change this node's term or state goes through
-// raft's main loop (heartbeatGuard).
+// raft's main loop (rpcGuard).
 //
 // raft's NetworkTransport hands a heartbeat (an AppendEntries with no
 // entries, no previous entry and no commit index) to raft's heartbeat
@@ -45,8 +51,14 @@ import (
 // other RPCs, as on a transport without the fast path: a deposed leader
 // then steps down between two turns of its loop, never in the middle of
 // one. These are the heartbeats around an election, a few per term.
-type heartbeatGuard struct {
+type rpcGuard struct {
 	fullTransport
+
+	localID string
+	log     zerolog.Logger
+	refused refusedSenders
+	// refusedN counts the RPCs refused as a non-member's.
+	refusedN atomic.Uint64
 
 	raft     atomic.Pointer[raftView]
 	consumer chan raft.RPC // raft's RPCs: the transport's and the deferred heartbeats
@@ -61,6 +73,9 @@ type heartbeatGuard struct {
 type raftView interface {
 	State() raft.RaftState
 	CurrentTerm() uint64
+	// GetConfiguration gives the latest configuration (raft v1.8 reads
+	// it from an atomic copy, not through the main loop).
+	GetConfiguration() raft.ConfigurationFuture
 }
 
 // fullTransport is a transport with pre-vote and Close, as raft's network
@@ -72,35 +87,41 @@ type fullTransport interface {
 	raft.WithClose
 }
 
-// guardHeartbeats returns t behind a heartbeatGuard, or t itself when it
-// lacks pre-vote or Close (no transport of ax's). Call setRaft once raft
-// runs over it; until then every heartbeat goes to the main loop.
-func guardHeartbeats(t raft.Transport) raft.Transport {
+// guardRPCs returns t behind an rpcGuard, or t itself when it lacks
+// pre-vote or Close (no transport of ax's); localID is this node's
+// server id, log gets the refusals of non-members (rate-limited per
+// sender). Call setRaft once raft runs over
+// it; until then every heartbeat goes to the main loop and no RPC is
+// refused.
+func guardRPCs(t raft.Transport, localID string, log zerolog.Logger) raft.Transport {
 	ft, ok := t.(fullTransport)
 	if !ok {
 		return t
 	}
-	g := &heartbeatGuard{fullTransport: ft, consumer: make(chan raft.RPC), deferred: make(chan raft.RPC), stop: make(chan struct{})}
+	g := &rpcGuard{fullTransport: ft, localID: localID, log: log, consumer: make(chan raft.RPC), deferred: make(chan raft.RPC), stop: make(chan struct{})}
 	go g.forward()
 	return g
 }
 
 // setRaft gives the guard the raft it reads the state and term of.
-func (g *heartbeatGuard) setRaft(r raftView) { g.raft.Store(&r) }
+func (g *rpcGuard) setRaft(r raftView) { g.raft.Store(&r) }
 
 // Consumer returns raft's RPCs: the wrapped transport's and the deferred
 // heartbeats.
-func (g *heartbeatGuard) Consumer() <-chan raft.RPC { return g.consumer }
+func (g *rpcGuard) Consumer() <-chan raft.RPC { return g.consumer }
 
 // SetHeartbeatHandler installs cb as the wrapped transport's fast path for
 // the heartbeats that cannot change this node's term or state, and sends
 // the others to the main loop.
-func (g *heartbeatGuard) SetHeartbeatHandler(cb func(raft.RPC)) {
+func (g *rpcGuard) SetHeartbeatHandler(cb func(raft.RPC)) {
 	if cb == nil {
 		g.fullTransport.SetHeartbeatHandler(nil)
 		return
 	}
 	g.fullTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		if g.refuseNonMember(rpc) {
+			return
+		}
 		if g.fastPathSafe(rpc) {
 			cb(rpc)
 			return
@@ -116,7 +137,7 @@ func (g *heartbeatGuard) SetHeartbeatHandler(cb func(raft.RPC)) {
 
 // fastPathSafe reports whether rpc, a heartbeat, is of this node's current
 // term while it is a follower.
-func (g *heartbeatGuard) fastPathSafe(rpc raft.RPC) bool {
+func (g *rpcGuard) fastPathSafe(rpc raft.RPC) bool {
 	p := g.raft.Load()
 	if p == nil {
 		return false
@@ -129,14 +150,17 @@ func (g *heartbeatGuard) fastPathSafe(rpc raft.RPC) bool {
 	return r.State() == raft.Follower && a.Term == r.CurrentTerm()
 }
 
-// forward passes the wrapped transport's RPCs and the deferred heartbeats
-// to raft until Close.
-func (g *heartbeatGuard) forward() {
+// forward passes the wrapped transport's RPCs (but those refused as a
+// non-member's) and the deferred heartbeats to raft until Close.
+func (g *rpcGuard) forward() {
 	in := g.fullTransport.Consumer()
 	for {
 		var rpc raft.RPC
 		select {
 		case rpc = <-in:
+			if g.refuseNonMember(rpc) {
+				continue
+			}
 		case rpc = <-g.deferred:
 		case <-g.stop:
 			return
@@ -154,7 +178,11 @@ func (g *heartbeatGuard) forward() {
 // response of its command's type: raft's in-memory pipeline reads every
 // answer to an AppendEntries as an *AppendEntriesResponse, and a nil one
 // panicked the sending node (the sidecartest cluster, as a node stopped).
-func respondShutdown(rpc raft.RPC) {
+func respondShutdown(rpc raft.RPC) { respondError(rpc, raft.ErrTransportShutdown) }
+
+// respondError answers rpc with err and an empty response of its
+// command's type (see respondShutdown).
+func respondError(rpc raft.RPC, err error) {
 	var resp interface{}
 	switch rpc.Command.(type) {
 	case *raft.AppendEntriesRequest:
@@ -168,12 +196,12 @@ func respondShutdown(rpc raft.RPC) {
 	case *raft.TimeoutNowRequest:
 		resp = &raft.TimeoutNowResponse{}
 	}
-	rpc.Respond(resp, raft.ErrTransportShutdown)
+	rpc.Respond(resp, err)
 }
 
 // Close stops the forwarding and closes the wrapped transport (raft
 // closes its transport once it has shut down).
-func (g *heartbeatGuard) Close() error {
+func (g *rpcGuard) Close() error {
 	g.stopOnce.Do(func() { close(g.stop) })
 	return g.fullTransport.Close()
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
 )
 
 // hbTransport is an InmemTransport with a heartbeat fast path: it keeps
@@ -17,14 +18,25 @@ type hbTransport struct {
 
 func (t *hbTransport) SetHeartbeatHandler(cb func(raft.RPC)) { t.hb = cb }
 
-// hbRaft is the state and term the guard reads.
+// hbRaft is the state, term and configuration the guard reads.
 type hbRaft struct {
 	state raft.RaftState
 	term  uint64
+	conf  raft.Configuration
 }
 
 func (f hbRaft) State() raft.RaftState { return f.state }
 func (f hbRaft) CurrentTerm() uint64   { return f.term }
+func (f hbRaft) GetConfiguration() raft.ConfigurationFuture {
+	return confFuture{f.conf}
+}
+
+// confFuture is a configuration future that is already done.
+type confFuture struct{ conf raft.Configuration }
+
+func (f confFuture) Error() error                      { return nil }
+func (f confFuture) Index() uint64                     { return 0 }
+func (f confFuture) Configuration() raft.Configuration { return f.conf }
 
 // TestHeartbeatGuard_FastPathOnlyAtCurrentTermFollower: a heartbeat goes
 // to raft's fast path only when this node is a follower of the
@@ -34,7 +46,7 @@ func (f hbRaft) CurrentTerm() uint64   { return f.term }
 func TestHeartbeatGuard_FastPathOnlyAtCurrentTermFollower(t *testing.T) {
 	_, in := raft.NewInmemTransport("a")
 	tr := &hbTransport{InmemTransport: in}
-	g := guardHeartbeats(tr).(*heartbeatGuard)
+	g := guardRPCs(tr, "a", zerolog.Nop()).(*rpcGuard)
 	defer g.Close()
 	fast := make(chan raft.RPC, 1)
 	g.SetHeartbeatHandler(func(rpc raft.RPC) { fast <- rpc })
@@ -49,11 +61,11 @@ func TestHeartbeatGuard_FastPathOnlyAtCurrentTermFollower(t *testing.T) {
 		fast   bool
 	}{
 		{"raft not started", nil, 3, false},
-		{"follower, same term", &hbRaft{raft.Follower, 3}, 3, true},
-		{"follower, older term", &hbRaft{raft.Follower, 2}, 3, false},
-		{"leader, older term (deposed)", &hbRaft{raft.Leader, 2}, 3, false},
-		{"candidate, same term", &hbRaft{raft.Candidate, 3}, 3, false},
-		{"follower, newer term (stale heartbeat)", &hbRaft{raft.Follower, 4}, 3, false},
+		{"follower, same term", &hbRaft{state: raft.Follower, term: 3}, 3, true},
+		{"follower, older term", &hbRaft{state: raft.Follower, term: 2}, 3, false},
+		{"leader, older term (deposed)", &hbRaft{state: raft.Leader, term: 2}, 3, false},
+		{"candidate, same term", &hbRaft{state: raft.Candidate, term: 3}, 3, false},
+		{"follower, newer term (stale heartbeat)", &hbRaft{state: raft.Follower, term: 4}, 3, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.raft != nil {
@@ -91,8 +103,8 @@ func TestHeartbeatGuard_PassesRPCsAndCloses(t *testing.T) {
 	_, a := raft.NewInmemTransport("a")
 	_, b := raft.NewInmemTransport("b")
 	tr := &hbTransport{InmemTransport: a}
-	gt := guardHeartbeats(tr)
-	g := gt.(*heartbeatGuard)
+	gt := guardRPCs(tr, "a", zerolog.Nop())
+	g := gt.(*rpcGuard)
 	if _, ok := gt.(raft.WithPreVote); !ok {
 		t.Fatal("the guard hides the transport's pre-vote")
 	}

@@ -193,14 +193,15 @@ func (st *Store) StartRaft(advertise func() (net.Addr, error)) error {
 	logs.suffixDeleted = st.checkSuffixDeleted
 	fsm := snapshotFSM{FSM: st.FSM, newest: snaps.newestIndex, lastLog: logs.LastIndex}
 	// Raft's heartbeat fast path must not change the node's term or state
-	// behind its main loop (heartbeat.go); the guard is closed with the
-	// transport.
-	st.transport = guardHeartbeats(st.transport)
+	// behind its main loop (heartbeat.go), and a node outside this node's
+	// configuration must not become its leader (membership.go); the guard
+	// is closed with the transport.
+	st.transport = guardRPCs(st.transport, st.cfg.NodeID, st.log)
 	st.Raft, err = raft.NewRaft(rc, fsm, logs, guardedStableStore{st.logStore, st.Guard}, snaps, st.transport)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
-	if g, ok := st.transport.(*heartbeatGuard); ok {
+	if g, ok := st.transport.(*rpcGuard); ok {
 		g.setRaft(st.Raft)
 	}
 	return nil
@@ -232,6 +233,11 @@ func (st *Store) Collectors() []prometheus.Collector {
 		func() float64 { return float64(st.appliedReplaced.Load()) }))
 	if st.snaps != nil {
 		cs = append(cs, st.snaps.Collectors()...)
+	}
+	if g, ok := st.transport.(*rpcGuard); ok {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_rpcs_refused_total",
+			Help: "Raft AppendEntries, InstallSnapshot and TimeoutNow refused because their sender is not in this node's configuration (another cluster lists this node's address as a gone member's; the log names it)."},
+			func() float64 { return float64(g.refusedN.Load()) }))
 	}
 	return cs
 }

@@ -100,9 +100,9 @@ func TestStoreLifecycle(t *testing.T) {
 		t.Fatal("a new data dir has Raft state")
 	}
 	// The network transport raft runs over is behind the heartbeat guard
-	// (heartbeat.go): guardHeartbeats passes a transport without pre-vote
+	// (heartbeat.go): guardRPCs passes a transport without pre-vote
 	// or Close through unguarded.
-	if _, ok := st.transport.(*heartbeatGuard); !ok {
+	if _, ok := st.transport.(*rpcGuard); !ok {
 		t.Fatalf("raft's transport is a %T, not behind the heartbeat guard", st.transport)
 	}
 	<-changed
