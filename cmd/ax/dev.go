@@ -15,8 +15,8 @@ import (
 )
 
 func devCmd() *cobra.Command {
-	var f nodeFlags
-	var uf uiFlags
+	var rf runFlags
+	f, uf := &rf.node, &rf.ui
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a single-node ax with embedded defaults, for development",
@@ -35,13 +35,20 @@ It takes the same flags as 'ax sidecar', with two other defaults: node id
 				return usagef("ax dev runs one node; use 'ax sidecar' for a cluster")
 			}
 			logf := func(format string, args ...any) { log.Warn().Msgf(format, args...) }
-			srv, ln, err := uf.listenUI(cfg.Socket, logf)
+			pln, err := listenPprof(rf.pprofAddr)
 			if err != nil {
 				return err
 			}
+			srv, ln, err := uf.listenUI(cfg.Socket, logf)
+			if err != nil {
+				closeListener(pln)
+				return err
+			}
+			servePprof(pln, cmd.ErrOrStderr())
 			n, err := sidecar.Start(cfg, log)
 			if err != nil {
 				closeListener(ln)
+				closeListener(pln)
 				return err
 			}
 			stopProcs := sync.OnceFunc(f.startProcs(log, n))
@@ -59,8 +66,7 @@ It takes the same flags as 'ax sidecar', with two other defaults: node id
 			return waitForSignal(n, stopProcs)
 		},
 	}
-	f.register(cmd)
-	uf.registerSidecar(cmd.Flags())
+	rf.register(cmd)
 	// The dev defaults, set as the flags' defaults so --help shows them.
 	for name, v := range map[string]string{"node-id": "dev", "log-format": "console", "log-level": "warn"} {
 		fl := cmd.Flags().Lookup(name)

@@ -10,8 +10,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// registerPprofFlag adds the --pprof-addr flag (off by default; for
-// profiling, also through `ax bench --node-arg=--pprof-addr=127.0.0.1:6061`).
+// registerPprofFlag adds the --pprof-addr flag of `ax sidecar` and `ax dev`
+// (off by default; for profiling, also through
+// `ax bench --node-arg=--pprof-addr=127.0.0.1:6061`).
 func registerPprofFlag(cmd *cobra.Command, addr *string) {
 	cmd.Flags().StringVar(addr, "pprof-addr", "", "serve Go's net/http/pprof (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6061 (127.0.0.1:0 picks a port, printed on stderr); off by default, for profiling only")
 }

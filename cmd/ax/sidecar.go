@@ -229,10 +229,24 @@ func (f *nodeFlags) configAndLogger() (sidecar.Config, zerolog.Logger, error) {
 	return cfg, log, nil
 }
 
+// runFlags are every flag of a command that runs a node: `ax sidecar` and
+// `ax dev` both register them here, so that dev takes every sidecar flag
+// (TestDevTakesEverySidecarFlag).
+type runFlags struct {
+	node      nodeFlags
+	ui        uiFlags
+	pprofAddr string
+}
+
+func (r *runFlags) register(cmd *cobra.Command) {
+	r.node.register(cmd)
+	r.ui.registerSidecar(cmd.Flags())
+	registerPprofFlag(cmd, &r.pprofAddr)
+}
+
 func sidecarCmd() *cobra.Command {
-	var f nodeFlags
-	var uf uiFlags
-	var pprofAddr string
+	var rf runFlags
+	f, uf := &rf.node, &rf.ui
 	cmd := &cobra.Command{
 		Use:   "sidecar",
 		Short: "Run one ax node: the Unix-socket API, a Raft member, timers on the leader, callbacks to this node's executors",
@@ -246,7 +260,7 @@ func sidecarCmd() *cobra.Command {
 				return err
 			}
 			logf := func(format string, args ...any) { log.Warn().Msgf(format, args...) }
-			pln, err := listenPprof(pprofAddr)
+			pln, err := listenPprof(rf.pprofAddr)
 			if err != nil {
 				return err
 			}
@@ -272,9 +286,7 @@ func sidecarCmd() *cobra.Command {
 			return waitForSignal(n, stopProcs)
 		},
 	}
-	f.register(cmd)
-	uf.registerSidecar(cmd.Flags())
-	registerPprofFlag(cmd, &pprofAddr)
+	rf.register(cmd)
 	return cmd
 }
 

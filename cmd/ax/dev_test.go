@@ -1,0 +1,60 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+// devSkipsSidecarFlags are the `ax sidecar` flags `ax dev` does not take,
+// each with the reason (its help text says it takes the same flags). None
+// today: add a flag here only with a reason and a line in dev's help.
+var devSkipsSidecarFlags = map[string]string{}
+
+// TestDevTakesEverySidecarFlag walks every flag of `ax sidecar` (hidden
+// ones too) and checks `ax dev` has it, of the same type, and parses it
+// (given its sidecar default), unless devSkipsSidecarFlags says why not.
+func TestDevTakesEverySidecarFlag(t *testing.T) {
+	dev := devCmd()
+	n := 0
+	sidecarCmd().Flags().VisitAll(func(sf *pflag.Flag) {
+		n++
+		if why, ok := devSkipsSidecarFlags[sf.Name]; ok {
+			if why == "" {
+				t.Errorf("--%s: skipped for dev without a reason", sf.Name)
+			}
+			return
+		}
+		df := dev.Flags().Lookup(sf.Name)
+		if df == nil {
+			t.Errorf("ax dev has no --%s (ax sidecar has; dev's help says it takes the same flags)", sf.Name)
+			return
+		}
+		if df.Value.Type() != sf.Value.Type() {
+			t.Errorf("--%s: ax dev's is a %s, ax sidecar's a %s", sf.Name, df.Value.Type(), sf.Value.Type())
+		}
+		if err := dev.ParseFlags([]string{"--" + sf.Name + "=" + sf.DefValue}); err != nil {
+			t.Errorf("ax dev --%s=%s: %v", sf.Name, sf.DefValue, err)
+		}
+	})
+	if n < 40 {
+		t.Fatalf("walked %d sidecar flags: the walk is broken", n)
+	}
+}
+
+// TestDevPprofAddr: `ax dev --pprof-addr` is wired like the sidecar's: a
+// non-loopback address is a usage error before the node starts.
+func TestDevPprofAddr(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	_, errOut, code := runAx(t, "dev", "--pprof-addr", "0.0.0.0:1", "--data-dir", data, "--socket", filepath.Join(dir, "ax.sock"))
+	if code != exitUsage || !strings.Contains(errOut, "--pprof-addr 0.0.0.0:1 is not a loopback address") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Errorf("the data dir was created (%v): the node started", err)
+	}
+}
