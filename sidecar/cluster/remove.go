@@ -165,8 +165,10 @@ const removeLeaderWait = 5 * time.Second
 // it), and it waits for a leader forever. WatchRemoval makes that visible:
 // after removalCheckAfter without a leader it asks the other nodes' peer
 // APIs for the leader's member list, and if the leader does not list it,
-// it logs so once and sets Deps.Removed (readiness says so; writes already
-// fail: no leader).
+// it logs so once (at warn) and sets Deps.Removed (readiness says so;
+// writes fail at once; raft's election lines, which a node that still
+// counts itself a voter would repeat at every election timeout, are
+// demoted to debug: raftstore's raftLogger).
 const (
 	removalCheckAfter = 20 * time.Second
 	removalCheckEvery = 10 * time.Second
@@ -201,7 +203,7 @@ func (w *removalWatch) check(ctx context.Context) {
 	}
 	if m.removedByCluster(ctx) {
 		m.d.Removed.Store(true)
-		m.log.Error().Msg("the cluster's leader does not list this node as a member: it was removed (ax cluster remove), while it was down or while it ran. It will not rejoin with its old data: stop it, delete its data dir and start it with --join")
+		m.log.Warn().Msg("the cluster's leader does not list this node as a member: it was removed (ax cluster remove), while it was down or while it ran. It will not rejoin with its old data: stop it, delete its data dir and start it with --join (raft's election lines are debug from now on)")
 	}
 }
 

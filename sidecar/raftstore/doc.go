@@ -29,6 +29,9 @@
 //     addresses this node dials, for the Raft transport and the peer API;
 //     the transport runs over Config.Stream's stream layer when set (the
 //     node gives peertls's: mutual TLS or the token handshake).
+//   - Raft's logger (raftlog.go): hclog's JSON lines on stderr; once the
+//     node knows it was removed from the cluster (Config.Removed), raft's
+//     election lines are demoted to info (ax's debug).
 //   - The leadership watch (leaderwatch.go): LeaderWatch tells when the
 //     leader changes; Broadcast wakes every waiter of a state change.
 //

@@ -60,6 +60,10 @@ type Config struct {
 	// closed or cancelled: the node's hint that heavy work runs
 	// (config.Config.BackgroundWork). Nil: none.
 	BackgroundWork func() (done func())
+	// Removed, when set, reports whether this node knows it was removed
+	// from the cluster: raft's election lines are then demoted to info
+	// (raftlog.go). Nil: never.
+	Removed func() bool
 	// Transport, for tests, replaces the TCP transport on RaftAddr (e.g.
 	// a raft.InmemTransport); Close closes it when it is an io.Closer.
 	Transport raft.Transport
@@ -138,7 +142,7 @@ func OpenState(cfg Config) (*Store, error) {
 // over the FSM. It does not bootstrap.
 func (st *Store) StartRaft(advertise func() (net.Addr, error)) error {
 	cfg := &st.cfg
-	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: raftLogLevel(st.log.GetLevel()), Output: os.Stderr, JSONFormat: true})
+	hlog := newRaftLogger(hclog.New(&hclog.LoggerOptions{Name: "raft", Level: raftLogLevel(st.log.GetLevel()), Output: os.Stderr, JSONFormat: true}), cfg.Removed)
 	var err error
 	st.logStore, err = openLogStore(cfg.DataDir, st.log, hlog)
 	if err != nil {
