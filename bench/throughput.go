@@ -82,6 +82,10 @@ type ThroughputPhase struct {
 	// sockets do not reach every node of a running cluster, or the nodes
 	// used under 200 ms of CPU (minPhaseCPU: the counters tick in 10 ms).
 	NodeCPUPerTask float64 `json:"node_cpu_us_per_task,omitempty"`
+	// NodeCPUSeconds is the nodes' CPU time during the phase, in seconds
+	// (0: not measured, as above); NodeCPUPerTask is given from
+	// minPhaseCPU of it.
+	NodeCPUSeconds float64 `json:"node_cpu_s,omitempty"`
 }
 
 // ThroughputRaft is the Raft work of one phase, read from the nodes'
@@ -211,6 +215,7 @@ func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*Th
 				d := after.sub(before)
 				ph.Raft = raftOf(d)
 				if allNodes {
+					ph.NodeCPUSeconds = d.cpuSeconds
 					ph.NodeCPUPerTask = cpuPerTask(d.cpuSeconds, ph.Tasks)
 				}
 			}
