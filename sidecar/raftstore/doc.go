@@ -29,9 +29,15 @@
 //     addresses this node dials, for the Raft transport and the peer API;
 //     the transport runs over Config.Stream's stream layer when set (the
 //     node gives peertls's: mutual TLS or the token handshake).
-//   - Raft's logger (raftlog.go): hclog's JSON lines on stderr; once the
-//     node knows it was removed from the cluster (Config.Removed), raft's
-//     election lines are demoted to info (ax's debug).
+//   - Raft's logger (raftlog.go): hclog's JSON lines on stderr; the lines
+//     raft repeats about a peer that is down or refuses it come once, then
+//     once per 30 s with a count; once the node knows it was removed from
+//     the cluster (Config.Removed), raft's election lines are demoted to
+//     info (ax's debug).
+//   - The transport guard (heartbeat.go, membership.go): heartbeats that
+//     could change the node's term or state go through raft's main loop;
+//     AppendEntries, InstallSnapshot and TimeoutNow from a node outside
+//     the configuration are refused.
 //   - The leadership watch (leaderwatch.go): LeaderWatch tells when the
 //     leader changes; Broadcast wakes every waiter of a state change.
 //

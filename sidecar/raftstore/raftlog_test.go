@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -28,7 +29,7 @@ func TestRaftLoggerDemotesElectionLinesOnceRemoved(t *testing.T) {
 		l.With("peer", "n2").Warn("heartbeat timeout reached, not part of a stable configuration or a non-voter, not triggering a leader election")
 		l.Named("sub").Log(hclog.Warn, "Election timeout reached, restarting election")
 		l.Warn("failed to get previous log", "previous-index", 1)
-		l.Error("failed to appendEntries to", "peer", "n3")
+		l.Error("failed to get log", "index", 3, "error", "log not found")
 	}
 	const elections, others = 5, 2
 	count := func(buf *bytes.Buffer, level string) (election, other int) {
@@ -86,11 +87,57 @@ func TestRaftLoggerDemotesElectionLinesOnceRemoved(t *testing.T) {
 	}
 }
 
-// TestNewRaftLoggerWithoutRemoved: with no Removed func, raft's logger is
-// hclog's own.
-func TestNewRaftLoggerWithoutRemoved(t *testing.T) {
-	l := hclog.NewNullLogger()
-	if got := newRaftLogger(l, nil); got != l {
-		t.Errorf("newRaftLogger(l, nil) = %T, want l", got)
+// TestRaftLoggerRateLimitsRepeatedPeerLines: the lines raft repeats about
+// one unreachable (or refusing) peer are logged once, then once per
+// repeatEvery with the count left out; each peer and line on its own,
+// through derived loggers too; other lines and lines below warn pass;
+// with no Removed func nothing is demoted.
+func TestRaftLoggerRateLimitsRepeatedPeerLines(t *testing.T) {
+	var buf bytes.Buffer
+	l := newRaftLogger(hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Debug, Output: &buf, JSONFormat: true}), nil).(*raftLogger)
+	now := time.Unix(1000, 0)
+	l.repeats.now = func() time.Time { return now }
+	tick := func() { // one second of a dead peer n3 and a live n2's blip
+		for range 4 {
+			l.Error("failed to heartbeat to", "peer", "127.0.0.1:7003", "backoff time", 250*time.Millisecond, "error", "dial tcp: connection refused")
+		}
+		l.Error("failed to appendEntries to", "peer", hclog.Fmt("%v", "{Voter n3 127.0.0.1:7003}"), "error", "EOF")
+		l.Named("sub").Warn("failed to contact", "server-id", "n3", "time", time.Second)
+		l.Debug("failed to contact", "server-id", "n3", "time", time.Second) // below warn: passes
+		l.Warn("heartbeat timeout reached, starting election")               // not a repeated line: passes
+		now = now.Add(time.Second)
+	}
+	lines := func(msg string) (n int, repeated []string) {
+		for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			if strings.Contains(line, `"@message":"`+msg+`"`) {
+				n++
+				if i := strings.Index(line, `"repeated":`); i >= 0 {
+					repeated = append(repeated, strings.TrimRight(strings.SplitN(line[i+len(`"repeated":`):], ",", 2)[0], "}"))
+				}
+			}
+		}
+		return
+	}
+	for range 65 {
+		tick()
+	}
+	// 65 s: logged at 0, 30 and 60 s; the 2nd and 3rd say how many were left out.
+	if n, rep := lines("failed to heartbeat to"); n != 3 || strings.Join(rep, ",") != "119,119" {
+		t.Errorf("heartbeat lines %d, repeated %v; want 3, [119 119]\n%s", n, rep, buf.String())
+	}
+	if n, rep := lines("failed to appendEntries to"); n != 3 || strings.Join(rep, ",") != "29,29" {
+		t.Errorf("appendEntries lines %d, repeated %v; want 3, [29 29]", n, rep)
+	}
+	if n, _ := lines("failed to contact"); n != 3+65 { // 3 at warn, 65 at debug
+		t.Errorf("failed to contact: %d lines, want 68", n)
+	}
+	if n, _ := lines("heartbeat timeout reached, starting election"); n != 65 {
+		t.Errorf("election lines %d, want 65 (not removed: neither demoted nor limited)", n)
+	}
+	// Another peer's line is its own.
+	buf.Reset()
+	l.Error("failed to heartbeat to", "peer", "127.0.0.1:7002", "error", "EOF")
+	if n, _ := lines("failed to heartbeat to"); n != 1 {
+		t.Errorf("another peer's first line was left out")
 	}
 }
