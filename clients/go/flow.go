@@ -37,15 +37,22 @@ type FlowRequest struct {
 }
 
 // StageRequest is one stage of a FlowRequest. Zero fields take the task
-// defaults (priority 2, timeout 30s, 3 attempts).
+// defaults (priority 2, timeout 30s, 4 attempts, BackoffDefault, the
+// sidecar's retention). The task fields mean what they mean in a
+// SubmitRequest; a stage has no id, timing or overwrite of its own (the
+// flow's timing applies).
 type StageRequest struct {
 	Name    string
 	Handler string
-	// Payload is the stage's JSON payload (nil: none). A stage with
-	// DependsOn receives an envelope instead: {"payload": Payload,
-	// "upstream": {"<stage>": {"state", "result"}}} (FlowEnvelope).
-	Payload   json.RawMessage
-	DependsOn []string
+	// Payload is the stage's JSON payload (nil: none), sent byte for
+	// byte. A stage with DependsOn receives an envelope instead:
+	// {"payload": Payload, "upstream": {"<stage>": {"state", "result"}}}
+	// (FlowEnvelope).
+	Payload json.RawMessage
+	// PayloadBytes is a binary payload (payload_base64); at most one of
+	// Payload and PayloadBytes.
+	PayloadBytes []byte
+	DependsOn    []string
 	// ContinueOnFailure is on_failure "continue": the stage runs once its
 	// dependencies ended, even if one failed. Otherwise it is CANCELLED
 	// when one does not succeed.
@@ -53,33 +60,32 @@ type StageRequest struct {
 	Priority          *int
 	Timeout           time.Duration
 	MaxAttempts       int
+	Backoff           *Backoff
 	RouteKey          string
 	Labels            map[string]string
+	Retention         time.Duration
+	// Shards runs the stage's task as shards (README "Shards"); nil: not
+	// sharded.
+	Shards *Shards
 }
 
+// stageWire is the part of a stage that is not a task field (those are
+// encodeSubmit's).
 type stageWire struct {
-	Name        string            `json:"name"`
-	Handler     string            `json:"handler"`
-	Payload     json.RawMessage   `json:"payload,omitempty"`
-	DependsOn   []string          `json:"depends_on,omitempty"`
-	OnFailure   string            `json:"on_failure,omitempty"`
-	Priority    *int              `json:"priority,omitempty"`
-	Timeout     string            `json:"timeout,omitempty"`
-	MaxAttempts int               `json:"max_attempts,omitempty"`
-	RouteKey    string            `json:"route_key,omitempty"`
-	Labels      map[string]string `json:"labels,omitempty"`
+	Name      string   `json:"name"`
+	DependsOn []string `json:"depends_on,omitempty"`
+	OnFailure string   `json:"on_failure,omitempty"`
 }
 
 type flowWire struct {
-	ID          string      `json:"id"`
-	Stages      []stageWire `json:"stages"`
-	Delay       string      `json:"delay,omitempty"`
-	RunAt       string      `json:"run_at,omitempty"`
-	Every       string      `json:"every,omitempty"`
-	Cron        string      `json:"cron,omitempty"`
-	Timezone    string      `json:"timezone,omitempty"`
-	TraceParent string      `json:"traceparent,omitempty"`
-	TraceState  string      `json:"tracestate,omitempty"`
+	ID          string `json:"id"`
+	Delay       string `json:"delay,omitempty"`
+	RunAt       string `json:"run_at,omitempty"`
+	Every       string `json:"every,omitempty"`
+	Cron        string `json:"cron,omitempty"`
+	Timezone    string `json:"timezone,omitempty"`
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // SubmitFlow stores a flow and returns it. A request the sidecar refuses
@@ -105,7 +111,7 @@ func (c *Client) SubmitFlow(ctx context.Context, req FlowRequest) (*Flow, error)
 	if req.ID == "" {
 		return nil, fmt.Errorf("%w: flow id: required", ErrInvalid)
 	}
-	w := flowWire{ID: req.ID, Stages: make([]stageWire, 0, len(req.Stages))}
+	w := flowWire{ID: req.ID}
 	if req.Delay > 0 {
 		w.Delay = req.Delay.String()
 	}
@@ -120,26 +126,57 @@ func (c *Client) SubmitFlow(ctx context.Context, req FlowRequest) (*Flow, error)
 	if w.TraceParent == "" {
 		w.TraceParent, w.TraceState = TraceContextFromContext(ctx)
 	}
-	for _, s := range req.Stages {
-		sw := stageWire{Name: s.Name, Handler: s.Handler, Payload: s.Payload, DependsOn: s.DependsOn, Priority: s.Priority,
-			MaxAttempts: s.MaxAttempts, RouteKey: s.RouteKey, Labels: s.Labels}
-		if s.ContinueOnFailure {
-			sw.OnFailure = "continue"
-		}
-		if s.Timeout > 0 {
-			sw.Timeout = s.Timeout.String()
-		}
-		w.Stages = append(w.Stages, sw)
-	}
-	body, err := json.Marshal(w)
+	head, err := json.Marshal(w)
 	if err != nil {
 		return nil, fmt.Errorf("%w: encode flow: %v", ErrInvalid, err)
 	}
+	// The stages are spliced in as encoded: json.Marshal would compact
+	// their payloads and escape <, > and &, and the executor would get
+	// other bytes than the caller gave.
+	body := append(head[:len(head)-1:len(head)-1], `,"stages":[`...)
+	for i, s := range req.Stages {
+		st, err := encodeStage(s)
+		if err != nil {
+			return nil, fmt.Errorf("stage %q: %w", s.Name, err)
+		}
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, st...)
+	}
+	body = append(body, "]}"...)
 	var fl Flow
 	if err := c.do(ctx, http.MethodPost, "/v1/flows", body, &fl); err != nil {
 		return nil, err
 	}
 	return &fl, nil
+}
+
+// encodeStage encodes one stage: its task fields as a submit's
+// (encodeSubmit, the payload byte for byte), then its name, dependencies
+// and on_failure.
+func encodeStage(s StageRequest) ([]byte, error) {
+	req := SubmitRequest{Handler: s.Handler, PayloadBytes: s.PayloadBytes, Priority: s.Priority, Timeout: s.Timeout,
+		MaxAttempts: s.MaxAttempts, Backoff: s.Backoff, RouteKey: s.RouteKey, Labels: s.Labels,
+		Retention: s.Retention, Shards: s.Shards}
+	if s.Payload != nil {
+		req.Payload = s.Payload
+	}
+	task, err := encodeSubmit(req)
+	if err != nil {
+		return nil, err
+	}
+	sw := stageWire{Name: s.Name, DependsOn: s.DependsOn}
+	if s.ContinueOnFailure {
+		sw.OnFailure = "continue"
+	}
+	head, err := json.Marshal(sw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encode stage: %v", ErrInvalid, err)
+	}
+	// head is {"name":...}; task is {"handler":...}: one object.
+	out := append(head[:len(head)-1:len(head)-1], ',')
+	return append(out, task[1:]...), nil
 }
 
 // Flow returns the flow with the given id and its stages' states. An

@@ -86,3 +86,72 @@ func TestFlows(t *testing.T) {
 		t.Fatalf("requests %v", got)
 	}
 }
+
+// flowBody starts a fake sidecar whose POST /v1/flows keeps the raw body.
+func flowBody(t *testing.T) (*ax.Client, *[]byte) {
+	f := startFakeSidecar(t)
+	raw := new([]byte)
+	f.SetHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Path != "/v1/flows" {
+			return false
+		}
+		*raw, _ = io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		json.NewEncoder(w).Encode(ax.Flow{ID: "etl", State: "WAITING", Run: 1})
+		return true
+	})
+	return newClient(t, f), raw
+}
+
+// A stage's payload reaches the sidecar byte for byte, as a task's does:
+// json.Marshal compacted it and escaped <, > and &, so the executor got
+// other bytes than the caller gave (README: "delivered byte for byte").
+func TestSubmitFlowStagePayloadByteForByte(t *testing.T) {
+	c, raw := flowBody(t)
+	ctx := context.Background()
+	const payload = `{ "html": "<b>a & b</b>",  "n": 1 }`
+	if _, err := c.SubmitFlow(ctx, ax.FlowRequest{ID: "etl", Stages: []ax.StageRequest{
+		{Name: "A", Handler: "pull", Payload: json.RawMessage(payload)}}}); err != nil {
+		t.Fatalf("SubmitFlow: %v", err)
+	}
+	if !strings.Contains(string(*raw), `"payload":`+payload) {
+		t.Fatalf("stage payload not sent byte for byte: %s", *raw)
+	}
+	if _, err := c.SubmitFlow(ctx, ax.FlowRequest{ID: "etl", Stages: []ax.StageRequest{
+		{Name: "A", Handler: "h", Payload: json.RawMessage(`{`)}}}); !errors.Is(err, ax.ErrInvalid) {
+		t.Fatalf("invalid stage payload: %v", err)
+	}
+}
+
+// A stage takes the task fields the API accepts on a stage: shards,
+// backoff, retention and a binary payload (a Go caller could not submit
+// a sharded stage at all).
+func TestSubmitFlowStageFields(t *testing.T) {
+	c, raw := flowBody(t)
+	_, err := c.SubmitFlow(context.Background(), ax.FlowRequest{ID: "etl", Stages: []ax.StageRequest{
+		{Name: "A", Handler: "pull", Shards: &ax.Shards{Count: 8},
+			Backoff: &ax.Backoff{Initial: time.Second, Max: 4 * time.Second}, Retention: time.Hour},
+		{Name: "B", Handler: "bin", DependsOn: []string{"A"}, PayloadBytes: []byte{0, 1, 2}, Shards: &ax.Shards{Ask: true, Max: 16}},
+	}})
+	if err != nil {
+		t.Fatalf("SubmitFlow: %v", err)
+	}
+	var body struct {
+		Stages []map[string]json.RawMessage `json:"stages"`
+	}
+	if err := json.Unmarshal(*raw, &body); err != nil || len(body.Stages) != 2 {
+		t.Fatalf("body %s: %v", *raw, err)
+	}
+	a, b := body.Stages[0], body.Stages[1]
+	for k, want := range map[string]string{"shards": `{"count":8}`, "backoff": `{"initial":"1s","max":"4s"}`, "retention": `"1h0m0s"`, "name": `"A"`} {
+		if string(a[k]) != want {
+			t.Errorf("stage A %s = %s, want %s", k, a[k], want)
+		}
+	}
+	for k, want := range map[string]string{"shards": `{"ask":true,"max":16}`, "payload_base64": `"AAEC"`, "depends_on": `["A"]`} {
+		if string(b[k]) != want {
+			t.Errorf("stage B %s = %s, want %s", k, b[k], want)
+		}
+	}
+}
