@@ -50,7 +50,9 @@ func (b *Backend) SubmitFlow(ctx context.Context, spec ipc.FlowSpec) (ipc.Flow, 
 	case raftfsm.CodeOK:
 		return b.flowView(r.Flow), r.Created, nil
 	case raftfsm.CodeConflict:
-		return ipc.Flow{}, false, ipc.Errorf(ipc.ErrConflict, "flow %q exists with a different spec (state %s)", spec.ID, r.Flow.State)
+		// The state the flow's reads show (RUNNING once a stage started),
+		// not the stored one.
+		return ipc.Flow{}, false, ipc.Errorf(ipc.ErrConflict, "flow %q exists with a different spec (state %s)", spec.ID, b.flowView(r.Flow).State)
 	default:
 		return ipc.Flow{}, false, fmt.Errorf("submit flow %q: unexpected result %q", spec.ID, r.Code)
 	}

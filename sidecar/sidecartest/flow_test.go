@@ -148,6 +148,12 @@ func TestFlowDiamond(t *testing.T) {
 	if fl := getFlow(t, c, "dia"); fl.State != "RUNNING" {
 		t.Fatalf("flow with B and C running: %+v", fl)
 	}
+	// A conflicting resubmit names the state the flow's view shows (it
+	// said WAITING, the stored state, for a flow every read shows RUNNING).
+	if resp := c.HTTP(0, "POST", "/v1/flows", []byte(`{"id":"dia","stages":[{"name":"A","handler":"x"}]}`)); resp.Status != 409 ||
+		!strings.Contains(string(resp.Body), "(state RUNNING)") {
+		t.Fatalf("conflicting resubmit while running: %d %s", resp.Status, resp.Body)
+	}
 	close(release)
 	calls := c.WaitCalls(id("D"), 1)
 	if !j.endedBefore(id("D"), id("B"), id("C")) {
