@@ -60,8 +60,17 @@ func newChart(pts []latenessPoint, from time.Time) *chart {
 	return &chart{W: chartW, H: chartH, P50: strings.TrimSpace(p50.String()), P99: strings.TrimSpace(p99.String()), Max: seconds(top), Span: end.Sub(from).Round(time.Second).String(), Points: len(pts), Dots: dots}
 }
 
-// pathEscape escapes one path segment (a task id, a handler name).
-func pathEscape(s string) string { return url.PathEscape(s) }
+// pathEscape escapes one path segment (a task id, a handler name). A
+// segment of dots only ("." or "..", which url.PathEscape leaves as they
+// are) has its dots escaped too: a browser removes such a segment, and
+// the one before it, from a link's path before it asks, so the link of a
+// task named ".." led to the dashboard's root and its forms elsewhere.
+func pathEscape(s string) string {
+	if s == "." || s == ".." {
+		return strings.Repeat("%2E", len(s))
+	}
+	return url.PathEscape(s)
+}
 
 func queryEscape(s string) string { return url.QueryEscape(s) }
 

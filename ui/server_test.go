@@ -2,6 +2,7 @@ package ui
 
 import (
 	"errors"
+	"html/template"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -498,4 +499,50 @@ func taskID(i int) string { return "task-" + string(rune('a'+i/100%26)) + "-" + 
 func pad(i int) string {
 	s := "0000" + itoa(i)
 	return s[len(s)-4:]
+}
+
+// TestPages_DotSegmentIDs: a task whose id is "." or ".." is reachable
+// from the dashboard's links and forms. A browser (like ResolveReference)
+// removes dot segments from a URL's path before it asks, so the link
+// /tasks/.. led to / and the cancel form's /tasks/../cancel to /cancel:
+// such a segment must be escaped (%2E).
+func TestPages_DotSegmentIDs(t *testing.T) {
+	f := newFakeAPI(t)
+	for _, id := range []string{".", "..", "...", "a/../b"} {
+		f.add(id, "mail", "WAITING", nil)
+	}
+	_, b := startUI(t, f, "")
+	base, _ := url.Parse(b.base)
+	// resolve is what a browser asks for an href or a form action.
+	resolve := func(ref string) string {
+		u, err := url.Parse(ref)
+		if err != nil {
+			t.Fatalf("href %q: %v", ref, err)
+		}
+		r := base.ResolveReference(u)
+		return r.EscapedPath()
+	}
+	_, list := b.get("/tasks")
+	for _, id := range []string{".", "..", "...", "a/../b"} {
+		href := "/tasks/" + pathEscape(id)
+		if !strings.Contains(list, `href="`+href+`"`) {
+			t.Errorf("id %q: no link %q on the task list", id, href)
+			continue
+		}
+		page := resolve(href)
+		st, body := b.get(page)
+		if st != 200 || !strings.Contains(body, `id="task-id">`+template.HTMLEscapeString(id)+`<`) {
+			t.Errorf("id %q: link %s asks %s: %d, not the task's page", id, href, page, st)
+			continue
+		}
+		m := regexp.MustCompile(`action="([^"]*/cancel)"`).FindStringSubmatch(body)
+		if m == nil {
+			t.Errorf("id %q: no cancel form", id)
+			continue
+		}
+		_, body = b.post(page, resolve(m[1]), url.Values{"confirm": {"yes"}})
+		if f.state(id) != "CANCELLED" {
+			t.Errorf("id %q: cancel form %s (asks %s) did not cancel it: %s", id, m[1], resolve(m[1]), f.state(id))
+		}
+	}
 }
