@@ -152,6 +152,47 @@ func TestListPages(t *testing.T) {
 	}
 }
 
+// TestListCursorNotATaskID: a cursor is a task id in base64url, so one
+// that is valid base64url but decodes to something no task id can be
+// (bytes that are not UTF-8, control characters) did not come from a
+// page: it is 400 bad_request. It was taken as the place to go on from,
+// and "garbage" (bytes 0x81 0xaa ...: after every id) answered an empty
+// last page, 200, as if the list had ended.
+func TestListCursorNotATaskID(t *testing.T) {
+	e := newEnv(t)
+	for _, id := range []string{"a", "b", "ü/x"} {
+		e.submit(id, "h")
+	}
+	for _, c := range []string{"garbage", "xyz", "____", "AAAA"} {
+		page, err := e.b.List(ctx, ipc.ListQuery{Cursor: c})
+		if codeOf(err) != "bad_request" {
+			t.Errorf("cursor %q: %d tasks, next %q, err %v; want bad_request", c, len(page.Tasks), page.NextCursor, err)
+		}
+	}
+	// Every cursor a page gives is taken.
+	var ids []string
+	q := ipc.ListQuery{Limit: 1}
+	for {
+		page, err := e.b.List(ctx, q)
+		if err != nil {
+			t.Fatalf("cursor %q: %v", q.Cursor, err)
+		}
+		for _, v := range page.Tasks {
+			ids = append(ids, v.ID)
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		q.Cursor = page.NextCursor
+	}
+	if len(ids) != 3 || ids[2] != "ü/x" {
+		t.Fatalf("pages gave %q", ids)
+	}
+	if page, err := e.b.List(ctx, ipc.ListQuery{}); err != nil || len(page.Tasks) != 3 {
+		t.Fatalf("default limit: %+v %v", page, err)
+	}
+}
+
 // A follower reads the leader's copy of a task it lacks or may have old;
 // a strong read goes through the leader, which checks its leadership and
 // waits to apply its commit index.

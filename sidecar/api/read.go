@@ -143,7 +143,10 @@ func (b *Backend) List(ctx context.Context, q ipc.ListQuery) (ipc.ListPage, erro
 	var after string
 	if q.Cursor != "" {
 		c, err := base64.RawURLEncoding.DecodeString(q.Cursor)
-		if err != nil {
+		// A cursor is a task id: one that decodes to what no id can be
+		// (not UTF-8, control characters) was not made by a page, and
+		// going on from it would answer a wrong page as if it were right.
+		if err != nil || ipc.ValidateID(string(c)) != nil {
 			return ipc.ListPage{}, ipc.Errorf(ipc.ErrInvalid, "cursor: not a cursor from a previous page")
 		}
 		after = string(c)
