@@ -150,13 +150,17 @@ func (s *Server) purgeTask(rctx context.Context, ctx *fasthttp.RequestCtx, id st
 	return nil
 }
 
-// purgeParam reads DELETE /v1/tasks/{id}'s purge query parameter: true
-// deletes the finished task, false (or absent) cancels it.
+// purgeParam reads DELETE /v1/tasks/{id}'s (and /v1/flows/{id}'s) purge
+// query parameter: true deletes the finished task, false (or absent)
+// cancels it. Any other parameter, or purge twice, is refused: a typo
+// (?Purge=true, ?prune=true) would otherwise cancel a waiting task that
+// was meant to be purged, or not, and never say so.
 func purgeParam(ctx *fasthttp.RequestCtx) (bool, error) {
-	if !ctx.QueryArgs().Has("purge") {
-		return false, nil
+	v, ok, err := onlyParam(ctx, "purge")
+	if err != nil || !ok {
+		return false, err
 	}
-	switch v := string(ctx.QueryArgs().Peek("purge")); v {
+	switch v {
 	case "true", "1":
 		return true, nil
 	case "false", "0":
@@ -164,4 +168,20 @@ func purgeParam(ctx *fasthttp.RequestCtx) (bool, error) {
 	default:
 		return false, Errorf(ErrInvalid, "purge: want true or false, got %q", v)
 	}
+}
+
+// onlyParam reads the one query parameter name a route takes: its value
+// and whether it was given. Another parameter, or name given twice, is
+// 400 bad_request, as GET /v1/tasks refuses them.
+func onlyParam(ctx *fasthttp.RequestCtx, name string) (val string, ok bool, err error) {
+	for k, v := range ctx.QueryArgs().All() {
+		if string(k) != name {
+			return "", false, Errorf(ErrInvalid, "unknown query parameter %q; known: %s", k, name)
+		}
+		if ok {
+			return "", false, Errorf(ErrInvalid, "%s: give it at most once", name)
+		}
+		val, ok = string(v), true
+	}
+	return val, ok, nil
 }

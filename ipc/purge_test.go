@@ -188,3 +188,27 @@ func TestDecodeSubmitRetention(t *testing.T) {
 		t.Error("specs with different retentions are the same spec")
 	}
 }
+
+// TestServer_TaskQueryParamsChecked: DELETE /v1/tasks/{id} (and
+// /v1/flows/{id}) refuses, 400 bad_request, a query parameter it does not
+// take and purge given twice, as the list does. It ignored them: ?Purge=true
+// or ?prune=true, a typo for a purge, cancelled the waiting task instead
+// (and ?purge=true&purge=false purged). GET /v1/tasks/{id} still ignores
+// unknown parameters (TestServer_GetCancel): a read changes nothing.
+func TestServer_TaskQueryParamsChecked(t *testing.T) {
+	ts := startServer(t, ServerOptions{})
+	ts.do("POST", "/v1/tasks", `{"id":"waiting","handler":"h"}`)
+	for _, q := range []string{"Purge=true", "prune=true", "purge=true&purge=false", "purge=false&x=1", "reason=x"} {
+		ts.do("DELETE", "/v1/tasks/waiting?"+q, "").wantError(t, 400, "bad_request", "")
+		ts.do("DELETE", "/v1/flows/f1?"+q, "").wantError(t, 400, "bad_request", "")
+	}
+	if r := ts.do("GET", "/v1/tasks/waiting", ""); r.status != 200 || r.task(t).State != axapi.StateWaiting {
+		t.Fatalf("a refused DELETE changed the task: %d %s", r.status, r.body)
+	}
+	if r := ts.do("GET", "/v1/tasks/waiting?consistency=strong", ""); r.status != 200 {
+		t.Fatalf("consistency=strong = %d %s", r.status, r.body)
+	}
+	if r := ts.do("DELETE", "/v1/tasks/waiting?purge=false", ""); r.status != 200 || r.task(t).State != axapi.StateCancelled {
+		t.Fatalf("cancel = %d %s", r.status, r.body)
+	}
+}
