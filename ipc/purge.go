@@ -125,6 +125,12 @@ func (r *submitRequest) retention(s *TaskSpec) error {
 // purgeTasks answers POST /v1/tasks/purge: 200 {"purged": n, "more": bool,
 // "next_cursor": "..."}, next_cursor present when more is.
 func (s *Server) purgeTasks(rctx context.Context, ctx *fasthttp.RequestCtx, _ string) error {
+	// The filters are the body's. A query string (the way GET /v1/tasks
+	// takes them) is refused: ignored, ?handler=h&state=DEAD with no body
+	// would purge every finished task.
+	if ctx.QueryArgs().Len() > 0 {
+		return Errorf(ErrInvalid, "POST /v1/tasks/purge takes no query parameters, got %q: send the filters (handler, state, finished_before, limit, cursor) in the JSON body", ctx.QueryArgs().String())
+	}
 	q, err := DecodePurge(ctx.PostBody(), time.Now())
 	if err != nil {
 		return err

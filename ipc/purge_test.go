@@ -212,3 +212,24 @@ func TestServer_TaskQueryParamsChecked(t *testing.T) {
 		t.Fatalf("cancel = %d %s", r.status, r.body)
 	}
 }
+
+// TestServer_PurgeManyRefusesQuery: POST /v1/tasks/purge takes its filters
+// in the JSON body; a query string (the way GET /v1/tasks takes them) is
+// 400 bad_request and purges nothing. It was ignored, and with an empty
+// body ?handler=h&state=DEAD purged every finished task of every handler.
+func TestServer_PurgeManyRefusesQuery(t *testing.T) {
+	ts := startServer(t, ServerOptions{})
+	fin := fakeNow.Add(-time.Hour)
+	for _, id := range []string{"a", "b"} {
+		ts.do("POST", "/v1/tasks", `{"id":"`+id+`","handler":"other"}`)
+		ts.backend.setTask(id, func(t *Task) { t.State, t.FinishedAt = axapi.StateSuccess, &fin })
+	}
+	for _, body := range []string{"", "{}", `{"limit":1}`} {
+		ts.do("POST", "/v1/tasks/purge?handler=h&state=DEAD", body).wantError(t, 400, "bad_request", "query")
+	}
+	for _, id := range []string{"a", "b"} {
+		if r := ts.do("GET", "/v1/tasks/"+id, ""); r.status != 200 {
+			t.Fatalf("task %s purged by a refused request: %d", id, r.status)
+		}
+	}
+}
