@@ -1,9 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -42,19 +39,5 @@ func TestDevTakesEverySidecarFlag(t *testing.T) {
 	})
 	if n < 40 {
 		t.Fatalf("walked %d sidecar flags: the walk is broken", n)
-	}
-}
-
-// TestDevPprofAddr: `ax dev --pprof-addr` is wired like the sidecar's: a
-// non-loopback address is a usage error before the node starts.
-func TestDevPprofAddr(t *testing.T) {
-	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	_, errOut, code := runAx(t, "dev", "--pprof-addr", "0.0.0.0:1", "--data-dir", data, "--socket", filepath.Join(dir, "ax.sock"))
-	if code != exitUsage || !strings.Contains(errOut, "--pprof-addr 0.0.0.0:1 is not a loopback address") {
-		t.Errorf("exit %d, stderr %q", code, errOut)
-	}
-	if _, err := os.Stat(data); !os.IsNotExist(err) {
-		t.Errorf("the data dir was created (%v): the node started", err)
 	}
 }

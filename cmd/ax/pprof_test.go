@@ -50,13 +50,17 @@ func TestPprof_RefusesNonLoopback(t *testing.T) {
 			t.Errorf("checkPprofAddr(%q): %v", addr, err)
 		}
 	}
-	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	_, errOut, code := runAx(t, "sidecar", "--pprof-addr", "0.0.0.0:1", "--data-dir", data, "--socket", filepath.Join(dir, "ax.sock"))
-	if code != exitUsage || !strings.Contains(errOut, "--pprof-addr 0.0.0.0:1 is not a loopback address") {
-		t.Errorf("exit %d, stderr %q", code, errOut)
-	}
-	if _, err := os.Stat(data); !os.IsNotExist(err) {
-		t.Errorf("the data dir was created (%v): the node started", err)
+	// Both commands that run a node: a non-loopback address is a usage
+	// error before the node starts.
+	for _, cmd := range []string{"sidecar", "dev"} {
+		dir := t.TempDir()
+		data := filepath.Join(dir, "data")
+		_, errOut, code := runAx(t, cmd, "--pprof-addr", "0.0.0.0:1", "--data-dir", data, "--socket", filepath.Join(dir, "ax.sock"))
+		if code != exitUsage || !strings.Contains(errOut, "--pprof-addr 0.0.0.0:1 is not a loopback address") {
+			t.Errorf("ax %s: exit %d, stderr %q", cmd, code, errOut)
+		}
+		if _, err := os.Stat(data); !os.IsNotExist(err) {
+			t.Errorf("ax %s: the data dir was created (%v): the node started", cmd, err)
+		}
 	}
 }
