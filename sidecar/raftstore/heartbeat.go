@@ -88,11 +88,10 @@ type fullTransport interface {
 }
 
 // guardRPCs returns t behind an rpcGuard, or t itself when it lacks
-// pre-vote or Close (no transport of ax's); localID is this node's
-// server id, log gets the refusals of non-members (rate-limited per
-// sender). Call setRaft once raft runs over
-// it; until then every heartbeat goes to the main loop and no RPC is
-// refused.
+// pre-vote or Close (no transport of ax's); localID is this node's server
+// id, log gets the refusals of non-members (rate-limited per sender).
+// Call setRaft once raft runs over it; until then every heartbeat goes to
+// the main loop and no RPC is refused.
 func guardRPCs(t raft.Transport, localID string, log zerolog.Logger) raft.Transport {
 	ft, ok := t.(fullTransport)
 	if !ok {
