@@ -215,13 +215,31 @@ func (s *Sender) run(ctx context.Context) {
 			}
 			continue
 		}
+		// One alert the webhook keeps refusing (a 413 for its size, a
+		// 400 for its content) must not hold up the others: after a
+		// failure the round goes on to the next alert, and only a second
+		// failure in the round (the webhook is down, most likely) or
+		// nothing after it ends the round with the backoff. The failed
+		// alert stays pending and is tried first in the next round: the
+		// cursor moves only past delivered alerts with no failed one
+		// before them.
+		failed := false
 		for i := range as {
-			if !s.send(ctx, &as[i]) {
+			if s.send(ctx, &as[i]) {
+				if !failed {
+					wait, after = 0, as[i].Seq
+				}
+				continue
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			if failed || i == len(as)-1 {
 				wait = s.next(wait)
 				s.sleep(ctx, wait)
 				break
 			}
-			wait, after = 0, as[i].Seq
+			failed = true
 		}
 	}
 }

@@ -1,12 +1,17 @@
 package alert
 
 import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/axsched/ax/clients/go/axapi"
+	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/raftfsm"
 )
 
@@ -46,5 +51,106 @@ func TestBodyOfPurgedTask(t *testing.T) {
 	if b.ID != "t/2" || b.TaskID != "t" || b.Handler != "h" || b.Run != 2 || b.State != "FAILED" || b.Error != "http 400" ||
 		!b.FinishedAt.Equal(time.UnixMilli(1_700_000_000_000)) || b.Task != nil || b.RunRecord != nil {
 		t.Fatalf("body %+v", b)
+	}
+}
+
+// fakeAlerts is a Store of pending alerts, a Proposer that deletes them
+// (CmdAlertDone) and a Poster that answers by alert id.
+type fakeAlerts struct {
+	goneStore
+	mu      sync.Mutex
+	pending []raftfsm.Alert
+	status  map[string]int // alert id → answer (absent: 200)
+	posted  []string
+}
+
+func (f *fakeAlerts) Alerts(after uint64, limit int) ([]raftfsm.Alert, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []raftfsm.Alert
+	for _, a := range f.pending {
+		if a.Seq > after && len(out) < limit {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeAlerts) Propose(_ context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range cmds {
+		for i, a := range f.pending {
+			if c.AlertDone != nil && a.Seq == c.AlertDone.Seq {
+				f.pending = append(f.pending[:i], f.pending[i+1:]...)
+				break
+			}
+		}
+	}
+	return make([]raftfsm.Result, len(cmds)), nil
+}
+
+func (f *fakeAlerts) PostAlert(_ context.Context, _ string, h http.Header, _ []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := h.Get(axapi.HeaderAlertID)
+	f.posted = append(f.posted, id)
+	if st, ok := f.status[id]; ok {
+		return st, nil
+	}
+	return 200, nil
+}
+
+func (f *fakeAlerts) state() (pending, posted []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range f.pending {
+		pending = append(pending, a.ID())
+	}
+	return pending, append([]string(nil), f.posted...)
+}
+
+// TestOneRefusedAlertHoldsUpNoOther: the webhook refuses the oldest alert
+// for good (413); the later ones are delivered all the same, and the
+// refused one stays pending and is tried again after the backoff. When
+// the webhook refuses two in a row (it is down), the round stops there.
+func TestOneRefusedAlertHoldsUpNoOther(t *testing.T) {
+	f := &fakeAlerts{status: map[string]int{"a/1": 413}}
+	for i, id := range []string{"a", "b", "c"} {
+		f.pending = append(f.pending, raftfsm.Alert{Seq: uint64(i + 1), TaskID: id, Run: 1, Handler: "h", State: raftfsm.StateDead})
+	}
+	clock := engine.NewFakeClock(time.Unix(1_700_000_000, 0))
+	s := New(Config{URL: "unix:///x.sock"}, Deps{Store: f, Proposer: f, Poster: f, Clock: clock, Log: zerolog.Nop(),
+		TaskView: func(*raftfsm.Task) axapi.Task { return axapi.Task{} },
+		RunView:  func(*raftfsm.Task, *raftfsm.RunRecord) axapi.Run { return axapi.Run{} }})
+	s.Start(context.Background())
+	defer s.Stop()
+
+	clock.BlockUntil(1) // the backoff after "a/1" is the only one left
+	pending, posted := f.state()
+	if strings.Join(pending, ",") != "a/1" || strings.Join(posted, ",") != "a/1,b/1,c/1,a/1" {
+		t.Fatalf("pending %v, posted %v; want a/1 pending, posted a/1,b/1,c/1,a/1", pending, posted)
+	}
+	// After the backoff it is tried again (and still refused).
+	clock.Advance(time.Second)
+	clock.BlockUntil(1)
+	if _, posted = f.state(); len(posted) != 5 || posted[4] != "a/1" {
+		t.Fatalf("posted %v after the backoff, want a/1 tried a third time", posted)
+	}
+
+	// The webhook down: two failures in a row end the round.
+	f.mu.Lock()
+	f.status["d/1"], f.status["e/1"] = 503, 503
+	f.pending = append(f.pending,
+		raftfsm.Alert{Seq: 4, TaskID: "d", Run: 1, Handler: "h", State: raftfsm.StateDead},
+		raftfsm.Alert{Seq: 5, TaskID: "e", Run: 1, Handler: "h", State: raftfsm.StateDead},
+		raftfsm.Alert{Seq: 6, TaskID: "g", Run: 1, Handler: "h", State: raftfsm.StateDead})
+	f.posted = nil
+	f.mu.Unlock()
+	clock.Advance(time.Minute)
+	clock.BlockUntil(1)
+	pending, posted = f.state()
+	if strings.Join(posted, ",") != "a/1,d/1" || strings.Join(pending, ",") != "a/1,d/1,e/1,g/1" {
+		t.Fatalf("webhook down: posted %v, pending %v; want a/1,d/1 tried and all four pending", posted, pending)
 	}
 }
