@@ -31,7 +31,7 @@ from .errors import (
     Unavailable,
     error_from_response,
 )
-from .task import Backoff, BatchResult, ClusterInfo, HandlerInfo, PurgeResult, State, SubmitRequest, Task, TaskPage, utf8_json
+from .task import Backoff, BatchResult, ClusterInfo, HandlerInfo, PurgeResult, State, SubmitRequest, Task, TaskPage, _encode_payload, utf8_json
 
 __all__ = [
     "HEADER_BACKLOG_WARNING",
@@ -631,11 +631,13 @@ class Client:
         more than 1000 stages or a bad stage field raise
         :class:`BadRequest` naming the problem. A stage with dependencies
         receives ``{"payload": ..., "upstream": {"<stage>": {"state",
-        "result"}}}`` as its callback body."""
+        "result"}}}`` as its callback body. A stage's ``payload`` is encoded
+        as :meth:`submit` encodes one (a :class:`RawJSON` byte for byte);
+        a binary one goes in ``payload_base64``. A value JSON cannot encode
+        (bytes, a set) raises :class:`BadRequest` naming it."""
         if not isinstance(flow, Mapping) or not flow.get("id"):
             raise BadRequest("flow must be a mapping with a non-empty id")
-        body = json.dumps(flow).encode("utf-8")
-        return self._flow_doc("POST", "/v1/flows", body)
+        return self._flow_doc("POST", "/v1/flows", _encode_flow(flow))
 
     @_public
     def flow(self, id: str) -> Dict[str, Any]:
@@ -1249,3 +1251,46 @@ def _status_of(code: Any) -> int:
     if isinstance(code, str) and code in ERROR_CODES:
         return ERROR_CODES[code].default_status or 500
     return 500
+
+
+def _encode_flow(flow: Mapping[str, Any]) -> bytes:
+    """The JSON body of a flow submit: each stage's ``payload`` encoded as
+    a task's (:func:`_encode_payload`: a RawJSON byte for byte, bytes
+    refused) and spliced in; any other value JSON cannot encode raises
+    :class:`BadRequest` naming its field."""
+    doc = {k: v for k, v in flow.items() if k != "stages"}
+    stages = flow.get("stages")
+    parts = []
+    if isinstance(stages, (list, tuple)):
+        for i, st in enumerate(stages):
+            if not isinstance(st, Mapping):
+                parts.append(_json_field(f"stages[{i}]", st))
+                continue
+            rest = _json_field(f"stages[{i}]", {k: v for k, v in st.items() if k != "payload"})
+            if "payload" in st and st["payload"] is not None:
+                try:
+                    payload = _encode_payload(st["payload"])
+                except BadRequest as e:
+                    raise BadRequest(f"stages[{i}] ({st.get('name', '?')}): {e}") from None
+                rest = (rest[:-1] + b"," if rest != b"{}" else b"{") + b'"payload":' + payload + b"}"
+            parts.append(rest)
+    elif "stages" in flow:
+        doc["stages"] = stages  # not a list: the sidecar names the problem
+    body = _json_field("flow", doc)
+    if not isinstance(stages, (list, tuple)):
+        return body
+    joined = b'"stages":[' + b",".join(parts) + b"]"
+    return (body[:-1] + b"," if body != b"{}" else b"{") + joined + b"}"
+
+
+def _json_field(name: str, value: Any) -> bytes:
+    """value as compact JSON in UTF-8, or :class:`BadRequest` naming name."""
+    if isinstance(value, Mapping):
+        try:
+            return utf8_json(value, compact=True)
+        except (TypeError, ValueError) as e:
+            raise BadRequest(f"{name}: cannot encode as JSON: {e}") from None
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError) as e:
+        raise BadRequest(f"{name}: cannot encode as JSON: {e}") from None

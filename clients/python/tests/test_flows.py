@@ -3,7 +3,7 @@
 import json
 import unittest
 
-from axsched import BadRequest, Client, Conflict, NotFound
+from axsched import BadRequest, Client, Conflict, NotFound, RawJSON
 
 from stub_sidecar import StubSidecar
 
@@ -67,6 +67,29 @@ class FlowsTest(unittest.TestCase):
         self.stub.enqueue_error(404, "not_found", 'flow "x" not found', path="/v1/flows/x")
         with self.assertRaises(NotFound):
             self.client.flow("x")
+
+    def test_stage_payloads(self):
+        # A RawJSON stage payload goes byte for byte; others as JSON.
+        self.stub.enqueue(201, json.dumps(FLOW).encode(), JSON, path="/v1/flows")
+        self.client.submit_flow({"id": "etl", "stages": [
+            {"name": "A", "handler": "pull", "payload": RawJSON('{ "html": "<b>" }')},
+            {"name": "B", "handler": "clean", "depends_on": ["A"], "payload": {"n": 1}},
+            {"name": "C", "handler": "store", "depends_on": ["B"]},
+        ]})
+        body = self.stub.requests[-1].body
+        self.assertIn(b'"payload":{ "html": "<b>" }', body)
+        self.assertEqual(json.loads(body)["stages"][1]["payload"], {"n": 1})
+        self.assertNotIn("payload", json.loads(body)["stages"][2])
+        # Bytes, or a value JSON cannot encode: BadRequest naming the
+        # stage, and nothing sent.
+        n = len(self.stub.paths())
+        for bad in (b"\x00\x01", {1, 2}):
+            with self.assertRaises(BadRequest) as cm:
+                self.client.submit_flow({"id": "f", "stages": [{"name": "A", "handler": "h", "payload": bad}]})
+            self.assertIn("stages[0]", str(cm.exception))
+        with self.assertRaises(BadRequest):
+            self.client.submit_flow({"id": "f", "labels": {1, 2}, "stages": []})
+        self.assertEqual(len(self.stub.paths()), n)
 
     def test_bad_arguments_are_refused_before_sending(self):
         for bad in (lambda: self.client.submit_flow({}), lambda: self.client.flow(""),
