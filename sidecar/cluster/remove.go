@@ -156,13 +156,13 @@ func quorumAfterRemoval(conf raft.Configuration, statuses map[string]peerapi.Mem
 // gives up.
 const removeLeaderWait = 5 * time.Second
 
-// A node removed while it ran (its Raft shuts down when it applies its own
-// removal) is in the same state, and the same check says so.
-//
 // A node removed from the cluster while it was down (ax cluster remove of
 // a dead node) still finds itself in the configuration of its own log when
 // it starts again: it campaigns, the others ignore it (they no longer count
-// it), and it waits for a leader forever. WatchRemoval makes that visible:
+// it), and it waits for a leader forever. A node removed while it ran is
+// left without a leader too (a leader's Raft shuts down once it commits
+// its own removal; a follower's keeps running and no leader sends to it
+// any more), and the same check says so. WatchRemoval makes that visible:
 // after removalCheckAfter without a leader it asks the other nodes' peer
 // APIs for the leader's member list, and if the leader does not list it,
 // it logs so once (at warn) and sets Deps.Removed (readiness says so;
