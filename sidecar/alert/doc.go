@@ -4,9 +4,10 @@
 // the webhook answers 2xx proposes raftfsm.CmdAlertDone, which deletes
 // it. A failed send (an error or a non-2xx answer) is tried again after a
 // capped backoff (BackoffMin doubling to BackoffMax), on the node's clock;
-// one alert the webhook keeps refusing does not hold up the later ones
-// (after a failure the next alert is tried, and a second failure in the
-// round waits out the backoff); it never holds up anything else: the
+// alerts the webhook keeps refusing (a 4xx but 408 and 429) do not hold
+// up the later ones (after a refusal the next alert is tried; after
+// another failure too, and a second one in the round waits out the
+// backoff); it never holds up anything else: the
 // sender is its own goroutine, and
 // the alerts wait in the store, replicated, so a new leader sends what the
 // old one had not (at least once: a receiver de-duplicates on the

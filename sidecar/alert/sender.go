@@ -215,17 +215,20 @@ func (s *Sender) run(ctx context.Context) {
 			}
 			continue
 		}
-		// One alert the webhook keeps refusing (a 413 for its size, a
-		// 400 for its content) must not hold up the others: after a
-		// failure the round goes on to the next alert, and only a second
-		// failure in the round (the webhook is down, most likely) or
-		// nothing after it ends the round with the backoff. The failed
-		// alert stays pending and is tried first in the next round: the
-		// cursor moves only past delivered alerts with no failed one
-		// before them.
-		failed := false
+		// Alerts the webhook keeps refusing (a 413 for its size, a 400
+		// for its content: any 4xx but 408 and 429) must not hold up
+		// the others: after a refusal the round goes on to the next
+		// alert, however many there are. Another failure (an error, a
+		// 5xx, a 408 or a 429: the webhook is down or busy, most
+		// likely) is passed over once too, and a second one in the
+		// round, or a failure of the round's last alert, ends the round
+		// with the backoff. A failed alert stays pending and is tried
+		// first in the next round: the cursor moves only past delivered
+		// alerts with no failed one before them.
+		failed, down := false, 0
 		for i := range as {
-			if s.send(ctx, &as[i]) {
+			r := s.send(ctx, &as[i])
+			if r == sendDelivered {
 				if !failed {
 					wait, after = 0, as[i].Seq
 				}
@@ -234,14 +237,32 @@ func (s *Sender) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				break
 			}
-			if failed || i == len(as)-1 {
+			failed = true
+			if r == sendFailed {
+				down++
+			}
+			if down == 2 || i == len(as)-1 {
 				wait = s.next(wait)
 				s.sleep(ctx, wait)
 				break
 			}
-			failed = true
 		}
 	}
+}
+
+// sendResult is how the send of one alert ended.
+type sendResult int
+
+const (
+	sendDelivered sendResult = iota // POSTed (2xx) and deleted
+	sendRefused                     // the webhook answered a 4xx other than 408 and 429: it is up, and refuses this alert
+	sendFailed                      // an error, another status, or the deletion of a delivered alert failed
+)
+
+// refusal reports whether a webhook's status refuses one alert (its
+// size, its content) rather than saying the webhook is down or busy.
+func refusal(status int) bool {
+	return status >= 400 && status <= 499 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
 }
 
 // next returns the wait after another failure, from the last one.
@@ -263,13 +284,13 @@ func (s *Sender) sleep(ctx context.Context, d time.Duration) {
 }
 
 // send POSTs a and, on a 2xx answer, deletes it through Raft. It reports
-// whether both happened.
-func (s *Sender) send(ctx context.Context, a *raftfsm.Alert) bool {
+// whether both happened, or else whether the webhook refused a.
+func (s *Sender) send(ctx context.Context, a *raftfsm.Alert) sendResult {
 	log := s.d.Log.With().Str("alert_id", a.ID()).Str("task_id", a.TaskID).Int("run", a.Run).Logger()
 	body, err := json.Marshal(s.body(a))
 	if err != nil { // the views always encode
 		log.Error().Err(err).Msg("encoding an alert failed")
-		return false
+		return sendFailed
 	}
 	h := http.Header{}
 	h.Set(axapi.HeaderAlertID, a.ID())
@@ -280,7 +301,7 @@ func (s *Sender) send(ctx context.Context, a *raftfsm.Alert) bool {
 	status, err := s.d.Poster.PostAlert(pctx, s.cfg.URL, h, body)
 	cancel()
 	if ctx.Err() != nil {
-		return false // stopped: not a failure of the webhook
+		return sendFailed // stopped: not a failure of the webhook (run checks ctx)
 	}
 	if err != nil || status < 200 || status > 299 {
 		s.sent.WithLabelValues(OutcomeFailed).Inc()
@@ -291,7 +312,10 @@ func (s *Sender) send(ctx context.Context, a *raftfsm.Alert) bool {
 			ev = ev.Int("status", status)
 		}
 		ev.Msg("dead-run webhook did not take the alert; trying again later")
-		return false
+		if err == nil && refusal(status) {
+			return sendRefused
+		}
+		return sendFailed
 	}
 	s.sent.WithLabelValues(OutcomeDelivered).Inc()
 	if _, err := s.d.Proposer.Propose(ctx, []raftfsm.Command{{Type: raftfsm.CmdAlertDone, AlertDone: &raftfsm.AlertDone{Seq: a.Seq}}}); err != nil {
@@ -300,10 +324,10 @@ func (s *Sender) send(ctx context.Context, a *raftfsm.Alert) bool {
 		if ctx.Err() == nil {
 			log.Warn().Err(err).Msg("deleting a delivered alert failed; it will be sent again")
 		}
-		return false
+		return sendFailed
 	}
 	log.Debug().Msg("dead-run alert delivered")
-	return true
+	return sendDelivered
 }
 
 // body is the JSON of alert a: its own fields, and the task and run

@@ -113,7 +113,8 @@ func (f *fakeAlerts) state() (pending, posted []string) {
 // TestOneRefusedAlertHoldsUpNoOther: the webhook refuses the oldest alert
 // for good (413); the later ones are delivered all the same, and the
 // refused one stays pending and is tried again after the backoff. When
-// the webhook refuses two in a row (it is down), the round stops there.
+// the webhook fails two in a row with a 503 (it is down), the round stops
+// there (a refusal before them, a/1's 413, is not counted).
 func TestOneRefusedAlertHoldsUpNoOther(t *testing.T) {
 	f := &fakeAlerts{status: map[string]int{"a/1": 413}}
 	for i, id := range []string{"a", "b", "c"} {
@@ -138,7 +139,7 @@ func TestOneRefusedAlertHoldsUpNoOther(t *testing.T) {
 		t.Fatalf("posted %v after the backoff, want a/1 tried a third time", posted)
 	}
 
-	// The webhook down: two failures in a row end the round.
+	// The webhook down: two failures (not refusals) end the round.
 	f.mu.Lock()
 	f.status["d/1"], f.status["e/1"] = 503, 503
 	f.pending = append(f.pending,
@@ -150,7 +151,36 @@ func TestOneRefusedAlertHoldsUpNoOther(t *testing.T) {
 	clock.Advance(time.Minute)
 	clock.BlockUntil(1)
 	pending, posted = f.state()
-	if strings.Join(posted, ",") != "a/1,d/1" || strings.Join(pending, ",") != "a/1,d/1,e/1,g/1" {
-		t.Fatalf("webhook down: posted %v, pending %v; want a/1,d/1 tried and all four pending", posted, pending)
+	if strings.Join(posted, ",") != "a/1,d/1,e/1" || strings.Join(pending, ",") != "a/1,d/1,e/1,g/1" {
+		t.Fatalf("webhook down: posted %v, pending %v; want a/1,d/1,e/1 tried and all four pending", posted, pending)
+	}
+}
+
+// TestRefusedAlertsHoldUpNoOther: the webhook refuses the two oldest
+// alerts for good (a 413 and a 400); the later ones are delivered all the
+// same: refusals say the webhook is up, so they do not end the round as
+// a webhook that is down does. The refused ones stay pending and are tried
+// again after the backoff.
+func TestRefusedAlertsHoldUpNoOther(t *testing.T) {
+	f := &fakeAlerts{status: map[string]int{"a/1": 413, "b/1": 400}}
+	for i, id := range []string{"a", "b", "c", "d"} {
+		f.pending = append(f.pending, raftfsm.Alert{Seq: uint64(i + 1), TaskID: id, Run: 1, Handler: "h", State: raftfsm.StateDead})
+	}
+	clock := engine.NewFakeClock(time.Unix(1_700_000_000, 0))
+	s := New(Config{URL: "unix:///x.sock"}, Deps{Store: f, Proposer: f, Poster: f, Clock: clock, Log: zerolog.Nop(),
+		TaskView: func(*raftfsm.Task) axapi.Task { return axapi.Task{} },
+		RunView:  func(*raftfsm.Task, *raftfsm.RunRecord) axapi.Run { return axapi.Run{} }})
+	s.Start(context.Background())
+	defer s.Stop()
+
+	clock.BlockUntil(1)
+	pending, posted := f.state()
+	if strings.Join(pending, ",") != "a/1,b/1" || strings.Join(posted, ",") != "a/1,b/1,c/1,d/1,a/1,b/1" {
+		t.Fatalf("pending %v, posted %v; want a/1,b/1 pending, posted a/1,b/1,c/1,d/1,a/1,b/1", pending, posted)
+	}
+	clock.Advance(time.Second)
+	clock.BlockUntil(1)
+	if _, posted = f.state(); strings.Join(posted[6:], ",") != "a/1,b/1" {
+		t.Fatalf("posted %v after the backoff, want a/1,b/1 tried again", posted)
 	}
 }
