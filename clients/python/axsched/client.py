@@ -1268,10 +1268,18 @@ def _encode_flow(flow: Mapping[str, Any]) -> bytes:
                 continue
             rest = _json_field(f"stages[{i}]", {k: v for k, v in st.items() if k != "payload"})
             if "payload" in st and st["payload"] is not None:
+                where = f"stages[{i}] ({st.get('name', '?')})"
+                if isinstance(st["payload"], (bytes, bytearray, memoryview)):
+                    # A stage has no payload_bytes= (submit's hint): its
+                    # binary payload is the stage's "payload_base64".
+                    raise BadRequest(
+                        f"{where}: payload is bytes; put binary data in the stage's \"payload_base64\" "
+                        "(base64 text), or already encoded JSON as RawJSON(...)"
+                    )
                 try:
                     payload = _encode_payload(st["payload"])
                 except BadRequest as e:
-                    raise BadRequest(f"stages[{i}] ({st.get('name', '?')}): {e}") from None
+                    raise BadRequest(f"{where}: {e.message}") from None
                 rest = (rest[:-1] + b"," if rest != b"{}" else b"{") + b'"payload":' + payload + b"}"
             parts.append(rest)
     elif "stages" in flow:

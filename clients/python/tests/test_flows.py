@@ -91,6 +91,24 @@ class FlowsTest(unittest.TestCase):
             self.client.submit_flow({"id": "f", "labels": {1, 2}, "stages": []})
         self.assertEqual(len(self.stub.paths()), n)
 
+    def test_stage_payload_errors(self):
+        # The stage is named once, the error's own prefix and code are not
+        # repeated inside it, and bytes point to the stage's
+        # payload_base64 (a stage has no payload_bytes=).
+        with self.assertRaises(BadRequest) as cm:
+            self.client.submit_flow({"id": "f", "stages": [{"name": "A", "handler": "h", "payload": b"\x00"}]})
+        msg = str(cm.exception)
+        self.assertEqual(msg.count("ax: "), 1, msg)
+        self.assertEqual(msg.count("bad_request"), 1, msg)
+        self.assertIn("payload_base64", msg)
+        self.assertNotIn("payload_bytes=", msg)
+        with self.assertRaises(BadRequest) as cm:
+            self.client.submit_flow({"id": "f", "stages": [{"name": "A", "handler": "h", "payload": {1, 2}}]})
+        msg = str(cm.exception)
+        self.assertTrue(msg.startswith("ax: stages[0] (A): payload: cannot encode as JSON"), msg)
+        self.assertEqual(msg.count("bad_request"), 1, msg)
+        self.assertEqual(self.stub.paths(), [])
+
     def test_bad_arguments_are_refused_before_sending(self):
         for bad in (lambda: self.client.submit_flow({}), lambda: self.client.flow(""),
                     lambda: self.client.cancel_flow(""), lambda: self.client.flows(limit=0)):
