@@ -174,6 +174,10 @@ func (n *Node) open() error {
 	n.delivery = newDelivery(n) // after n.metrics: it writes them
 	n.leader = newScheduler(n)  // wire_scheduler.go
 	n.cluster = newMembership(n)
+	// A sender of Raft RPCs this node's configuration does not list is
+	// let through once a member it knows names it as leader
+	// (raftstore/membership.go).
+	st.SetVouch(n.cluster.VouchLeader)
 	// Badger's compaction after purges waits for room for a snapshot
 	// (raftstore/snapgate.go).
 	compactor := st.GateCompaction(func() error { return n.db.Flatten(1) })

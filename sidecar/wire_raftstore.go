@@ -32,7 +32,7 @@ func (n *Node) storeConfig() raftstore.Config {
 		StorageReserve: c.StorageReserve, StorageProbeInterval: c.StorageProbeInterval,
 		Log: n.log, Clock: n.clock,
 		Transport: c.RaftTransport, Stream: n.sec.RaftStream(),
-		BackgroundWork: c.BackgroundWork, Removed: n.removed.Load,
+		BackgroundWork: c.BackgroundWork, Removed: n.removed.Load, VouchEmpty: true,
 	}
 }
 

@@ -212,6 +212,49 @@ func (w *removalWatch) check(ctx context.Context) {
 // answers it), and reports whether that list leaves this node out. Any
 // doubt (no answer) is false.
 func (m *Membership) removedByCluster(ctx context.Context) bool {
+	for _, a := range m.knownPeerAddrs(ctx) {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		members, err := m.d.Peers.Members(rctx, a)
+		cancel()
+		if err != nil || len(members) == 0 {
+			continue // not the leader, or unreachable
+		}
+		_, listed := members[m.cfg.NodeID]
+		return !listed
+	}
+	return false
+}
+
+// VouchLeader reports whether a node this node knows (a join address, a
+// node of its state) names id as its leader (the leader itself, when it
+// is one of them, names itself): raftstore's VouchFunc, for a node that
+// refused Raft RPCs from id because its configuration does not list it
+// (it missed the membership change that brought id in) or is still empty
+// (a new node, whose first leader is the one its join addresses know).
+// The known nodes are asked one after the other until ctx ends; none that
+// answers with id (a node of another cluster is asked about a stranger,
+// a single node asks nobody): false.
+func (m *Membership) VouchLeader(ctx context.Context, id string) bool {
+	if id == "" || id == m.cfg.NodeID {
+		return false
+	}
+	for _, a := range m.knownPeerAddrs(ctx) {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		info, err := m.d.Peers.Info(rctx, a)
+		cancel()
+		if err == nil && info.LeaderID == id {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+	}
+	return false
+}
+
+// knownPeerAddrs returns the peer addresses of the join addresses and of
+// the nodes in this node's state, this node's own left out.
+func (m *Membership) knownPeerAddrs(ctx context.Context) []string {
 	seen := map[string]bool{m.cfg.PeerAdvertise: true}
 	var addrs []string
 	add := func(a string) {
@@ -232,15 +275,5 @@ func (m *Membership) removedByCluster(ctx context.Context) bool {
 			}
 		}
 	}
-	for _, a := range addrs {
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		members, err := m.d.Peers.Members(rctx, a)
-		cancel()
-		if err != nil || len(members) == 0 {
-			continue // not the leader, or unreachable
-		}
-		_, listed := members[m.cfg.NodeID]
-		return !listed
-	}
-	return false
+	return addrs
 }

@@ -156,3 +156,29 @@ func TestRemoveNodeKeepsAQuorumReachable(t *testing.T) {
 		t.Fatalf("removing the dead voter through a follower: %v", err)
 	}
 }
+
+// VouchLeader says yes when a node this node knows (a join address here)
+// names the sender as its leader, and no when none does (a stranger), for
+// this node's own id, or when nobody answers.
+func TestVouchLeader(t *testing.T) {
+	peers := &fakePeers{infos: map[string]peerapi.Info{
+		"10.0.0.2:7421": {ID: "n2", LeaderID: "n4"},
+	}}
+	m := New(Config{NodeID: "n3", PeerAddr: "10.0.0.3:7421", Join: []string{"10.0.0.1:7421", "10.0.0.2:7421"}},
+		Deps{Peers: peers, Log: zerolog.Nop()})
+	ctx := context.Background()
+	for id, want := range map[string]bool{"n4": true, "a1": false, "n3": false, "n2": false, "": false} { // n2 names n4, not itself
+		if got := m.VouchLeader(ctx, id); got != want {
+			t.Errorf("VouchLeader(%q) = %v, want %v", id, got, want)
+		}
+	}
+	// The unreachable n1 is asked first, then n2.
+	if got := strings.Join(peers.calls[:2], ","); got != "info 10.0.0.1:7421,info 10.0.0.2:7421" {
+		t.Errorf("calls %v", peers.calls)
+	}
+	// A node that knows no other: no.
+	alone := New(Config{NodeID: "b1", PeerAddr: "10.0.0.9:7421"}, Deps{Peers: &fakePeers{}, Log: zerolog.Nop()})
+	if alone.VouchLeader(ctx, "a1") {
+		t.Error("a single node vouched for a stranger")
+	}
+}

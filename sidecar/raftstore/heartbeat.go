@@ -55,8 +55,12 @@ type rpcGuard struct {
 	fullTransport
 
 	localID string
-	log     zerolog.Logger
-	refused refusedSenders
+	// vouchEmpty: while the configuration is empty, a sender must be
+	// vouched for too (Config.VouchEmpty).
+	vouchEmpty bool
+	log        zerolog.Logger
+	refused    refusedSenders
+	vouches    vouches
 	// refusedN counts the RPCs refused as a non-member's.
 	refusedN atomic.Uint64
 

@@ -1,9 +1,11 @@
 package raftstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -35,8 +37,13 @@ import (
 // failed RPC and backs off (its log shows the error); nothing of this
 // node changes. What is let through:
 //
-//   - every RPC while this node's configuration is empty: a new node
-//     waiting to be added learns its cluster from its first leader;
+//   - while this node's configuration is empty (a new node waiting to be
+//     added or to bootstrap), the RPCs of a leader vouched for (below):
+//     a node's join addresses vouch for the leader they know, so the
+//     node learns its cluster from its first leader, while a stranger
+//     that sends to a reused address before the new node has formed or
+//     joined its cluster finds nobody to vouch for it (a test harness
+//     without vouching, Config.VouchEmpty false: every RPC);
 //   - an RPC without a server id (raft protocol versions below 3, which
 //     ax never runs);
 //   - votes and pre-votes: raft checks their candidate itself.
@@ -48,12 +55,15 @@ import (
 // (etcd's rafthttp refuses a message of another cluster or a removed
 // member); raft's messages carry only the sender's id and address.
 //
-// What it costs: a node that was down while every member of its
-// configuration was replaced by members with other ids refuses the new
-// leader and does not catch up. It logs the refusal; the way back is
-// that of a node that missed its own removal (stop it, delete its data
-// dir, start it with --join). Members with stable ids (a StatefulSet's
-// pod names) never meet it.
+// A node that missed a membership change (down while a node it never
+// heard of joined and came to lead) would refuse its own cluster's new
+// leader and never catch up. So a refused sender is vouched for, aside
+// (SetVouch; the node asks the peer APIs of the members it knows whether
+// the sender is their leader): while that runs, the sender's RPCs are
+// refused and raft sends them again; once a member says yes, they are
+// let through for vouchFor, by when the node has the configuration that
+// lists the sender. A node of another cluster finds no member of its own
+// to vouch for the stranger (and a single node none at all).
 
 // errNotAMember is the answer to a refused RPC; the sender's raft logs it.
 var errNotAMember = errors.New("not a member of this node's cluster")
@@ -83,7 +93,7 @@ func (g *rpcGuard) refuseNonMember(rpc raft.RPC) bool {
 		return false
 	}
 	conf := (*p).GetConfiguration().Configuration()
-	if len(conf.Servers) == 0 {
+	if len(conf.Servers) == 0 && !g.vouchEmpty {
 		return false
 	}
 	for _, s := range conf.Servers {
@@ -91,9 +101,14 @@ func (g *rpcGuard) refuseNonMember(rpc raft.RPC) bool {
 			return false
 		}
 	}
-	g.refusedN.Add(1)
 	from, addr := string(h.ID), string(h.Addr)
-	if g.refused.shouldLog(from, time.Now()) {
+	now := time.Now()
+	if g.vouches.vouched(from, now) {
+		return false
+	}
+	g.vouches.ask(from, now)
+	g.refusedN.Add(1)
+	if g.refused.shouldLog(from, now) {
 		members := make([]string, 0, len(conf.Servers))
 		for _, s := range conf.Servers {
 			members = append(members, string(s.ID))
@@ -129,4 +144,61 @@ func (r *refusedSenders) shouldLog(id string, now time.Time) bool {
 	}
 	r.last[id] = now
 	return true
+}
+
+// Vouching for a sender outside the configuration (see above).
+const (
+	// vouchFor is how long a vouched sender's RPCs are let through.
+	vouchFor = time.Minute
+	// vouchEvery is how often one sender is asked about at most.
+	vouchEvery = time.Second
+	// vouchTimeout bounds one vouching.
+	vouchTimeout = 3 * time.Second
+)
+
+// VouchFunc reports whether the cluster this node knows vouches for the
+// node with server id as its leader; it may take up to ctx's deadline.
+type VouchFunc func(ctx context.Context, id string) bool
+
+// vouches runs VouchFuncs aside and keeps their yeses.
+type vouches struct {
+	f     atomic.Pointer[VouchFunc]
+	mu    sync.Mutex
+	until map[string]time.Time // id → let through until
+	asked map[string]time.Time // id → last asked
+}
+
+// vouched reports whether id was vouched for and still is at now.
+func (v *vouches) vouched(id string, now time.Time) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return now.Before(v.until[id])
+}
+
+// ask starts a vouching for id, unless there is no VouchFunc or id was
+// asked about less than vouchEvery ago.
+func (v *vouches) ask(id string, now time.Time) {
+	fp := v.f.Load()
+	if fp == nil {
+		return
+	}
+	v.mu.Lock()
+	if now.Sub(v.asked[id]) < vouchEvery {
+		v.mu.Unlock()
+		return
+	}
+	if v.asked == nil || len(v.asked) > 1024 {
+		v.asked, v.until = map[string]time.Time{}, map[string]time.Time{}
+	}
+	v.asked[id] = now
+	v.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), vouchTimeout)
+		defer cancel()
+		if (*fp)(ctx, id) {
+			v.mu.Lock()
+			v.until[id] = time.Now().Add(vouchFor)
+			v.mu.Unlock()
+		}
+	}()
 }

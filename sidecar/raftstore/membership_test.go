@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -179,5 +180,189 @@ func TestStrangerLeaderIsRefused(t *testing.T) {
 	}
 	if l := as[0].Raft.Leader(); l == "" {
 		t.Fatal("cluster A has no leader")
+	}
+}
+
+// TestRPCGuard_VouchedSenderLetThrough: a sender outside the
+// configuration is refused while the VouchFunc runs aside (once per
+// vouchEvery), then let through once it said yes; one it says no about
+// stays refused.
+func TestRPCGuard_VouchedSenderLetThrough(t *testing.T) {
+	_, a := raft.NewInmemTransport("a")
+	_, b := raft.NewInmemTransport("b")
+	g := guardRPCs(&hbTransport{InmemTransport: a}, "a", zerolog.Nop()).(*rpcGuard)
+	defer g.Close()
+	b.Connect("a", a)
+	g.setRaft(hbRaft{state: raft.Follower, term: 9, conf: raft.Configuration{Servers: []raft.Server{{ID: "a", Address: "a"}, {ID: "m", Address: "m"}}}})
+	asked := make(chan string, 10)
+	vouch := VouchFunc(func(_ context.Context, id string) bool { asked <- id; return id == "new" })
+	g.vouches.f.Store(&vouch)
+
+	send := func(id string) error {
+		errc := make(chan error, 1)
+		go func() {
+			var resp raft.AppendEntriesResponse
+			errc <- b.AppendEntries("a", "a", &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte(id), Addr: []byte("b")}, Term: 9}, &resp)
+		}()
+		select {
+		case rpc := <-g.Consumer():
+			respondError(rpc, nil)
+			return <-errc
+		case err := <-errc:
+			return err
+		}
+	}
+	for _, id := range []string{"new", "stranger"} {
+		if err := send(id); err == nil || !strings.Contains(err.Error(), errNotAMember.Error()) {
+			t.Fatalf("%s's first RPC: %v, want refused while vouching", id, err)
+		}
+		if got := <-asked; got != id {
+			t.Fatalf("vouching asked about %q, want %q", got, id)
+		}
+	}
+	// "new" is let through once vouched for (the VouchFunc runs aside).
+	deadline := time.Now().Add(5 * time.Second)
+	for send("new") != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("a vouched sender still refused")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// "stranger" is not, and is not asked about again within vouchEvery.
+	if err := send("stranger"); err == nil {
+		t.Fatal("a sender nobody vouched for was let through")
+	}
+	select {
+	case id := <-asked:
+		t.Fatalf("asked about %q again within %v", id, vouchEvery)
+	default:
+	}
+}
+
+// TestStaleMemberVouchesForNewLeader: s3 is down while s4 joins and comes
+// to lead; restarted on its data, s3's configuration does not list s4, so
+// it refuses s4's RPCs, asks (its VouchFunc: s1 and s2, whom it knows)
+// whether s4 leads, and then follows s4 and catches up. Without vouching
+// it would refuse its own cluster's leader for as long as s4 led.
+func TestStaleMemberVouchesForNewLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts four Raft nodes")
+	}
+	cfgs := map[string]Config{}
+	stores := map[string]*Store{}
+	open := func(id string) *Store {
+		cfg, ok := cfgs[id]
+		if !ok {
+			cfg = testStoreConfig(t, t.TempDir())
+			cfg.NodeID = id
+			cfgs[id] = cfg
+		}
+		st, err := OpenState(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.StartRaft(advertiseOf(cfg.RaftAdvertise)); err != nil {
+			st.Close()
+			t.Fatal(err)
+		}
+		stores[id] = st
+		return st
+	}
+	defer func() {
+		for _, st := range stores {
+			stopTestStore(t, st)
+		}
+	}()
+	var servers []raft.Server
+	for _, id := range []string{"s1", "s2", "s3"} {
+		open(id)
+		servers = append(servers, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(cfgs[id].RaftAdvertise)})
+	}
+	if err := stores["s1"].Raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
+		t.Fatal(err)
+	}
+	leader := func(ids ...string) *Store {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			for _, id := range ids {
+				if st := stores[id]; st != nil && st.Raft.State() == raft.Leader {
+					return st
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("no leader among %v", ids)
+		return nil
+	}
+	l := leader("s1", "s2", "s3")
+	if err := l.Raft.Barrier(5 * time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	// s3 goes down (its data stays); s4 joins and is made leader.
+	s3 := stores["s3"]
+	delete(stores, "s3")
+	stopTestStore(t, s3)
+	l = leader("s1", "s2")
+	s4 := open("s4")
+	if err := l.Raft.AddVoter("s4", raft.ServerAddress(cfgs["s4"].RaftAdvertise), 0, 5*time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if l != s4 {
+		if err := l.Raft.LeadershipTransferToServer("s4", raft.ServerAddress(cfgs["s4"].RaftAdvertise)).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if leader("s4") != s4 {
+		t.Fatal("s4 does not lead")
+	}
+	for range 3 {
+		if err := s4.Raft.Barrier(5 * time.Second).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// s3 again, on its data, vouching through s1 and s2.
+	s3 = open("s3")
+	vouch := VouchFunc(func(_ context.Context, id string) bool {
+		for _, k := range []string{"s1", "s2"} {
+			if _, lid := stores[k].Raft.LeaderWithID(); string(lid) == id {
+				return true
+			}
+		}
+		return false
+	})
+	s3.SetVouch(vouch)
+	want := s4.Raft.LastIndex()
+	deadline := time.Now().Add(20 * time.Second)
+	for s3.Raft.AppliedIndex() < want {
+		if time.Now().After(deadline) {
+			_, lid := s3.Raft.LeaderWithID()
+			t.Fatalf("s3 applied %d of %d in 20 s, leader %q, refused %d", s3.Raft.AppliedIndex(), want, lid, s3.transport.(*rpcGuard).refusedN.Load())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, lid := s3.Raft.LeaderWithID(); lid != "s4" {
+		t.Fatalf("s3 follows %q, want s4", lid)
+	}
+	t.Logf("s3 refused %d RPCs of s4 before it was vouched for", s3.transport.(*rpcGuard).refusedN.Load())
+}
+
+// TestRPCGuard_EmptyConfigurationWithVouchEmpty: a node whose
+// configuration is still empty (not bootstrapped, not joined) and that
+// wants senders vouched for (VouchEmpty, the node's setting) refuses a
+// leader nobody vouched for, also before it has a VouchFunc: a stranger
+// sending to a reused address cannot adopt a new node.
+func TestRPCGuard_EmptyConfigurationWithVouchEmpty(t *testing.T) {
+	_, a := raft.NewInmemTransport("a")
+	_, b := raft.NewInmemTransport("b")
+	g := guardRPCs(&hbTransport{InmemTransport: a}, "a", zerolog.Nop()).(*rpcGuard)
+	defer g.Close()
+	g.vouchEmpty = true
+	b.Connect("a", a)
+	g.setRaft(hbRaft{state: raft.Follower, term: 1})
+	var resp raft.AppendEntriesResponse
+	err := b.AppendEntries("a", "a", &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte("stranger"), Addr: []byte("b")}, Term: 9}, &resp)
+	if err == nil || !strings.Contains(err.Error(), errNotAMember.Error()) {
+		t.Fatalf("empty configuration, no VouchFunc yet: %v, want refused", err)
 	}
 }

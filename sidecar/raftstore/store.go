@@ -64,6 +64,11 @@ type Config struct {
 	// from the cluster: raft's election lines are then demoted to info
 	// (raftlog.go). Nil: never.
 	Removed func() bool
+	// VouchEmpty makes a node whose configuration is still empty refuse
+	// AppendEntries, InstallSnapshot and TimeoutNow from a leader nobody
+	// vouched for (SetVouch; membership.go), also before SetVouch is
+	// called. False: it takes them from anyone (tests).
+	VouchEmpty bool
 	// Transport, for tests, replaces the TCP transport on RaftAddr (e.g.
 	// a raft.InmemTransport); Close closes it when it is an io.Closer.
 	Transport raft.Transport
@@ -201,6 +206,9 @@ func (st *Store) StartRaft(advertise func() (net.Addr, error)) error {
 	// configuration must not become its leader (membership.go); the guard
 	// is closed with the transport.
 	st.transport = guardRPCs(st.transport, st.cfg.NodeID, st.log)
+	if g, ok := st.transport.(*rpcGuard); ok {
+		g.vouchEmpty = cfg.VouchEmpty
+	}
 	st.Raft, err = raft.NewRaft(rc, fsm, logs, guardedStableStore{st.logStore, st.Guard}, snaps, st.transport)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
@@ -244,6 +252,16 @@ func (st *Store) Collectors() []prometheus.Collector {
 			func() float64 { return float64(g.refusedN.Load()) }))
 	}
 	return cs
+}
+
+// SetVouch gives the transport guard the way to vouch for a sender
+// outside this node's configuration (membership.go): f asks the members
+// this node knows whether that sender is their leader. Without it, such
+// senders are refused.
+func (st *Store) SetVouch(f VouchFunc) {
+	if g, ok := st.transport.(*rpcGuard); ok {
+		g.vouches.f.Store(&f)
+	}
 }
 
 // Close closes the transport, the Raft log and badger (those that are open).
