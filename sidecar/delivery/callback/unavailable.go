@@ -156,6 +156,18 @@ const (
 func dialRetrying(ctx context.Context, d *net.Dialer, network, address string, budget time.Duration) (net.Conn, error) {
 	end := time.Now().Add(budget)
 	try, pause := dialTryMin, dialPauseMin
+	// eagain is the first EAGAIN seen: a Unix socket's last try, given
+	// what is left of budget as its time-out, may time out on a host
+	// short of CPU, and the overload is then said by the EAGAIN, not by
+	// that i/o timeout.
+	var eagain error
+	failed := func(err error) error {
+		var ne net.Error
+		if eagain != nil && errors.As(err, &ne) && ne.Timeout() {
+			return eagain
+		}
+		return err
+	}
 	for {
 		left := time.Until(end)
 		if network == "unix" {
@@ -168,24 +180,27 @@ func dialRetrying(ctx context.Context, d *net.Dialer, network, address string, b
 			return conn, err
 		}
 		try += try / 4
+		if eagain == nil && errors.Is(err, syscall.EAGAIN) {
+			eagain = err
+		}
 		var ne net.Error
 		if !errors.Is(err, syscall.EAGAIN) && errors.As(err, &ne) && ne.Timeout() {
 			// A try that timed out has waited already: try again at once.
 			if time.Until(end) <= 0 {
-				return nil, err
+				return nil, failed(err)
 			}
 			continue
 		}
 		p := pause/2 + rand.N(pause/2+1)
 		if time.Until(end) <= p {
-			return nil, err
+			return nil, failed(err)
 		}
 		timer := time.NewTimer(p)
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, err
+			return nil, failed(err)
 		}
 		pause = min(2*pause, dialPauseMax)
 	}
