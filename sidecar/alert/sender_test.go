@@ -101,6 +101,32 @@ func (f *fakeAlerts) PostAlert(_ context.Context, _ string, h http.Header, _ []b
 	return 200, nil
 }
 
+// add makes alerts of run 1 of these tasks pending, with the next seqs.
+func (f *fakeAlerts) add(tasks ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range tasks {
+		var seq uint64 = 1
+		if n := len(f.pending); n > 0 {
+			seq = f.pending[n-1].Seq + 1
+		}
+		f.pending = append(f.pending, raftfsm.Alert{Seq: seq, TaskID: id, Run: 1, Handler: "h", State: raftfsm.StateDead})
+	}
+}
+
+// startFakeSender runs a sender over f on a fake clock until the test
+// ends, and returns the clock.
+func startFakeSender(t *testing.T, f *fakeAlerts) *engine.FakeClock {
+	t.Helper()
+	clock := engine.NewFakeClock(time.Unix(1_700_000_000, 0))
+	s := New(Config{URL: "unix:///x.sock"}, Deps{Store: f, Proposer: f, Poster: f, Clock: clock, Log: zerolog.Nop(),
+		TaskView: func(*raftfsm.Task) axapi.Task { return axapi.Task{} },
+		RunView:  func(*raftfsm.Task, *raftfsm.RunRecord) axapi.Run { return axapi.Run{} }})
+	s.Start(context.Background())
+	t.Cleanup(s.Stop)
+	return clock
+}
+
 func (f *fakeAlerts) state() (pending, posted []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -117,15 +143,8 @@ func (f *fakeAlerts) state() (pending, posted []string) {
 // there (a refusal before them, a/1's 413, is not counted).
 func TestOneRefusedAlertHoldsUpNoOther(t *testing.T) {
 	f := &fakeAlerts{status: map[string]int{"a/1": 413}}
-	for i, id := range []string{"a", "b", "c"} {
-		f.pending = append(f.pending, raftfsm.Alert{Seq: uint64(i + 1), TaskID: id, Run: 1, Handler: "h", State: raftfsm.StateDead})
-	}
-	clock := engine.NewFakeClock(time.Unix(1_700_000_000, 0))
-	s := New(Config{URL: "unix:///x.sock"}, Deps{Store: f, Proposer: f, Poster: f, Clock: clock, Log: zerolog.Nop(),
-		TaskView: func(*raftfsm.Task) axapi.Task { return axapi.Task{} },
-		RunView:  func(*raftfsm.Task, *raftfsm.RunRecord) axapi.Run { return axapi.Run{} }})
-	s.Start(context.Background())
-	defer s.Stop()
+	f.add("a", "b", "c")
+	clock := startFakeSender(t, f)
 
 	clock.BlockUntil(1) // the backoff after "a/1" is the only one left
 	pending, posted := f.state()
@@ -163,15 +182,8 @@ func TestOneRefusedAlertHoldsUpNoOther(t *testing.T) {
 // again after the backoff.
 func TestRefusedAlertsHoldUpNoOther(t *testing.T) {
 	f := &fakeAlerts{status: map[string]int{"a/1": 413, "b/1": 400}}
-	for i, id := range []string{"a", "b", "c", "d"} {
-		f.pending = append(f.pending, raftfsm.Alert{Seq: uint64(i + 1), TaskID: id, Run: 1, Handler: "h", State: raftfsm.StateDead})
-	}
-	clock := engine.NewFakeClock(time.Unix(1_700_000_000, 0))
-	s := New(Config{URL: "unix:///x.sock"}, Deps{Store: f, Proposer: f, Poster: f, Clock: clock, Log: zerolog.Nop(),
-		TaskView: func(*raftfsm.Task) axapi.Task { return axapi.Task{} },
-		RunView:  func(*raftfsm.Task, *raftfsm.RunRecord) axapi.Run { return axapi.Run{} }})
-	s.Start(context.Background())
-	defer s.Stop()
+	f.add("a", "b", "c", "d")
+	clock := startFakeSender(t, f)
 
 	clock.BlockUntil(1)
 	pending, posted := f.state()

@@ -141,14 +141,7 @@ func TestStrangerLeaderIsRefused(t *testing.T) {
 	for _, id := range []string{"a1", "a2"} {
 		cfg := testStoreConfig(t, t.TempDir())
 		cfg.NodeID = id
-		st, err := OpenState(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.StartRaft(advertiseOf(cfg.RaftAdvertise)); err != nil {
-			st.Close()
-			t.Fatal(err)
-		}
+		st := openTestStore(t, cfg)
 		defer stopTestStore(t, st)
 		as = append(as, st)
 		servers = append(servers, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(cfg.RaftAdvertise)})
@@ -257,14 +250,7 @@ func TestStaleMemberVouchesForNewLeader(t *testing.T) {
 			cfg.NodeID = id
 			cfgs[id] = cfg
 		}
-		st, err := OpenState(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.StartRaft(advertiseOf(cfg.RaftAdvertise)); err != nil {
-			st.Close()
-			t.Fatal(err)
-		}
+		st := openTestStore(t, cfg)
 		stores[id] = st
 		return st
 	}

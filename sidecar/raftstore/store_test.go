@@ -49,15 +49,7 @@ func advertiseOf(addr string) func() (net.Addr, error) {
 // beforeElection, when not nil, runs once Raft is started.
 func startTestStore(t *testing.T, cfg Config, beforeElection func(*Store)) *Store {
 	t.Helper()
-	st, err := OpenState(cfg)
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	if err := st.StartRaft(advertiseOf(cfg.RaftAdvertise)); err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
+	st := openTestStore(t, cfg)
 	if beforeElection != nil {
 		beforeElection(st)
 	}
@@ -71,6 +63,22 @@ func startTestStore(t *testing.T, cfg Config, beforeElection func(*Store)) *Stor
 		if isLeader {
 			break
 		}
+	}
+	return st
+}
+
+// openTestStore opens the stores and starts Raft in cfg.DataDir; it does
+// not bootstrap.
+func openTestStore(t *testing.T, cfg Config) *Store {
+	t.Helper()
+	st, err := OpenState(cfg)
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	if err := st.StartRaft(advertiseOf(cfg.RaftAdvertise)); err != nil {
+		st.Close()
+		t.Fatal(err)
 	}
 	return st
 }
