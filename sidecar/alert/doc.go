@@ -5,9 +5,10 @@
 // it. A failed send (an error or a non-2xx answer) is tried again after a
 // capped backoff (BackoffMin doubling to BackoffMax), on the node's clock;
 // alerts the webhook keeps refusing (a 4xx but 408 and 429) do not hold
-// up the later ones (after a refusal the next alert is tried; after
-// another failure too, and a second one in the round waits out the
-// backoff); it never holds up anything else: the
+// up the later ones, however many (a round goes through every pending
+// alert; after another failure too, but a second one ends the round, and
+// a round with a failure waits out the backoff); it never holds up
+// anything else: the
 // sender is its own goroutine, and
 // the alerts wait in the store, replicated, so a new leader sends what the
 // old one had not (at least once: a receiver de-duplicates on the

@@ -201,50 +201,60 @@ func (s *Sender) run(ctx context.Context) {
 	var wait time.Duration // the backoff after a failure in a row; 0 after a success
 	var after uint64       // the last alert delivered this term
 	for ctx.Err() == nil {
-		as, err := s.d.Store.Alerts(after, batch)
-		if err != nil {
-			s.d.Log.Error().Err(err).Msg("reading pending alerts failed")
+		// One round: every pending alert from the cursor on, batch by
+		// batch. Alerts the webhook keeps refusing (a 413 for its size,
+		// a 400 for its content: any 4xx but 408 and 429) must not hold
+		// up the others, however many they are: after a refusal the
+		// round goes on to the next alert. Another failure (an error, a
+		// 5xx, a 408 or a 429: the webhook is down or busy, most likely)
+		// is passed over once too, and a second one ends the round. A
+		// round with a failure ends with the backoff, and the failed
+		// alerts are tried first in the next: the cursor moves only past
+		// delivered alerts with no failed one before them.
+		scan := after
+		seen, failed, down := false, false, 0
+	round:
+		for ctx.Err() == nil {
+			as, err := s.d.Store.Alerts(scan, batch)
+			if err != nil {
+				s.d.Log.Error().Err(err).Msg("reading pending alerts failed")
+				failed = true
+				break
+			}
+			seen = seen || len(as) > 0
+			for i := range as {
+				scan = as[i].Seq
+				r := s.send(ctx, &as[i])
+				if r == sendDelivered {
+					if !failed {
+						wait, after = 0, as[i].Seq
+					}
+					continue
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				failed = true
+				if r == sendFailed {
+					if down++; down == 2 {
+						break round
+					}
+				}
+			}
+			if len(as) < batch {
+				break
+			}
+		}
+		switch {
+		case ctx.Err() != nil:
+			return
+		case failed:
 			wait = s.next(wait)
 			s.sleep(ctx, wait)
-			continue
-		}
-		if len(as) == 0 {
+		case !seen:
 			select {
 			case <-ctx.Done():
 			case <-s.wake:
-			}
-			continue
-		}
-		// Alerts the webhook keeps refusing (a 413 for its size, a 400
-		// for its content: any 4xx but 408 and 429) must not hold up
-		// the others: after a refusal the round goes on to the next
-		// alert, however many there are. Another failure (an error, a
-		// 5xx, a 408 or a 429: the webhook is down or busy, most
-		// likely) is passed over once too, and a second one in the
-		// round, or a failure of the round's last alert, ends the round
-		// with the backoff. A failed alert stays pending and is tried
-		// first in the next round: the cursor moves only past delivered
-		// alerts with no failed one before them.
-		failed, down := false, 0
-		for i := range as {
-			r := s.send(ctx, &as[i])
-			if r == sendDelivered {
-				if !failed {
-					wait, after = 0, as[i].Seq
-				}
-				continue
-			}
-			if ctx.Err() != nil {
-				break
-			}
-			failed = true
-			if r == sendFailed {
-				down++
-			}
-			if down == 2 || i == len(as)-1 {
-				wait = s.next(wait)
-				s.sleep(ctx, wait)
-				break
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package alert
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -146,16 +147,16 @@ func TestOneRefusedAlertHoldsUpNoOther(t *testing.T) {
 	f.add("a", "b", "c")
 	clock := startFakeSender(t, f)
 
-	clock.BlockUntil(1) // the backoff after "a/1" is the only one left
+	clock.BlockUntil(1) // the backoff after the round
 	pending, posted := f.state()
-	if strings.Join(pending, ",") != "a/1" || strings.Join(posted, ",") != "a/1,b/1,c/1,a/1" {
-		t.Fatalf("pending %v, posted %v; want a/1 pending, posted a/1,b/1,c/1,a/1", pending, posted)
+	if strings.Join(pending, ",") != "a/1" || strings.Join(posted, ",") != "a/1,b/1,c/1" {
+		t.Fatalf("pending %v, posted %v; want a/1 pending, posted a/1,b/1,c/1", pending, posted)
 	}
 	// After the backoff it is tried again (and still refused).
 	clock.Advance(time.Second)
 	clock.BlockUntil(1)
-	if _, posted = f.state(); len(posted) != 5 || posted[4] != "a/1" {
-		t.Fatalf("posted %v after the backoff, want a/1 tried a third time", posted)
+	if _, posted = f.state(); len(posted) != 4 || posted[3] != "a/1" {
+		t.Fatalf("posted %v after the backoff, want a/1 tried a second time", posted)
 	}
 
 	// The webhook down: two failures (not refusals) end the round.
@@ -187,12 +188,34 @@ func TestRefusedAlertsHoldUpNoOther(t *testing.T) {
 
 	clock.BlockUntil(1)
 	pending, posted := f.state()
-	if strings.Join(pending, ",") != "a/1,b/1" || strings.Join(posted, ",") != "a/1,b/1,c/1,d/1,a/1,b/1" {
-		t.Fatalf("pending %v, posted %v; want a/1,b/1 pending, posted a/1,b/1,c/1,d/1,a/1,b/1", pending, posted)
+	if strings.Join(pending, ",") != "a/1,b/1" || strings.Join(posted, ",") != "a/1,b/1,c/1,d/1" {
+		t.Fatalf("pending %v, posted %v; want a/1,b/1 pending, posted a/1,b/1,c/1,d/1", pending, posted)
 	}
 	clock.Advance(time.Second)
 	clock.BlockUntil(1)
-	if _, posted = f.state(); strings.Join(posted[6:], ",") != "a/1,b/1" {
+	if _, posted = f.state(); strings.Join(posted[4:], ",") != "a/1,b/1" {
 		t.Fatalf("posted %v after the backoff, want a/1,b/1 tried again", posted)
+	}
+}
+
+// TestManyRefusedAlertsHoldUpNoOther: more refused alerts than one read
+// of the store (batch) still hold up none after them: a round goes on
+// to the next batch.
+func TestManyRefusedAlertsHoldUpNoOther(t *testing.T) {
+	f := &fakeAlerts{status: map[string]int{}}
+	var ids []string
+	for i := range batch + 6 {
+		id := fmt.Sprintf("r%03d", i)
+		ids = append(ids, id)
+		f.status[id+"/1"] = 413
+	}
+	f.add(append(ids, "ok")...)
+	clock := startFakeSender(t, f)
+
+	clock.BlockUntil(1)
+	pending, posted := f.state()
+	if len(pending) != batch+6 || strings.Contains(strings.Join(pending, ","), "ok/1") || len(posted) != batch+7 || posted[batch+6] != "ok/1" {
+		t.Fatalf("%d pending (ok/1 among them: %v), %d posted, last %q; want %d refused pending and ok/1 delivered in the first round",
+			len(pending), strings.Contains(strings.Join(pending, ","), "ok/1"), len(posted), posted[len(posted)-1], batch+6)
 	}
 }
