@@ -4,7 +4,7 @@
 // the webhook answers 2xx proposes raftfsm.CmdAlertDone, which deletes
 // it. A failed send (an error or a non-2xx answer) is tried again after a
 // capped backoff (BackoffMin doubling to BackoffMax), on the node's clock;
-// alerts the webhook keeps refusing (a 4xx but 408 and 429) do not hold
+// alerts the webhook keeps refusing (400, 409, 413, 422) do not hold
 // up the later ones, however many (a round goes through every pending
 // alert; after another failure too, but a second one ends the round, and
 // a round with a failure waits out the backoff); it never holds up

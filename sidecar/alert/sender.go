@@ -202,11 +202,11 @@ func (s *Sender) run(ctx context.Context) {
 	var after uint64       // the last alert delivered this term
 	for ctx.Err() == nil {
 		// One round: every pending alert from the cursor on, batch by
-		// batch. Alerts the webhook keeps refusing (a 413 for its size,
-		// a 400 for its content: any 4xx but 408 and 429) must not hold
-		// up the others, however many they are: after a refusal the
-		// round goes on to the next alert. Another failure (an error, a
-		// 5xx, a 408 or a 429: the webhook is down or busy, most likely)
+		// batch. Alerts the webhook keeps refusing (refusal: a 413 for
+		// its size, a 400 for its content) must not hold up the others,
+		// however many they are: after a refusal the round goes on to
+		// the next alert. Another failure (an error, a 5xx, another 4xx:
+		// the webhook is down, busy or wrongly addressed, most likely)
 		// is passed over once too, and a second one ends the round. A
 		// round with a failure ends with the backoff, and the failed
 		// alerts are tried first in the next: the cursor moves only past
@@ -265,14 +265,22 @@ type sendResult int
 
 const (
 	sendDelivered sendResult = iota // POSTed (2xx) and deleted
-	sendRefused                     // the webhook answered a 4xx other than 408 and 429: it is up, and refuses this alert
+	sendRefused                     // the webhook answered 400, 409, 413 or 422: it is up, and refuses this alert
 	sendFailed                      // an error, another status, or the deletion of a delivered alert failed
 )
 
-// refusal reports whether a webhook's status refuses one alert (its
-// size, its content) rather than saying the webhook is down or busy.
+// refusal reports whether a webhook's status refuses one alert for what
+// it is (400 its content, 409 a conflict with what the receiver holds,
+// 413 its size, 422 its fields) rather than saying the webhook is down,
+// busy or not there at all: a 404, 401, 403 or 405 answers every alert
+// alike (a wrong URL or credentials), and a round that went on past
+// them would POST every pending alert, up to 10 000, at each backoff.
 func refusal(status int) bool {
-	return status >= 400 && status <= 499 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
+	switch status {
+	case http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return true
+	}
+	return false
 }
 
 // next returns the wait after another failure, from the last one.

@@ -219,3 +219,30 @@ func TestManyRefusedAlertsHoldUpNoOther(t *testing.T) {
 			len(pending), strings.Contains(strings.Join(pending, ","), "ok/1"), len(posted), posted[len(posted)-1], batch+6)
 	}
 }
+
+// TestWrongWebhookEndsTheRound: a 404 (or 401, 403) answers every alert
+// alike: it is not a refusal of one, so two of them end the round, as a
+// webhook that is down does, instead of POSTing every pending alert at
+// each backoff.
+func TestWrongWebhookEndsTheRound(t *testing.T) {
+	for _, status := range []int{404, 401, 403} {
+		f := &fakeAlerts{status: map[string]int{}}
+		var ids []string
+		for i := range 10 {
+			id := fmt.Sprintf("x%d", i)
+			ids = append(ids, id)
+			f.status[id+"/1"] = status
+		}
+		f.add(ids...)
+		clock := startFakeSender(t, f)
+		clock.BlockUntil(1)
+		if _, posted := f.state(); len(posted) != 2 {
+			t.Errorf("status %d: %d POSTs in the first round, want 2", status, len(posted))
+		}
+	}
+	for status, want := range map[int]bool{400: true, 409: true, 413: true, 422: true, 404: false, 401: false, 403: false, 405: false, 408: false, 429: false, 500: false, 503: false} {
+		if refusal(status) != want {
+			t.Errorf("refusal(%d) = %v, want %v", status, !want, want)
+		}
+	}
+}
