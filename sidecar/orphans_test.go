@@ -1,12 +1,10 @@
 package sidecar
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
+	"github.com/axsched/ax/internal/fsmtest"
 	"github.com/axsched/ax/raftfsm"
 )
 
@@ -16,26 +14,12 @@ import (
 // end that attempt (a Complete names only the attempt's number). One still
 // running here in the same run is current; a purged task is not.
 func TestOrphanCurrent(t *testing.T) {
-	db, err := raftfsm.OpenDB(filepath.Join(t.TempDir(), "state"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	fsm, err := raftfsm.Open(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fsm := fsmtest.Open(t)
 	var index uint64
 	apply := func(cmds ...raftfsm.Command) {
 		t.Helper()
-		b, err := raftfsm.EncodeEntry(cmds)
-		if err != nil {
-			t.Fatal(err)
-		}
 		index++
-		if err, ok := fsm.Apply(&raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: b}).(error); ok && err != nil {
-			t.Fatal(err)
-		}
+		fsmtest.Apply(t, fsm, index, cmds...)
 	}
 	at := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC).UnixMilli()
 	every := raftfsm.Spec{Handler: "h", EveryNs: int64(time.Second), TimeoutNs: int64(30 * time.Second), MaxAttempts: 3}
