@@ -289,24 +289,42 @@ func TestStaleMemberVouchesForNewLeader(t *testing.T) {
 	s3 := stores["s3"]
 	delete(stores, "s3")
 	stopTestStore(t, s3)
-	l = leader("s1", "s2")
+	// Leadership may move meanwhile (s3's absence, a loaded host): each
+	// step is tried again on the leader of the moment.
 	s4 := open("s4")
-	if err := l.Raft.AddVoter("s4", raft.ServerAddress(cfgs["s4"].RaftAdvertise), 0, 5*time.Second).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if l != s4 {
-		if err := l.Raft.LeadershipTransferToServer("s4", raft.ServerAddress(cfgs["s4"].RaftAdvertise)).Error(); err != nil {
-			t.Fatal(err)
+	s4Addr := raft.ServerAddress(cfgs["s4"].RaftAdvertise)
+	retryOnLeader := func(what string, ids []string, step func(l *Store) error) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			err := step(leader(ids...))
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) && !errors.Is(err, raft.ErrLeadershipTransferInProgress) || time.Now().After(deadline) {
+				t.Fatalf("%s: %v", what, err)
+			}
 		}
 	}
-	if leader("s4") != s4 {
-		t.Fatal("s4 does not lead")
-	}
-	for range 3 {
-		if err := s4.Raft.Barrier(5 * time.Second).Error(); err != nil {
-			t.Fatal(err)
+	retryOnLeader("add s4", []string{"s1", "s2"}, func(l *Store) error {
+		return l.Raft.AddVoter("s4", s4Addr, 0, 5*time.Second).Error()
+	})
+	retryOnLeader("make s4 lead and write", []string{"s1", "s2", "s4"}, func(l *Store) error {
+		if l != s4 {
+			if err := l.Raft.LeadershipTransferToServer("s4", s4Addr).Error(); err != nil {
+				return err
+			}
+			if leader("s1", "s2", "s4") != s4 {
+				return raft.ErrNotLeader
+			}
 		}
-	}
+		for range 3 {
+			if err := s4.Raft.Barrier(5 * time.Second).Error(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	// s3 again, on its data, vouching through s1 and s2.
 	s3 = open("s3")
 	vouch := VouchFunc(func(_ context.Context, id string) bool {
