@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -136,6 +137,8 @@ func TestKubernetesManifests(t *testing.T) {
 				}
 			case *policyv1.PodDisruptionBudget:
 				kinds[f]["PodDisruptionBudget"] = true
+			case *networkingv1.NetworkPolicy:
+				kinds[f]["NetworkPolicy"] = true
 			case *appsv1.Deployment:
 				kinds[f]["Deployment"] = true
 				if o.Spec.Replicas == nil || *o.Spec.Replicas != 3 {
@@ -148,6 +151,7 @@ func TestKubernetesManifests(t *testing.T) {
 				}
 			}
 		}
+		checkNetworkPolicy(t, f, objs)
 		for where, spec := range podSpecs(objs) {
 			where = f + ": " + where
 			if g := spec.TerminationGracePeriodSeconds; g == nil || *g <= 20 {
@@ -215,14 +219,78 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 	}
 	want := map[string][]string{
-		"kubernetes/deployment.yaml":  {"Service", "PodDisruptionBudget", "Deployment"},
-		"kubernetes/statefulset.yaml": {"Service", "PodDisruptionBudget", "StatefulSet"},
+		"kubernetes/deployment.yaml":  {"Service", "PodDisruptionBudget", "NetworkPolicy", "Deployment"},
+		"kubernetes/statefulset.yaml": {"Service", "PodDisruptionBudget", "NetworkPolicy", "StatefulSet"},
 	}
 	for f, ks := range want {
 		for _, k := range ks {
 			if !kinds[f][k] {
 				t.Errorf("%s: no %s", f, k)
 			}
+		}
+	}
+}
+
+// checkNetworkPolicy checks that a manifest's NetworkPolicies select its
+// workload's pods and let the pods of the same label reach every port its
+// headless Service names (Raft and peer API), from those pods only.
+func checkNetworkPolicy(t *testing.T, f string, objs []any) {
+	t.Helper()
+	var ports []int32
+	var pods map[string]string
+	var pols []*networkingv1.NetworkPolicy
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *corev1.Service:
+			for _, p := range o.Spec.Ports {
+				ports = append(ports, p.Port)
+			}
+		case *appsv1.Deployment:
+			pods = o.Spec.Template.Labels
+		case *appsv1.StatefulSet:
+			pods = o.Spec.Template.Labels
+		case *networkingv1.NetworkPolicy:
+			pols = append(pols, o)
+		}
+	}
+	selects := func(sel metav1.LabelSelector) bool {
+		if len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0 {
+			return false // every pod: not what the peer ports want
+		}
+		for k, v := range sel.MatchLabels {
+			if pods[k] != v {
+				return false
+			}
+		}
+		return len(sel.MatchExpressions) == 0
+	}
+	for _, port := range ports {
+		open := false
+		for _, np := range pols {
+			if !selects(np.Spec.PodSelector) {
+				continue
+			}
+			for _, rule := range np.Spec.Ingress {
+				covers := len(rule.Ports) == 0
+				for _, p := range rule.Ports {
+					covers = covers || (p.Port != nil && p.Port.IntVal == port)
+				}
+				if !covers {
+					continue
+				}
+				if len(rule.From) == 0 {
+					t.Errorf("%s: NetworkPolicy %s lets any source reach port %d", f, np.Name, port)
+				}
+				for _, from := range rule.From {
+					if from.PodSelector == nil || !selects(*from.PodSelector) || from.NamespaceSelector != nil || from.IPBlock != nil {
+						t.Errorf("%s: NetworkPolicy %s lets other than the app's pods reach port %d", f, np.Name, port)
+					}
+				}
+				open = true
+			}
+		}
+		if !open {
+			t.Errorf("%s: no NetworkPolicy lets the app's pods reach port %d", f, port)
 		}
 	}
 }
