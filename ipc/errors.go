@@ -55,7 +55,8 @@ var (
 	// traceparent.
 	ErrInvalidTracestate = tableError(axapi.CodeInvalidTracestate)
 	// ErrInvalidShards is returned when a submit's shards field is
-	// invalid (both or neither of count and ask, a bound out of range).
+	// invalid (of the wrong type, or a field of it is; both or neither of
+	// count and ask, a bound out of range).
 	ErrInvalidShards = tableError(axapi.CodeInvalidShards)
 	// ErrNotFound is returned when a task (or route) does not exist.
 	ErrNotFound = tableError(axapi.CodeNotFound)

@@ -43,9 +43,14 @@ func TestSubmitShards(t *testing.T) {
 		{"ask max 0", `{"handler":"h","shards":{"ask":true,"max":0}}`, axapi.CodeInvalidShards, "shards.max"},
 		{"ask max 2000", `{"handler":"h","shards":{"ask":true,"max":2000}}`, axapi.CodeInvalidShards, "got 2000"},
 		{"unknown field", `{"handler":"h","shards":{"count":2,"size":3}}`, axapi.CodeBadRequest, "size"},
-		{"not an object", `{"handler":"h","shards":8}`, axapi.CodeBadRequest, "shards"},
-		{"count a string", `{"handler":"h","shards":{"count":"8"}}`, axapi.CodeBadRequest, "shards.count: must be an integer from 1 to 1024, got JSON string"},
-		{"count a fraction", `{"handler":"h","shards":{"count":2.5}}`, axapi.CodeBadRequest, "shards.count: must be an integer from 1 to 1024, got JSON number"},
+		// A shards of the wrong type, or a field of it, is invalid_shards
+		// as a count out of range is (it was bad_request).
+		{"not an object", `{"handler":"h","shards":8}`, axapi.CodeInvalidShards, `shards: must be an object {"count": N} or {"ask": true, "max": M}, got JSON number`},
+		{"count a string", `{"handler":"h","shards":{"count":"8"}}`, axapi.CodeInvalidShards, "shards.count: must be an integer from 1 to 1024, got JSON string"},
+		{"count a bool", `{"handler":"h","shards":{"count":true}}`, axapi.CodeInvalidShards, "shards.count: must be an integer from 1 to 1024, got JSON bool"},
+		{"count a fraction", `{"handler":"h","shards":{"count":2.5}}`, axapi.CodeInvalidShards, "shards.count: must be an integer from 1 to 1024, got JSON number"},
+		{"ask a string", `{"handler":"h","shards":{"ask":"yes","max":3}}`, axapi.CodeInvalidShards, "shards.ask: must be a boolean, got JSON string"},
+		{"max a string", `{"handler":"h","shards":{"ask":true,"max":"3"}}`, axapi.CodeInvalidShards, "shards.max: must be an integer from 1 to 1024, got JSON string"},
 		{"id too long", `{"id":"` + strings.Repeat("a", ShardParentIDMaxBytes+1) + `","handler":"h","shards":{"count":2}}`, axapi.CodeInvalidShards, "the limit for a task with shards"},
 		{"reserved prefix", `{"id":"shard/x/1/0","handler":"h"}`, axapi.CodeBadRequest, "reserved for shard tasks"},
 	} {
@@ -88,4 +93,31 @@ func errText(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// A stage's shards of the wrong type is 400 invalid_shards naming the
+// stage's field, as a count out of range is, and nothing is submitted: it
+// was bad_request (a flow submit and a batch item alike).
+func TestShardsTypeErrorsInFlowAndBatch(t *testing.T) {
+	ts, fb := startFlowServer(t)
+	for _, tc := range []struct{ name, shards, msg string }{
+		{"count a string", `{"count":"3"}`, "stages[0]: shards.count: must be an integer from 1 to 1024, got JSON string"},
+		{"count a bool", `{"count":true}`, "stages[0]: shards.count: must be an integer from 1 to 1024, got JSON bool"},
+		{"count a fraction", `{"count":3.5}`, "stages[0]: shards.count: must be an integer from 1 to 1024, got JSON number 3.5"},
+		{"max a string", `{"ask":true,"max":"3"}`, "stages[0]: shards.max: must be an integer from 1 to 1024, got JSON string"},
+		{"not an object", `[3]`, `stages[0]: shards: must be an object {"count": N} or {"ask": true, "max": M}, got JSON array`},
+	} {
+		t.Run("flow "+tc.name, func(t *testing.T) {
+			r := ts.on(t).do("POST", "/v1/flows", `{"id":"f","stages":[{"name":"a","handler":"h","shards":`+tc.shards+`}]}`)
+			r.wantError(t, http.StatusBadRequest, axapi.CodeInvalidShards, tc.msg)
+			if fb.submits != 0 {
+				t.Fatalf("the backend got a flow: %+v", fb.lastFlow)
+			}
+		})
+	}
+	r := ts.on(t).do("POST", "/v1/tasks/batch", `{"tasks":[{"handler":"h"},{"handler":"h","shards":{"count":"3"}}]}`)
+	r.wantError(t, http.StatusBadRequest, axapi.CodeInvalidShards, "tasks[1]: shards.count: must be an integer from 1 to 1024, got JSON string")
+	if fb.lastSpec.Handler != "" {
+		t.Errorf("the backend got a submit: %+v", fb.lastSpec)
+	}
 }

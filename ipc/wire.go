@@ -308,7 +308,14 @@ func decodeError(err error) error {
 		if want == "" {
 			want = "a " + typ.Type.String()
 		}
-		return Errorf(ErrInvalid, "%s: must be %s, got JSON %s", field, want, typ.Value)
+		kind := ErrInvalid
+		if field == "shards" || strings.HasPrefix(field, "shards.") {
+			// A shards field of the wrong type is a bad shards as a
+			// count out of range is ("count": "8" was bad_request, 0
+			// invalid_shards): one code for "fix the shards".
+			kind = ErrInvalidShards
+		}
+		return Errorf(kind, "%s: must be %s, got JSON %s", field, want, typ.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return Errorf(ErrInvalid, "unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
 	}

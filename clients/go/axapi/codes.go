@@ -25,10 +25,10 @@ const (
 	// not a valid W3C tracestate (CheckTraceState), or a tracestate field
 	// came without a traceparent. HTTP 400.
 	CodeInvalidTracestate = "invalid_tracestate"
-	// CodeInvalidShards: a submit's "shards" is invalid: both or neither
-	// of count and ask, a count or max outside 1..ShardsMax, ask without
-	// max, or shards on a task whose id is too long for its shards' ids.
-	// HTTP 400.
+	// CodeInvalidShards: a submit's "shards" is invalid: not an object, a
+	// field of the wrong type ("count": "8"), both or neither of count
+	// and ask, a count or max outside 1..ShardsMax, ask without max, or
+	// shards on a task whose id is too long for its shards' ids. HTTP 400.
 	CodeInvalidShards = "invalid_shards"
 	// CodeNotFound: the task (or route, or executor) does not exist. HTTP
 	// 404.

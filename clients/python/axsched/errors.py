@@ -141,8 +141,9 @@ class InvalidTracestate(BadRequest):
 
 
 class InvalidShards(BadRequest):
-    """A submit's ``shards`` is invalid (both or neither of ``count`` and
-    ``ask``, a bound outside 1..1024): code ``invalid_shards``, HTTP 400."""
+    """A submit's ``shards`` is invalid (not an object, a field of the wrong
+    type, both or neither of ``count`` and ``ask``, a bound outside
+    1..1024): code ``invalid_shards``, HTTP 400."""
 
     default_code = "invalid_shards"
 
