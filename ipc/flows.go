@@ -106,7 +106,8 @@ type (
 // DecodeFlow decodes and validates a POST /v1/flows body. Errors are
 // ErrInvalidJSON (not JSON, or not valid UTF-8: checkUTF8) or ErrInvalid
 // (bad_request) naming the problem: a missing id, no stages, more than
-// FlowStagesMax, a duplicate or invalid stage name, an unknown dependency,
+// FlowStagesMax, a stage that is not a JSON object (null included), a
+// duplicate or invalid stage name, an unknown dependency,
 // a dependency cycle (naming its stages), a bad task field of a stage (the
 // task rules, prefixed with the stage).
 func DecodeFlow(body []byte) (spec FlowSpec, err error) {
@@ -178,6 +179,11 @@ func DecodeFlow(body []byte) (spec FlowSpec, err error) {
 }
 
 func decodeStage(i int, raw json.RawMessage) (StageSpec, error) {
+	if !bytes.HasPrefix(raw, []byte("{")) { // RawMessage holds the value without leading space
+		// As a batch's item: null decoded into an empty stage ("name
+		// required"), another value was invalid_json.
+		return StageSpec{}, Errorf(ErrInvalid, "stages[%d]: must be a JSON object (a stage), got %s", i, jsonKind(raw))
+	}
 	var r stageRequest
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()

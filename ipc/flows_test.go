@@ -88,6 +88,25 @@ func TestDecodeFlowInvalid(t *testing.T) {
 	}
 }
 
+// A stage that is not an object is 400 bad_request saying so, as a
+// batch's item is: null said "stages[0]: name required", and a number
+// or a string was invalid_json.
+func TestDecodeFlowStageNotAnObject(t *testing.T) {
+	for _, tc := range []struct{ stage, want string }{
+		{`null`, "stages[1]: must be a JSON object (a stage), got null"},
+		{`3`, "stages[1]: must be a JSON object (a stage), got a number"},
+		{`"a"`, "stages[1]: must be a JSON object (a stage), got a string"},
+		{`[]`, "stages[1]: must be a JSON object (a stage), got an array"},
+		{`true`, "stages[1]: must be a JSON object (a stage), got a boolean"},
+	} {
+		_, err := DecodeFlow([]byte(`{"id":"f","stages":[{"name":"A","handler":"h"}, ` + tc.stage + `]}`))
+		var e *Error
+		if !errors.As(err, &e) || e.Code != axapi.CodeBadRequest || e.Message != tc.want {
+			t.Errorf("stage %s: got %v, want bad_request %q", tc.stage, err, tc.want)
+		}
+	}
+}
+
 // The longest flow id with the longest stage name and a run number of 20
 // digits makes a stage task id of exactly axapi.IDMaxBytes.
 func TestFlowIDMaxLeavesRoomForStageIDs(t *testing.T) {
