@@ -56,6 +56,17 @@ func checkDuplicateKeys(body []byte) error {
 	return nil
 }
 
+// CheckDuplicateKeys is checkDuplicateKeys for the JSON other parts of
+// the node read from outside that the decoder would take with a key
+// twice, keeping the last value: an executor's answer to the shard-count
+// question ({"count":3,"count":4}: sidecar/delivery's ParseShardCount).
+// It returns nil, or an ErrInvalidJSON whose message names the key
+// (`invalid json: duplicate key "count"`). Keys are compared without
+// regard to case, as for a body decoded into a struct.
+func CheckDuplicateKeys(body []byte) error {
+	return checkDuplicateKeys(body)
+}
+
 // dupKeysMaxDepth bounds the nesting checkDuplicateKeys walks: a request's
 // own structure is at most 4 deep (a flow, its stages, a stage, its
 // labels).

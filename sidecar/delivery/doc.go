@@ -14,7 +14,8 @@
 // its contract with executors are in the sub-package callback.
 //
 // It imports engine (limiter, ready queue, clock), raftfsm (commands,
-// tasks, node records), callback, prometheus and zerolog. It must not
+// tasks, node records), callback, prometheus and zerolog, and of ipc only
+// CheckDuplicateKeys (for the shard-count answer). It must not
 // import sidecar or the other parts of the node: what it needs from them
 // it asks through the interfaces of deps.go (Proposer, Store, Pauses), given in
 // Deps by the node (sidecar/wire_delivery.go). Time comes only from
