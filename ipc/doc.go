@@ -71,8 +71,13 @@
 // unescapes the id segment, so an escaped slash stays inside the id, and a
 // task named "batch" is still GET /v1/tasks/batch (only POST goes to the
 // batch route). Executor names are 1 to axapi.ExecutorNameMaxBytes characters among
-// A-Z a-z 0-9 . _ : - (see ValidateExecutorName). A query string is ignored
-// except by GET /v1/tasks, which refuses parameters it does not know.
+// A-Z a-z 0-9 . _ : - (see ValidateExecutorName). The routes that take
+// query parameters (GET /v1/tasks, /v1/tasks/{id} and its runs, /v1/flows,
+// DELETE of a task or a flow) refuse one they do not know or given twice;
+// GET of one run or one flow, GET /v1/handlers and POST /v1/tasks/purge
+// refuse any; and all of them a malformed query string, a percent escape
+// without two hex digits or a parameter without a name (query.go). The
+// other routes ignore the query string.
 //
 // The submit body is decoded by DecodeSubmit, which documents every field,
 // its default and its bounds. payload is any JSON value, kept byte for byte

@@ -336,7 +336,11 @@ func (s *Server) submitFlow(rctx context.Context, ctx *fasthttp.RequestCtx, _ st
 	return nil
 }
 
+// getFlow answers GET /v1/flows/{id}, which takes no query parameters.
 func (s *Server) getFlow(rctx context.Context, ctx *fasthttp.RequestCtx, rawID string) error {
+	if err := noQuery(ctx, "GET /v1/flows/{id}", ""); err != nil {
+		return err
+	}
 	return s.flowByID(rctx, ctx, rawID, FlowBackend.Flow)
 }
 
@@ -392,7 +396,11 @@ func (s *Server) listFlows(rctx context.Context, ctx *fasthttp.RequestCtx, _ str
 	if err != nil {
 		return err
 	}
-	after, limit, err := parseFlowsQuery(ctx.QueryArgs().All())
+	args, err := queryArgs(ctx)
+	if err != nil {
+		return err
+	}
+	after, limit, err := parseFlowsQuery(args)
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,11 @@ import (
 // {"tasks": [...], "next_cursor": "..."}, next_cursor absent on the last
 // page.
 func (s *Server) listTasks(rctx context.Context, ctx *fasthttp.RequestCtx, _ string) error {
-	q, err := parseListQuery(ctx.QueryArgs().All())
+	args, err := queryArgs(ctx)
+	if err != nil {
+		return err
+	}
+	q, err := parseListQuery(args)
 	if err != nil {
 		return err
 	}

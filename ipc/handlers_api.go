@@ -92,8 +92,8 @@ func (s *Server) setHandlerPaused(rctx context.Context, ctx *fasthttp.RequestCtx
 // listHandlers answers GET /v1/handlers: {"handlers": [...]}, sorted by
 // name. It takes no query parameters.
 func (s *Server) listHandlers(rctx context.Context, ctx *fasthttp.RequestCtx, _ string) error {
-	if ctx.QueryArgs().Len() > 0 {
-		return Errorf(ErrInvalid, "GET /v1/handlers takes no query parameters, got %q", ctx.QueryArgs().String())
+	if err := noQuery(ctx, "GET /v1/handlers", ""); err != nil {
+		return err
 	}
 	list, err := s.backend.Handlers(rctx)
 	if err != nil {

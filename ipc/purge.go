@@ -128,8 +128,8 @@ func (s *Server) purgeTasks(rctx context.Context, ctx *fasthttp.RequestCtx, _ st
 	// The filters are the body's. A query string (the way GET /v1/tasks
 	// takes them) is refused: ignored, ?handler=h&state=DEAD with no body
 	// would purge every finished task.
-	if ctx.QueryArgs().Len() > 0 {
-		return Errorf(ErrInvalid, "POST /v1/tasks/purge takes no query parameters, got %q: send the filters (handler, state, finished_before, limit, cursor) in the JSON body", ctx.QueryArgs().String())
+	if err := noQuery(ctx, "POST /v1/tasks/purge", "send the filters (handler, state, finished_before, limit, cursor) in the JSON body"); err != nil {
+		return err
 	}
 	q, err := DecodePurge(ctx.PostBody(), time.Now())
 	if err != nil {
@@ -177,10 +177,15 @@ func purgeParam(ctx *fasthttp.RequestCtx) (bool, error) {
 }
 
 // onlyParam reads the one query parameter name a route takes: its value
-// and whether it was given. Another parameter, or name given twice, is
-// 400 bad_request, as GET /v1/tasks refuses them.
+// and whether it was given. Another parameter, name given twice, or a
+// query string checkQuery refuses is 400 bad_request, as GET /v1/tasks
+// refuses them.
 func onlyParam(ctx *fasthttp.RequestCtx, name string) (val string, ok bool, err error) {
-	for k, v := range ctx.QueryArgs().All() {
+	args, err := queryArgs(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	for k, v := range args {
 		if string(k) != name {
 			return "", false, Errorf(ErrInvalid, "unknown query parameter %q; known: %s", k, name)
 		}

@@ -193,8 +193,8 @@ func TestDecodeSubmitRetention(t *testing.T) {
 // /v1/flows/{id}) refuses, 400 bad_request, a query parameter it does not
 // take and purge given twice, as the list does. It ignored them: ?Purge=true
 // or ?prune=true, a typo for a purge, cancelled the waiting task instead
-// (and ?purge=true&purge=false purged). GET /v1/tasks/{id} still ignores
-// unknown parameters (TestServer_GetCancel): a read changes nothing.
+// (and ?purge=true&purge=false purged). GET /v1/tasks/{id} refuses
+// unknown parameters too (TestServer_GetCancel, TestServer_QueryStrings).
 func TestServer_TaskQueryParamsChecked(t *testing.T) {
 	ts := startServer(t, ServerOptions{})
 	ts.do("POST", "/v1/tasks", `{"id":"waiting","handler":"h"}`)

@@ -21,7 +21,11 @@ func (s *Server) listRuns(rctx context.Context, ctx *fasthttp.RequestCtx, rawID 
 	if err != nil {
 		return err
 	}
-	q, err := parseRunsQuery(ctx.QueryArgs().All())
+	args, err := queryArgs(ctx)
+	if err != nil {
+		return err
+	}
+	q, err := parseRunsQuery(args)
 	if err != nil {
 		return err
 	}
@@ -36,8 +40,12 @@ func (s *Server) listRuns(rctx context.Context, ctx *fasthttp.RequestCtx, rawID 
 	return nil
 }
 
-// getRun answers GET /v1/tasks/{id}/runs/{run}.
+// getRun answers GET /v1/tasks/{id}/runs/{run}, which takes no query
+// parameters.
 func (s *Server) getRun(rctx context.Context, ctx *fasthttp.RequestCtx, params string) error {
+	if err := noQuery(ctx, "GET /v1/tasks/{id}/runs/{run}", ""); err != nil {
+		return err
+	}
 	rawID, rawRun := splitParams(params)
 	id, err := pathID(rawID)
 	if err != nil {

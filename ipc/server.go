@@ -500,13 +500,20 @@ func (s *Server) submit(rctx context.Context, ctx *fasthttp.RequestCtx, _ string
 	return nil
 }
 
-// getTask answers GET /v1/tasks/{id}.
+// getTask answers GET /v1/tasks/{id}[?consistency=local|strong].
 func (s *Server) getTask(rctx context.Context, ctx *fasthttp.RequestCtx, rawID string) error {
 	id, err := pathID(rawID)
 	if err != nil {
 		return err
 	}
-	switch c := string(ctx.QueryArgs().Peek("consistency")); c {
+	// Its one parameter: another is refused, as DELETE's are (it was
+	// ignored, so ?consistent=true, a typo, read locally when a strong
+	// read was meant).
+	c, _, err := onlyParam(ctx, "consistency")
+	if err != nil {
+		return err
+	}
+	switch c {
 	case "", "local":
 	case "strong":
 		rctx = WithStrongRead(rctx)

@@ -369,9 +369,9 @@ func TestServer_GetCancel(t *testing.T) {
 	if r.status != 200 || r.task(t).State != axapi.StateWaiting {
 		t.Fatalf("GET = %d %s", r.status, r.body)
 	}
-	if r := ts.do("GET", "/v1/tasks/t1?consistent=true", ""); r.status != 200 {
-		t.Errorf("GET with query = %d %s", r.status, r.body)
-	}
+	// An unknown parameter is refused, as DELETE's are (it was ignored:
+	// this typo of consistency=strong read locally).
+	ts.do("GET", "/v1/tasks/t1?consistent=true", "").wantError(t, 400, "bad_request", `unknown query parameter "consistent"; known: consistency`)
 	r = ts.do("DELETE", "/v1/tasks/t1", "")
 	if r.status != 200 {
 		t.Fatalf("DELETE = %d %s", r.status, r.body)
