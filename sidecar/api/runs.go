@@ -32,7 +32,11 @@ func (b *Backend) Runs(ctx context.Context, id string, q ipc.RunsQuery) (ipc.Run
 	}
 	page := ipc.RunsPage{Runs: make([]ipc.Run, 0, len(recs))}
 	for i := range recs {
-		page.Runs = append(page.Runs, withShardIDs(RunView(t, &recs[i]), id))
+		v := withShardIDs(RunView(t, &recs[i]), id)
+		if err := b.shardCountsOf(id, &recs[i], &v); err != nil {
+			return ipc.RunsPage{}, err
+		}
+		page.Runs = append(page.Runs, v)
 	}
 	if more && len(recs) > 0 {
 		page.NextCursor = ipc.RunsCursor(recs[len(recs)-1].Run)
@@ -57,12 +61,79 @@ func (b *Backend) Run(ctx context.Context, id string, run int) (ipc.Run, error) 
 	if err != nil {
 		return ipc.Run{}, err
 	}
-	return withShardIDs(RunView(t, r), id), nil
+	v := withShardIDs(RunView(t, r), id)
+	if err := b.shardCountsOf(id, r, &v); err != nil {
+		return ipc.Run{}, err
+	}
+	return v, nil
 }
 
 // shardIDsMax bounds the shard ids a run view lists (Run.ShardIDs); a run
-// with more shards gives only their number.
+// with more shards gives only their number. It bounds the shard tasks
+// read for the counts of a cancelled run too (shardCountsOf).
 const shardIDsMax = 64
+
+// shardCountsMissing reports whether r is a run cancelled while its
+// shards ran whose record lacks their counts. The FSM writes
+// shards_succeeded and shards_failed into a run record only when the last
+// shard ends the run (historyShardsEnded); a cancel (of the task, of its
+// flow, or an overwrite) closes the record as any cancel does
+// (historyCancel), without them, so the run showed "shards": 8 and
+// neither count. Storing them in that apply would make a node of this
+// version write another record than a node of the previous one for the
+// same log entry during a rolling upgrade, so the API derives them at
+// read time instead: from the task (cancelledShards), else from the shard
+// tasks (shardCountsOf). A cancelled shard counts as failed, as the FSM
+// counts it in the task's own view.
+func shardCountsMissing(r *raftfsm.RunRecord) bool {
+	return r.State == raftfsm.StateCancelled && r.Shards > 0 && r.ShardsSucceeded+r.ShardsFailed < r.Shards
+}
+
+// cancelledShards returns how many shards of r succeeded when r is the
+// run of t that t's cancel ended while the shards ran: t stores the
+// run's counts (cancelRunShards counted its unfinished shards as
+// failed), so the rest failed. ok is false otherwise (r has its counts,
+// or is an older run, or one an overwrite replaced: t holds another
+// run's counts, or none).
+func cancelledShards(t *raftfsm.Task, r *raftfsm.RunRecord) (succeeded int, ok bool) {
+	sr := t.Shards
+	if !shardCountsMissing(r) || sr == nil || t.State != raftfsm.StateCancelled ||
+		t.RunNumber() != r.Run || t.Epoch != r.Epoch || sr.Total != r.Shards {
+		return 0, false
+	}
+	return sr.Succeeded, true
+}
+
+// shardCountsOf fills in the shard counts of v, the view of a cancelled
+// run of task id that lacks them (shardCountsMissing) and that the task
+// could not give (cancelledShards: a run an overwrite replaced), from its
+// shard tasks: those that ended SUCCESS succeeded, the others failed (the
+// cancel ended every one). It reads at most shardIDsMax tasks, and leaves
+// v as it is for a run with more shards, or when a shard task is gone
+// (purged by its retention) or not ended.
+func (b *Backend) shardCountsOf(id string, r *raftfsm.RunRecord, v *ipc.Run) error {
+	if !shardCountsMissing(r) || v.ShardsSucceeded+v.ShardsFailed == r.Shards || r.Shards > shardIDsMax {
+		return nil
+	}
+	succeeded := 0
+	for i := range r.Shards {
+		s, err := b.d.Store.Task(raftfsm.ShardID(id, r.Run, i))
+		if errors.Is(err, raftfsm.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !s.State.Terminal() {
+			return nil
+		}
+		if s.State == raftfsm.StateSuccess {
+			succeeded++
+		}
+	}
+	v.ShardsSucceeded, v.ShardsFailed = succeeded, r.Shards-succeeded
+	return nil
+}
 
 // withShardIDs lists the shard task ids of run v of task id.
 func withShardIDs(v ipc.Run, id string) ipc.Run {
@@ -86,7 +157,8 @@ func (b *Backend) addLastRun(v *ipc.Task) {
 }
 
 // RunView is the API view of a run record of task t; with t nil, it has
-// no trace ids.
+// no trace ids. A run cancelled while its shards ran gets its shard
+// counts from t when it is t's last run (cancelledShards).
 func RunView(t *raftfsm.Task, r *raftfsm.RunRecord) ipc.Run {
 	v := ipc.Run{
 		Run: r.Run, State: r.State.String(), DueAt: utcMs(r.DueMs), FiredAt: utcMs(r.FiredMs),
@@ -98,6 +170,9 @@ func RunView(t *raftfsm.Task, r *raftfsm.RunRecord) ipc.Run {
 	if t != nil {
 		traceID, _ := axapi.TraceOf(t.Spec.TraceParent, t.ID)
 		v.TraceID = hex.EncodeToString(traceID[:])
+		if succeeded, ok := cancelledShards(t, r); ok {
+			v.ShardsSucceeded, v.ShardsFailed = succeeded, r.Shards-succeeded
+		}
 	}
 	if r.Late {
 		retries, commit := r.CommitSplitNs()

@@ -81,6 +81,14 @@ func taskView(t *raftfsm.Task) ipc.Task {
 		v.Shards = &ipc.ShardsView{Count: sh.Count, Ask: sh.Ask, Max: sh.Max}
 		if r := t.Shards; r != nil {
 			v.Shards.Total, v.Shards.Succeeded, v.Shards.Failed, v.Shards.Running = r.Total, r.Succeeded, r.Failed, r.Running()
+			if t.State.Terminal() && v.Shards.Running > 0 {
+				// A task that ended runs no shard: its cancel cancelled
+				// the unfinished ones, which count as failed. The FSM
+				// stores them so (cancelRunShards), but the cancel's
+				// answer is the task before that, and a node of an
+				// earlier version stored it so.
+				v.Shards.Failed, v.Shards.Running = r.Total-r.Succeeded, 0
+			}
 		}
 	}
 	if t.Spec.ShardTotal > 0 {

@@ -64,7 +64,10 @@ type Run struct {
 	// Shards, for a run of a sharded task, is its number of shard tasks,
 	// ShardID(id, Run, i) for i from 0 to Shards-1 (ShardIDs lists them
 	// for runs of up to 64 shards); ShardsSucceeded and ShardsFailed
-	// count those that ended. The run is RUNNING until all have ended.
+	// count those that ended (a shard its run's cancel cancelled counts
+	// as failed). The run is RUNNING until all have ended; once it ended
+	// they add up to Shards (see the schema Run of openapi.yaml for when
+	// a cancelled run cannot tell).
 	Shards          int      `json:"shards,omitempty"`
 	ShardIDs        []string `json:"shard_ids,omitempty"`
 	ShardsSucceeded int      `json:"shards_succeeded,omitempty"`
