@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -970,14 +969,16 @@ func shardsPath(t *raftfsm.Task) string {
 // ParseShardCount reads an executor's answer to the shard-count question:
 // a JSON object {"count": n}, n a JSON number of an integer value >= 1
 // (3, 3.0 and 3e0 are 3: JSON has one number type, and an executor's
-// encoder may write a whole float so) that fits an int64 (returned as at
-// most math.MaxInt32: the caller bounds it by the task's max). Other keys are ignored. Anything else is
-// an error (the attempt failed: it is retried with the task's backoff): a
-// body that is not such an object, no count, a count that is not a
-// number (null, "3"), not an integer (3.5), below 1 or too large, and
-// count twice ({"count":3,"count":4}, or "Count" beside "count", which
-// encoding/json matches too), which is ambiguous: the decoder kept the
-// last one (ipc.CheckDuplicateKeys, as for the API's bodies).
+// encoder may write a whole float so), read as a float64 as JSON
+// decoders read numbers (so 3.0000000000000001 is 3) and returned as at
+// most math.MaxInt32 (the caller bounds it by the task's max). Other keys
+// are ignored. Anything else is an error (the attempt failed: it is
+// retried with the task's backoff): a body that is not such an object, no
+// count, a count that is not a number (null, "3"), not an integer (3.5),
+// below 1 or beyond a float64 (1e400), and count twice
+// ({"count":3,"count":4}, or "Count" beside "count", which encoding/json
+// matches too), which is ambiguous: the decoder kept the last one
+// (ipc.CheckDuplicateKeys, as for the API's bodies).
 func ParseShardCount(body []byte) (int, error) {
 	if err := ipc.CheckDuplicateKeys(body); err != nil {
 		return 0, fmt.Errorf("shards answer: want {\"count\": n}: %v", err)
@@ -995,57 +996,16 @@ func ParseShardCount(body []byte) (int, error) {
 	if c := lit[0]; c != '-' && (c < '0' || c > '9') {
 		return 0, fmt.Errorf(`shards answer: want {"count": n}, count must be a JSON number, got %s`, clipLiteral(lit))
 	}
-	n, err := jsonInteger(lit)
-	if err != nil {
-		return 0, fmt.Errorf("shards answer: count %s: %v", clipLiteral(lit), err)
-	}
-	if n < 1 {
+	n, err := strconv.ParseFloat(lit, 64) // a valid JSON number: Unmarshal checked it
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("shards answer: count %s: out of range", clipLiteral(lit))
+	case n != math.Trunc(n):
+		return 0, fmt.Errorf("shards answer: count %s: not an integer", clipLiteral(lit))
+	case n < 1:
 		return 0, fmt.Errorf("shards answer: count must be at least 1, got %s", clipLiteral(lit))
 	}
 	return int(min(n, math.MaxInt32)), nil // the caller bounds it by the max
-}
-
-// jsonInteger is the value of lit, a JSON number literal, if it is an
-// integer that fits an int64: exactly, from its digits (a float64 would
-// take 3.0000000000000001 for 3, and 1e400 for out of range only by luck).
-func jsonInteger(lit string) (int64, error) {
-	neg := strings.HasPrefix(lit, "-")
-	mant, exp := strings.TrimPrefix(lit, "-"), 0
-	if i := strings.IndexAny(mant, "eE"); i >= 0 {
-		// "+5" and "-5" parse. An exponent past ±2^30 says as much as
-		// 2^30 does (the digits would need a gigabyte to make up for
-		// it), and keeps the sums below from overflowing.
-		e, err := strconv.ParseInt(mant[i+1:], 10, 32)
-		if err != nil && !errors.Is(err, strconv.ErrRange) {
-			return 0, fmt.Errorf("bad exponent: %v", err)
-		}
-		mant, exp = mant[:i], int(max(-1<<30, min(e, 1<<30)))
-	}
-	digits := mant
-	if i := strings.IndexByte(mant, '.'); i >= 0 {
-		digits = mant[:i] + mant[i+1:]
-		exp -= len(mant) - i - 1
-	}
-	digits = strings.TrimLeft(digits, "0")
-	if digits == "" {
-		return 0, nil // 0, 0.0, 0e9
-	}
-	trimmed := strings.TrimRight(digits, "0")
-	exp += len(digits) - len(trimmed)
-	switch {
-	case exp < 0:
-		return 0, errors.New("not an integer")
-	case len(trimmed)+exp > 19:
-		return 0, errors.New("out of range")
-	}
-	v, err := strconv.ParseInt(trimmed+strings.Repeat("0", exp), 10, 64)
-	if err != nil {
-		return 0, errors.New("out of range")
-	}
-	if neg {
-		v = -v
-	}
-	return v, nil
 }
 
 // clipLiteral cuts a JSON literal of an executor's answer for a message.

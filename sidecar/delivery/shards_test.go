@@ -27,6 +27,8 @@ func TestParseShardCountNumbers(t *testing.T) {
 	for body, want := range map[string]int{
 		`{"count":3.0}`: 3, `{"count":3e0}`: 3, `{"count":3E+0}`: 3, `{"count":0.3e1}`: 3, `{"count":30e-1}`: 3,
 		`{"count":1.000}`: 1, `{"count":1e3}`: 1000, `{"count":9223372036854775807}`: 2147483647,
+		`{"count":9223372036854775808}`: 2147483647, `{"count":1e300}`: 2147483647,
+		`{"count":3.0000000000000001}`: 3, // a float64, as JSON decoders read it
 	} {
 		if n, err := ParseShardCount([]byte(body)); err != nil || n != want {
 			t.Errorf("%s: %d, %v; want %d", body, n, err, want)
@@ -34,11 +36,9 @@ func TestParseShardCountNumbers(t *testing.T) {
 	}
 	for body, msg := range map[string]string{
 		`{"count":3.5}`:                    "shards answer: count 3.5: not an integer",
-		`{"count":3.0000000000000001}`:     "not an integer",
 		`{"count":35e-1}`:                  "not an integer",
-		`{"count":1e-2147483648}`:          "not an integer",
+		`{"count":1e-2147483648}`:          "count must be at least 1",
 		`{"count":1e400}`:                  "shards answer: count 1e400: out of range",
-		`{"count":9223372036854775808}`:    "out of range",
 		`{"count":1e99999999999999999999}`: "out of range",
 		`{"count":0.0}`:                    "count must be at least 1, got 0.0",
 		`{"count":-3e0}`:                   "count must be at least 1, got -3e0",
