@@ -516,7 +516,12 @@
 //
 // The known traps each have a test: busy and dropped answers are not
 // latency samples; windows with fewer than MinSamples samples decide
-// nothing; the baseline leaves out each window's fastest sample and moves
+// nothing (without a backlog one is discarded after MaxWindow; with one
+// it waits for its answers, or a limit too low to collect MinSamples
+// answers of slow calls within MaxWindow would never decide again, and
+// an executor that became slow, 2 ms to 2 s, but not saturated would be
+// held at that limit for good: it now learns the new latency at Min and
+// is back at 200 within 2.5 minutes); the baseline leaves out each window's fastest sample and moves
 // down by a moving average, so one fast outlier does not set it; it moves
 // up only in light windows, so sustained load does not drag it up; the
 // limit does not grow while fewer than half its slots are used; answers to

@@ -104,7 +104,10 @@ type LimiterOptions struct {
 	Interval time.Duration
 	// MaxWindow bounds how long a window that has fewer than MinSamples
 	// latency samples is extended (a duration); after it the window is
-	// discarded without a latency decision. Must be >= Interval.
+	// discarded without a latency decision, unless a backlog waits and
+	// the window has samples or calls in flight: then it waits for
+	// MinSamples answers, so that slow calls at a low limit still lead to
+	// decisions. Must be >= Interval.
 	// Defaults to LimiterMaxWindowIntervals × Interval (2 s).
 	MaxWindow time.Duration
 	// MinSamples is the fewest latency samples (successes and failures
@@ -933,6 +936,19 @@ func (l *Limiter) tickLocked(now time.Duration) {
 	if l.w.n < l.o.MinSamples {
 		if age < l.o.MaxWindow {
 			return // extend the window until it has enough samples
+		}
+		if l.queue > 0 && (l.inflight > 0 || l.w.n > 0) {
+			// A backlog waits and the window has answers, or calls out
+			// whose answers will come (a Done ticks before its own
+			// sample is added): wait for MinSamples however long the
+			// calls take. Discarding the window would leave a limit too
+			// low to collect MinSamples answers within MaxWindow (below
+			// MinSamples × MaxWindow ÷ latency: 10 for calls of 2 s)
+			// without a decision for good: the baseline, which rises
+			// only through decisions, would never learn an executor that
+			// became slow but not saturated, and the backlog would be
+			// served at that low limit forever.
+			return
 		}
 		l.skipWindowLocked(now, age)
 		return

@@ -692,8 +692,11 @@ func TestLimiterTrapFewSamples(t *testing.T) {
 	if got := d.l.Limit(); got != before {
 		t.Fatalf("limit %d -> %d on 5 samples", before, got)
 	}
-	if st := d.l.Stats(); st.SkippedWindows == 0 {
-		t.Fatalf("the starved window was not discarded: %+v", st)
+	// With a backlog waiting, the starved window is not discarded after
+	// MaxWindow either: it waits for its answers, so that slow calls at
+	// a low limit still decide (TestLimiterRecoversFromSlowExecutor).
+	if st := d.l.Stats(); st.SkippedWindows != 0 {
+		t.Fatalf("the starved window was discarded while a backlog waits: %+v", st)
 	}
 	// Ten such samples are enough.
 	for _, tok := range toks[5:15] {
@@ -704,6 +707,32 @@ func TestLimiterTrapFewSamples(t *testing.T) {
 		t.Fatalf("limit %d -> %d on 10 samples at 20× the baseline", before, got)
 	}
 	for _, tok := range toks[15:] {
+		tok.Done(LimitDropped, 0)
+	}
+}
+
+// Trap, continued: without a backlog, a window that has too few samples
+// after MaxWindow is discarded without a decision.
+func TestLimiterTrapFewSamplesNoBacklog(t *testing.T) {
+	d := newLimDriver(t, LimiterOptions{Initial: 40, MinSamples: 10})
+	d.l.Observe(1000)
+	d.baseline(20, 20*time.Millisecond)
+	d.l.Observe(0)
+	before := d.l.Limit()
+	toks := d.acquire(before/2 + 5)
+	for _, tok := range toks[:5] {
+		d.clock.Advance(500 * time.Millisecond)
+		tok.Done(LimitSuccess, 400*time.Millisecond)
+	}
+	d.clock.Advance(100 * time.Millisecond)
+	st := d.l.Stats()
+	if st.SkippedWindows == 0 {
+		t.Fatalf("the starved window was not discarded: %+v", st)
+	}
+	if strings.Contains(st.LastReason, "latency") {
+		t.Fatalf("limit %d -> %d on 5 samples: %s", before, st.Limit, st.LastReason)
+	}
+	for _, tok := range toks[5:] {
 		tok.Done(LimitDropped, 0)
 	}
 }
