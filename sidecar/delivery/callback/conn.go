@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -31,8 +32,9 @@ import (
 //     bodies, 1xx answers skipped as net/http's Transport does);
 //   - the deadline and the context's end abort the request by the
 //     connection's deadline (SetDeadline; context.AfterFunc for the
-//     context), and a connection so aborted, or one whose answer was not
-//     read to its end, is closed, never reused;
+//     context), and a connection so aborted, one whose answer was not
+//     read to its end, or one answered with a 204 or 304 that declares a
+//     body (declaresForbiddenBody), is closed, never reused;
 //   - an idle connection is checked before reuse by a non-blocking peek
 //     (an executor that closed it meanwhile is not sent a request), and
 //     a request that could not write a byte to a reused connection goes
@@ -496,7 +498,30 @@ func readBody(resp *http.Response, br *bufio.Reader, bodyMax int64) (a answer, k
 	if br.Buffered() > 0 {
 		keep = false // the executor sent more than its answer
 	}
+	if declaresForbiddenBody(resp) {
+		keep = false
+	}
 	return a, keep
+}
+
+// declaresForbiddenBody reports whether resp is a 204 or 304 whose headers
+// declare a body (a Content-Length other than 0, or chunked). Such an
+// answer ends with its headers (RFC 9110 15.3.5, 15.4.5), so the body is
+// not read; but an executor that declares one may send it (Python's
+// http.server writes whatever its handler writes), and late enough (a
+// second small write that Nagle's algorithm holds until our next segment)
+// that neither Buffered nor the peek before reuse sees it: the next
+// callback on the connection would read those bytes as the start of its
+// answer and fail, after the executor ran it.
+func declaresForbiddenBody(resp *http.Response) bool {
+	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified {
+		return false
+	}
+	if len(resp.TransferEncoding) > 0 {
+		return true
+	}
+	cl := resp.Header.Get("Content-Length")
+	return cl != "" && strings.TrimSpace(cl) != "0"
 }
 
 // maxAnswerHeaderBytes bounds the status line and headers of an answer
