@@ -265,8 +265,27 @@ func lastAttempt(t *Task, attempt int) bool { return attempt >= t.Spec.MaxAttemp
 // next slot after the run's slot, with the misfire rule, unless the
 // schedule ends. A one-off task, or a Complete for another attempt than
 // the task's, has none.
+//
+// t is the leader's read of its own store, which may not have applied the
+// Fire of x's attempt yet (a leader still applying its log after an
+// election, or whose FSM lags its commits) while the node that ran the
+// attempt had: t is then WAITING, of x's epoch, one attempt short. Such a
+// read decides the next run too, from the attempt's due time (its Fire's
+// time is not known here): deciding none, as for a stale Complete, ended
+// the schedule for good when every node applied the Complete to the fired
+// task (SUCCESS, then purged at its retention: a review lost two recurring
+// tasks of 400 in a few elections). A Complete that is stale indeed
+// changes nothing whatever is decided (the FSM checks epoch and attempt).
 func nextRun(x *Complete, t *Task, now time.Time, in LeaderInputs) (p Prepared) {
-	if t == nil || !t.Spec.Recurring() || t.Attempts != x.Attempt {
+	if t == nil || !t.Spec.Recurring() {
+		return p
+	}
+	started := time.UnixMilli(t.FiredMs)
+	switch {
+	case t.Attempts == x.Attempt:
+	case t.State == StateWaiting && t.Epoch == x.Epoch && t.Attempts == x.Attempt-1:
+		started = time.UnixMilli(t.DueMs) // before the Fire of x's attempt
+	default:
 		return p
 	}
 	sched, err := in.Schedule(&t.Spec)
@@ -285,7 +304,7 @@ func nextRun(x *Complete, t *Task, now time.Time, in LeaderInputs) (p Prepared) 
 	}
 	// The run that ends was the one run of every slot up to its start
 	// (FiredMs): only slots since then may fire at once.
-	slot, skipped := sched.NextRunAfter(prev, time.UnixMilli(t.FiredMs), now)
+	slot, skipped := sched.NextRunAfter(prev, started, now)
 	if sched.Done(max(t.Run, 1), slot) {
 		return p
 	}

@@ -24,7 +24,9 @@ type PrepareConfig struct {
 	ProbeMin, ProbeMax time.Duration
 	// Task reads a task from the local store (nil when absent), for the
 	// decisions that depend on it: a retry's backoff, a recurring task's
-	// next slot. A stale read is harmless: the FSM checks epoch and attempt.
+	// next slot. A stale read is harmless: the FSM checks epoch and attempt
+	// (a read from before the Fire of the completed attempt still decides
+	// a recurring task's next run: raftfsm's nextRun).
 	Task func(id string) *raftfsm.Task
 	// Alerts says this node has a dead-run webhook (--on-dead-url): every
 	// Complete it prepares carries raftfsm.Complete.Alert, so a run that
