@@ -88,9 +88,11 @@ type flowRequest struct {
 
 type stageRequest struct {
 	submitRequest
-	Name      wireString `json:"name"`
-	DependsOn []string   `json:"depends_on"`
-	OnFailure *string    `json:"on_failure"`
+	Name wireString `json:"name"`
+	// Pointers, so that a null among the names is refused rather than
+	// read as the name "".
+	DependsOn []*string `json:"depends_on"`
+	OnFailure *string   `json:"on_failure"`
 }
 
 // The flow views are axapi's (the one definition of the wire).
@@ -222,7 +224,13 @@ func decodeStage(i int, raw json.RawMessage) (StageSpec, error) {
 		return StageSpec{}, err
 	}
 	ts.ID = ""
-	st := StageSpec{Name: name, Task: ts, DependsOn: r.DependsOn}
+	st := StageSpec{Name: name, Task: ts}
+	for i, d := range r.DependsOn {
+		if d == nil {
+			return StageSpec{}, Errorf(ErrInvalid, "%s: depends_on[%d]: must be a stage name, got null", where, i)
+		}
+		st.DependsOn = append(st.DependsOn, *d)
+	}
 	if r.OnFailure != nil {
 		switch *r.OnFailure {
 		case "cancel":

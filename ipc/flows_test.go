@@ -268,3 +268,27 @@ func TestListFlowsQuery(t *testing.T) {
 		t.Fatalf("the backend was asked for a refused query")
 	}
 }
+
+// A field of the wrong type is named by its JSON type, as every other
+// field is: "stages" of a string or an object said "must be a
+// []json.RawMessage", "depends_on" of a string "must be a []string" (the
+// Go types of the decoder), and a null among the dependencies was read as
+// the stage name "" ("unknown stage \"\"").
+func TestDecodeFlowWrongTypesNameJSONTypes(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{`{"id":"f","stages":"a"}`, "stages: must be an array of stages (JSON objects), got JSON string"},
+		{`{"id":"f","stages":{}}`, "stages: must be an array of stages (JSON objects), got JSON object"},
+		{`{"id":"f","stages":3}`, "stages: must be an array of stages (JSON objects), got JSON number"},
+		{`{"id":"f","stages":[{"name":"A","handler":"h","depends_on":"B"}]}`, "stages[0]: depends_on: must be an array of stage names, got JSON string"},
+		{`{"id":"f","stages":[{"name":"A","handler":"h","depends_on":{}}]}`, "stages[0]: depends_on: must be an array of stage names, got JSON object"},
+		{`{"id":"f","stages":[{"name":"A","handler":"h","depends_on":[3]}]}`, "stages[0]: depends_on: must be an array of stage names, got JSON number"},
+		{`{"id":"f","stages":[{"name":"A","handler":"h","depends_on":[null]}]}`, "stage \"A\": depends_on[0]: must be a stage name, got null"},
+		{`{"id":"f","stages":[{"name":"A","handler":"h","on_failure":5}]}`, `stages[0]: on_failure: must be "cancel" or "continue", got JSON number`},
+	} {
+		_, err := DecodeFlow([]byte(tc.body))
+		var e *Error
+		if !errors.As(err, &e) || e.Code != axapi.CodeBadRequest || e.Message != tc.want {
+			t.Errorf("%s: got %v, want bad_request %q", tc.body, err, tc.want)
+		}
+	}
+}

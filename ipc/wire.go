@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -194,6 +195,35 @@ var fieldTypes = map[string]string{
 	"max_concurrency": "an integer from 0 to 10000",
 	"finished_before": `an RFC 3339 time string like "2026-01-02T15:04:05Z"`,
 	"limit":           "an integer from 1 to 10000",
+
+	// A flow's (flows.go).
+	"stages":     "an array of stages (JSON objects)",
+	"depends_on": "an array of stage names",
+	"on_failure": `"cancel" or "continue"`,
+}
+
+// jsonTypeName names the JSON value a Go type decodes from, for a field
+// fieldTypes does not name: a message says "an array", not "a []string".
+func jsonTypeName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "another JSON value"
 }
 
 // DecodeSubmit decodes and validates the JSON body of a submit request and
@@ -306,7 +336,7 @@ func decodeError(err error) error {
 		}
 		want := fieldTypes[field]
 		if want == "" {
-			want = "a " + typ.Type.String()
+			want = jsonTypeName(typ.Type)
 		}
 		kind := ErrInvalid
 		if field == "shards" || strings.HasPrefix(field, "shards.") {
