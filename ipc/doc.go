@@ -76,8 +76,9 @@
 // DELETE of a task or a flow) refuse one they do not know or given twice;
 // GET of one run or one flow, GET /v1/handlers and POST /v1/tasks/purge
 // refuse any; and all of them a malformed query string, a percent escape
-// without two hex digits or a parameter without a name (query.go). The
-// other routes ignore the query string.
+// without two hex digits or a parameter without a name (query.go). Every
+// other route refuses any query string before it acts (readsQuery, in
+// routes.go), but the probes and /metrics, which ignore theirs.
 //
 // The submit body is decoded by DecodeSubmit, which documents every field,
 // its default and its bounds. payload is any JSON value, kept byte for byte

@@ -67,3 +67,43 @@ func TestServer_QueryStrings(t *testing.T) {
 		t.Errorf("?handler=%%68%%2Fx listed handler %q, want h/x", got)
 	}
 }
+
+// Every route that reads no query string refuses one, before it acts: a
+// submit with ?overwrite=true (meant as the body's field) was created
+// without the overwrite, answered 201; a pause with ?x=1 paused.
+func TestServer_RoutesWithoutQueryRefuseOne(t *testing.T) {
+	ts, _ := startFlowServer(t)
+	ts.do("POST", "/v1/tasks", `{"id":"t1","handler":"h"}`)
+	for _, tc := range []struct{ method, path, body, msg string }{
+		{"POST", "/v1/tasks?overwrite=true", `{"id":"t2","handler":"h"}`, `POST /v1/tasks takes no query parameters, got "overwrite=true"`},
+		{"POST", "/v1/tasks?handler=a%2", `{"id":"t2","handler":"h"}`, "bad percent escape"},
+		{"POST", "/v1/tasks/batch?x=1", `{"tasks":[{"id":"t2","handler":"h"}]}`, "POST /v1/tasks/batch takes no query parameters"},
+		{"POST", "/v1/flows?x=1", `{"id":"f2","stages":[{"name":"a","handler":"h"}]}`, "POST /v1/flows takes no query parameters"},
+		{"POST", "/v1/tasks/t1/pause?x=1", "", "POST /v1/tasks/{id}/pause takes no query parameters"},
+		{"POST", "/v1/handlers/h/pause?x=1", "", "POST /v1/handlers/{name}/pause takes no query parameters"},
+		{"GET", "/v1/executors?x=1", "", "GET /v1/executors takes no query parameters"},
+		{"GET", "/v1/cluster?x=1", "", "GET /v1/cluster takes no query parameters"},
+	} {
+		ts.on(t).do(tc.method, tc.path, tc.body).wantError(t, http.StatusBadRequest, axapi.CodeBadRequest, tc.msg)
+	}
+	if r := ts.do("GET", "/v1/tasks/t1", ""); r.status != 200 || r.task(t).Paused {
+		t.Errorf("t1 after the refused pause: %d %s", r.status, r.body)
+	}
+	// Nothing was created or paused.
+	for _, path := range []string{"/v1/tasks/t2", "/v1/flows/f2"} {
+		if r := ts.do("GET", path, ""); r.status != http.StatusNotFound {
+			t.Errorf("GET %s after the refused submits: %d %s", path, r.status, r.body)
+		}
+	}
+	// Every route in the table either reads its query or refuses one:
+	// the table names only routes that exist.
+	known := map[string]bool{}
+	for _, r := range routes {
+		known[r.Method+" "+r.Pattern] = true
+	}
+	for route := range readsQuery {
+		if !known[route] {
+			t.Errorf("readsQuery names %q, which is no route", route)
+		}
+	}
+}

@@ -57,6 +57,20 @@ var routes = []routeDef{
 	{"GET", "/metrics", (*Server).metrics},
 }
 
+// readsQuery holds the routes (method and pattern) that read their query
+// string themselves: the lists, one task, one run, one flow, the DELETEs
+// (?purge=true), the purge (which refuses one with its own hint), the
+// handlers' list, and the probes and metrics (left to their scrapers and
+// probes as they are). Every other route takes no query parameter, and
+// serve refuses one (noQuery): POST /v1/tasks?overwrite=true, ignored,
+// submitted without the overwrite the caller meant.
+var readsQuery = map[string]bool{
+	"GET /v1/tasks": true, "POST /v1/tasks/purge": true, "GET /v1/tasks/{id}": true,
+	"GET /v1/tasks/{id}/runs": true, "GET /v1/tasks/{id}/runs/{run}": true, "DELETE /v1/tasks/{id}": true,
+	"GET /v1/flows": true, "GET /v1/flows/{id}": true, "DELETE /v1/flows/{id}": true,
+	"GET /v1/handlers": true, "GET /healthz": true, "GET /readyz": true, "GET /metrics": true,
+}
+
 // methodOrder is the order of methods in an Allow header.
 var methodOrder = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"}
 

@@ -404,6 +404,12 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 
+	if route := def.Method + " " + def.Pattern; !readsQuery[route] {
+		if failure = noQuery(ctx, route, ""); failure != nil {
+			s.writeError(ctx, failure)
+			return
+		}
+	}
 	if def.Method != "GET" {
 		if failure = s.writeAllowed(def); failure != nil {
 			s.writeError(ctx, failure)
