@@ -224,3 +224,20 @@ func TestCheckDuplicateKeys_NotAnObject(t *testing.T) {
 		t.Errorf("an array: %v", err)
 	}
 }
+
+// A body of null is refused as an array is, not read as {}: every body
+// decoded by decodeStrict (a submit, a flow, an executor, a purge).
+func TestDecodeNullBody(t *testing.T) {
+	for name, decode := range map[string]func([]byte) error{
+		"submit": func(b []byte) error { _, err := DecodeSubmit(b); return err },
+		"flow":   func(b []byte) error { _, err := DecodeFlow(b); return err },
+		"strict": func(b []byte) error { var v struct{ A int }; return decodeStrict(b, &v) },
+	} {
+		for _, body := range []string{"null", " null\n"} {
+			err := decode([]byte(body))
+			if err == nil || !strings.Contains(err.Error(), "want a JSON object, got null") {
+				t.Errorf("%s %q: %v, want invalid json: want a JSON object, got null", name, body, err)
+			}
+		}
+	}
+}

@@ -291,8 +291,13 @@ func submitFrom(body []byte, decode func([]byte, any) error) (TaskSpec, error) {
 // decodeStrict decodes one JSON object from body into v, refusing
 // duplicate keys (checkDuplicateKeys), unknown fields and trailing data.
 func decodeStrict(body []byte, v any) error {
-	if len(bytes.TrimSpace(body)) == 0 {
+	switch t := bytes.TrimSpace(body); {
+	case len(t) == 0:
 		return Errorf(ErrInvalidJSON, "request body is empty; want a JSON object")
+	case string(t) == "null":
+		// encoding/json leaves v as it is for null: the request read as
+		// {} ("handler: required") where an array is refused so.
+		return Errorf(ErrInvalidJSON, "invalid json: want a JSON object, got null")
 	}
 	if err := checkDuplicateKeys(body); err != nil {
 		return err

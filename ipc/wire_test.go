@@ -92,7 +92,7 @@ func TestDecodeSubmit_Invalid(t *testing.T) {
 		{`{"handler":"h","payload":"` + strings.Repeat("x", PayloadMaxBytes-1) + `"}`, ErrTooLarge, "payload: 1048577 bytes, the limit is 1048576"},
 		{`{"handler":"h"`, ErrInvalidJSON, "unexpected end of input"},
 		{`  `, ErrInvalidJSON, "request body is empty"},
-		{`null`, ErrInvalid, "handler: required"},
+		{`null`, ErrInvalidJSON, "want a JSON object, got null"}, // as an array is; it read as {} ("handler: required")
 	}
 	for _, tc := range tests {
 		name := tc.body
