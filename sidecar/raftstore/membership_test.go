@@ -301,7 +301,11 @@ func TestStaleMemberVouchesForNewLeader(t *testing.T) {
 			if err == nil {
 				return
 			}
-			if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) && !errors.Is(err, raft.ErrLeadershipTransferInProgress) || time.Now().After(deadline) {
+			// raft gives a transfer that did not finish within an
+			// election timeout (s4 still catching up, a loaded host) as
+			// a plain error.
+			transferTimeout := strings.Contains(err.Error(), "leadership transfer timeout")
+			if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) && !errors.Is(err, raft.ErrLeadershipTransferInProgress) && !transferTimeout || time.Now().After(deadline) {
 				t.Fatalf("%s: %v", what, err)
 			}
 		}
