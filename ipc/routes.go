@@ -71,6 +71,19 @@ var readsQuery = map[string]bool{
 	"GET /v1/handlers": true, "GET /healthz": true, "GET /readyz": true, "GET /metrics": true,
 }
 
+// refusesQuery holds the routes that take no query string (every route
+// readsQuery does not name), by their entry in routes: serve looks its
+// route up here, without building its name on every request.
+var refusesQuery = func() map[*routeDef]bool {
+	m := map[*routeDef]bool{}
+	for i := range routes {
+		if r := &routes[i]; !readsQuery[r.Method+" "+r.Pattern] {
+			m[r] = true
+		}
+	}
+	return m
+}()
+
 // methodOrder is the order of methods in an Allow header.
 var methodOrder = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"}
 

@@ -404,8 +404,8 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 
-	if route := def.Method + " " + def.Pattern; !readsQuery[route] {
-		if failure = noQuery(ctx, route, ""); failure != nil {
+	if refusesQuery[def] {
+		if failure = noQuery(ctx, def.Method+" "+def.Pattern, ""); failure != nil {
 			s.writeError(ctx, failure)
 			return
 		}
