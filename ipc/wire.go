@@ -31,6 +31,35 @@ type submitRequest struct {
 	axapi.SubmitRequest
 	ID      wireString `json:"id"`
 	Handler wireString `json:"handler"`
+	// Labels is read here rather than into SubmitRequest.Labels (the outer
+	// field wins): encoding/json reads a null value of a map[string]string
+	// as "", so {"a":null} was stored as the label a="".
+	Labels labelsField `json:"labels"`
+}
+
+// labelsField is the labels object of a submit: string values only.
+type labelsField map[string]string
+
+// UnmarshalJSON reads an object of string values; null leaves the labels
+// unset, a null value is refused (ErrInvalid, naming the key), and any
+// other value of the wrong type is the decoder's *json.UnmarshalTypeError.
+func (l *labelsField) UnmarshalJSON(raw []byte) error {
+	if string(raw) == "null" {
+		return nil
+	}
+	var m map[string]*string
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return err
+	}
+	out := make(labelsField, len(m))
+	for k, v := range m {
+		if v == nil {
+			return Errorf(ErrInvalid, "labels[%s]: must be a string, got null", k)
+		}
+		out[k] = *v
+	}
+	*l = out
+	return nil
 }
 
 // wireString is a JSON string field whose raw bytes are checked as well.
@@ -323,7 +352,10 @@ func decodeKeysChecked(body []byte, v any) error {
 func decodeError(err error) error {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
+	var api *Error
 	switch {
+	case errors.As(err, &api):
+		return api // a field's own decoder said what is wrong (labelsField)
 	case errors.As(err, &syn):
 		return Errorf(ErrInvalidJSON, "invalid json at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
@@ -708,7 +740,7 @@ func (r *submitRequest) routing(s *TaskSpec) error {
 		}
 	}
 	if len(r.Labels) > 0 {
-		s.Labels = r.Labels
+		s.Labels = map[string]string(r.Labels)
 	}
 	return nil
 }

@@ -87,6 +87,8 @@ func TestDecodeSubmit_Invalid(t *testing.T) {
 		{`{"handler":"h","backoff":{"jitter":2}}`, ErrInvalid, "backoff.jitter: must be from 0 to 1, got 2"},
 		{`{"handler":"h","backoff":{"initial":"1s","delay":"2s"}}`, ErrInvalid, "unknown field"},
 		{`{"handler":"h","labels":{"":"x"}}`, ErrInvalid, "labels: empty key"},
+		{`{"handler":"h","labels":{"a":null}}`, ErrInvalid, "labels[a]: must be a string, got null"}, // was stored as a=""
+		{`{"handler":"h","labels":{"a":"x","b":2}}`, ErrInvalid, "labels: must be an object of string values, got JSON number"},
 		{`{"handler":"h","route_key":"a\u0000b"}`, ErrInvalid, "route_key: control character"},
 		{`{"handler":"h","payload_base64":"` + strings.Repeat("A", (PayloadMaxBytes+3)/3*4+8) + `"}`, ErrTooLarge, "payload_base64: about"},
 		{`{"handler":"h","payload":"` + strings.Repeat("x", PayloadMaxBytes-1) + `"}`, ErrTooLarge, "payload: 1048577 bytes, the limit is 1048576"},
@@ -292,5 +294,36 @@ func TestDecodeSubmit_RecurringFields(t *testing.T) {
 	}
 	if !SameSpec(s, s) {
 		t.Fatal("a spec must equal itself")
+	}
+}
+
+// A label whose value is null is refused wherever labels are read (a
+// submit, a batch item, a flow stage): encoding/json read it into the
+// map as "", so the task was stored with the label a="".
+func TestLabelsNullValueRefused(t *testing.T) {
+	const labels = `"labels":{"ok":"x","a":null}`
+	decoders := map[string]func() error{
+		"submit": func() error { _, err := DecodeSubmit([]byte(`{"handler":"h",` + labels + `}`)); return err },
+		"batch": func() error {
+			_, err := DecodeSubmitBatch([]byte(`{"tasks":[{"handler":"h"},{"handler":"h",` + labels + `}]}`))
+			return err
+		},
+		"flow stage": func() error {
+			_, err := DecodeFlow([]byte(`{"id":"f","stages":[{"name":"A","handler":"h",` + labels + `}]}`))
+			return err
+		},
+	}
+	for name, decode := range decoders {
+		err := decode()
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "labels[a]: must be a string, got null") {
+			t.Errorf("%s: err = %v, want invalid labels[a]", name, err)
+		}
+	}
+	// A null labels object is still no labels, and string values are kept.
+	for body, want := range map[string]int{`{"handler":"h","labels":null}`: 0, `{"handler":"h","labels":{"a":"","b":"y"}}`: 2} {
+		s, err := DecodeSubmit([]byte(body))
+		if err != nil || len(s.Labels) != want {
+			t.Errorf("%s: labels %v, err %v; want %d labels", body, s.Labels, err, want)
+		}
 	}
 }
