@@ -81,21 +81,34 @@ func printDevBanner(cfg sidecar.Config) {
 	sock, _ := filepath.Abs(cfg.Socket)
 	data, _ := filepath.Abs(cfg.DataDir)
 	fmt.Fprintf(os.Stdout, `ax dev is ready (one node, leader).
-  socket:    %s
-  data dir:  %s
-  executors: %s
+  socket:    %[1]s
+  data dir:  %[2]s
+  executors: %[3]s
 
 Schedule a task in 5 seconds:
-  curl -s --unix-socket %s -X POST http://ax/v1/tasks \
+  curl -s --unix-socket %[1]s -X POST http://ax/v1/tasks \
     -d '{"id":"order|42","handler":"order.timeout","delay":"5s","payload":{"order_id":42}}'
 Look at it:
-  curl -s --unix-socket %s http://ax/v1/tasks/order%%7C42
+  curl -s --unix-socket %[1]s http://ax/v1/tasks/order%%7C42
 To receive callbacks, an executor registers itself (the Go and Python
 clients do: POST /v1/executors), or start one and pass it at start-up:
-  ax echo-executor --listen unix:///tmp/app.sock &
-  ax dev --executor '*=unix:///tmp/app.sock'
+  %[4]s echo-executor --listen unix:///tmp/app.sock &
+  %[4]s dev --executor '*=unix:///tmp/app.sock'
 Stop with Ctrl-C.
-`, sock, data, executorsText(cfg), sock, sock)
+`, sock, data, executorsText(cfg), selfCommand(os.Args[0]))
+}
+
+// selfCommand is how the banner's examples start ax again: "go run
+// ./cmd/ax" when this process is a binary `go run` built (in a
+// go-build<digits> directory under the temporary directory, removed when it
+// exits: the README's first command), else "ax".
+func selfCommand(arg0 string) string {
+	for _, dir := range strings.Split(filepath.ToSlash(filepath.Dir(arg0)), "/") {
+		if n, ok := strings.CutPrefix(dir, "go-build"); ok && n != "" && strings.Trim(n, "0123456789") == "" {
+			return "go run ./cmd/ax"
+		}
+	}
+	return "ax"
 }
 
 func executorsText(cfg sidecar.Config) string {

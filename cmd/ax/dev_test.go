@@ -41,3 +41,20 @@ func TestDevTakesEverySidecarFlag(t *testing.T) {
 		t.Fatalf("walked %d sidecar flags: the walk is broken", n)
 	}
 }
+
+// The banner's examples start ax the way this process was started: under
+// `go run` (the README's first command) there is no ax binary to run.
+func TestSelfCommand(t *testing.T) {
+	for arg0, want := range map[string]string{
+		"/tmp/go-build1580126829/b001/exe/ax":     "go run ./cmd/ax",
+		"/var/folders/x/T/go-build42/b001/exe/ax": "go run ./cmd/ax",
+		"/usr/local/bin/ax":                       "ax",
+		"ax":                                      "ax",
+		"./ax":                                    "ax",
+		"/home/me/go-builder/ax":                  "ax",
+	} {
+		if got := selfCommand(arg0); got != want {
+			t.Errorf("selfCommand(%q) = %q, want %q", arg0, got, want)
+		}
+	}
+}
