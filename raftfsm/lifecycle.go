@@ -186,6 +186,28 @@ func Prepare(c *Command, now time.Time, in LeaderInputs) Prepared {
 	return Prepared{}
 }
 
+// ReadsStore reports whether Prepare of c decides from what the leader
+// read of its own store (LeaderInputs.Task, LeaderInputs.Flow): a Complete
+// (its task; its flow for a stage task) and a Cancel of a flow's stage
+// task (the flow). Such a command prepared from a store that has not yet
+// applied every committed entry may decide from a stale read (a new
+// leader still applying its log: the next run of a recurring task or a
+// cron flow), so the leader's proposer holds it until this node has
+// caught up with its term (raftstore.ProposerConfig.CaughtUp).
+func ReadsStore(c *Command) bool {
+	switch c.Type {
+	case CmdComplete:
+		return true
+	case CmdCancel:
+		if c.Cancel == nil {
+			return false
+		}
+		_, ok := FlowOfTask(c.Cancel.ID)
+		return ok
+	}
+	return false
+}
+
 // SubmitDue returns when a submit of spec at now is due, not rounded; ok
 // is false for a recurring task with neither a start time nor a delay,
 // whose first run is its schedule's first slot after now.

@@ -97,6 +97,13 @@ func (a schedRaft) Barrier(timeout time.Duration) error {
 	return a.n.raft.Barrier(timeout).Error()
 }
 
+func (a schedRaft) CurrentTerm() uint64 {
+	if a.n.raft == nil {
+		return 0
+	}
+	return a.n.raft.CurrentTerm()
+}
+
 func (a schedRaft) CommitIndex() uint64 {
 	if a.n.raft == nil {
 		return 0

@@ -238,3 +238,46 @@ func TestEveryOffTheMillisecondGridDoesNotDrift(t *testing.T) {
 		}
 	}
 }
+
+// raftfsm.ReadsStore names the commands the leader's proposer holds until
+// this node has caught up with its term (Scheduler.CaughtUp), because
+// their Prepare reads the store: it must name every command whose
+// Prepare reads a task or a flow here, or a new leader still applying
+// its log decides that command from a stale read (a recurring task's or
+// a cron flow's next run: none, and the schedule ends).
+func TestReadsStoreNamesEveryCommandPrepareReadsTheStoreFor(t *testing.T) {
+	var reads []string
+	p := NewPreparer(PrepareConfig{LeaseGrace: time.Second, ProbeMin: probeMin, ProbeMax: probeMax, Log: zerolog.Nop(),
+		Task: func(id string) *raftfsm.Task { reads = append(reads, "task "+id); return nil },
+		Flow: func(id string) *raftfsm.Flow { reads = append(reads, "flow "+id); return nil }})
+	stage := raftfsm.FlowStageID("f", 1, "A")
+	shard := raftfsm.ShardID(stage, 1, 0)
+	cmds := []raftfsm.Command{
+		{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{ID: "a", Spec: raftfsm.Spec{Handler: "h"}}},
+		{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{ID: stage, Spec: raftfsm.Spec{Handler: "h"}}},
+		{Type: raftfsm.CmdCancel, Cancel: &raftfsm.Cancel{ID: "a"}},
+		{Type: raftfsm.CmdCancel, Cancel: &raftfsm.Cancel{ID: stage}},
+		{Type: raftfsm.CmdCancel, Cancel: &raftfsm.Cancel{ID: shard}},
+		{Type: raftfsm.CmdFire, Fire: &raftfsm.Fire{ID: stage, Attempt: 1}},
+		{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{ID: "a", Attempt: 1, Outcome: raftfsm.OutcomeSuccess}},
+		{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{ID: stage, Attempt: 1, Outcome: raftfsm.OutcomeRetryable}},
+		{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{ID: shard, Attempt: 1, Outcome: raftfsm.OutcomeBusy}},
+		{Type: raftfsm.CmdNode, Node: &raftfsm.Node{ID: "n"}},
+		{Type: raftfsm.CmdExecutor, Executor: &raftfsm.ExecutorChange{Node: "n"}},
+		{Type: raftfsm.CmdRetry, Retry: &raftfsm.Retry{ID: stage}},
+		{Type: raftfsm.CmdLease, Lease: &raftfsm.Lease{ID: stage, Attempt: 1}},
+		{Type: raftfsm.CmdPurge, Purge: &raftfsm.Purge{}},
+		{Type: raftfsm.CmdPause, Pause: &raftfsm.Pause{ID: stage, Paused: true}},
+		{Type: raftfsm.CmdFlow, Flow: &raftfsm.FlowSubmit{ID: "f", Cancel: true}},
+		{Type: raftfsm.CmdAlertDone, AlertDone: &raftfsm.AlertDone{Seq: 1}},
+	}
+	now := time.UnixMilli(1_700_000_000_000)
+	for i := range cmds {
+		c := &cmds[i]
+		reads = nil
+		p.Prepare(c, now)
+		if got := raftfsm.ReadsStore(c); got != (len(reads) > 0) {
+			t.Errorf("command %d (type %d): Prepare read %v, ReadsStore %v", i, c.Type, reads, got)
+		}
+	}
+}

@@ -85,6 +85,8 @@ type Raft interface {
 	// Barrier blocks until every entry of earlier terms is applied, at
 	// most timeout.
 	Barrier(timeout time.Duration) error
+	// CurrentTerm is the Raft term this node is in.
+	CurrentTerm() uint64
 	// CommitIndex is the leader's commit index.
 	CommitIndex() uint64
 }
@@ -259,6 +261,12 @@ type Scheduler struct {
 	// a copy of the task without payload; it must not call back into the
 	// scheduler. Nil: nothing is ever paused.
 	paused func(t *raftfsm.Task) bool
+	// caught is CaughtUp's channel: open from New and after every Stop,
+	// closed once a term's barrier has returned (caughtClosed), in the
+	// Raft term caughtTerm (read before that barrier).
+	caught       chan struct{}
+	caughtTerm   uint64
+	caughtClosed bool
 	// dispatches counts drains, storeReads the due tasks the fire path
 	// read (from the store, or their kept copy; once per due run: parked
 	// runs are not re-read), copyReads those of them that were copies.
@@ -278,7 +286,7 @@ func New(cfg Config, d Deps) *Scheduler {
 		queues: map[string]*handlerQueue{}, parkedIDs: map[string]string{}, dirty: map[string]bool{}, wakeCh: make(chan struct{}, 1),
 		pending: map[string]pendingFire{}, pendingBy: map[string]int{}, transit: map[string]map[string]int{}, transitTotal: map[string]int{},
 		since: map[string]map[string]int{}, sinceTotal: map[string]int{},
-		execLoads: map[string][]ExecutorLoad{}, reading: map[string]*readMark{}}
+		execLoads: map[string][]ExecutorLoad{}, reading: map[string]*readMark{}, caught: make(chan struct{})}
 	l.breakers = l.newBreakers()
 	l.setPauses(d.Pauses)
 	return l
@@ -293,9 +301,10 @@ func (l *Scheduler) setPauses(p *Pauses) {
 	}
 }
 
-// Start begins leading: it waits for the barrier, arms timers from the
-// store and runs them until Stop (or ctx ends). Events that arrive while
-// it loads are armed too (arming is idempotent). It returns at once.
+// Start begins leading: it waits for the barrier (and then closes
+// CaughtUp's channel), arms timers from the store and runs them until
+// Stop (or ctx ends). Events that arrive while it loads are armed too
+// (arming is idempotent). It returns at once.
 func (l *Scheduler) Start(parent context.Context) {
 	l.mu.Lock()
 	if l.timers != nil {
@@ -321,12 +330,18 @@ func (l *Scheduler) Start(parent context.Context) {
 		defer func() { <-dispatched }()
 		// Barrier: every entry of earlier terms is applied before we read
 		// the store, so the scan sees all committed tasks.
+		var term uint64
 		if l.raft != nil {
+			// The term is read before the barrier: a barrier that passes in
+			// a later term (leadership lost and won again meanwhile) is
+			// then taken for this one's, and CaughtUp opens again.
+			term = l.raft.CurrentTerm()
 			if err := l.raft.Barrier(barrierTimeout); err != nil {
 				l.log.Warn().Err(err).Msg("barrier after election failed; not firing")
 				return
 			}
 		}
+		l.caughtUp(timers, term)
 		waiting, err := l.loadWindow(timers)
 		running := 0
 		if err == nil {
@@ -362,6 +377,9 @@ func (l *Scheduler) Stop() {
 		l.jumps += l.timers.Stats().ClockJumps
 	}
 	l.timers, l.cancel, l.done, l.loaded = nil, nil, nil, false
+	if l.caughtClosed {
+		l.caught, l.caughtClosed = make(chan struct{}), false
+	}
 	clear(l.due)
 	clear(l.dueByHandler)
 	// Their outcomes will commit in another term, if at all: abandon
@@ -392,6 +410,42 @@ func (l *Scheduler) Stop() {
 		cancel()
 		<-done
 	}
+}
+
+// CaughtUp returns a channel that is closed while this node, as leader of
+// its current Raft term, has applied every entry committed before the
+// term: its barrier after the election has returned (Start). It is open
+// before the first Start, from each Stop until the next term's barrier
+// returns, for good in a term whose barrier failed, and as soon as Raft
+// is in another term than the one the barrier passed in (a lost and won
+// again leadership whose Stop and Start are still on their way). The
+// leader's proposer holds the commands whose Prepare reads the store
+// until it is closed (raftstore.ProposerConfig.CaughtUp). A channel taken
+// while open is the one the next barrier to pass closes. Safe for
+// concurrent use; it allocates only when it opens a new channel.
+func (l *Scheduler) CaughtUp() <-chan struct{} {
+	var term uint64
+	if l.raft != nil {
+		term = l.raft.CurrentTerm()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.caughtClosed && l.raft != nil && term != l.caughtTerm {
+		l.caught, l.caughtClosed = make(chan struct{}), false
+	}
+	return l.caught
+}
+
+// caughtUp closes CaughtUp's channel for the term read before its
+// barrier, unless the term of timers was stopped meanwhile.
+func (l *Scheduler) caughtUp(timers *engine.Timers, term uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.timers != timers || l.caughtClosed {
+		return
+	}
+	close(l.caught)
+	l.caughtClosed, l.caughtTerm = true, term
 }
 
 func (l *Scheduler) currentTimers() *engine.Timers {

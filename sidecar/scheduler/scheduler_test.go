@@ -11,17 +11,27 @@ import (
 	"github.com/axsched/ax/raftfsm"
 )
 
-// fakeRaft counts barriers; its commit index is 0 (no catch-up check).
-type fakeRaft struct{ barriers atomic.Int32 }
+// fakeRaft counts barriers; its commit index is 0 (no catch-up check),
+// its term term.
+type fakeRaft struct {
+	barriers atomic.Int32
+	term     atomic.Uint64
+}
 
 func (f *fakeRaft) Barrier(time.Duration) error { f.barriers.Add(1); return nil }
 func (f *fakeRaft) CommitIndex() uint64         { return 0 }
+func (f *fakeRaft) CurrentTerm() uint64         { return f.term.Load() }
 
-// blockingRaft's barrier waits until release is closed.
-type blockingRaft struct{ release chan struct{} }
+// blockingRaft's barrier waits until release is closed, then answers err.
+type blockingRaft struct {
+	release chan struct{}
+	err     error
+	term    atomic.Uint64
+}
 
-func (f *blockingRaft) Barrier(time.Duration) error { <-f.release; return nil }
+func (f *blockingRaft) Barrier(time.Duration) error { <-f.release; return f.err }
 func (f *blockingRaft) CommitIndex() uint64         { return 0 }
+func (f *blockingRaft) CurrentTerm() uint64         { return f.term.Load() }
 
 // Leading is what the API's readiness and strong reads trust to mean
 // "every entry of earlier terms is applied": it is false from Start until
@@ -50,6 +60,102 @@ func TestLeadingOnlyAfterTheBarrier(t *testing.T) {
 	if e.l.Leading() {
 		t.Fatal("leading after Stop")
 	}
+}
+
+// CaughtUp is what the leader's proposer holds a Complete (whose Prepare
+// reads the task and its flow from the store) on, so that a new leader
+// still applying the entries it was elected with does not decide a
+// recurring task's next run from a stale read. It must be closed only
+// while this node's barrier of its current term has returned: open
+// before the first term, from Start until the barrier returns, after
+// Stop, in a term whose barrier failed, and once Raft is in another term
+// than the barrier's (before the node's Stop and Start for it); a
+// channel taken while open is the one the next passing barrier closes.
+func TestCaughtUpOnlyAfterTheTermsBarrier(t *testing.T) {
+	e := newParkEnv(t)
+	e.l.Stop() // the park env leads by hand; real terms start below
+	isClosed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	waitClosed := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: CaughtUp not closed within 10 s", what)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// A term whose barrier passes.
+	br := &blockingRaft{release: make(chan struct{})}
+	br.term.Store(3)
+	e.l.raft = br
+	held := e.l.CaughtUp()
+	if isClosed(held) {
+		t.Fatal("caught up before any term")
+	}
+	e.l.Start(ctx)
+	if isClosed(e.l.CaughtUp()) {
+		t.Fatal("caught up before the barrier returned")
+	}
+	close(br.release)
+	waitClosed(held, "a channel taken before Start, after the barrier")
+	if !isClosed(e.l.CaughtUp()) {
+		t.Fatal("CaughtUp open after the barrier, in the barrier's term")
+	}
+	e.l.Stop()
+	after := e.l.CaughtUp()
+	if isClosed(after) {
+		t.Fatal("caught up after Stop")
+	}
+
+	// A term whose barrier fails (leadership lost, or the barrier timed
+	// out): never caught up in it.
+	failing := &blockingRaft{release: make(chan struct{}), err: errNotLeader}
+	close(failing.release)
+	failing.term.Store(4)
+	e.l.raft = failing
+	fctx, fcancel := context.WithCancel(ctx)
+	e.l.Start(fctx)
+	e.l.mu.Lock()
+	done := e.l.done
+	e.l.mu.Unlock()
+	fcancel() // the term's goroutine ends after its barrier; the term is not stopped
+	<-done
+	if isClosed(after) {
+		t.Fatal("caught up after a failed barrier")
+	}
+	e.l.Stop()
+	if e.l.CaughtUp() != after {
+		t.Fatal("Stop replaced an open channel: a waiter on it would not hear the next barrier")
+	}
+
+	// Raft moves on to another term before the node's Stop: CaughtUp is
+	// open at once, and the next term's barrier closes what was taken.
+	fr := &fakeRaft{}
+	fr.term.Store(5)
+	e.l.raft = fr
+	e.l.Start(ctx)
+	waitClosed(after, "a channel taken in an earlier term, after the barrier of the next one")
+	fr.term.Store(7) // lost in 6, won again in 7; the term of 5 is not stopped yet
+	moved := e.l.CaughtUp()
+	if isClosed(moved) {
+		t.Fatal("caught up in term 7 on the strength of term 5's barrier")
+	}
+	e.l.Stop()
+	e.l.Start(ctx)
+	waitClosed(moved, "term 7's channel after term 7's barrier")
+	if fr.barriers.Load() != 2 {
+		t.Fatalf("%d barriers, want 2", fr.barriers.Load())
+	}
+	e.l.Stop()
 }
 
 // A term: Start passes the barrier, arms the due timers inside the load
