@@ -38,12 +38,17 @@ func (n *Node) storeConfig() raftstore.Config {
 
 // newGroupCommit returns the proposer of n.raft: its commands are
 // prepared by n.prep (scheduler.Preparer) and admitted against the
-// leader's backlog. n.raft, n.prep and n.leader must be set.
+// leader's backlog; those whose Prepare reads the store wait until this
+// leader's barrier of its term has returned (n.leader's CaughtUp). n.raft
+// and n.prep must be set, n.leader before the first proposal (it is made
+// after the proposer, which it proposes through).
 func newGroupCommit(n *Node) *raftstore.Proposer {
 	cfg := raftstore.ProposerConfig{
 		Raft: n.raft, Guard: n.storage, Prepare: n.prep.Prepare, Weight: cmdWeight,
 		Backlog: leaderBacklog{n}, Task: n.prep.Task, Flow: n.prep.Flow,
+		CaughtUp:         func() <-chan struct{} { return n.leader.CaughtUp() },
 		MaxBatchCommands: n.cfg.MaxBatchCommands, BacklogLimit: n.cfg.BacklogLimit, Clock: n.clock,
+		Log: n.log,
 	}
 	if n.cfg.BootstrapExpect == 1 && len(n.cfg.Join) == 0 {
 		// A single node: its entries cost little each and its rate is

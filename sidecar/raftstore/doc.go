@@ -24,7 +24,9 @@
 //     that concurrent proposals gather (on a single node: those that
 //     arrive while the Raft log is written, logwriting.go), admits submits against the
 //     handler's backlog, holds proposals while storage is unavailable,
-//     and waits for the commit.
+//     holds those whose Prepare reads the store until the node has caught
+//     up with its term (ProposerConfig.CaughtUp), and waits for the
+//     commit.
 //   - Peer routing (peerroute.go): --peer-route overrides of the
 //     addresses this node dials, for the Raft transport and the peer API;
 //     the transport runs over Config.Stream's stream layer when set (the
@@ -50,7 +52,8 @@
 // sub-packages. What it needs from the rest of the node it asks through
 // its own small interfaces and config structs: Backlog (the leader's
 // count of due runs, for admission), ProposerConfig.Prepare (the leader's
-// decisions on a command), ProposerConfig.Weight; sidecar adapts them in
+// decisions on a command), ProposerConfig.CaughtUp (the barrier after an
+// election has returned), ProposerConfig.Weight; sidecar adapts them in
 // sidecar/wire_raftstore.go.
 //
 // # Time

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/raftfsm"
@@ -27,6 +28,18 @@ const (
 	maxBatchBytes = 4 << 20
 	// applyTimeout bounds how long one entry may wait to be enqueued by raft.
 	applyTimeout = 10 * time.Second
+	// caughtUpWait bounds how long a proposal whose Prepare reads the
+	// store waits for ProposerConfig.CaughtUp (the barrier after an
+	// election normally returns within one commit and the apply of what
+	// the new leader had not applied yet); then it goes, prepared from
+	// what the store holds, as before the wait existed. Half the peer
+	// API's request timeout (peerapi.Timeout, 10 s) and of the
+	// scheduler's barrier timeout: a Complete forwarded to a leader whose
+	// barrier is slow is still answered rather than timed out.
+	caughtUpWait = 5 * time.Second
+	// caughtUpLogEvery spaces the warnings about proposals that went
+	// after caughtUpWait (one per interval, with the count so far).
+	caughtUpLogEvery = 10 * time.Second
 )
 
 type proposal struct {
@@ -100,10 +113,24 @@ type ProposerConfig struct {
 	// the group commit's bound an entry waits for the one in flight
 	// anyway.
 	LogWrites LogWrites
+	// CaughtUp, when set, returns a channel that is closed while this
+	// node, as leader of its current term, has applied every entry
+	// committed before the term (scheduler.Scheduler.CaughtUp: the
+	// barrier after the election has returned). Prepare of some commands
+	// reads this node's store (raftfsm.ReadsStore: a Complete, a Cancel
+	// of a flow's stage task), and a new leader's store may still lack
+	// entries of earlier terms: a proposal holding such a command waits
+	// for the channel before it is queued or built into an entry, at
+	// most caughtUpWait, or until its ctx ends (Propose then returns
+	// ctx's error). Other proposals do not wait. nil: none waits.
+	CaughtUp func() <-chan struct{}
 	// BacklogLimit is Config.BacklogLimit; 0 or less: no admission check.
 	BacklogLimit int
 	Clock        engine.Clock
 	Metrics      ProposerMetrics
+	// Log receives the warnings about proposals that went after
+	// caughtUpWait without CaughtUp; the zero Logger drops them.
+	Log zerolog.Logger
 }
 
 // LogWrites is what the proposer needs of LogWriting.
@@ -120,8 +147,9 @@ type LogWrites interface {
 // of submits, fires and completions costs few entries and log writes. A
 // caller that finds the proposer idle and an entry free proposes on its
 // own goroutine (the direct path). Before encoding an entry it lets
-// ProposerConfig.Prepare fill in what only the leader decides. Create it
-// with NewProposer and start Run.
+// ProposerConfig.Prepare fill in what only the leader decides; a
+// proposal whose Prepare reads the store first waits for
+// ProposerConfig.CaughtUp. Create it with NewProposer and start Run.
 type Proposer struct {
 	cfg ProposerConfig
 	ch  chan *proposal
@@ -131,6 +159,10 @@ type Proposer struct {
 	// running is set while Run builds and applies an entry, direct while
 	// a caller does (Propose's direct path).
 	running, direct atomic.Bool
+	// late counts the proposals that went after caughtUpWait without
+	// CaughtUp; lateLogged is when that was last logged (Clock, Unix ns).
+	late       atomic.Uint64
+	lateLogged atomic.Int64
 }
 
 // NewProposer returns a proposer; nil Weight counts one per command, nil
@@ -158,8 +190,10 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 // per command once the entry is committed and applied, ErrNotLeader when
 // this node does not lead, a *BacklogError when admission refuses a
 // submit (nothing of cmds is proposed), a *StorageUnavailableError when
-// this node's storage stayed unavailable until ctx ended, or raft's error
-// (raft.ErrLeadershipLost means the entry may or may not survive).
+// this node's storage stayed unavailable until ctx ended, ctx's error
+// when it ends while cmds wait for CaughtUp (nothing is proposed) or for
+// their entry, or raft's error (raft.ErrLeadershipLost means the entry
+// may or may not survive).
 func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftfsm.Result, error) {
 	if p.cfg.Raft.State() != raft.Leader {
 		return nil, ErrNotLeader
@@ -180,6 +214,12 @@ func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 	if err != nil {
 		return nil, err
 	}
+	// Held here, on the caller's goroutine, not where the entry is
+	// built: there it would hold Run, or the direct path and an entry's
+	// slot, and so every proposal behind it (submits, fires) too.
+	if err := p.awaitCaughtUp(ctx, cmds); err != nil {
+		return nil, err
+	}
 	pr := &proposal{cmds: cmds, done: make(chan proposalResult, 1), warnings: warnings}
 	if p.applyDirect(ctx, pr) {
 		r := <-pr.done
@@ -196,6 +236,52 @@ func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// awaitCaughtUp returns once this node has caught up with its term
+// (ProposerConfig.CaughtUp's channel is closed), at once when CaughtUp is
+// not set or no command of cmds reads the store in Prepare
+// (raftfsm.ReadsStore); after caughtUpWait it returns nil all the same
+// (cmds are then prepared from what the store holds, as before the wait
+// existed; counted and logged), and it returns ctx's error when ctx ends
+// first. The channel is taken once: an open one is the one the next
+// barrier to pass closes (Scheduler.CaughtUp).
+func (p *Proposer) awaitCaughtUp(ctx context.Context, cmds []raftfsm.Command) error {
+	if p.cfg.CaughtUp == nil || !readsStore(cmds) {
+		return nil
+	}
+	ch := p.cfg.CaughtUp()
+	select {
+	case <-ch:
+		return nil
+	default:
+	}
+	t := p.cfg.Clock.NewTimer(caughtUpWait)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+	}
+	n := p.late.Add(1)
+	now := p.cfg.Clock.Now().UnixNano()
+	if last := p.lateLogged.Load(); (last == 0 || now-last >= int64(caughtUpLogEvery)) && p.lateLogged.CompareAndSwap(last, now) {
+		p.cfg.Log.Warn().Dur("waited", caughtUpWait).Uint64("total", n).
+			Msg("proposing a complete or cancel before this leader has applied the entries of earlier terms (its barrier has not returned): it is prepared from what the store holds")
+	}
+	return nil
+}
+
+// readsStore reports whether a command of cmds reads the store in Prepare.
+func readsStore(cmds []raftfsm.Command) bool {
+	for i := range cmds {
+		if raftfsm.ReadsStore(&cmds[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // applyDirect builds and applies pr's entry on the caller's goroutine when

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -342,5 +343,130 @@ func TestProposerDirectCallerWaitsOnItsOwn(t *testing.T) {
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("first caller after its ctx ended: %v, want context.Canceled", err)
+	}
+}
+
+// A Complete's Prepare reads the task (and a stage task's flow) from this
+// node's store, which on a new leader may still lack entries of earlier
+// terms: with it a successful run of a recurring task that the store has
+// not seen yet (its Submit, or its Fire, not applied) decided no next run,
+// and the schedule ended for good. So the proposer holds a proposal with
+// such a command until CaughtUp's channel is closed (the barrier after
+// the election has returned), at most caughtUpWait, or until its ctx
+// ends; a proposal without one (a submit) goes at once, also while a
+// Complete waits.
+func TestProposerHoldsStoreReadsUntilCaughtUp(t *testing.T) {
+	r := &fakeRaft{state: raft.Leader, entries: make(chan []raftfsm.Command, 8)}
+	clock := engine.NewFakeClock(time.UnixMilli(1_700_000_000_000))
+	var mu sync.Mutex
+	var prepared []raftfsm.CommandType
+	caught := make(chan struct{})
+	p := NewProposer(ProposerConfig{Raft: r, Clock: clock,
+		Prepare: func(c *raftfsm.Command, _ time.Time) {
+			mu.Lock()
+			prepared = append(prepared, c.Type)
+			mu.Unlock()
+		},
+		CaughtUp: func() <-chan struct{} {
+			mu.Lock()
+			defer mu.Unlock()
+			return caught
+		}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	preparedSoFar := func() []raftfsm.CommandType {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]raftfsm.CommandType(nil), prepared...)
+	}
+	complete := func(id string) []raftfsm.Command {
+		return []raftfsm.Command{{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{ID: id, Attempt: 1, Outcome: raftfsm.OutcomeSuccess}}}
+	}
+	propose := func(ctx context.Context, cmds []raftfsm.Command) <-chan error {
+		errc := make(chan error, 1)
+		go func() {
+			_, err := p.Propose(ctx, cmds)
+			errc <- err
+		}()
+		return errc
+	}
+	wait := func(errc <-chan error, what string) error {
+		t.Helper()
+		select {
+		case err := <-errc:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: Propose did not return within 10 s", what)
+			return nil
+		}
+	}
+
+	waiting := func(what string) { // the Complete waits on the bound's timer
+		t.Helper()
+		bctx, bcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer bcancel()
+		if clock.BlockUntilContext(bctx, 1) != nil {
+			t.Fatalf("%s: the Complete is not waiting for CaughtUp", what)
+		}
+	}
+
+	// Held until the channel closes; a submit meanwhile goes at once.
+	held := propose(ctx, complete("a"))
+	waiting("before CaughtUp")
+	submit := []raftfsm.Command{{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{ID: "s", Spec: raftfsm.Spec{Handler: "h"}}}}
+	if err := wait(propose(ctx, submit), "submit while a Complete waits"); err != nil {
+		t.Fatalf("submit while a Complete waits: %v", err)
+	}
+	if e := <-r.entries; len(e) != 1 || e[0].Type != raftfsm.CmdSubmit {
+		t.Fatalf("entry %v, want the submit alone", e)
+	}
+	if got := preparedSoFar(); len(got) != 1 || got[0] != raftfsm.CmdSubmit || len(r.entries) != 0 || clock.Armed() != 1 {
+		t.Fatalf("before CaughtUp: prepared %v, %d more entries, %d timers; want the submit only, the Complete still waiting", got, len(r.entries), clock.Armed())
+	}
+	close(caught)
+	if err := wait(held, "Complete after CaughtUp"); err != nil {
+		t.Fatalf("Complete after CaughtUp: %v", err)
+	}
+	if e := <-r.entries; len(e) != 1 || e[0].Type != raftfsm.CmdComplete {
+		t.Fatalf("entry %v, want the Complete", e)
+	}
+	if got := preparedSoFar(); len(got) != 2 || got[1] != raftfsm.CmdComplete {
+		t.Fatalf("prepared %v, want the Complete after the submit", got)
+	}
+	// Caught up: no wait, no timer.
+	if err := wait(propose(ctx, complete("b")), "Complete once caught up"); err != nil || clock.Armed() != 0 {
+		t.Fatalf("Complete once caught up: %v, %d timers armed", err, clock.Armed())
+	}
+	<-r.entries
+
+	// A new term: open again. After caughtUpWait it goes all the same.
+	mu.Lock()
+	caught = make(chan struct{})
+	mu.Unlock()
+	late := propose(ctx, complete("c"))
+	waiting("in a new term")
+	clock.Advance(caughtUpWait - time.Millisecond)
+	if clock.Armed() != 1 || len(r.entries) != 0 {
+		t.Fatalf("before caughtUpWait: %d timers, %d entries; want the Complete still waiting", clock.Armed(), len(r.entries))
+	}
+	clock.Advance(time.Millisecond)
+	if err := wait(late, "Complete after caughtUpWait"); err != nil {
+		t.Fatalf("Complete after caughtUpWait: %v", err)
+	}
+	if e := <-r.entries; len(e) != 1 || e[0].Complete.ID != "c" || p.late.Load() != 1 {
+		t.Fatalf("entry %v, %d late; want c's Complete, counted late", e, p.late.Load())
+	}
+
+	// The caller's ctx ends first: its error, nothing proposed.
+	cctx, ccancel := context.WithCancel(ctx)
+	gone := propose(cctx, complete("d"))
+	waiting("before its ctx ends")
+	ccancel()
+	if err := wait(gone, "Complete whose ctx ends"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Complete whose ctx ends while it waits: %v, want context.Canceled", err)
+	}
+	if got := preparedSoFar(); len(got) != 4 || len(r.entries) != 0 {
+		t.Fatalf("after ctx ended: prepared %v, %d entries; want nothing more", got, len(r.entries))
 	}
 }

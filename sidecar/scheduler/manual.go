@@ -13,12 +13,18 @@ import (
 
 // LeadManually begins a term without the barrier, the store scan and the
 // timers' goroutine: timers (which the caller never runs) take the arming,
-// and every WAITING task is inside the load window.
+// every WAITING task is inside the load window, and CaughtUp is closed
+// for Raft's current term (the caller's store has what it applied).
 func (l *Scheduler) LeadManually(timers *engine.Timers) {
+	var term uint64
+	if l.raft != nil {
+		term = l.raft.CurrentTerm()
+	}
 	l.mu.Lock()
 	l.timers, l.loaded = timers, true
 	l.mu.Unlock()
 	l.horizonMs.Store(math.MaxInt64)
+	l.caughtUp(timers, term)
 }
 
 // FireDue does what the timers do when the due timers of ids expire: it
