@@ -267,6 +267,11 @@ type Scheduler struct {
 	caught       chan struct{}
 	caughtTerm   uint64
 	caughtClosed bool
+	// caughtFast is caughtTerm+1 while caught is closed (0 otherwise),
+	// so that CaughtUp answers the common case, a leader long caught up,
+	// without the scheduler's mutex (it is asked once per proposal of a
+	// Complete).
+	caughtFast atomic.Uint64
 	// dispatches counts drains, storeReads the due tasks the fire path
 	// read (from the store, or their kept copy; once per due run: parked
 	// runs are not re-read), copyReads those of them that were copies.
@@ -379,6 +384,7 @@ func (l *Scheduler) Stop() {
 	l.timers, l.cancel, l.done, l.loaded = nil, nil, nil, false
 	if l.caughtClosed {
 		l.caught, l.caughtClosed = make(chan struct{}), false
+		l.caughtFast.Store(0)
 	}
 	clear(l.due)
 	clear(l.dueByHandler)
@@ -428,13 +434,21 @@ func (l *Scheduler) CaughtUp() <-chan struct{} {
 	if l.raft != nil {
 		term = l.raft.CurrentTerm()
 	}
+	if f := l.caughtFast.Load(); f != 0 && f-1 == term {
+		return closedChan
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.caughtClosed && l.raft != nil && term != l.caughtTerm {
 		l.caught, l.caughtClosed = make(chan struct{}), false
+		l.caughtFast.Store(0)
 	}
 	return l.caught
 }
+
+// closedChan is what CaughtUp returns while caught up (any closed
+// channel would do).
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // caughtUp closes CaughtUp's channel for the term read before its
 // barrier, unless the term of timers was stopped meanwhile.
@@ -446,6 +460,7 @@ func (l *Scheduler) caughtUp(timers *engine.Timers, term uint64) {
 	}
 	close(l.caught)
 	l.caughtClosed, l.caughtTerm = true, term
+	l.caughtFast.Store(term + 1)
 }
 
 func (l *Scheduler) currentTimers() *engine.Timers {
