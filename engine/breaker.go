@@ -273,8 +273,13 @@ type BreakerAttempt struct {
 	br     *breaker
 	report func(error)
 	at     time.Time // when it was allowed, by the Breakers' clock
+	probe  bool      // let through half-open: the one probe
 	ended  bool      // guarded by br.gate
 }
+
+// Probe reports whether the attempt was let through while the circuit was
+// half-open: it is the single probe whose outcome closes or reopens it.
+func (a *BreakerAttempt) Probe() bool { return a.probe }
 
 // AllowAttempt is [Breakers.Allow] returning the attempt itself, which
 // can also be abandoned: an attempt whose outcome will never be known
@@ -312,7 +317,7 @@ func (b *Breakers) AllowAttempt(handler string) (*BreakerAttempt, error) {
 	}
 	a := &BreakerAttempt{b: b, br: br, report: report, at: now}
 	if br.cb.State() == gobreaker.StateHalfOpen {
-		br.probe = a
+		br.probe, a.probe = a, true
 	}
 	return a, nil
 }
@@ -397,17 +402,35 @@ func (b *Breakers) Snapshot() []BreakerStatus {
 	b.mu.Unlock()
 	out := make([]BreakerStatus, 0, len(all))
 	for _, br := range all {
-		st := BreakerStatus{Handler: br.handler, State: b.state(br)}
-		br.gate.Lock()
-		st.ConsecutiveFailures = int(br.cb.Counts().ConsecutiveFailures)
-		if st.State == BreakerOpen && br.cooling {
-			st.OpenUntil = br.openedAt.Add(b.opts.CoolDown)
-		}
-		b.unlock(br)
-		out = append(out, st)
+		out = append(out, b.status(br))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Handler < out[j].Handler })
 	return out
+}
+
+// Status returns handler's status (closed, with no failures, for a
+// handler never seen): while it is open, OpenUntil is when its cool-down
+// ends and the probe may go.
+func (b *Breakers) Status(handler string) BreakerStatus {
+	b.mu.Lock()
+	br := b.m[handler]
+	b.mu.Unlock()
+	if br == nil {
+		return BreakerStatus{Handler: handler, State: BreakerClosed}
+	}
+	return b.status(br)
+}
+
+// status returns br's status.
+func (b *Breakers) status(br *breaker) BreakerStatus {
+	st := BreakerStatus{Handler: br.handler, State: b.state(br)}
+	br.gate.Lock()
+	st.ConsecutiveFailures = int(br.cb.Counts().ConsecutiveFailures)
+	if st.State == BreakerOpen && br.cooling {
+		st.OpenUntil = br.openedAt.Add(b.opts.CoolDown)
+	}
+	b.unlock(br)
+	return st
 }
 
 // Forget drops handler's breaker (a handler that was removed); a later

@@ -334,3 +334,38 @@ func TestBreakers_ProbeTimeout(t *testing.T) {
 		t.Errorf("negative ProbeTimeout: %v", err)
 	}
 }
+
+// Status tells one handler's state, and its cool-down's end while open;
+// Probe tells the half-open probe from the attempts of a closed circuit.
+func TestBreakers_StatusAndProbe(t *testing.T) {
+	b, clock, _ := newTestBreakers(t)
+	if st := b.Status("h"); st.State != BreakerClosed || !st.OpenUntil.IsZero() || st.Handler != "h" {
+		t.Fatalf("status of an unseen handler %+v, want closed", st)
+	}
+	a, err := b.AllowAttempt("h")
+	if err != nil || a.Probe() {
+		t.Fatalf("closed: AllowAttempt %v, probe %v; want an attempt that is not the probe", err, a != nil && a.Probe())
+	}
+	a.Done(false)
+	if st := b.Status("h"); st.State != BreakerClosed || st.ConsecutiveFailures != 1 {
+		t.Fatalf("status %+v, want closed with 1 failure", st)
+	}
+	attempt(t, b, "h", false)
+	attempt(t, b, "h", false)
+	opened := clock.Now()
+	if st := b.Status("h"); st.State != BreakerOpen || !st.OpenUntil.Equal(opened.Add(10*time.Second)) {
+		t.Fatalf("status %+v, want open until %v", st, opened.Add(10*time.Second))
+	}
+	clock.Advance(10 * time.Second)
+	if st := b.Status("h"); st.State != BreakerHalfOpen || !st.OpenUntil.IsZero() {
+		t.Fatalf("status %+v after the cool-down, want half-open", st)
+	}
+	p, err := b.AllowAttempt("h")
+	if err != nil || !p.Probe() {
+		t.Fatalf("half-open: AllowAttempt %v; want the probe", err)
+	}
+	p.Done(true)
+	if a, err := b.AllowAttempt("h"); err != nil || a.Probe() {
+		t.Fatalf("closed again: AllowAttempt %v; want an attempt that is not the probe", err)
+	}
+}
