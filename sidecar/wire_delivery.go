@@ -23,6 +23,10 @@ func newDelivery(n *Node) *nodeDelivery {
 		Config: delivery.Config{
 			NodeID: n.cfg.NodeID, Concurrency: n.cfg.DeliveryConcurrency, MinConcurrency: n.cfg.DeliveryMinConcurrency,
 			LeaseGrace: n.cfg.LeaseGrace, MaxBatchCommands: n.cfg.MaxBatchCommands,
+			// The node's own breakers take the leader's settings
+			// (newScheduler), the probe timeout being the engine's
+			// default on both.
+			BreakerFailures: n.cfg.BreakerFailures, BreakerCoolDown: n.cfg.BreakerCoolDown,
 		},
 		Context:    n.ctx,
 		Proposer:   deliveryProposer{n},

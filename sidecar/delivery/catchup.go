@@ -65,7 +65,7 @@ func (d *Delivery) stillHere(ctx context.Context, t *raftfsm.Task, r *attemptRun
 			return false
 		case <-wait.Done():
 			if ctx.Err() == nil {
-				d.handBack(t, r) // draining: not started, hand it back
+				d.handBack(t, r) // draining, or its circuit opened here: not started, hand it back
 			}
 			return false
 		}

@@ -46,6 +46,7 @@ type Delivery struct {
 	catchUp  CatchUp // nil: no wait
 	caller   *callback.Caller
 	reports  *reportBatcher
+	circ     *circuits // this node's circuit breakers (breaker.go)
 
 	mu      sync.Mutex
 	running map[string]*attemptRun // task id → its attempt running here
@@ -96,6 +97,7 @@ type attemptRun struct {
 	epoch   uint64
 	run     int // raftfsm.Task.Run
 	attempt int
+	handler string
 	cancel  context.CancelCauseFunc
 	timeout time.Duration
 	// leaseMs is the attempt's lease as this node last knew it (Unix ms);
@@ -112,8 +114,10 @@ type attemptRun struct {
 	execName  string
 	// wait is the context the attempt waits in before its callback starts
 	// (for its due time, a slot, a probe): it also ends when the node
-	// begins to drain (drain.go).
-	wait context.Context
+	// begins to drain (drain.go), or when endWait is called (the
+	// handler's circuit opened here: wakeCircuit).
+	wait    context.Context
+	endWait func()
 	// behind is set when the attempt's Fire applied while this node was
 	// behind the leader (catchUpTarget), catchUpTo is the index it must
 	// then have applied before the callback (0: the first one known).
@@ -123,6 +127,10 @@ type attemptRun struct {
 	// before its callback started (OnEvent); pausedBack when the attempt
 	// was found paused and is to be handed back (pausedNow).
 	paused, pausedBack atomic.Bool
+	// circuitDueMs is set (Unix ms) when the attempt is to be handed back
+	// because its handler's circuit is open on this node (breaker.go):
+	// due again then.
+	circuitDueMs atomic.Int64
 }
 
 // is reports whether r is the attempt t is running (its epoch, run and
@@ -166,6 +174,7 @@ func New(deps Deps) *Delivery {
 		caller:  callback.NewCaller(callback.CallerOptions{MaxIdleConnsPerExecutor: idle, Clock: clock}),
 		running: map[string]*attemptRun{}, slots: map[string]*slot{}, queued: map[string]int{}, down: map[string]downState{},
 	}
+	d.circ = d.newCircuits(deps.Config)
 	for _, o := range deps.Orphans {
 		if d.orphans == nil {
 			d.orphans = map[attemptKey]struct{}{}
@@ -346,11 +355,12 @@ func (d *Delivery) abort(id string) {
 // Fire's; 0 for an attempt read from an installed snapshot).
 func (d *Delivery) start(t *raftfsm.Task, index uint64) {
 	ctx, cancel := context.WithCancelCause(d.ctx)
-	r := &attemptRun{epoch: t.Epoch, run: t.Run, attempt: t.Attempts, cancel: cancel, timeout: time.Duration(t.Spec.TimeoutNs), appliedAt: d.clock.Now()}
+	r := &attemptRun{epoch: t.Epoch, run: t.Run, attempt: t.Attempts, handler: t.Spec.Handler, cancel: cancel,
+		timeout: time.Duration(t.Spec.TimeoutNs), appliedAt: d.clock.Now()}
 	r.behind, r.catchUpTo = d.catchUpTarget(index)
 	r.leaseMs.Store(t.LeaseMs)
-	wctx, wstop := d.waitContext(ctx)
-	r.wait = wctx
+	wctx, wend, wstop := d.waitContext(ctx)
+	r.wait, r.endWait = wctx, wend
 	d.mu.Lock()
 	if d.stopped {
 		d.mu.Unlock()
@@ -517,6 +527,11 @@ func (d *Delivery) markUp(x *raftfsm.Executor) {
 // tried is false when x was found unavailable (markDown) once the slot
 // was granted: no callback was started, and out is OutcomeUnavailable.
 func (d *Delivery) deliver(ctx context.Context, t *raftfsm.Task, r *attemptRun, x *raftfsm.Executor) (out callback.Outcome, ok, tried bool) {
+	if d.circuitOpen(t, r) {
+		// The handler's circuit is open on this node: back to the
+		// leader without queueing for a slot (run hands it back).
+		return callback.Outcome{}, false, false
+	}
 	sl := d.slot(x)
 	d.queue(t.Spec.Handler, 1)
 	wctx := r.waitCtx(ctx)
@@ -545,6 +560,14 @@ func (d *Delivery) deliver(ctx context.Context, t *raftfsm.Task, r *attemptRun, 
 		sl.grant()
 		return callback.Outcome{}, false, false
 	}
+	ba, allowed := d.allowCall(t, r)
+	if !allowed {
+		// The handler's circuit is open on this node (or its probe is
+		// out): not called, handed back by run; the slot goes to the next.
+		tok.Done(engine.LimitDropped, 0)
+		sl.grant()
+		return callback.Outcome{}, false, false
+	}
 	start := d.clock.Now()
 	r.callStart, r.execName = start, x.Name
 	if r.startMs.Swap(start.UnixMilli()) == 0 {
@@ -564,6 +587,7 @@ func (d *Delivery) deliver(ctx context.Context, t *raftfsm.Task, r *attemptRun, 
 	if ctx.Err() != nil {
 		out.Kind = raftfsm.OutcomeCancelled
 	}
+	d.endCall(ba, t, out) // before the slot goes to the next attempt
 	sl.release(tok, out)
 	if out.Kind != raftfsm.OutcomeUnavailable && out.Kind != raftfsm.OutcomeCancelled {
 		d.markUp(x)
@@ -886,7 +910,7 @@ func (d *Delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 			case <-timer.C():
 			case <-r.waitCtx(ctx).Done():
 				timer.Stop()
-				if ctx.Err() == nil { // draining: not started, hand it back
+				if ctx.Err() == nil { // draining, or its circuit opened here: hand it back
 					d.handBack(t, r)
 				}
 				return
@@ -910,8 +934,10 @@ func (d *Delivery) run(ctx context.Context, t *raftfsm.Task, r *attemptRun) {
 		}
 		var ok bool
 		if out, ok = d.deliverAvailable(ctx, t, r, xs, log); !ok {
-			if ctx.Err() == nil && (r.pausedBack.Load() || r.waitCtx(ctx).Err() != nil) {
-				d.handBack(t, r) // paused, or draining, before its callback started
+			if ctx.Err() == nil && (r.pausedBack.Load() || r.circuitDueMs.Load() != 0 || r.waitCtx(ctx).Err() != nil) {
+				// Paused, its circuit open here, or draining, before its
+				// callback started.
+				d.handBack(t, r)
 			}
 			return
 		}

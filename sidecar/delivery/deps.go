@@ -76,6 +76,17 @@ type Config struct {
 	LeaseGrace time.Duration
 	// MaxBatchCommands bounds the commands of one proposal (lease renewals).
 	MaxBatchCommands int
+	// BreakerFailures, BreakerCoolDown and BreakerProbeTimeout configure
+	// this node's own circuit breakers (breaker.go; engine.BreakerOptions):
+	// how many failed callbacks of a handler in a row open its circuit
+	// here, how long it then stays open before one probe may go, and how
+	// long that probe may stay out without an outcome. 0 selects the
+	// engine's defaults (5, 30 s, 5 min); negative values count as 0. The
+	// node gives the leader's settings (--breaker-failures,
+	// --breaker-cooldown).
+	BreakerFailures     int
+	BreakerCoolDown     time.Duration
+	BreakerProbeTimeout time.Duration
 }
 
 // Metrics are the collectors delivery writes (registered by the node).
@@ -134,7 +145,9 @@ func (m *Metrics) late(h string, d time.Duration) {
 }
 
 // attempt counts one attempt of handler ending with outcome (a label of
-// ax_attempts_total) after d.
+// ax_attempts_total) after d. The labels that are no attempt: unavailable
+// (no request reached the executor, or handed back unstarted) and
+// circuit_open (handed back unstarted, its circuit open on this node).
 func (m *Metrics) attempt(handler, outcome string, d time.Duration) {
 	s := m.handler(handler)
 	s.mu.Lock()
@@ -145,7 +158,7 @@ func (m *Metrics) attempt(handler, outcome string, d time.Duration) {
 	}
 	s.mu.Unlock()
 	c.Inc()
-	if outcome != "cancelled" {
+	if outcome != "cancelled" && outcome != "circuit_open" { // circuit_open: no call
 		s.duration.Observe(d.Seconds())
 	}
 }

@@ -4,13 +4,16 @@
 // priorities among the attempts waiting), calls the executor through the
 // callback client (package callback), and reports the outcome to the
 // leader as a Complete command; it keeps the leases of waiting attempts
-// alive, marks unreachable executors down until their next probe, and on
-// a graceful stop hands back the attempts not started.
+// alive, marks unreachable executors down until their next probe, keeps
+// this node's own circuit breaker per handler (the attempts of a handler
+// whose circuit is open here go back to the leader uncalled), and on a
+// graceful stop hands back the attempts not started.
 //
 // Files, by step of an attempt's life: delivery.go (start, slot, callback,
 // report, lease renewal), unavailable.go (an executor that did not take
-// the callback: probes and backoff), load.go (this node's executors in the
-// load report), drain.go (graceful stop). The callback's HTTP client and
+// the callback: probes and backoff), breaker.go (the node's circuit
+// breakers), load.go (this node's executors in the load report), drain.go
+// (graceful stop). The callback's HTTP client and
 // its contract with executors are in the sub-package callback.
 //
 // It imports engine (limiter, ready queue, clock), raftfsm (commands,
@@ -27,5 +30,6 @@
 // is held, and it is never held while proposing or calling an executor (it
 // covers one Store.Node read, of this node's record, when its cache was
 // dropped). A slot's own locks (slot.mu, then slot.gmu) are taken inside
-// it.
+// it. The node breakers' lock (circuits.mu) is a leaf as well, never held
+// with Delivery.mu nor while calling the breakers.
 package delivery

@@ -31,26 +31,34 @@ func (d *Delivery) isDraining() bool {
 }
 
 // waitContext returns the context an attempt waits in (for its due time,
-// a slot or a probe): ctx, ended also when the node begins to drain.
-func (d *Delivery) waitContext(ctx context.Context) (context.Context, func()) {
+// a slot or a probe): ctx, ended also when the node begins to drain or
+// end is called; stop releases it.
+func (d *Delivery) waitContext(ctx context.Context) (wctx context.Context, end, stop func()) {
 	wctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(d.drainCtx, cancel)
-	return wctx, func() { stop(); cancel() }
+	after := context.AfterFunc(d.drainCtx, cancel)
+	return wctx, cancel, func() { after(); cancel() }
 }
 
 // handBack gives an attempt that was assigned here but not started back to
 // the leader: an unavailable outcome (the attempt number is given back,
 // not counted) due again at the run's own due time (never early), at once
-// if that has passed.
+// if that has passed; or, when its handler's circuit is open on this node
+// (and the node is not stopping), at the time allowCall or wakeCircuit
+// set, counted in ax_attempts_total as circuit_open.
 func (d *Delivery) handBack(t *raftfsm.Task, r *attemptRun) {
-	d.m.attempt(t.Spec.Handler, "unavailable", 0)
-	why := "node " + d.cfg.NodeID + " is stopping"
-	if r.pausedBack.Load() {
+	due := max(t.FiredMs, t.DueMs, 1)
+	label, why := "unavailable", "node "+d.cfg.NodeID+" is stopping"
+	switch circuitMs := r.circuitDueMs.Load(); {
+	case r.pausedBack.Load():
 		why = "paused before its callback started on node " + d.cfg.NodeID
+	case circuitMs != 0 && !d.isDraining():
+		label, why = "circuit_open", "the circuit of handler "+t.Spec.Handler+" is open on node "+d.cfg.NodeID
+		due = max(due, circuitMs)
 	}
+	d.m.attempt(t.Spec.Handler, label, 0)
 	d.report(&raftfsm.Complete{
 		ID: t.ID, Epoch: r.epoch, Attempt: r.attempt, Outcome: raftfsm.OutcomeUnavailable,
-		RetryDueMs: max(t.FiredMs, t.DueMs, 1), Error: why,
+		RetryDueMs: due, Error: why,
 	}, t)
 }
 
