@@ -79,7 +79,7 @@ func (d *Delivery) newCircuits(cfg Config) *circuits {
 // wait here (wakeCircuit). It runs on the goroutine whose report changed
 // the state, with no lock held.
 func (d *Delivery) circuitChanged(handler string, from, to engine.BreakerState) {
-	d.log.Warn().Str("handler", handler).Str("node", d.cfg.NodeID).Str("from", from.String()).Str("to", to.String()).
+	d.log.Warn().Str("handler", handler).Str("from", from.String()).Str("to", to.String()).
 		Msg("node circuit breaker state changed")
 	c := d.circ
 	var until time.Time

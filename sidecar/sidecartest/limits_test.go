@@ -155,6 +155,85 @@ func TestCircuitBreakerOpenWaitProbe(t *testing.T) {
 	}
 }
 
+// One node that leads and delivers: an executor that takes every
+// callback and never answers, 60 tasks due at once (timeout 1 s, one
+// attempt each), the circuit opening after 5 failures. Its limit of 4
+// are in flight and the rest queue on the node; once the circuit opens
+// no callback starts (the node's own breaker, fed by the same outcomes
+// as the leader's, hands the queued attempts back), then one probe goes
+// when the cool-down ends (it fails: the circuit opens again), and the
+// next, answered, closes it: every other task then runs once. Before,
+// the node called its whole queue after the leader's circuit opened,
+// 4 a second (a review counted 193 such calls with 300 tasks).
+func TestNodeCircuitStopsTheAttemptsAlreadyHandedOut(t *testing.T) {
+	const tasks, coolDown = 60, 10 * time.Second
+	c := sidecartest.New(t, sidecartest.Options{Config: func(_ int, cfg *sidecar.Config) {
+		cfg.BreakerFailures, cfg.BreakerCoolDown = 5, coolDown
+	}})
+	never := make(chan struct{})
+	c.Respond(func(sidecartest.Call) sidecartest.Reply { return sidecartest.Reply{Hold: never} })
+	for i := range tasks {
+		s := sidecartest.Spec(fmt.Sprintf("nc-%02d", i), "dead")
+		s.Timeout, s.MaxAttempts = time.Second, 1
+		c.Submit(0, s)
+	}
+	ex := c.Executor(0)
+	const open = `ax_circuit_open{handler="dead",state="open"}`
+	var opened time.Time
+	for round := 1; opened.IsZero(); round++ {
+		if round > 10 {
+			t.Fatalf("the circuit did not open after %d rounds of time-outs (%d calls)", round-1, len(c.AllCalls()))
+		}
+		c.Eventually(fmt.Sprintf("round %d: callbacks in flight", round), func() bool { return ex.InFlight() > 0 })
+		c.Advance(time.Second) // they time out
+		c.Eventually(fmt.Sprintf("round %d: the time-outs counted, and the next callbacks in flight or the circuit open", round), func() bool {
+			if c.Metrics(0)[open] == 1 {
+				opened = c.Now()
+				return true
+			}
+			return ex.InFlight() > 0
+		})
+	}
+	for range 5 { // half the cool-down, a second at a time
+		c.Advance(time.Second)
+		c.Eventually("no callback in flight after the circuit opened", func() bool { return ex.InFlight() == 0 })
+	}
+	after := 0
+	for _, call := range c.AllCalls() {
+		if call.At.After(opened) {
+			after++
+		}
+	}
+	atOpen := len(c.AllCalls()) - after
+	if after > 0 {
+		t.Fatalf("%d callbacks after the circuit opened (%d before), want none", after, atOpen)
+	}
+	c.Eventually("no attempt left on the node", func() bool {
+		m := c.Metrics(0)
+		return m[`ax_attempts_total{handler="dead",outcome="circuit_open"}`] == float64(tasks-atOpen) && m[`ax_tasks{state="RUNNING"}`] == 0
+	})
+	c.AdvanceTo(opened.Add(coolDown)) // both circuits half-open: one probe
+	c.Eventually("the probe's callback", func() bool { return len(c.AllCalls()) == atOpen+1 })
+	c.Advance(time.Second) // it times out: open again
+	c.Eventually("the circuit open again", func() bool {
+		return ex.InFlight() == 0 && c.Metrics(0)[open] == 1 && c.Metrics(0)[`ax_tasks{state="RUNNING"}`] == 0
+	})
+	c.Respond(nil) // 200 from now on
+	c.AdvanceTo(opened.Add(2*coolDown + time.Second))
+	c.Eventually("every task ended", func() bool {
+		m := c.Metrics(0)
+		return m[`ax_tasks{state="SUCCESS"}`]+m[`ax_tasks{state="DEAD"}`] == tasks
+	})
+	if n := len(c.AllCalls()); n != tasks {
+		t.Fatalf("%d callbacks for %d tasks of one attempt each, want one each (%d failed before the circuit opened, one probe failed)", n, tasks, atOpen)
+	}
+	if m := c.Metrics(0); m[`ax_tasks{state="DEAD"}`] != float64(atOpen+1) {
+		t.Fatalf("%v DEAD, want the %d that timed out", m[`ax_tasks{state="DEAD"}`], atOpen+1)
+	}
+	t.Logf("%d callbacks before the circuit opened, none after; %v attempts handed back by the node's circuit",
+		atOpen, c.Metrics(0)[`ax_attempts_total{handler="dead",outcome="circuit_open"}`])
+}
+
 // gate makes every executor hold each callback until the test lets it go:
 // the calls arrive on the returned channel in arrival order, each with
 // the channel that answers it 200 when closed.
