@@ -234,6 +234,92 @@ func TestNodeCircuitStopsTheAttemptsAlreadyHandedOut(t *testing.T) {
 		atOpen, c.Metrics(0)[`ax_attempts_total{handler="dead",outcome="circuit_open"}`])
 }
 
+// Three nodes, each with an executor that takes every callback and never
+// answers; 90 tasks (timeout 1 s, one attempt each). The leader's circuit
+// opens on the first round of time-outs (12, from all nodes), each
+// node's on its own fifth, a round later; the attempts they still hold go
+// back, and from then on the executors get one probe per cool-down: the
+// leader's, which the node it lands on lets through, as that node's own
+// circuit has half-opened by then (it opened when the runs it handed
+// back were made due, after the leader's). Once the executors answer,
+// the next probe closes both circuits and every other run goes once.
+// Before, each node went on calling what it held, 4 at a time: callbacks
+// were still in flight after two rounds of time-outs.
+func TestNodeCircuitThreeNodesProbeConverges(t *testing.T) {
+	const tasks, coolDown = 90, 10 * time.Second
+	c := sidecartest.New(t, sidecartest.Options{Nodes: 3, Config: func(_ int, cfg *sidecar.Config) {
+		cfg.BreakerFailures, cfg.BreakerCoolDown = 5, coolDown
+	}})
+	never := make(chan struct{})
+	c.Respond(func(sidecartest.Call) sidecartest.Reply { return sidecartest.Reply{Hold: never} })
+	l := c.Leader()
+	for i := range tasks {
+		s := sidecartest.Spec(fmt.Sprintf("nc3-%02d", i), "dead")
+		s.Timeout, s.MaxAttempts = time.Second, 1
+		c.Submit(l, s)
+	}
+	inFlight := func() (n int) {
+		for i := range c.Nodes() {
+			n += c.Executor(i).InFlight()
+		}
+		return n
+	}
+	handedBack := func() (n float64) {
+		for i := range c.Nodes() {
+			n += c.Metrics(i)[`ax_attempts_total{handler="dead",outcome="circuit_open"}`]
+		}
+		return n
+	}
+	// Nothing runs or waits on a node, and every callback made is a DEAD
+	// task: the rest went back to the leader.
+	settled := func() bool {
+		m := c.Metrics(l)
+		return inFlight() == 0 && m[`ax_tasks{state="RUNNING"}`] == 0 && m[`ax_tasks{state="DEAD"}`] == float64(len(c.AllCalls()))
+	}
+	c.Eventually("the first callbacks", func() bool { return inFlight() > 0 })
+	start := c.Now()
+	for range 2 { // two rounds of time-outs open every circuit
+		c.Advance(time.Second)
+		cut := c.Now().Add(-time.Second)
+		c.Eventually("the callbacks of a second ago cut at their time-out", func() bool {
+			for _, call := range c.AllCalls() {
+				if !call.At.After(cut) && call.Ended.IsZero() {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	c.Eventually("no attempt left on the nodes, the callbacks made all DEAD", settled)
+	dead, back := len(c.AllCalls()), handedBack()
+	// Two rounds of each node's limit of 4: the second started before its
+	// own circuit opened.
+	if dead > 3*2*4 || back != float64(tasks-dead) {
+		t.Fatalf("%d callbacks and %v attempts handed back once every circuit opened, want at most 24 callbacks and the rest handed back", dead, back)
+	}
+	for probe := 1; probe <= 3; probe++ {
+		c.AdvanceUntil(fmt.Sprintf("probe %d's callback", probe), 100*time.Millisecond, func() bool { return len(c.AllCalls()) > dead })
+		c.Advance(time.Second) // it times out: the circuits open again
+		c.Eventually(fmt.Sprintf("probe %d cut, the circuits open again", probe), settled)
+		if n := len(c.AllCalls()); n != dead+1 {
+			t.Fatalf("%d callbacks in half-open round %d, want the one probe", n-dead, probe)
+		}
+		dead++
+	}
+	if n := handedBack(); n != back {
+		t.Fatalf("%v attempts handed back while the circuits half-opened, want none (the leader's probes were let through)", n-back)
+	}
+	c.Respond(nil) // 200 from now on
+	c.AdvanceUntil("every task ended", 100*time.Millisecond, func() bool {
+		m := c.Metrics(l)
+		return m[`ax_tasks{state="SUCCESS"}`]+m[`ax_tasks{state="DEAD"}`] == tasks
+	})
+	if m := c.Metrics(l); m[`ax_tasks{state="DEAD"}`] != float64(dead) || len(c.AllCalls()) != tasks {
+		t.Fatalf("%v DEAD and %d callbacks, want the %d that timed out and one callback per task", m[`ax_tasks{state="DEAD"}`], len(c.AllCalls()), dead)
+	}
+	t.Logf("%d callbacks while the executors were dead (%v of fake time), %v attempts handed back by the nodes' circuits", dead, c.Now().Sub(start), back)
+}
+
 // gate makes every executor hold each callback until the test lets it go:
 // the calls arrive on the returned channel in arrival order, each with
 // the channel that answers it 200 when closed.
