@@ -243,6 +243,8 @@ type Config struct {
 	// handler's circuit: its due runs then wait (not fail) for
 	// BreakerCoolDown, and a single probe decides. Default to 5 and 30s
 	// (engine.BreakerFailuresDefault, engine.BreakerCoolDownDefault).
+	// They configure the leader's breakers and each node's own, fed by
+	// the callbacks it makes (sidecar/delivery/breaker.go).
 	BreakerFailures int
 	BreakerCoolDown time.Duration
 	// Routing chooses among the nodes with an executor for a handler:

@@ -58,7 +58,7 @@ func New() *Metrics {
 		Name: "ax_attempt_duration_seconds", Help: "Duration of callbacks (attempts) run on this node, per handler.", Buckets: latencyBuckets,
 	}, []string{"handler"})
 	m.Attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "ax_attempts_total", Help: "Attempts run on this node by outcome: success, failed, timeout, snoozed, permanent, accepted, cancelled.",
+		Name: "ax_attempts_total", Help: "Attempts run on this node by outcome: success, failed, timeout, snoozed, permanent, accepted, cancelled; unavailable and circuit_open count attempts not called (the executor unreachable, or handed back unstarted: its handler's circuit open on this node for circuit_open).",
 	}, []string{"handler", "outcome"})
 	m.Retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ax_retries_total", Help: "Failed attempts scheduled for a retry with backoff (counted by the leader).",
