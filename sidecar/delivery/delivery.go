@@ -523,7 +523,9 @@ func (d *Delivery) markUp(x *raftfsm.Executor) {
 }
 
 // deliver runs one callback of the attempt on executor x, within its
-// concurrency slot; false when ctx ended first (nothing to report).
+// concurrency slot; false when ctx or the attempt's wait ended first, or
+// when it is not to be called (paused, or its handler's circuit open on
+// this node: r says so, and run hands it back).
 // tried is false when x was found unavailable (markDown) once the slot
 // was granted: no callback was started, and out is OutcomeUnavailable.
 func (d *Delivery) deliver(ctx context.Context, t *raftfsm.Task, r *attemptRun, x *raftfsm.Executor) (out callback.Outcome, ok, tried bool) {

@@ -47,7 +47,8 @@ func (st downState) outcome(x *raftfsm.Executor, now time.Time) callback.Outcome
 }
 
 // deliverAvailable delivers the attempt to the first of xs (best first)
-// that takes it; false when ctx ended first. An executor down until its
+// that takes it; false when ctx ended first or it is not to be called
+// (deliver). An executor down until its
 // next probe is skipped; one found unavailable is marked down and the
 // next is tried, within the same attempt (the callback never reached the
 // first). When every one is down: if one of them is overloaded the
