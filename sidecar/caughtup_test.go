@@ -80,29 +80,9 @@ func TestNewLeaderPreparesACompleteFromTheCommittedTask(t *testing.T) {
 	n.prep = newPreparer(n)
 	n.leader = newScheduler(n)
 
-	rc := raft.DefaultConfig()
-	rc.LocalID = "a"
-	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
-	rc.CommitTimeout = time.Millisecond
-	rc.LogOutput = zerolog.NewTestWriter(t)
-	rc.LogLevel = "ERROR"
-	store := raft.NewInmemStore()
-	_, trans := raft.NewInmemTransport("a")
-	r, err := raft.NewRaft(rc, g, store, store, raft.NewInmemSnapshotStore(), trans)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Shutdown().Error() })
+	r := startInmemRaft(t, g)
 	t.Cleanup(g.open) // first: raft's shutdown waits for its FSM goroutine
-	if err := r.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{ID: "a", Address: trans.LocalAddr()}}}).Error(); err != nil {
-		t.Fatal(err)
-	}
 	n.raft = r
-	for deadline := time.Now().Add(10 * time.Second); r.State() != raft.Leader; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no leader after 10s")
-		}
-	}
 	n.proposer = newGroupCommit(n)
 	go n.proposer.Run(ctx)
 	n.leader.Start(ctx)

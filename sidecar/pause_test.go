@@ -53,28 +53,7 @@ func newPauseEnv(t *testing.T) *pauseEnv {
 	}
 	f.SetObserver(pauseObserver{n})
 
-	rc := raft.DefaultConfig()
-	rc.LocalID = "a"
-	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
-	rc.CommitTimeout = time.Millisecond
-	rc.LogOutput = zerolog.NewTestWriter(t)
-	rc.LogLevel = "ERROR"
-	store := raft.NewInmemStore()
-	_, trans := raft.NewInmemTransport("a")
-	r, err := raft.NewRaft(rc, f, store, store, raft.NewInmemSnapshotStore(), trans)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Shutdown().Error() })
-	if err := r.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{ID: "a", Address: trans.LocalAddr()}}}).Error(); err != nil {
-		t.Fatal(err)
-	}
-	n.raft = r
-	for deadline := time.Now().Add(10 * time.Second); r.State() != raft.Leader; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no leader after 10s")
-		}
-	}
+	n.raft = startInmemRaft(t, f)
 	n.proposer = newGroupCommit(n)
 	n.forward = newForwarder(n)
 	n.backend = newBackend(n)
@@ -376,4 +355,32 @@ func TestPauseCacheAfterRestore(t *testing.T) {
 	if got := e.task("a"); got.State != raftfsm.StateRunning {
 		t.Fatalf("the resumed handler's run did not fire after the restore: %s", got.State)
 	}
+}
+
+// startInmemRaft starts a one-node in-memory Raft group "a" over fsm and
+// waits (at most 10 s) until it leads; it is shut down at the test's end.
+func startInmemRaft(t *testing.T, fsm raft.FSM) *raft.Raft {
+	t.Helper()
+	rc := raft.DefaultConfig()
+	rc.LocalID = "a"
+	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
+	rc.CommitTimeout = time.Millisecond
+	rc.LogOutput = zerolog.NewTestWriter(t)
+	rc.LogLevel = "ERROR"
+	store := raft.NewInmemStore()
+	_, trans := raft.NewInmemTransport("a")
+	r, err := raft.NewRaft(rc, fsm, store, store, raft.NewInmemSnapshotStore(), trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Shutdown().Error() })
+	if err := r.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{ID: "a", Address: trans.LocalAddr()}}}).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); r.State() != raft.Leader; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader after 10s")
+		}
+	}
+	return r
 }
