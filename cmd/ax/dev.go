@@ -99,12 +99,23 @@ Stop with Ctrl-C.
 }
 
 // selfCommand is how the banner's examples start ax again: "go run
-// ./cmd/ax" when this process is a binary `go run` built (in a
-// go-build<digits> directory under the temporary directory, removed when it
-// exits: the README's first command), else "ax".
+// ./cmd/ax" when this process is a binary `go run` built (the README's
+// first command), else "ax". Such a binary is either in a go-build<digits>
+// directory under the temporary directory, removed when it exits (a fresh
+// link), or, since Go 1.24, cached in the build cache as
+// $GOCACHE/<2 hex>/<64 hex>-d/<name> (every later `go run` of the same
+// build).
 func selfCommand(arg0 string) string {
-	for _, dir := range strings.Split(filepath.ToSlash(filepath.Dir(arg0)), "/") {
+	dirs := strings.Split(filepath.ToSlash(filepath.Dir(arg0)), "/")
+	for _, dir := range dirs {
 		if n, ok := strings.CutPrefix(dir, "go-build"); ok && n != "" && strings.Trim(n, "0123456789") == "" {
+			return "go run ./cmd/ax"
+		}
+	}
+	if len(dirs) >= 2 {
+		prefix, action := dirs[len(dirs)-2], dirs[len(dirs)-1]
+		if id, ok := strings.CutSuffix(action, "-d"); ok && len(id) == 64 && len(prefix) == 2 &&
+			strings.Trim(id, "0123456789abcdef") == "" && strings.HasPrefix(id, prefix) {
 			return "go run ./cmd/ax"
 		}
 	}

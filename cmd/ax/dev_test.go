@@ -48,10 +48,15 @@ func TestSelfCommand(t *testing.T) {
 	for arg0, want := range map[string]string{
 		"/tmp/go-build1580126829/b001/exe/ax":     "go run ./cmd/ax",
 		"/var/folders/x/T/go-build42/b001/exe/ax": "go run ./cmd/ax",
-		"/usr/local/bin/ax":                       "ax",
-		"ax":                                      "ax",
-		"./ax":                                    "ax",
-		"/home/me/go-builder/ax":                  "ax",
+		// Go 1.24+: a later `go run` of the same build runs the cached executable.
+		"/root/.cache/go-build/ff/ff33c579a2fac681c1d0c9632a10c0ae1975f60321bc481d7983e3b81489aa00-d/ax":    "go run ./cmd/ax",
+		"/home/me/.cache/go-build/0a/0a33c579a2fac681c1d0c9632a10c0ae1975f60321bc481d7983e3b81489aa00-d/ax": "go run ./cmd/ax",
+		"/srv/ab/0a33c579a2fac681c1d0c9632a10c0ae1975f60321bc481d7983e3b81489aa00-d/ax":                     "ax",
+		"/srv/0a/0a33c579-d/ax":  "ax",
+		"/usr/local/bin/ax":      "ax",
+		"ax":                     "ax",
+		"./ax":                   "ax",
+		"/home/me/go-builder/ax": "ax",
 	} {
 		if got := selfCommand(arg0); got != want {
 			t.Errorf("selfCommand(%q) = %q, want %q", arg0, got, want)
