@@ -54,6 +54,7 @@ func TestDecodeFlowInvalid(t *testing.T) {
 		{"no id", `{"stages":[{"name":"A","handler":"h"}]}`, "id: required"},
 		{"id with a trailing space", `{"id":"f ","stages":[{"name":"A","handler":"h"}]}`, "id: must not begin or end with white space"},
 		{"run_at after 9999", `{"id":"f","run_at":"9999-12-31T23:59:59-23:59","stages":[{"name":"A","handler":"h"}]}`, "run_at: must be before 10000-01-01T00:00:00Z"},
+		{"run_at in the last millisecond of 9999", `{"id":"f","run_at":"9999-12-31T23:59:59.9999Z","stages":[{"name":"A","handler":"h"}]}`, "run_at: must be before 10000-01-01T00:00:00Z"},
 		{"no name", `{"id":"f","stages":[{"handler":"h"}]}`, "stages[0]: name required"},
 		{"bad name", `{"id":"f","stages":[{"name":"a/b","handler":"h"}]}`, "only letters"},
 		{"no handler", `{"id":"f","stages":[{"name":"A"}]}`, `stage "A": handler: required`},

@@ -782,12 +782,18 @@ func checkIDEnds(field, id string) error {
 	return nil
 }
 
+// lastViewableTime is the last millisecond RFC 3339 views can show.
+var lastViewableTime = time.Date(9999, 12, 31, 23, 59, 59, int(999*time.Millisecond), time.UTC)
+
 // checkYear refuses a time after year 9999 (in UTC): the task views give
 // times in RFC 3339, which has four digits for the year, and a task with
 // such a time could be stored but not shown (every read of it, and every
-// list page with it, failed).
+// list page with it, failed). A run_at is kept in whole milliseconds
+// rounded up (never early), so a time within the last millisecond of 9999
+// (9999-12-31T23:59:59.9995Z) is stored as 10000-01-01T00:00:00Z: it is
+// refused too.
 func checkYear(field string, t time.Time, raw string) error {
-	if t.UTC().Year() > 9999 {
+	if t.After(lastViewableTime) {
 		return Errorf(ErrInvalid, "%s: must be before 10000-01-01T00:00:00Z, got %q", field, raw)
 	}
 	return nil

@@ -138,6 +138,10 @@ func TestDecodeSubmit_RefusesWhatItWouldMisread(t *testing.T) {
 		{"every too long", `{"handler":"h","every":"9999999h"}`, `every: "9999999h" is too long`},
 		{"run_at after 9999", `{"handler":"h","run_at":"9999-12-31T23:59:59-23:59"}`, `run_at: must be before 10000-01-01T00:00:00Z, got "9999-12-31T23:59:59-23:59"`},
 		{"until after 9999", `{"handler":"h","every":"1h","until":"9999-12-31T23:00:00-02:00"}`, `until: must be before 10000-01-01T00:00:00Z`},
+		// Kept in milliseconds rounded up, these were stored as year 10000:
+		// the submit answered 500 and every list page holding the task too.
+		{"run_at in the last millisecond of 9999", `{"handler":"h","run_at":"9999-12-31T23:59:59.999999999Z"}`, `run_at: must be before 10000-01-01T00:00:00Z, got "9999-12-31T23:59:59.999999999Z"`},
+		{"run_at a nanosecond after the last millisecond", `{"handler":"h","run_at":"9999-12-31T23:59:59.999000001Z"}`, `run_at: must be before 10000-01-01T00:00:00Z`},
 		{"id with a leading space", `{"handler":"h","id":" pad"}`, `id: must not begin or end with white space, got " pad"`},
 		{"id with a trailing space", `{"handler":"h","id":"pad "}`, `id: must not begin or end with white space`},
 		{"blank handler", `{"handler":"   "}`, `handler: must not be blank, got "   "`},
