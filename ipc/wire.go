@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -41,25 +43,54 @@ type submitRequest struct {
 type labelsField map[string]string
 
 // UnmarshalJSON reads an object of string values; null leaves the labels
-// unset, a null value is refused (ErrInvalid, naming the key), and any
-// other value of the wrong type is the decoder's *json.UnmarshalTypeError.
+// unset, a value that is not a string (null included) is refused
+// (ErrInvalid, naming the key: the first such key in byte order), and
+// labels that are not an object are the decoder's *json.UnmarshalTypeError.
 func (l *labelsField) UnmarshalJSON(raw []byte) error {
 	if string(raw) == "null" {
 		return nil
 	}
 	var m map[string]*string
 	if err := json.Unmarshal(raw, &m); err != nil {
+		var typ *json.UnmarshalTypeError
+		var vals map[string]json.RawMessage
+		if errors.As(err, &typ) && json.Unmarshal(raw, &vals) == nil {
+			// An object with a value of another type: name that label
+			// (the decoder said "labels ... got JSON number" of an object).
+			for _, k := range slices.Sorted(maps.Keys(vals)) {
+				if v := bytes.TrimSpace(vals[k]); len(v) > 0 && v[0] != '"' {
+					return Errorf(ErrInvalid, "labels[%s]: must be a string, got %s", k, labelValueKind(v))
+				}
+			}
+		}
 		return err
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if m[k] == nil {
+			return Errorf(ErrInvalid, "labels[%s]: must be a string, got null", k)
+		}
 	}
 	out := make(labelsField, len(m))
 	for k, v := range m {
-		if v == nil {
-			return Errorf(ErrInvalid, "labels[%s]: must be a string, got null", k)
-		}
 		out[k] = *v
 	}
 	*l = out
 	return nil
+}
+
+// labelValueKind names the JSON type of a label's value that is not a string.
+func labelValueKind(v []byte) string {
+	switch {
+	case string(v) == "null":
+		return "null"
+	case v[0] == '{':
+		return "JSON object"
+	case v[0] == '[':
+		return "JSON array"
+	case string(v) == "true" || string(v) == "false":
+		return "JSON bool"
+	}
+	return "JSON number"
 }
 
 // wireString is a JSON string field whose raw bytes are checked as well.

@@ -87,8 +87,15 @@ func TestDecodeSubmit_Invalid(t *testing.T) {
 		{`{"handler":"h","backoff":{"jitter":2}}`, ErrInvalid, "backoff.jitter: must be from 0 to 1, got 2"},
 		{`{"handler":"h","backoff":{"initial":"1s","delay":"2s"}}`, ErrInvalid, "unknown field"},
 		{`{"handler":"h","labels":{"":"x"}}`, ErrInvalid, "labels: empty key"},
-		{`{"handler":"h","labels":{"a":null}}`, ErrInvalid, "labels[a]: must be a string, got null"}, // was stored as a=""
-		{`{"handler":"h","labels":{"a":"x","b":2}}`, ErrInvalid, "labels: must be an object of string values, got JSON number"},
+		{`{"handler":"h","labels":{"a":null}}`, ErrInvalid, "labels[a]: must be a string, got null"},             // was stored as a=""
+		{`{"handler":"h","labels":{"a":"x","b":2}}`, ErrInvalid, "labels[b]: must be a string, got JSON number"}, // said "labels: must be an object of string values, got JSON number" of an object
+		{`{"handler":"h","labels":{"a":{"x":"y"}}}`, ErrInvalid, "labels[a]: must be a string, got JSON object"},
+		{`{"handler":"h","labels":{"a":["x"]}}`, ErrInvalid, "labels[a]: must be a string, got JSON array"},
+		{`{"handler":"h","labels":{"a":true}}`, ErrInvalid, "labels[a]: must be a string, got JSON bool"},
+		{`{"handler":"h","labels":{"b":null,"a":1}}`, ErrInvalid, "labels[a]: must be a string, got JSON number"}, // the first key in byte order, every time
+		{`{"handler":"h","labels":{"b":null,"a":null}}`, ErrInvalid, "labels[a]: must be a string, got null"},
+		{`{"handler":"h","labels":5}`, ErrInvalid, "labels: must be an object of string values, got JSON number"},
+		{`{"handler":"h","labels":["a"]}`, ErrInvalid, "labels: must be an object of string values, got JSON array"},
 		{`{"handler":"h","route_key":"a\u0000b"}`, ErrInvalid, "route_key: control character"},
 		{`{"handler":"h","payload_base64":"` + strings.Repeat("A", (PayloadMaxBytes+3)/3*4+8) + `"}`, ErrTooLarge, "payload_base64: about"},
 		{`{"handler":"h","payload":"` + strings.Repeat("x", PayloadMaxBytes-1) + `"}`, ErrTooLarge, "payload: 1048577 bytes, the limit is 1048576"},
