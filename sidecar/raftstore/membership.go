@@ -108,7 +108,14 @@ func (g *rpcGuard) refuseNonMember(rpc raft.RPC) bool {
 	}
 	g.vouches.ask(from, now)
 	g.refusedN.Add(1)
-	if g.refused.shouldLog(from, now) {
+	if len(conf.Servers) == 0 && g.refused.shouldLog(from, now) {
+		// A new node (no cluster yet) refuses its first leader until a
+		// join address vouches for it, about a second: every node but the
+		// one that bootstraps does so once as a cluster forms. Not the
+		// warning below, which tells the operator to remove a member.
+		g.log.Info().Str("rpc", kind).Str("from_id", from).Str("from_addr", addr).
+			Msg("a new node refused a Raft RPC from a leader its join addresses have not vouched for yet; asking them (normal while a cluster forms; a stranger at a reused address finds nobody to vouch for it)")
+	} else if g.refused.shouldLog(from, now) {
 		members := make([]string, 0, len(conf.Servers))
 		for _, s := range conf.Servers {
 			members = append(members, string(s.ID))

@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -363,7 +364,8 @@ func TestStaleMemberVouchesForNewLeader(t *testing.T) {
 func TestRPCGuard_EmptyConfigurationWithVouchEmpty(t *testing.T) {
 	_, a := raft.NewInmemTransport("a")
 	_, b := raft.NewInmemTransport("b")
-	g := guardRPCs(&hbTransport{InmemTransport: a}, "a", zerolog.Nop()).(*rpcGuard)
+	var logged bytes.Buffer
+	g := guardRPCs(&hbTransport{InmemTransport: a}, "a", zerolog.New(&logged)).(*rpcGuard)
 	defer g.Close()
 	g.vouchEmpty = true
 	b.Connect("a", a)
@@ -372,5 +374,11 @@ func TestRPCGuard_EmptyConfigurationWithVouchEmpty(t *testing.T) {
 	err := b.AppendEntries("a", "a", &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte("stranger"), Addr: []byte("b")}, Term: 9}, &resp)
 	if err == nil || !strings.Contains(err.Error(), errNotAMember.Error()) {
 		t.Fatalf("empty configuration, no VouchFunc yet: %v, want refused", err)
+	}
+	// Every node of a cluster that forms refuses its first leader so, for
+	// about a second: no warning telling the operator to remove a member
+	// (it logged one, "members":[], on each node but the bootstrapper).
+	if out := logged.String(); strings.Contains(out, `"level":"warn"`) || strings.Contains(out, "remove that member") || !strings.Contains(out, `"from_id":"stranger"`) {
+		t.Fatalf("logged %q, want one info line naming the sender, no warning", out)
 	}
 }
