@@ -17,8 +17,8 @@ import (
 // flight and a queue of max_concurrency) would still be called there one
 // after the other, each until its timeout. So each node keeps an
 // engine.Breakers of its own, per handler, with the leader's options, fed
-// by the callbacks this node makes, classified as the leader classifies
-// them (callFailed). Its state is this node's alone: nothing of it is
+// by the callbacks this node makes; only time-outs count as failures
+// there (callFailed). Its state is this node's alone: nothing of it is
 // replicated, and no command is added.
 //
 // While this node's circuit of a handler is open, an attempt of that
@@ -215,26 +215,34 @@ func (d *Delivery) endCall(a *engine.BreakerAttempt, t *raftfsm.Task, out callba
 	}
 }
 
-// callFailed classifies a callback's outcome for the node's breaker as
-// the leader's breaker classifies the Complete this node reports of it
-// (scheduler.reportProbe): a retryable answer (5xx, an error after the
-// request was written, a shard count that does not parse) or a time-out
-// is a failure; a success, a 202, a busy (429/503) or permanent (other
-// 4xx) answer is not. known is false when the outcome says nothing of the
-// handler: the executor was unavailable (no request reached it), or the
-// call was cut short (a cancel, a lease expiry, the node stopping).
+// callFailed classifies a callback's outcome for the node's breaker. Only
+// a time-out is a failure: what the node's circuit saves is the time of
+// attempts that hang (an executor that takes connections and never
+// answers held each queued attempt for its whole timeout, about 25 minutes
+// of them at the default 30 s). A success, a 202, a busy (429/503) or
+// permanent (other 4xx) answer is not a failure. known is false when the
+// outcome says nothing of hanging: a quick failed answer (5xx, an error
+// after the request was written, a shard count that does not parse:
+// retryable for the leader, whose own breaker counts it), an unavailable
+// executor (no request reached it), or a call cut short (a cancel, a
+// lease expiry, the node stopping). Counting quick failures too handed
+// back, behind the leader's parked retries, the runs of an executor that
+// fails some tasks and runs the others: a review saw 19 probes in a row,
+// over 9.5 minutes, each the retry of a task that had failed already,
+// while 258 fresh runs waited.
 func callFailed(t *raftfsm.Task, out callback.Outcome) (failed, known bool) {
 	switch out.Kind {
-	case raftfsm.OutcomeUnavailable, raftfsm.OutcomeCancelled:
-		return false, false
+	case raftfsm.OutcomeTimeout:
+		return true, true
 	case raftfsm.OutcomeSuccess:
 		if t.Spec.Shards != nil { // ask mode: run reports a bad count as retryable
-			_, err := ParseShardCount(out.Body)
-			return err != nil, true
+			if _, err := ParseShardCount(out.Body); err != nil {
+				return false, false
+			}
 		}
 		return false, true
 	case raftfsm.OutcomeAccepted, raftfsm.OutcomeBusy, raftfsm.OutcomePermanent:
 		return false, true
 	}
-	return true, true // timeout, retryable, and what run reports as retryable
+	return false, false // retryable, unavailable, cancelled
 }
