@@ -409,6 +409,9 @@
 // the head of a level chosen by smooth weighted round robin (weights
 // 16:8:4:2:1 by default), FIFO within a level. It is bounded: Push fails
 // with [ErrBacklogFull] at capacity, for the API to answer 429.
+// [ReadyQueue.Find] looks for the first task of a kind in that same order
+// without taking anything (O(n), for the leader's choice of a circuit
+// breaker's probe).
 //
 // # Backoff
 //

@@ -113,8 +113,8 @@ type ReadyItem struct {
 // degrades to FIFO, which bounds every wait, until it catches up.
 //
 // Waits are measured with the queue's Clock (on the monotonic clock with
-// [RealClock]). Push, Pop, Requeue (see there) and Remove are O(1); all
-// methods are safe for concurrent use.
+// [RealClock]). Push, Pop, Requeue (see there) and Remove are O(1), Find
+// O(n); all methods are safe for concurrent use.
 type ReadyQueue struct {
 	clock   Clock
 	weights [Priorities]int
@@ -269,35 +269,83 @@ func (q *ReadyQueue) PopIf(accept func(ReadyItem) bool) (it ReadyItem, taken, ok
 	now := q.clock.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.m) == 0 {
+	var heads [Priorities]*readyNode
+	for p := range q.levels {
+		heads[p] = q.levels[p].head
+	}
+	credit := q.credit
+	p, aged := q.serve(&heads, &credit, now)
+	if p < 0 {
 		return ReadyItem{}, false, false
 	}
+	it = heads[p].item
+	it.Aged = aged
+	if accept != nil && !accept(it) {
+		return it, false, true
+	}
+	q.credit = credit
+	q.take(p)
+	return it, true, true
+}
+
+// Find returns the first queued task that match accepts, in the order in
+// which successive Pops at this instant would serve the queued tasks
+// (ageing, round robin and FIFO, as in [ReadyQueue]; Aged set as Pop
+// would set it), or false if match accepts none. It removes nothing and
+// leaves the round-robin credit as it is: a caller that then takes the
+// task with Remove takes it out of turn, and its level's turn is not
+// spent. It is O(n) in the tasks looked at before the match, for a
+// caller that needs a task of a kind once in a while, not on every pop.
+// match runs with the queue locked: it must not call the queue.
+func (q *ReadyQueue) Find(match func(ReadyItem) bool) (ReadyItem, bool) {
+	now := q.clock.Now()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	// Pops simulated on cursors: heads[p] is level p's first task not
+	// looked at yet, credit what the round robin would hold by then.
+	var heads [Priorities]*readyNode
+	for p := range q.levels {
+		heads[p] = q.levels[p].head
+	}
+	credit := q.credit
+	for {
+		p, aged := q.serve(&heads, &credit, now)
+		if p < 0 {
+			return ReadyItem{}, false
+		}
+		it := heads[p].item
+		it.Aged = aged
+		if match(it) {
+			return it, true
+		}
+		heads[p] = heads[p].next
+	}
+}
+
+// serve picks the level whose head a pop at now serves, given the levels'
+// heads (nil: empty) and the round-robin credit, which it updates as that
+// pop would (ageing leaves it as it is); it returns -1 if every level is
+// empty. q.mu is held.
+func (q *ReadyQueue) serve(heads *[Priorities]*readyNode, credit *[Priorities]int, now time.Time) (int, bool) {
 	// Ageing: the oldest head, if it is over budget. Each level is FIFO by
 	// push time (Requeue puts back an item older than the rest), so its
 	// head is its oldest task.
-	if q.maxWait >= 0 {
-		oldest := -1
-		for p := range q.levels {
-			h := q.levels[p].head
-			if h != nil && (oldest < 0 || h.item.Queued.Before(q.levels[oldest].head.item.Queued)) {
-				oldest = p
-			}
-		}
-		if h := q.levels[oldest].head; now.Sub(h.item.Queued) > q.maxWait {
-			it = h.item
-			it.Aged = true
-			if accept != nil && !accept(it) {
-				return it, false, true
-			}
-			q.take(oldest)
-			return it, true, true
+	oldest := -1
+	for p, h := range heads {
+		if h != nil && (oldest < 0 || h.item.Queued.Before(heads[oldest].item.Queued)) {
+			oldest = p
 		}
 	}
+	if oldest < 0 {
+		return -1, false
+	}
+	if q.maxWait >= 0 && now.Sub(heads[oldest].item.Queued) > q.maxWait {
+		return oldest, true
+	}
 	// Smooth weighted round robin over the non-empty levels.
-	credit := q.credit
 	best, total := -1, 0
-	for p := range q.levels {
-		if q.levels[p].n == 0 {
+	for p, h := range heads {
+		if h == nil {
 			credit[p] = 0
 			continue
 		}
@@ -308,13 +356,7 @@ func (q *ReadyQueue) PopIf(accept func(ReadyItem) bool) (it ReadyItem, taken, ok
 		}
 	}
 	credit[best] -= total
-	it = q.levels[best].head.item
-	if accept != nil && !accept(it) {
-		return it, false, true
-	}
-	q.credit = credit
-	q.take(best)
-	return it, true, true
+	return best, false
 }
 
 // take removes the head of level p; q.mu is held and the level is not empty.

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -428,5 +429,89 @@ func TestReady_PopIfRefusedLeavesQueue(t *testing.T) {
 	_ = q.Push("new", 0)
 	if it, taken, _ := q.PopIf(func(ReadyItem) bool { return false }); taken || it.Key != "old" || !it.Aged || q.Len() != 2 {
 		t.Fatalf("aged look: %+v taken %v len %d", it, taken, q.Len())
+	}
+}
+
+// Find returns the first task of a kind in the order successive Pops
+// would serve the queue (ageing, then weighted round robin from the
+// credit the queue holds, FIFO within a level), not merely the first of
+// its level or of the highest priority, and it changes nothing: the
+// queue then pops exactly as if never looked at. The leader uses it to
+// pick a fresh run, rather than a parked retry, as a half-open circuit's
+// probe.
+func TestReady_FindInPopOrder(t *testing.T) {
+	fill := func() *ReadyQueue {
+		c := NewFakeClock(start)
+		q := NewReadyQueue(c, ReadyOptions{MaxWait: 10 * time.Second, Capacity: -1})
+		mustPush(t, q, "old4-r", 4)
+		mustPush(t, q, "old2-f", 2)
+		c.Advance(11 * time.Second) // both over the budget: served first
+		for i := range 6 {
+			for _, p := range []int{0, 1, 4} {
+				kind := "r" // p0-5, p1-2, p1-5, p4-2 and p4-5 are "f"
+				if p == 0 && i == 5 || p != 0 && i%3 == 2 {
+					kind = "f"
+				}
+				mustPush(t, q, fmt.Sprintf("p%d-%d-%s", p, i, kind), p)
+			}
+		}
+		return q
+	}
+	var order []ReadyItem
+	for q := fill(); ; {
+		it, ok := q.Pop()
+		if !ok {
+			break
+		}
+		order = append(order, it)
+	}
+	looked := fill()
+	// Some pops first, so that the round robin holds credit.
+	for _, want := range order[:4] {
+		if it, _ := looked.Pop(); it.Key != want.Key {
+			t.Fatalf("pop %s, want %s", it.Key, want.Key)
+		}
+	}
+	rest := order[4:]
+	for _, want := range rest {
+		it, ok := looked.Find(func(it ReadyItem) bool { return it.Key == want.Key })
+		if !ok || it.Key != want.Key || it.Priority != want.Priority || it.Aged != want.Aged || !it.Queued.Equal(want.Queued) {
+			t.Fatalf("Find(%s) = %+v, %v; want %+v as Pop serves it", want.Key, it, ok, want)
+		}
+	}
+	var firstFresh string
+	for _, it := range rest {
+		if strings.HasSuffix(it.Key, "-f") {
+			firstFresh = it.Key
+			break
+		}
+	}
+	var looks []string
+	it, ok := looked.Find(func(it ReadyItem) bool {
+		looks = append(looks, it.Key)
+		return strings.HasSuffix(it.Key, "-f")
+	})
+	// Pop order here: p0-1, p0-2, p1-1, p0-3, p0-4, p1-2-f, p0-5-f, …
+	if !ok || it.Key != firstFresh || firstFresh != "p1-2-f" {
+		t.Fatalf("first fresh: %s (%v), want %s, the first in pop order (p1-2-f, not the highest priority's p0-5-f)", it.Key, ok, firstFresh)
+	}
+	for i, k := range looks {
+		if k != rest[i].Key {
+			t.Fatalf("Find looked at %v, want pop order %v", looks, rest[:len(looks)])
+		}
+	}
+	if it, ok := looked.Find(func(ReadyItem) bool { return false }); ok {
+		t.Fatalf("Find with no match: %+v", it)
+	}
+	if looked.Len() != len(rest) {
+		t.Fatalf("Len %d after Find, want %d", looked.Len(), len(rest))
+	}
+	for _, want := range rest {
+		if it, _ := looked.Pop(); it.Key != want.Key {
+			t.Fatalf("after Find: pop %s, want %s (order changed)", it.Key, want.Key)
+		}
+	}
+	if _, ok := NewReadyQueue(NewFakeClock(start), ReadyOptions{}).Find(func(ReadyItem) bool { return true }); ok {
+		t.Fatal("Find in an empty queue found something")
 	}
 }

@@ -210,7 +210,12 @@ func (l *Scheduler) dispatch(ctx context.Context) {
 
 // drainLocked pops handler's parked runs while they can start and appends
 // their Fires; the first that cannot start goes back to the head of the
-// queue and its reason becomes the queue's. l.mu is held.
+// queue and its reason becomes the queue's. When the circuit half-opens
+// and the head is a retry (its run has a failed attempt), the probe is
+// the first run in queue order that may start and has no failed attempt
+// yet, if there is one: a task its executor fails every time would
+// otherwise probe, fail and reopen the circuit cool-down after cool-down,
+// while the healthy runs parked behind it waited. l.mu is held.
 func (l *Scheduler) drainLocked(h string, nodes []raftfsm.Node, now time.Time, cmds []raftfsm.Command, probes []*probe) ([]raftfsm.Command, []*probe) {
 	q := l.queues[h]
 	if q == nil {
@@ -221,6 +226,10 @@ func (l *Scheduler) drainLocked(h string, nodes []raftfsm.Node, now time.Time, c
 	// each one this drain starts carries it in its Fire (parked_reason),
 	// not only the first (the queue's reason is cleared once one starts).
 	heldFor := q.reason
+	// The half-open circuit's probe, allowed while a retry headed the
+	// queue: held for that head when no fresh run may probe instead.
+	var heldProbe *engine.BreakerAttempt
+	lookedFresh := false
 	for {
 		var (
 			pr           *parkedRun
@@ -228,6 +237,7 @@ func (l *Scheduler) drainLocked(h string, nodes []raftfsm.Node, now time.Time, c
 			until        time.Time
 			ba           *engine.BreakerAttempt
 			pausedNow    bool
+			wantFresh    bool
 		)
 		// The head is taken only if it can start (or is paused): one that
 		// cannot stays the head, and its level keeps its turn.
@@ -244,14 +254,24 @@ func (l *Scheduler) drainLocked(h string, nodes []raftfsm.Node, now time.Time, c
 				reason = ReasonHandlerLimit
 				return false
 			}
-			var err error
-			if ba, err = l.breakers.AllowAttempt(h); err != nil {
-				reason = ReasonCircuitOpen
-				var open *engine.CircuitOpenError
-				if errors.As(err, &open) {
-					until = open.Until // zero while a half-open probe is out
+			if heldProbe != nil {
+				ba, heldProbe = heldProbe, nil
+			} else {
+				var err error
+				if ba, err = l.breakers.AllowAttempt(h); err != nil {
+					reason = ReasonCircuitOpen
+					var open *engine.CircuitOpenError
+					if errors.As(err, &open) {
+						until = open.Until // zero while a half-open probe is out
+					}
+					return false
 				}
-				return false
+				if ba.Probe() && t.Attempts > 0 && !lookedFresh {
+					// A retry would probe: a fresh run does if one may
+					// (below, as the queue cannot be read from here).
+					wantFresh = true
+					return false
+				}
 			}
 			avoid := ""
 			if t.Attempts > 0 {
@@ -266,6 +286,20 @@ func (l *Scheduler) drainLocked(h string, nodes []raftfsm.Node, now time.Time, c
 		if !ok {
 			q.reason, q.until = "", time.Time{}
 			break
+		}
+		if wantFresh {
+			lookedFresh = true
+			if pr = l.freshRunLocked(q); pr == nil {
+				heldProbe = ba // none: the retry at the head probes
+				continue
+			}
+			if node, reason, until = l.placeLocked(nodes, h, "", pr.t.Spec.RouteKey, now); node == "" {
+				ba.Abandon() // no attempt: says nothing of the handler
+				l.blockLocked(q, h, reason, until)
+				break
+			}
+			q.rq.Remove(pr.t.ID) // out of turn: its level's turn is not spent
+			taken = true
 		}
 		if !taken {
 			l.blockLocked(q, h, reason, until)
@@ -310,10 +344,32 @@ func (l *Scheduler) drainLocked(h string, nodes []raftfsm.Node, now time.Time, c
 			HistoryRuns: l.cfg.HistoryRuns, ParkedReason: parked,
 		}})
 	}
+	if heldProbe != nil {
+		heldProbe.Abandon() // the queue emptied or blocked before its head took it
+	}
 	if len(q.runs) == 0 {
 		delete(l.queues, h)
 	}
 	return cmds, probes
+}
+
+// freshRunLocked returns the first of q's parked runs, in queue order,
+// that may start now (not paused) and has no failed attempt in its
+// current run (Attempts 0), or nil if there is none. It reads the queue
+// up to that run (all of it when there is none): drainLocked calls it
+// only when a half-open circuit's probe would go to a retry, that is once
+// per cool-down, and again at each drain while the probe cannot be
+// placed (its breaker attempt is then abandoned); never with the circuit
+// closed. l.mu is held.
+func (l *Scheduler) freshRunLocked(q *handlerQueue) *parkedRun {
+	it, ok := q.rq.Find(func(it engine.ReadyItem) bool {
+		pr := q.runs[it.Key]
+		return pr != nil && pr.t.Attempts == 0 && (l.paused == nil || !l.paused(pr.t))
+	})
+	if !ok {
+		return nil
+	}
+	return q.runs[it.Key]
 }
 
 // blockLocked records why handler's queue waits and arms the one wake-up

@@ -250,6 +250,156 @@ func TestParkedCircuitOpenOneTimerPerHandler(t *testing.T) {
 	}
 }
 
+// fail ends task id's RUNNING attempt as failed (a 5xx), its retry due now.
+func (e *parkEnv) fail(id string) {
+	e.t.Helper()
+	t := e.task(id)
+	if t.State != raftfsm.StateRunning {
+		e.t.Fatalf("fail %s: %s", id, t.State)
+	}
+	now := e.clock.Now().UnixMilli()
+	e.apply(raftfsm.Command{Type: raftfsm.CmdComplete, Complete: &raftfsm.Complete{
+		ID: id, Epoch: t.Epoch, Attempt: t.Attempts, Outcome: raftfsm.OutcomeRetryable, Error: "500", AtMs: now, RetryDueMs: now}})
+}
+
+// redue has the due timers of ids (armed by their last events) fire now.
+func (e *parkEnv) redue(ids ...string) {
+	e.t.Helper()
+	for _, id := range ids {
+		e.timers.Cancel(dueKeyPrefix + id)
+	}
+	e.l.fire(e.ctx, ids, nil)
+}
+
+// halfOpen lets the circuit's cool-down pass and has its timer fire.
+func (e *parkEnv) halfOpen() {
+	e.t.Helper()
+	e.clock.Advance(2 * time.Second)
+	if st := e.l.breakers.State("h"); st != engine.BreakerHalfOpen {
+		e.t.Fatalf("after the cool-down: %s, want half-open", st)
+	}
+	e.l.fired(e.ctx, []engine.Expired{{Key: circuitKeyPrefix + "h"}})
+	e.dispatch()
+}
+
+// wantProbe checks that the last run fired is id, as the circuit's probe.
+func (e *parkEnv) wantProbe(id string) {
+	e.t.Helper()
+	if n := len(e.fired); n == 0 || e.fired[n-1] != id {
+		e.t.Fatalf("fired %v, want the probe %s last", e.fired, id)
+	}
+	e.l.mu.Lock()
+	p := e.l.probes[id]
+	e.l.mu.Unlock()
+	if p == nil || !p.attempt.Probe() {
+		e.t.Fatalf("%s was fired but is not the half-open probe", id)
+	}
+}
+
+// When the circuit half-opens, the probe is the first parked run in
+// queue order that may start and has no failed attempt yet, not the
+// retry at the head: a task its executor fails every time made every
+// probe fail and reopen the circuit, cool-down after cool-down, while
+// the healthy runs parked behind it (and those due later) waited (19
+// failed probes in a row, each a retry, over 9.5 min). A paused run is
+// not chosen. With only retries parked, the head probes. The rest keep
+// their queue order. A fresh run that cannot be placed gives the probe
+// back, as the head would.
+func TestHalfOpenProbeIsAFreshRun(t *testing.T) {
+	// node's load report: its executor x-<node>, down until downUntil.
+	report := func(e *parkEnv, node string, downUntil int64) {
+		e.l.Report(Report{ID: node, Executors: []ExecutorLoad{{Name: "x-" + node, Handlers: []string{"h"}, Limit: 10, DownUntilMs: downUntil}}})
+	}
+	// Three runs fail once each on node (max_attempts 3): the circuit
+	// opens and their retries park, at the head of the queue.
+	setup := func(t *testing.T, node string) *parkEnv {
+		e := newParkEnv(t)
+		e.l.breakers = engine.NewBreakers(e.clock, engine.BreakerOptions{ConsecutiveFailures: 3, CoolDown: 2 * time.Second})
+		e.executor(node, 100)
+		if node != "a" { // the leader's own node reads its capacity itself
+			report(e, node, 0)
+		}
+		e.due(2, "r1", "r2", "r3")
+		if len(e.fired) != 3 {
+			t.Fatalf("fired %v, want r1, r2, r3", e.fired)
+		}
+		for _, id := range e.fired {
+			e.fail(id)
+		}
+		if st := e.l.breakers.State("h"); st != engine.BreakerOpen {
+			t.Fatalf("after 3 failures: %s, want open", st)
+		}
+		e.redue("r1", "r2", "r3")
+		e.wantParked(map[string]int{ReasonCircuitOpen: 3})
+		return e
+	}
+	t.Run("fresh runs parked behind retries", func(t *testing.T) {
+		e := setup(t, "a")
+		e.l.paused = func(t *raftfsm.Task) bool { return t.ID == "f0" }
+		e.due(2, "f0", "f1", "f2")
+		e.wantParked(map[string]int{ReasonCircuitOpen: 6})
+		e.halfOpen()
+		if len(e.fired) != 4 {
+			t.Fatalf("fired %v at half-open, want one probe", e.fired)
+		}
+		e.wantProbe("f1") // f0 is paused
+		if a := e.task("f1").Attempts; a != 1 {
+			t.Fatalf("probe f1 at attempt %d, want 1", a)
+		}
+		e.wantParked(map[string]int{ReasonCircuitOpen: 5})
+		e.complete("f1", raftfsm.OutcomeSuccess) // closes the circuit
+		e.dispatch()
+		if got, want := fmt.Sprint(e.fired[4:]), fmt.Sprint([]string{"r1", "r2", "r3", "f2"}); got != want {
+			t.Fatalf("fired %v after the probe succeeded, want %s (queue order, f0 paused)", e.fired[4:], want)
+		}
+		e.wantParked(map[string]int{ReasonPaused: 1})
+	})
+	t.Run("only retries parked, then a fresh run due", func(t *testing.T) {
+		e := setup(t, "a")
+		e.halfOpen()
+		if len(e.fired) != 4 {
+			t.Fatalf("fired %v at half-open, want one probe", e.fired)
+		}
+		e.wantProbe("r1") // no fresh run: the head retry probes
+		// A run due while that probe is out waits behind r2 and r3; the
+		// probe fails and the circuit reopens; r1's next retry parks last.
+		e.due(2, "f1")
+		e.fail("r1")
+		if st := e.l.breakers.State("h"); st != engine.BreakerOpen {
+			t.Fatalf("after the probe failed: %s, want open", st)
+		}
+		e.redue("r1")
+		e.wantParked(map[string]int{ReasonCircuitOpen: 4})
+		e.halfOpen()
+		if len(e.fired) != 5 {
+			t.Fatalf("fired %v at half-open, want one probe", e.fired)
+		}
+		e.wantProbe("f1")
+	})
+	t.Run("fresh run that cannot be placed", func(t *testing.T) {
+		e := setup(t, "b")
+		e.due(2, "f1")
+		report(e, "b", time.Now().Add(time.Hour).UnixMilli()) // b's executor down
+		e.halfOpen()
+		if len(e.fired) != 3 {
+			t.Fatalf("fired %v with the executor down, want nothing more", e.fired)
+		}
+		e.wantParked(map[string]int{ReasonExecutorUnavailable: 4})
+		// The probe was given back, not held by a run that did not start.
+		a, err := e.l.breakers.AllowAttempt("h")
+		if err != nil || !a.Probe() {
+			t.Fatalf("after a probe that could not be placed: %v (probe %v), want the probe free", err, a != nil && a.Probe())
+		}
+		a.Abandon()
+		report(e, "b", 0)
+		e.dispatch()
+		if len(e.fired) != 4 {
+			t.Fatalf("fired %v once the executor came back, want one probe", e.fired)
+		}
+		e.wantProbe("f1")
+	})
+}
+
 // Runs held by the handler's cluster-wide cap start when a RUNNING
 // attempt of the handler ends.
 func TestParkedHandlerLimitReleasedByCompletion(t *testing.T) {
