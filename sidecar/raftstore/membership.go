@@ -90,7 +90,19 @@ func (g *rpcGuard) refuseNonMember(rpc raft.RPC) bool {
 	}
 	p := g.raft.Load()
 	if p == nil {
-		return false
+		if !g.vouchEmpty {
+			return false
+		}
+		// raft.NewRaft serves RPCs before the node hands the guard its raft
+		// (setRaft): a node starting empty has no configuration yet. Let
+		// through, an AppendEntries of a stranger (another cluster's
+		// leader at a reused address) gave raft its term, so a single
+		// node's BootstrapCluster that followed failed (ErrCantBootstrap,
+		// "existing state") and it never led ("no known peers, aborting
+		// election"). Refused, the sender tries again a moment later.
+		g.refusedN.Add(1)
+		respondError(rpc, fmt.Errorf("ax node %q refuses %s from %q: %w (it is starting)", g.localID, kind, string(h.ID), errNotAMember))
+		return true
 	}
 	conf := (*p).GetConfiguration().Configuration()
 	if len(conf.Servers) == 0 && !g.vouchEmpty {

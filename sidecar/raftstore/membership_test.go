@@ -382,3 +382,40 @@ func TestRPCGuard_EmptyConfigurationWithVouchEmpty(t *testing.T) {
 		t.Fatalf("logged %q, want one info line naming the sender, no warning", out)
 	}
 }
+
+// Until the node hands the guard its raft (setRaft, just after
+// raft.NewRaft, which already serves RPCs), a guard with VouchEmpty
+// refuses: an AppendEntries of another cluster's leader let through then
+// gave a starting single node a term, its bootstrap failed as "existing
+// state" and it never led (e2e TestMembership_ReusedAddressIsNotTakenOver,
+// FLAKY: "b1 not ready after 30s", raft: "no known peers, aborting
+// election"). Without VouchEmpty the guard lets it through as before.
+func TestRPCGuard_RefusesBeforeItKnowsRaft(t *testing.T) {
+	for _, vouchEmpty := range []bool{true, false} {
+		_, a := raft.NewInmemTransport("a")
+		_, b := raft.NewInmemTransport("b")
+		g := guardRPCs(&hbTransport{InmemTransport: a}, "a", zerolog.Nop()).(*rpcGuard)
+		g.vouchEmpty = vouchEmpty
+		b.Connect("a", a)
+		done := make(chan error, 1)
+		go func() {
+			var resp raft.AppendEntriesResponse
+			done <- b.AppendEntries("a", "a", &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte("stranger"), Addr: []byte("b")}, Term: 9}, &resp)
+		}()
+		var err error
+		select {
+		case err = <-done:
+		case rpc := <-g.Consumer():
+			// Let through to raft (which would take term 9): answer it.
+			rpc.Respond(&raft.AppendEntriesResponse{}, nil)
+			err = <-done
+		case <-time.After(5 * time.Second):
+			t.Fatal("no answer")
+		}
+		refused := err != nil && strings.Contains(err.Error(), errNotAMember.Error())
+		if refused != vouchEmpty {
+			t.Errorf("VouchEmpty %v, no raft yet: err %v; want refused %v", vouchEmpty, err, vouchEmpty)
+		}
+		g.Close()
+	}
+}
