@@ -269,11 +269,7 @@ func (q *ReadyQueue) PopIf(accept func(ReadyItem) bool) (it ReadyItem, taken, ok
 	now := q.clock.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	var heads [Priorities]*readyNode
-	for p := range q.levels {
-		heads[p] = q.levels[p].head
-	}
-	credit := q.credit
+	heads, credit := q.cursors()
 	p, aged := q.serve(&heads, &credit, now)
 	if p < 0 {
 		return ReadyItem{}, false, false
@@ -303,11 +299,7 @@ func (q *ReadyQueue) Find(match func(ReadyItem) bool) (ReadyItem, bool) {
 	defer q.mu.Unlock()
 	// Pops simulated on cursors: heads[p] is level p's first task not
 	// looked at yet, credit what the round robin would hold by then.
-	var heads [Priorities]*readyNode
-	for p := range q.levels {
-		heads[p] = q.levels[p].head
-	}
-	credit := q.credit
+	heads, credit := q.cursors()
 	for {
 		p, aged := q.serve(&heads, &credit, now)
 		if p < 0 {
@@ -320,6 +312,16 @@ func (q *ReadyQueue) Find(match func(ReadyItem) bool) (ReadyItem, bool) {
 		}
 		heads[p] = heads[p].next
 	}
+}
+
+// cursors returns each level's head and a copy of the round-robin
+// credit: the state serve reads and advances for one pop, or for a walk
+// of several (Find). q.mu is held.
+func (q *ReadyQueue) cursors() (heads [Priorities]*readyNode, credit [Priorities]int) {
+	for p := range q.levels {
+		heads[p] = q.levels[p].head
+	}
+	return heads, q.credit
 }
 
 // serve picks the level whose head a pop at now serves, given the levels'

@@ -7,11 +7,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/rs/zerolog"
 
 	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/raftfsm"
-	"github.com/axsched/ax/sidecar/nodemetrics"
 )
 
 // gatedFSM is the node's FSM whose applies wait while the gate is shut:
@@ -72,13 +70,7 @@ func TestNewLeaderPreparesACompleteFromTheCommittedTask(t *testing.T) {
 	f := testFSM(t)
 	g := &gatedFSM{FSM: f}
 	clock := engine.NewFakeClock(time.Now().Truncate(time.Millisecond))
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	n := &Node{cfg: Config{NodeID: "a", LoadWindow: time.Hour, FireLead: time.Millisecond, MaxBatchCommands: 64, LeaseGrace: 5 * time.Second},
-		fsm: f, clock: clock, log: zerolog.Nop(), ctx: ctx}
-	n.metrics = nodemetrics.New()
-	n.prep = newPreparer(n)
-	n.leader = newScheduler(n)
+	n, ctx := newLeaderNode(t, f, clock)
 
 	r := startInmemRaft(t, g)
 	t.Cleanup(g.open) // first: raft's shutdown waits for its FSM goroutine

@@ -41,13 +41,7 @@ func newPauseEnv(t *testing.T) *pauseEnv {
 	t.Helper()
 	f := testFSM(t)
 	clock := engine.NewFakeClock(time.Now().Truncate(time.Millisecond))
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	n := &Node{cfg: Config{NodeID: "a", LoadWindow: time.Hour, FireLead: time.Millisecond, MaxBatchCommands: 64, LeaseGrace: 5 * time.Second},
-		fsm: f, clock: clock, log: zerolog.Nop(), ctx: ctx}
-	n.metrics = nodemetrics.New()
-	n.prep = newPreparer(n)
-	n.leader = newScheduler(n)
+	n, ctx := newLeaderNode(t, f, clock)
 	if err := n.pauses.Load(f); err != nil {
 		t.Fatal(err)
 	}
@@ -383,4 +377,19 @@ func startInmemRaft(t *testing.T, fsm raft.FSM) *raft.Raft {
 		}
 	}
 	return r
+}
+
+// newLeaderNode returns node "a" over fsm with the fake clock: metrics,
+// preparer and scheduler made, no raft yet (startInmemRaft), and the
+// node's context, cancelled at the test's end.
+func newLeaderNode(t *testing.T, f *raftfsm.FSM, clock engine.Clock) (*Node, context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	n := &Node{cfg: Config{NodeID: "a", LoadWindow: time.Hour, FireLead: time.Millisecond, MaxBatchCommands: 64, LeaseGrace: 5 * time.Second},
+		fsm: f, clock: clock, log: zerolog.Nop(), ctx: ctx}
+	n.metrics = nodemetrics.New()
+	n.prep = newPreparer(n)
+	n.leader = newScheduler(n)
+	return n, ctx
 }
