@@ -197,7 +197,7 @@ func (w *keyWalker) value(mapKeys, look bool) error {
 // keys, at any depth (scanner.value stops at 200): strings are skipped
 // as strings (a bracket inside one counts for nothing), brackets counted;
 // the rest of the grammar is the decoder's to check.
-func (w *keyWalker) skipNested() error {
+func (w *scanner) skipNested() error {
 	depth := 0
 	for w.p < len(w.b) {
 		switch w.b[w.p] {

@@ -187,11 +187,10 @@ func decodeStage(i int, raw json.RawMessage) (StageSpec, error) {
 		return StageSpec{}, Errorf(ErrInvalid, "stages[%d]: must be a JSON object (a stage), got %s", i, jsonKind(raw))
 	}
 	var r stageRequest
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
+	// The flow's body had its keys checked whole (decodeStrict).
+	if err := decodeKeysChecked(raw, &r); err != nil {
 		var e *Error
-		if errors.As(decodeError(err), &e) {
+		if errors.As(err, &e) {
 			return StageSpec{}, Errorf(e, "stages[%d]: %s", i, e.Message)
 		}
 		return StageSpec{}, Errorf(ErrInvalid, "stages[%d]: %v", i, err)

@@ -42,7 +42,7 @@ func TestSubmitShards(t *testing.T) {
 		{"ask without max", `{"handler":"h","shards":{"ask":true}}`, axapi.CodeInvalidShards, "required"},
 		{"ask max 0", `{"handler":"h","shards":{"ask":true,"max":0}}`, axapi.CodeInvalidShards, "shards.max"},
 		{"ask max 2000", `{"handler":"h","shards":{"ask":true,"max":2000}}`, axapi.CodeInvalidShards, "got 2000"},
-		{"unknown field", `{"handler":"h","shards":{"count":2,"size":3}}`, axapi.CodeBadRequest, "size"},
+		{"unknown field", `{"handler":"h","shards":{"count":2,"size":3}}`, axapi.CodeBadRequest, `shards: unknown field "size"`},
 		// A shards of the wrong type, or a field of it, is invalid_shards
 		// as a count out of range is (it was bad_request).
 		{"not an object", `{"handler":"h","shards":8}`, axapi.CodeInvalidShards, `shards: must be an object {"count": N} or {"ask": true, "max": M}, got JSON number`},

@@ -310,8 +310,9 @@ func jsonTypeName(t reflect.Type) string {
 // Malformed JSON fails with ErrInvalidJSON, as does an object with the
 // same key twice (checkDuplicateKeys; keys inside the payload are the
 // user's) and a body that is not valid UTF-8 anywhere, the payload
-// included (checkUTF8, after the other checks); unknown fields and
-// invalid values with ErrInvalid (the fields of the schedule, backoff,
+// included (checkUTF8, after the other checks); unknown fields (one of
+// backoff or shards named with its object: `backoff: unknown field "x"`)
+// and invalid values with ErrInvalid (the fields of the schedule, backoff,
 // routing, labels, retention, trace context and shards are checked by spec
 // and its helpers); a payload over the limit with ErrTooLarge. Messages
 // name the field.
@@ -366,11 +367,16 @@ func decodeStrict(body []byte, v any) error {
 }
 
 // decodeKeysChecked is decodeStrict for a body checkDuplicateKeys has
-// checked already: an item of a batch, checked with the batch.
+// checked already: an item of a batch, checked with the batch, or a stage
+// of a flow, checked with the flow. An unknown field inside a nested
+// object is named with its object (unknownFieldError).
 func decodeKeysChecked(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if e, ok := unknownFieldError(err, body, v); ok {
+			return e // names the object of a nested unknown field
+		}
 		return decodeError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {

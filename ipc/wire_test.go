@@ -85,7 +85,7 @@ func TestDecodeSubmit_Invalid(t *testing.T) {
 		{`{"handler":"h","backoff":{"initial":"soon"}}`, ErrInvalid, "backoff.initial: must be a Go duration"},
 		{`{"handler":"h","backoff":{"multiplier":0.5}}`, ErrInvalid, "backoff.multiplier: must be >= 1, got 0.5"},
 		{`{"handler":"h","backoff":{"jitter":2}}`, ErrInvalid, "backoff.jitter: must be from 0 to 1, got 2"},
-		{`{"handler":"h","backoff":{"initial":"1s","delay":"2s"}}`, ErrInvalid, "unknown field"},
+		{`{"handler":"h","backoff":{"initial":"1s","delay":"2s"}}`, ErrInvalid, `backoff: unknown field "delay"`},
 		{`{"handler":"h","labels":{"":"x"}}`, ErrInvalid, "labels: empty key"},
 		{`{"handler":"h","labels":{"a":null}}`, ErrInvalid, "labels[a]: must be a string, got null"},             // was stored as a=""
 		{`{"handler":"h","labels":{"a":"x","b":2}}`, ErrInvalid, "labels[b]: must be a string, got JSON number"}, // said "labels: must be an object of string values, got JSON number" of an object
