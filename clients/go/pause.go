@@ -16,7 +16,9 @@ import (
 // State; Executors are the executors, on every node, that run the handler.
 type HandlerInfo = axapi.HandlerInfo
 
-// HandlerExecutor is an executor of a HandlerInfo (axapi.HandlerExecutor).
+// HandlerExecutor is an executor of a HandlerInfo (axapi.HandlerExecutor):
+// its MaxConcurrency is 0 for an executor registered without one, the
+// node's default applying.
 type HandlerExecutor = axapi.HandlerExecutor
 
 // PauseHandler pauses every run of handler across the cluster: due runs

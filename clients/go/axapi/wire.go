@@ -227,7 +227,9 @@ type HandlerExecutor struct {
 	Node string `json:"node"`
 	Name string `json:"name"`
 	URL  string `json:"url"`
-	// MaxConcurrency is the registered bound (0: the node's default).
+	// MaxConcurrency is the registered bound; 0 (absent from the JSON)
+	// for an executor registered without one: the node's default (its
+	// --delivery-concurrency) applies. The Python client reads it as None.
 	MaxConcurrency int `json:"max_concurrency,omitempty"`
 	// Limit is the executor's current concurrency limit (adaptive, between
 	// its min and max), for the executors of the node asked and of the

@@ -691,7 +691,9 @@ class Client:
         """Every handler that has tasks, an executor named for it or a
         pause (``GET /v1/handlers``), sorted by name: backlog, parked runs
         by reason, pause flag, circuit state, task counts by state and
-        executors."""
+        executors (:class:`HandlerExecutor`; its ``max_concurrency`` is
+        ``None`` for an executor registered without one: the node's
+        default)."""
         doc = self._json("GET", "/v1/handlers")
         items = doc.get("handlers") if isinstance(doc, Mapping) else None
         if not isinstance(items, list):
@@ -893,7 +895,10 @@ class Client:
     @_public
     def executors(self) -> List[Dict[str, Any]]:
         """The executors registered on the local node (``GET /v1/executors``),
-        as JSON objects (``name``, ``handlers``, ``url``, ...)."""
+        as JSON objects (``name``, ``handlers``, ``url``, ...), as the API
+        sends them: ``min_concurrency`` and ``max_concurrency`` are absent
+        for an executor registered without them (the node's default
+        applies), as ``timeout`` is."""
         doc = self._json("GET", "/v1/executors")
         items = doc.get("executors") if isinstance(doc, Mapping) else None
         if not isinstance(items, list):

@@ -1004,7 +1004,12 @@ class HandlerExecutor:
     Attributes:
         node: the node it is registered on.
         name, url: as registered.
-        max_concurrency: the registered bound; 0 for the node's default.
+        max_concurrency: the bound registered with the executor, or
+            ``None`` when it was registered without one: the node's default
+            applies (its ``--delivery-concurrency``, 200 unless set). The API
+            leaves the field out then; the Go client reads it as 0, its
+            zero value for "the node's default". (Earlier versions of this
+            client read it as 0 too.)
         limit: the current adaptive concurrency limit, for the executors of
             the sidecar asked and of the leader; 0 for the others.
     """
@@ -1012,7 +1017,7 @@ class HandlerExecutor:
     node: str
     name: str
     url: str
-    max_concurrency: int = 0
+    max_concurrency: Optional[int] = None
     limit: int = 0
 
     @classmethod
@@ -1021,7 +1026,8 @@ class HandlerExecutor:
             node=str(d.get("node", "")),
             name=str(d.get("name", "")),
             url=str(d.get("url", "")),
-            max_concurrency=int(d.get("max_concurrency") or 0),
+            # Absent (or 0, "0 or absent" on the wire): the node's default.
+            max_concurrency=int(d["max_concurrency"]) if d.get("max_concurrency") else None,
             limit=int(d.get("limit") or 0),
         )
 

@@ -78,6 +78,22 @@ class PauseTest(unittest.TestCase):
         self.assertEqual((h.executors[0].node, h.executors[0].limit, h.executors[0].max_concurrency), ("n1", 4, 8))
         self.assertEqual((o.backlog, o.circuit, o.executors), (None, None, []))
 
+    def test_handlers_executor_default_max_concurrency(self):
+        # An executor registered without max_concurrency: the API leaves the
+        # field out (the node's default applies); the view says None, as
+        # register_executor's max_concurrency=None asks for the default, not 0.
+        body = {"handlers": [
+            {"name": "h", "paused": False, "parked": {}, "tasks": {},
+             "executors": [{"node": "n1", "name": "d", "url": "unix:///d.sock"},
+                           {"node": "n2", "name": "z", "url": "unix:///z.sock", "max_concurrency": 0},
+                           {"node": "n3", "name": "w", "url": "unix:///w.sock", "max_concurrency": 8}]},
+        ]}
+        self.stub.enqueue(200, json.dumps(body).encode(), JSON, method="GET", path="/v1/handlers")
+        (h,) = self.client.handlers()
+        self.assertEqual([x.max_concurrency for x in h.executors], [None, None, 8])
+        self.assertEqual([x.limit for x in h.executors], [0, 0, 0])
+        self.assertIsNone(axsched.HandlerExecutor(node="n", name="x", url="u").max_concurrency)
+
 
 if __name__ == "__main__":
     unittest.main()
