@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/axsched/ax/sidecar"
 )
@@ -27,6 +30,8 @@ It takes the same flags as 'ax sidecar', with two other defaults: node id
 --log-level info to change them).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The flags as given, before the environment fills others in.
+			again := restartFlags(cmd.Flags())
 			cfg, log, err := f.configAndLogger()
 			if err != nil {
 				return err
@@ -62,7 +67,7 @@ It takes the same flags as 'ax sidecar', with two other defaults: node id
 				time.Sleep(20 * time.Millisecond)
 			}
 			cancel()
-			printDevBanner(cfg)
+			printDevBanner(os.Stdout, cfg, selfCommand(os.Args[0]), again)
 			return waitForSignal(n, stopProcs)
 		},
 	}
@@ -77,10 +82,20 @@ It takes the same flags as 'ax sidecar', with two other defaults: node id
 	return cmd
 }
 
-func printDevBanner(cfg sidecar.Config) {
+// bannerExecutor is the executor of the banner's example.
+const bannerExecutor = "*=unix:///tmp/app.sock"
+
+// printDevBanner prints what ax dev says once ready: self is how to start
+// ax again (selfCommand), again the flags it was started with that the
+// example of a restart with an executor keeps (restartFlags).
+func printDevBanner(w io.Writer, cfg sidecar.Config, self string, again []string) {
 	sock, _ := filepath.Abs(cfg.Socket)
 	data, _ := filepath.Abs(cfg.DataDir)
-	fmt.Fprintf(os.Stdout, `ax dev is ready (one node, leader).
+	restart := append([]string{self, "dev"}, again...)
+	if !slices.Contains(again, shellQuote(bannerExecutor)) {
+		restart = append(restart, "--executor", shellQuote(bannerExecutor))
+	}
+	fmt.Fprintf(w, `ax dev is ready (one node, leader).
   socket:    %[1]s
   data dir:  %[2]s
   executors: %[3]s
@@ -92,10 +107,72 @@ Look at it:
   curl -s --unix-socket %[1]s http://ax/v1/tasks/order%%7C42
 To receive callbacks, an executor registers itself (the Go and Python
 clients do: POST /v1/executors), or start one and pass it at start-up:
+stop this ax dev first (Ctrl-C; a second one on the same data dir fails
+on its lock), then
   %[4]s echo-executor --listen unix:///tmp/app.sock &
-  %[4]s dev --executor '*=unix:///tmp/app.sock'
+  %[5]s
 Stop with Ctrl-C.
-`, sock, data, executorsText(cfg), selfCommand(os.Args[0]))
+`, sock, data, executorsText(cfg), self, strings.Join(restart, " "))
+}
+
+// restartEchoFlags are the flags of ax dev, other than numbers, durations
+// and booleans (always repeated), that the banner's example of a restart
+// repeats when they were given: paths, addresses, names, none of which
+// can hold a secret. Any other flag is left out: those that can hold one
+// (restartSecretFlags), and a flag added later until it is listed here
+// (TestRestartFlags_EveryFlagIsListed fails until it is).
+var restartEchoFlags = map[string]bool{
+	"node-id": true, "data-dir": true, "socket": true, "raft-addr": true, "peer-addr": true,
+	"raft-advertise": true, "peer-advertise": true, "join": true, "executor": true,
+	"log-format": true, "log-level": true, "routing": true, "handler-limit": true,
+	"health-addr": true, "socket-mode": true, "socket-group": true, "otel-service-name": true,
+	"cluster-token-file": true, "ui-token-file": true, "ui-addr": true, "pprof-addr": true,
+	"tls-cert": true, "tls-key": true, "tls-ca": true, "tls-server-name": true,
+}
+
+// restartSecretFlags are the string flags the banner never repeats: a
+// secret (the tokens), or a URL that can carry credentials in it (the
+// alert webhook and the collector), and the hidden test-only ones.
+var restartSecretFlags = map[string]bool{
+	"cluster-token": true, "ui-token": true, "on-dead-url": true, "otel-endpoint": true,
+	"peer-route": true, "dns-hosts-file": true,
+}
+
+// restartFlags returns the flags of fs given on the command line, for the
+// banner's example of a restart, sorted by name, each "--name value"
+// shell-quoted (a list flag once per value, a boolean as --name or
+// --name=false): numbers, durations and booleans, and the others only if
+// restartEchoFlags lists them.
+func restartFlags(fs *pflag.FlagSet) []string {
+	var out []string
+	fs.Visit(func(f *pflag.Flag) {
+		switch f.Value.Type() {
+		case "bool":
+			if f.Value.String() == "true" {
+				out = append(out, "--"+f.Name)
+			} else {
+				out = append(out, "--"+f.Name+"=false")
+			}
+			return
+		case "int", "int64", "uint64", "duration", "float64":
+		default:
+			if !restartEchoFlags[f.Name] {
+				return // could hold a secret, or not known not to
+			}
+		}
+		vals := []string{f.Value.String()}
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			vals = sv.GetSlice()
+		}
+		for _, v := range vals {
+			if strings.HasPrefix(v, "-") {
+				out = append(out, shellQuote("--"+f.Name+"="+v)) // not read as a flag
+			} else {
+				out = append(out, "--"+f.Name, shellQuote(v))
+			}
+		}
+	})
+	return out
 }
 
 // selfCommand is how the banner's examples start ax again: "go run
