@@ -329,7 +329,7 @@ func (l *Scheduler) drainLocked(h string, nodes []raftfsm.Node, now time.Time, c
 		if node != l.cfg.NodeID {
 			l.sinceCount(node, h, 1)
 		}
-		p := &probe{id: t.ID, epoch: t.Epoch, run: t.Run, attempt: ba}
+		p := newProbe(t, ba)
 		if old := l.probes[t.ID]; old != nil {
 			old.attempt.Abandon()
 		}

@@ -685,3 +685,107 @@ func TestParkedReasonOnEveryRunOfADrain(t *testing.T) {
 		t.Errorf("v1: parked reason %q, want none", got)
 	}
 }
+
+// A retry that fails again does not count against the handler's circuit
+// when the executor answered a success after the retry's run began: the
+// task fails, not the executor. Without it, retries of a task its
+// executor fails every time reopened the circuit a fresh probe had just
+// closed, and with only such retries parked the circuit let one through
+// per cool-down. A retry of a run with no success since it began, and
+// every run's first failure, still count.
+func TestRetryFailingAfterASuccessDoesNotCount(t *testing.T) {
+	setup := func(t *testing.T) *parkEnv {
+		e := newParkEnv(t)
+		e.l.breakers = engine.NewBreakers(e.clock, engine.BreakerOptions{ConsecutiveFailures: 3, CoolDown: 2 * time.Second})
+		e.executor("a", 100)
+		e.due(2, "r1", "r2", "r3")
+		for _, id := range []string{"r1", "r2", "r3"} {
+			e.fail(id)
+		}
+		e.redue("r1", "r2", "r3")
+		e.wantParked(map[string]int{ReasonCircuitOpen: 3})
+		// A fresh run probes and succeeds: the circuit closes, and the
+		// retries parked behind it go.
+		e.due(2, "f1")
+		e.halfOpen()
+		e.wantProbe("f1")
+		e.clock.Advance(time.Millisecond)
+		e.complete("f1", raftfsm.OutcomeSuccess)
+		e.dispatch()
+		if got, want := fmt.Sprint(e.fired[4:]), "[r1 r2 r3]"; got != want {
+			t.Fatalf("fired %v after the probe succeeded, want %s", e.fired[4:], want)
+		}
+		e.clock.Advance(time.Millisecond)
+		return e
+	}
+	t.Run("retries of runs that failed before the success", func(t *testing.T) {
+		e := setup(t)
+		for _, id := range []string{"r1", "r2", "r3"} {
+			e.fail(id)
+		}
+		if st := e.l.breakers.Status("h"); st.State != engine.BreakerClosed || st.ConsecutiveFailures != 0 {
+			t.Fatalf("after three retries failed again: %+v, want closed with no failure counted", st)
+		}
+		// A fresh run's failures still count.
+		e.due(2, "g1", "g2", "g3")
+		for _, id := range []string{"g1", "g2", "g3"} {
+			e.fail(id)
+		}
+		if st := e.l.breakers.State("h"); st != engine.BreakerOpen {
+			t.Fatalf("after three fresh runs failed: %s, want open", st)
+		}
+	})
+	t.Run("a retry with no success since its failure", func(t *testing.T) {
+		e := setup(t)
+		e.complete("r1", raftfsm.OutcomeSuccess)
+		e.complete("r2", raftfsm.OutcomeSuccess)
+		e.complete("r3", raftfsm.OutcomeSuccess)
+		e.clock.Advance(time.Millisecond)
+		e.due(2, "g1")
+		e.fail("g1") // 1
+		e.clock.Advance(time.Millisecond)
+		e.redue("g1")
+		if n := len(e.fired); e.fired[n-1] != "g1" || e.task("g1").Attempts != 2 {
+			t.Fatalf("fired %v, want g1's retry last", e.fired)
+		}
+		e.fail("g1") // 2: no success since its run began
+		if st := e.l.breakers.Status("h"); st.ConsecutiveFailures != 2 {
+			t.Fatalf("after a fresh failure and its retry's: %+v, want 2 failures counted", st)
+		}
+		e.due(2, "g2")
+		e.fail("g2") // 3
+		if st := e.l.breakers.State("h"); st != engine.BreakerOpen {
+			t.Fatalf("after three failures: %s, want open", st)
+		}
+	})
+	t.Run("half-open with only such retries parked", func(t *testing.T) {
+		e := newParkEnv(t)
+		e.l.breakers = engine.NewBreakers(e.clock, engine.BreakerOptions{ConsecutiveFailures: 3, CoolDown: 2 * time.Second})
+		e.executor("a", 100)
+		e.due(2, "a1", "a2", "a3", "a4", "s1")
+		e.clock.Advance(time.Millisecond)
+		e.complete("s1", raftfsm.OutcomeSuccess)
+		e.clock.Advance(time.Millisecond)
+		for _, id := range []string{"a1", "a2", "a3", "a4"} {
+			e.fail(id) // the fourth is reported after the circuit opened: ignored
+		}
+		if st := e.l.breakers.State("h"); st != engine.BreakerOpen {
+			t.Fatalf("after three first failures: %s, want open", st)
+		}
+		e.redue("a1", "a2", "a3", "a4")
+		e.wantParked(map[string]int{ReasonCircuitOpen: 4})
+		e.halfOpen()
+		e.wantProbe("a1") // no fresh run: a retry probes
+		e.fail("a1")
+		e.dispatch()
+		e.wantProbe("a2") // a1's failure said nothing of the executor
+		e.complete("a2", raftfsm.OutcomeSuccess)
+		e.dispatch()
+		if st := e.l.breakers.State("h"); st != engine.BreakerClosed {
+			t.Fatalf("after the probe succeeded: %s, want closed", st)
+		}
+		if got, want := fmt.Sprint(e.fired[len(e.fired)-2:]), "[a3 a4]"; got != want {
+			t.Fatalf("fired %v, want a3 and a4 last", e.fired)
+		}
+	})
+}

@@ -12,6 +12,26 @@ type probe struct {
 	epoch   uint64
 	run     int
 	attempt *engine.BreakerAttempt
+	// runMs is, for a retry, when its run's first attempt was fired
+	// (Unix ms, leader time): a success of the handler after it says the
+	// executor worked while this run failed (reportProbe). 0 for the
+	// run's first attempt.
+	runMs int64
+}
+
+// newProbe returns the probe of the attempt of t (WAITING, about to be
+// fired) that breaker attempt ba allowed.
+func newProbe(t *raftfsm.Task, ba *engine.BreakerAttempt) *probe {
+	p := &probe{id: t.ID, epoch: t.Epoch, run: t.Run, attempt: ba}
+	if t.Attempts > 0 {
+		p.runMs = t.RunFiredMs
+		if p.runMs == 0 {
+			// History off for this run: the Complete that failed it, or
+			// a later change (only stricter), is the best time known.
+			p.runMs = t.UpdatedMs
+		}
+	}
+	return p
 }
 
 // newBreakers makes the leader's per-handler circuit breakers; state
@@ -61,14 +81,39 @@ func (l *Scheduler) dropProbe(p *probe) {
 // An unavailable executor (the request never reached it) is neither: the
 // breaker attempt is abandoned, so a half-open circuit's probe is not
 // used up by an executor that was being restarted.
+//
+// A retry that fails again does not count when the handler's executor
+// answered with a success after the retry's run began (its first Fire;
+// the leader's lastSuccessMs, in this scheduler's view): the executor
+// worked while this task failed, so the task is what fails, and the
+// breaker attempt is abandoned (neither success nor failure; a half-open
+// probe's slot goes to the next parked run at once). Without that, a
+// task its executor fails every time (a bad payload) reopened the circuit
+// after a few of its retries in a row while healthy runs waited behind
+// them, and once only such retries were left the circuit let one through
+// per cool-down (a real run: 150 such tasks at 3 attempts, one reaching
+// DEAD every 30 s). Every run's first failure counts, and so does a
+// retry of a run with no success since it began: an executor that fails
+// everything still opens the circuit, and runs started after it broke
+// stay parked. What is given up: the runs that were in flight when an
+// executor broke, whose run began before its last success, retry one at
+// a time while the circuit is half-open and no fresh run waits to probe
+// (each still after its own backoff).
+//
 // The probe is found by task id, since a task has one RUNNING attempt at
 // most: by its attempt number it could not be, as a recurring task's next
 // run starts at attempt 0 and an overwrite starts a new task. A recorded
 // probe that is not that attempt's (another epoch or run) is abandoned.
 func (l *Scheduler) reportProbe(t *raftfsm.Task, ev *raftfsm.Event) {
+	h := t.Spec.Handler
+	success := ev.Type == raftfsm.CmdComplete && ev.Outcome == raftfsm.OutcomeSuccess
 	l.mu.Lock()
 	p := l.probes[t.ID]
 	delete(l.probes, t.ID)
+	lastSuccess := l.lastSuccessMs[h]
+	if success && t.UpdatedMs > lastSuccess {
+		l.lastSuccessMs[h] = t.UpdatedMs
+	}
 	l.mu.Unlock()
 	if p == nil {
 		return
@@ -90,5 +135,11 @@ func (l *Scheduler) reportProbe(t *raftfsm.Task, ev *raftfsm.Event) {
 		return
 	}
 	failed := ev.Type == raftfsm.CmdComplete && (ev.Outcome == raftfsm.OutcomeRetryable || ev.Outcome == raftfsm.OutcomeTimeout)
+	if failed && p.runMs > 0 && lastSuccess > p.runMs {
+		// The executor succeeded after this run began: the task fails,
+		// not the executor.
+		p.attempt.Abandon()
+		return
+	}
 	p.attempt.Done(!failed)
 }

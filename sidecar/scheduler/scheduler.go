@@ -218,7 +218,11 @@ type Scheduler struct {
 	// does not start after all.
 	breakers *engine.Breakers
 	probes   map[string]*probe
-	jumps    uint64 // clock jumps of earlier terms' timers
+	// lastSuccessMs is, per handler, the latest UpdatedMs of a task whose
+	// attempt succeeded, as this scheduler saw them (reportProbe): a
+	// retry failing again after it does not count against the circuit.
+	lastSuccessMs map[string]int64
+	jumps         uint64 // clock jumps of earlier terms' timers
 	// horizonMs is the end of the load window (Unix ms): every WAITING
 	// task due at or before it has a timer; later ones stay in the store
 	// until loadWindow reaches them.
@@ -287,8 +291,9 @@ func New(cfg Config, d Deps) *Scheduler {
 		pauses: d.Pauses, counters: d.Counters, log: d.Log, clock: d.Clock, wall: d.Wall,
 		lastSeen: map[string]time.Time{}, due: map[string]dueRun{}, dueByHandler: map[string]int{}, queued: map[string]map[string]int{},
 		load: map[string]int{}, assigned: map[string]int{}, applied: map[string]uint64{}, unwritable: map[string]bool{}, running: map[string]int{}, runningIDs: map[string]string{}, oneOff: map[string]attemptRef{}, copies: map[string]*raftfsm.Task{},
-		probes: map[string]*probe{},
-		queues: map[string]*handlerQueue{}, parkedIDs: map[string]string{}, dirty: map[string]bool{}, wakeCh: make(chan struct{}, 1),
+		probes:        map[string]*probe{},
+		lastSuccessMs: map[string]int64{},
+		queues:        map[string]*handlerQueue{}, parkedIDs: map[string]string{}, dirty: map[string]bool{}, wakeCh: make(chan struct{}, 1),
 		pending: map[string]pendingFire{}, pendingBy: map[string]int{}, transit: map[string]map[string]int{}, transitTotal: map[string]int{},
 		since: map[string]map[string]int{}, sinceTotal: map[string]int{},
 		execLoads: map[string][]ExecutorLoad{}, reading: map[string]*readMark{}, caught: make(chan struct{})}
