@@ -2,6 +2,8 @@ package delivery
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/raftfsm"
 	"github.com/axsched/ax/sidecar/delivery/callback"
+	"github.com/axsched/ax/sidecar/load"
 )
 
 // The node's own circuit breakers. The leader's breaker (package
@@ -138,6 +141,48 @@ func (d *Delivery) circuitOpen(t *raftfsm.Task, r *attemptRun) bool {
 	}
 	r.circuitDueMs.Store(raftfsm.CeilMs(until))
 	return true
+}
+
+// OpenCircuits lists, sorted by handler, the handlers whose circuit is
+// open on this node (cooling down: until its end) or half-open with its
+// probe out here (until that probe's deadline, when its outcome is known
+// at the latest), for this node's load report: until then the node would
+// hand their attempts back uncalled, so the leader routes them to other
+// nodes. A circuit whose cool-down has ended and whose probe is not out
+// is not listed, so the leader routes to the node again and the node's
+// probe can go. nil when none is (or d is nil: no delivery).
+func (d *Delivery) OpenCircuits() []load.Circuit {
+	if d == nil || d.circ == nil {
+		return nil
+	}
+	c := d.circ
+	now := d.clock.Now()
+	c.mu.Lock()
+	if len(c.open) == 0 && len(c.probes) == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	until := make(map[string]time.Time, len(c.open)+len(c.probes))
+	for h, u := range c.open {
+		if now.Before(u) {
+			until[h] = u
+		}
+	}
+	for h, p := range c.probes {
+		if _, open := until[h]; !open && now.Before(p.deadline) {
+			until[h] = p.deadline
+		}
+	}
+	c.mu.Unlock()
+	if len(until) == 0 {
+		return nil
+	}
+	out := make([]load.Circuit, 0, len(until))
+	for h, u := range until {
+		out = append(out, load.Circuit{Handler: h, UntilMs: raftfsm.CeilMs(u)})
+	}
+	slices.SortFunc(out, func(a, b load.Circuit) int { return strings.Compare(a.Handler, b.Handler) })
+	return out
 }
 
 // allowCall asks this node's breaker whether attempt r of t may call its

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"net/http"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/raftfsm"
+	"github.com/axsched/ax/sidecar/load"
 )
 
 // fireFor is the event of attempt 1 of task id of handler h assigned to
@@ -100,6 +102,14 @@ func checkCircuitBack(t *testing.T, c *raftfsm.Complete, id, h string, dueMs int
 	}
 }
 
+// wantOpenCircuits checks d's load report's circuits.
+func wantOpenCircuits(t *testing.T, d *Delivery, want []load.Circuit) {
+	t.Helper()
+	if got := d.OpenCircuits(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("open circuits %+v, want %+v", got, want)
+	}
+}
+
 // The node's own circuit breaker: an executor that takes the callbacks
 // and never answers, attempts of one handler handed to the node beyond
 // its limit of 2, the circuit opening after 3 failures. Once it opens,
@@ -132,6 +142,7 @@ func TestDeliveryNodeCircuitHandsBackQueuedAttempts(t *testing.T) {
 		}
 	}
 	clock.BlockUntil(2)
+	wantOpenCircuits(t, e.d, nil) // two failures: closed
 	// Two more: the third failure opens the circuit until now + 10 s; the
 	// four attempts still queued go back, uncalled.
 	clock.Advance(time.Second)
@@ -155,6 +166,8 @@ func TestDeliveryNodeCircuitHandsBackQueuedAttempts(t *testing.T) {
 	if q := e.d.QueuedByHandler(); q != nil {
 		t.Fatalf("still queued: %v", q)
 	}
+	// The load report tells the leader: open until the cool-down's end.
+	wantOpenCircuits(t, e.d, []load.Circuit{{Handler: "h", UntilMs: dueMs}})
 	// An attempt assigned while the circuit is open goes back at once.
 	e.d.OnEvent(fireFor("late", "h", clock.Now(), time.Second))
 	checkCircuitBack(t, e.reports(ex, 1)["late"], "late", "h", dueMs)
@@ -165,10 +178,14 @@ func TestDeliveryNodeCircuitHandsBackQueuedAttempts(t *testing.T) {
 	if n := ex.calls.Load(); n != 4 {
 		t.Fatalf("%d callbacks, want still 4", n)
 	}
+	wantOpenCircuits(t, e.d, []load.Circuit{{Handler: "h", UntilMs: dueMs}})
 	// The cool-down ends: one probe goes (the executor now answers when
 	// told to); an attempt that meets it out goes back due at the probe's
 	// deadline (its start + its 1 s timeout).
 	clock.Advance(time.Millisecond)
+	// Cooled down, no probe out yet: no longer reported, so the leader
+	// routes here again and the probe can come.
+	wantOpenCircuits(t, e.d, nil)
 	answer := make(chan struct{})
 	ex.answer.Store(&answer)
 	e.d.OnEvent(fireFor("probe", "h", clock.Now(), time.Second))
@@ -178,10 +195,13 @@ func TestDeliveryNodeCircuitHandsBackQueuedAttempts(t *testing.T) {
 	probeEnd := clock.Now().Add(time.Second)
 	e.d.OnEvent(fireFor("behind", "h", clock.Now(), time.Second))
 	checkCircuitBack(t, e.reports(ex, 1)["behind"], "behind", "h", raftfsm.CeilMs(probeEnd))
+	// The probe out: reported until its deadline.
+	wantOpenCircuits(t, e.d, []load.Circuit{{Handler: "h", UntilMs: raftfsm.CeilMs(probeEnd)}})
 	close(answer)
 	if c := e.completes(1)["probe"]; c == nil || c.Outcome != raftfsm.OutcomeSuccess {
 		t.Fatalf("the probe's report %+v, want success", c)
 	}
+	wantOpenCircuits(t, e.d, nil) // closed
 	// Closed: attempts are called again.
 	e.d.OnEvent(fireFor("after", "h", clock.Now(), time.Second))
 	if id := ex.called(t); id != "after" {

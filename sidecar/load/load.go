@@ -32,3 +32,19 @@ func (e *ExecutorLoad) Runs(handler string) bool {
 	}
 	return false
 }
+
+// Circuit is one handler whose circuit breaker is open on the reporting
+// node (sidecar/delivery's own breaker, fed by that node's callbacks):
+// the node hands the handler's attempts back uncalled until UntilMs, so
+// the leader routes them to other nodes meanwhile. Its JSON is the peer
+// API's; a report without circuits (and one from a node of a version
+// before this field) means none is open.
+type Circuit struct {
+	// Handler is the handler's name (a task's handler, not a pattern).
+	Handler string `json:"handler"`
+	// UntilMs (Unix ms, the reporting node's clock) is when the node
+	// takes the handler's attempts again: the end of its cool-down, or,
+	// while its half-open probe is out, that probe's deadline (its
+	// outcome is known then at the latest). Always set.
+	UntilMs int64 `json:"until_ms"`
+}

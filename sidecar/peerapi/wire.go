@@ -86,10 +86,22 @@ type LoadReport struct {
 	// not writable), so it cannot apply the log; the leader gives it no
 	// new attempts until it reports otherwise.
 	StorageUnavailable bool `json:"storage_unavailable,omitempty"`
+	// Circuits are the handlers whose circuit is open on the node (its
+	// own breaker, sidecar/delivery), each with when the node takes its
+	// attempts again: the leader routes them to other nodes until then.
+	// Added after the other fields: a leader of an older version ignores
+	// it (encoding/json skips unknown fields), and a report without it
+	// (a node of an older version, or none open) means no circuit is
+	// open there.
+	Circuits []Circuit `json:"circuits,omitempty"`
 }
 
 // ExecutorLoad is one executor of a node in its load report (load.ExecutorLoad).
 type ExecutorLoad = load.ExecutorLoad
+
+// Circuit is one handler whose circuit is open on a node, in its load
+// report (load.Circuit).
+type Circuit = load.Circuit
 
 // MemberStatus is the leader's view of one member: the reply of
 // /peer/v1/members (by member id) and the source of GET /v1/cluster's
