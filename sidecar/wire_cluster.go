@@ -67,7 +67,7 @@ type clusterLoad struct{ n *Node }
 func (l clusterLoad) Own() peerapi.LoadReport {
 	d := l.n.delivery
 	return peerapi.LoadReport{InFlight: d.InFlight(), Queued: d.QueuedByHandler(), Executors: d.Capacity(), Draining: l.n.drain.self.Load(),
-		StorageUnavailable: l.n.WriteAllowed() != nil}
+		StorageUnavailable: l.n.WriteAllowed() != nil, Circuits: d.OpenCircuits()}
 }
 func (l clusterLoad) Record(r peerapi.LoadReport)          { l.n.reportToLeader(r) }
 func (l clusterLoad) ParkedShare(id string) map[string]int { return l.n.leader.ParkedShare(id) }

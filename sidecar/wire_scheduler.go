@@ -157,7 +157,7 @@ func (a schedCounters) Retry(handler string) {
 // which leads.
 func (n *Node) reportToLeader(r peerapi.LoadReport) {
 	n.leader.Report(scheduler.Report{ID: r.ID, InFlight: r.InFlight, Applied: r.Applied, Queued: r.Queued,
-		Executors: r.Executors, Draining: r.Draining, StorageUnavailable: r.StorageUnavailable})
+		Executors: r.Executors, Draining: r.Draining, StorageUnavailable: r.StorageUnavailable, Circuits: r.Circuits})
 }
 
 // newRetention builds the purge loop over n; its compaction waits for

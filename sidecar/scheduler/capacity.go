@@ -12,8 +12,22 @@ import (
 // and what it was given since (the leader's own node: the Fires not yet
 // applied; another: the attempts assigned since its last report, less
 // those that ended there since, so a completion frees its unit at once). It returns the reason when there is
-// none (and for executor_unavailable the earliest end of the executors'
-// unavailability). l.mu is held.
+// none (and for executor_unavailable and circuit_open the earliest end of
+// the executors' unavailability or of the nodes' circuits). l.mu is held.
+//
+// A node whose load report has handler's circuit open there (its own
+// breaker, sidecar/delivery: it would hand the attempt back uncalled,
+// due at the circuit's end) is passed over like a node whose executor is
+// down, but only while another live node runs the handler: with one
+// there is no other node to route to, and the node's breaker hands back
+// what it gets as it did before nodes reported their circuits (a single
+// node's stays exactly as it was). When every live node's circuit is open
+// the run waits as circuit_open until the earliest end (blockLocked arms
+// the handler's circuit timer then; the leader's own breaker is not
+// touched); when some are open and the others' executors are down, as
+// executor_unavailable until the earliest of all. Once a node's end has
+// passed (by Clock: nodeCircuitLocked) it is a candidate again even
+// before its next report, so the node's half-open probe can go.
 func (l *Scheduler) placeLocked(nodes []raftfsm.Node, handler, avoid, routeKey string, now time.Time) (node, reason string, until time.Time) {
 	// Load reports are stamped with the wall clock (report), so liveness
 	// is judged by it too.
@@ -23,10 +37,21 @@ func (l *Scheduler) placeLocked(nodes []raftfsm.Node, handler, avoid, routeKey s
 	}
 	var free []raftfsm.Node
 	available := false
+	circuits := len(live) > 1 // the nodes' circuits route only where there is a choice
+	allCircuits := true       // every node passed over was so for its circuit
 	nowMs := l.wall.Now().UnixMilli()
 	for _, nd := range live {
+		if circuits {
+			if end, open := l.nodeCircuitLocked(nd.ID, handler, now); open {
+				if until.IsZero() || end.Before(until) {
+					until = end
+				}
+				continue
+			}
+		}
 		capH, capAll, usedH, usedAll, up, downUntil := l.nodeCapacity(&nd, handler, nowMs)
 		if !up {
+			allCircuits = false
 			if !downUntil.IsZero() && (until.IsZero() || downUntil.Before(until)) {
 				until = downUntil
 			}
@@ -46,6 +71,9 @@ func (l *Scheduler) placeLocked(nodes []raftfsm.Node, handler, avoid, routeKey s
 		}
 	}
 	if !available {
+		if allCircuits {
+			return "", ReasonCircuitOpen, until
+		}
 		return "", ReasonExecutorUnavailable, until
 	}
 	if len(free) == 0 {

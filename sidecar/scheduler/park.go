@@ -33,6 +33,11 @@ type handlerQueue struct {
 	reason string                // why the queue's head waits; "" while draining
 	until  time.Time             // circuit_open, executor_unavailable: when that may end
 	seq    uint64                // the last parkedRun.seq given out
+	// nodes: the reason is the nodes' (placeLocked's), not the leader's
+	// breaker or cap: load reports and executor changes wake the queue
+	// (a circuit_open so given waits for the nodes' circuits, which a
+	// report can show closed or a new node can make moot).
+	nodes bool
 }
 
 // pendingFire is a Fire proposed by this leader and not yet applied: it
@@ -142,7 +147,7 @@ func (l *Scheduler) wakeExecutorWaits(match func(handler string) bool) {
 	l.mu.Lock()
 	any := false
 	for h, q := range l.queues {
-		if executorReason(q.reason) && (match == nil || match(h)) {
+		if (executorReason(q.reason) || q.nodes) && (match == nil || match(h)) {
 			l.dirty[h] = true
 			any = true
 		}
@@ -238,6 +243,7 @@ func (l *Scheduler) drainLocked(h string, nodes []raftfsm.Node, now time.Time, c
 			ba           *engine.BreakerAttempt
 			pausedNow    bool
 			wantFresh    bool
+			placed       bool // reason is placeLocked's
 		)
 		// The head is taken only if it can start (or is paused): one that
 		// cannot stays the head, and its level keeps its turn.
@@ -279,12 +285,13 @@ func (l *Scheduler) drainLocked(h string, nodes []raftfsm.Node, now time.Time, c
 			}
 			if node, reason, until = l.placeLocked(nodes, h, avoid, t.Spec.RouteKey, now); node == "" {
 				ba.Abandon() // no attempt: says nothing of the handler
+				placed = true
 				return false
 			}
 			return true
 		})
 		if !ok {
-			q.reason, q.until = "", time.Time{}
+			q.reason, q.until, q.nodes = "", time.Time{}, false
 			break
 		}
 		if wantFresh {
@@ -295,14 +302,14 @@ func (l *Scheduler) drainLocked(h string, nodes []raftfsm.Node, now time.Time, c
 			}
 			if node, reason, until = l.placeLocked(nodes, h, "", pr.t.Spec.RouteKey, now); node == "" {
 				ba.Abandon() // no attempt: says nothing of the handler
-				l.blockLocked(q, h, reason, until)
+				l.blockLocked(q, h, reason, until, true)
 				break
 			}
 			q.rq.Remove(pr.t.ID) // out of turn: its level's turn is not spent
 			taken = true
 		}
 		if !taken {
-			l.blockLocked(q, h, reason, until)
+			l.blockLocked(q, h, reason, until, placed)
 			break
 		}
 		if pr == nil {
@@ -320,7 +327,7 @@ func (l *Scheduler) drainLocked(h string, nodes []raftfsm.Node, now time.Time, c
 			// now on its runs compete, and the wait budget counts anew.
 			q.restamp()
 		}
-		q.reason, q.until = "", time.Time{}
+		q.reason, q.until, q.nodes = "", time.Time{}, false
 		delete(q.runs, t.ID)
 		delete(l.parkedIDs, t.ID)
 		l.pending[t.ID] = pendingFire{node, h}
@@ -372,12 +379,13 @@ func (l *Scheduler) freshRunLocked(q *handlerQueue) *parkedRun {
 	return q.runs[it.Key]
 }
 
-// blockLocked records why handler's queue waits and arms the one wake-up
-// a time can bring: the circuit's half-open instant. Every other reason
-// ends with an event (a report, a completion, an executor change, a
-// resume). l.mu is held.
-func (l *Scheduler) blockLocked(q *handlerQueue, h, reason string, until time.Time) {
-	q.reason, q.until = reason, until
+// blockLocked records why handler's queue waits (placed: the reason is
+// placeLocked's) and arms the one wake-up a time can bring: the circuit's
+// half-open instant (the leader's breaker's, or the earliest end of the
+// nodes' circuits). Every other reason ends with an event (a report, a
+// completion, an executor change, a resume). l.mu is held.
+func (l *Scheduler) blockLocked(q *handlerQueue, h, reason string, until time.Time, placed bool) {
+	q.reason, q.until, q.nodes = reason, until, placed
 	if reason == ReasonCircuitOpen && !until.IsZero() && l.timers != nil {
 		l.timers.Arm(circuitKeyPrefix+h, until)
 	}

@@ -26,10 +26,19 @@ type Report struct {
 	// StorageUnavailable: the node cannot write its storage, so it cannot
 	// apply the Fire of an attempt; it gets no new attempts.
 	StorageUnavailable bool
+	// Circuits are the handlers whose circuit is open on the node (its
+	// own breaker), each until the node takes their attempts again; none
+	// from a node of an older version. Where another live node runs the
+	// handler, placeLocked gives the node none of its runs until then.
+	Circuits []Circuit
 }
 
 // ExecutorLoad is one executor of a node in its load report (load.ExecutorLoad).
 type ExecutorLoad = load.ExecutorLoad
+
+// Circuit is one handler whose circuit is open on a node, in its load
+// report (load.Circuit).
+type Circuit = load.Circuit
 
 // Report records a node's load report, stamped with Wall, and wakes the
 // runs waiting for an executor that the node now has.
@@ -56,11 +65,33 @@ func (l *Scheduler) Report(r Report) {
 		delete(l.since, r.ID)
 		delete(l.sinceTotal, r.ID)
 	}
+	// The node's circuits, its own included (its delivery's breaker is
+	// not the leader's): each report replaces the last.
+	if len(r.Circuits) == 0 {
+		delete(l.nodeCircuits, r.ID)
+	} else {
+		m := make(map[string]int64, len(r.Circuits))
+		for _, c := range r.Circuits {
+			m[c.Handler] = max(m[c.Handler], c.UntilMs)
+		}
+		l.nodeCircuits[r.ID] = m
+	}
 	l.mu.Unlock()
-	// Runs waiting for an executor look again when the node has one for
-	// their handler that is not down (the drain checks its capacity).
+	// Runs waiting for an executor, or for the nodes' circuits, look again
+	// when the node has an executor for their handler that is not down and
+	// its circuit of the handler is not open (the drain checks its
+	// capacity).
 	nowMs := l.wall.Now().UnixMilli()
+	var clockMs int64
+	if len(r.Circuits) > 0 {
+		clockMs = l.clock.Now().UnixMilli()
+	}
 	l.wakeExecutorWaits(func(h string) bool {
+		for _, c := range r.Circuits {
+			if c.Handler == h && c.UntilMs > clockMs {
+				return false
+			}
+		}
 		for _, x := range r.Executors {
 			if x.DownUntilMs <= nowMs && x.Runs(h) {
 				return true
@@ -68,6 +99,24 @@ func (l *Scheduler) Report(r Report) {
 		}
 		return false
 	})
+}
+
+// nodeCircuitLocked reports whether node id's last load report had
+// handler's circuit open there at now (by Clock), and until when. l.mu
+// is held.
+//
+// The end is judged by Clock, not Wall: it is a due instant of the
+// node's breaker, like a run's due time, and the parked queue's wake-up
+// (blockLocked's timer) runs on Clock; judged on another clock, a wake-up
+// at the end could find the circuit still open and re-arm in the past
+// over and over. Both are the real clock in a node; a node's report
+// stops listing the circuit once its cool-down is over in any case.
+func (l *Scheduler) nodeCircuitLocked(id, handler string, now time.Time) (time.Time, bool) {
+	u, ok := l.nodeCircuits[id][handler]
+	if !ok || u <= now.UnixMilli() {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(u), true
 }
 
 // LastReport returns when node id's last load report came (by Wall) and

@@ -252,6 +252,10 @@ type Scheduler struct {
 	// reading holds the tasks fire is reading from the store, with a
 	// count of the events about them since (park.go, startReading).
 	reading map[string]*readMark
+	// nodeCircuits is, per node id (this node's included), the handlers
+	// whose circuit its last load report had open there: handler → Unix
+	// ms (the node's clock) when the node takes their attempts again.
+	nodeCircuits map[string]map[string]int64
 	// selfLoads is this node's executors, read at the start of a drain.
 	selfLoads []ExecutorLoad
 	// nodesCache holds the member node records until a node or executor
@@ -296,7 +300,7 @@ func New(cfg Config, d Deps) *Scheduler {
 		queues:        map[string]*handlerQueue{}, parkedIDs: map[string]string{}, dirty: map[string]bool{}, wakeCh: make(chan struct{}, 1),
 		pending: map[string]pendingFire{}, pendingBy: map[string]int{}, transit: map[string]map[string]int{}, transitTotal: map[string]int{},
 		since: map[string]map[string]int{}, sinceTotal: map[string]int{},
-		execLoads: map[string][]ExecutorLoad{}, reading: map[string]*readMark{}, caught: make(chan struct{})}
+		execLoads: map[string][]ExecutorLoad{}, nodeCircuits: map[string]map[string]int64{}, reading: map[string]*readMark{}, caught: make(chan struct{})}
 	l.breakers = l.newBreakers()
 	l.setPauses(d.Pauses)
 	return l
