@@ -22,7 +22,9 @@ import (
 // engine.Breakers of its own, per handler, with the leader's options, fed
 // by the callbacks this node makes; only time-outs count as failures
 // there (callFailed). Its state is this node's alone: nothing of it is
-// replicated, and no command is added.
+// replicated, and no command is added; the node's load report tells the
+// leader which circuits are open here (OpenCircuits), so that it routes
+// their handlers' runs to other nodes meanwhile.
 //
 // While this node's circuit of a handler is open, an attempt of that
 // handler is not called: when it is granted a slot (or before it queues

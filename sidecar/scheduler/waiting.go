@@ -13,7 +13,10 @@ const (
 	// not be reached lately; they are probed again at waiting_until.
 	ReasonExecutorUnavailable = "executor_unavailable"
 	// ReasonCircuitOpen: the handler's circuit breaker is open until
-	// waiting_until (then one probe goes).
+	// waiting_until (then one probe goes): the leader's, or, where more
+	// than one live node runs the handler, the own circuit of every one
+	// of them (their load reports' Circuits; waiting_until is the
+	// earliest end).
 	ReasonCircuitOpen = "circuit_open"
 	// ReasonHandlerLimit: the handler's cluster-wide cap (--handler-limit)
 	// is reached.

@@ -528,8 +528,8 @@ class Task:
             limit in flight plus a queue of ``max_concurrency``),
             ``"executor_unavailable"`` (its executors unreachable lately,
             tried again at ``waiting_until``), ``"circuit_open"`` (the
-            handler's circuit breaker, until ``waiting_until``, then one
-            probe), ``"handler_limit"`` (the sidecar's ``--handler-limit``
+            handler's circuit breaker, the leader's or that of every node
+            that runs it, until ``waiting_until``, then one probe), ``"handler_limit"`` (the sidecar's ``--handler-limit``
             of running attempts reached), ``"paused"`` (the task or its
             handler is paused: :meth:`Client.pause_task`,
             :meth:`Client.pause_handler`) or ``"previous_run_running"``
