@@ -3,6 +3,7 @@ package sidecar
 import (
 	"path/filepath"
 
+	"github.com/axsched/ax/sidecar/delivery"
 	"github.com/axsched/ax/sidecar/nodemetrics"
 	"github.com/axsched/ax/sidecar/raftstore"
 )
@@ -13,7 +14,7 @@ import (
 // metricsSources are the node's parts for the gauges; n.raft, n.store,
 // n.leader and n.delivery must be set.
 func metricsSources(n *Node) nodemetrics.Sources {
-	return nodemetrics.Sources{Raft: n.raft, Store: metricsStore{n}, Leader: n.leader, Delivery: n.delivery,
+	return nodemetrics.Sources{Raft: n.raft, Store: metricsStore{n}, Leader: n.leader, Delivery: metricsDelivery{n.delivery.Delivery},
 		Log: metricsLog{&n.store.LogStats}}
 }
 
@@ -24,6 +25,19 @@ func (s metricsStore) TaskCounts() []int64  { c := s.n.fsm.Counts(); return c[:]
 func (s metricsStore) AppliedIndex() uint64 { return s.n.fsm.AppliedIndex() }
 func (s metricsStore) Size() int64 {
 	return raftstore.DirSize(filepath.Join(s.n.cfg.DataDir, "state"))
+}
+
+// metricsDelivery reads this node's delivery: its backlog, and the
+// handlers whose own circuit is open here.
+type metricsDelivery struct{ *delivery.Delivery }
+
+func (d metricsDelivery) OpenCircuits() []string {
+	cs := d.Delivery.OpenCircuits()
+	hs := make([]string, len(cs))
+	for i, c := range cs {
+		hs[i] = c.Handler
+	}
+	return hs
 }
 
 // metricsLog reads the Raft log's write counts (raftstore.LogWriteStats).

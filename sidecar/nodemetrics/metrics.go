@@ -126,6 +126,9 @@ type Delivery interface {
 	// Backlog is the attempts waiting here for an executor slot, per
 	// priority.
 	Backlog() [engine.Priorities]int
+	// OpenCircuits is the handlers whose circuit is open on this node
+	// (its own breaker: their attempts are handed back uncalled), sorted.
+	OpenCircuits() []string
 }
 
 // LogStats is what the counters read of this node's Raft log.
@@ -197,6 +200,12 @@ func (m *Metrics) Watch(src Sources) {
 			ch <- prometheus.MustNewConstMetric(circuitDesc, prometheus.GaugeValue, v, st.Handler, st.State.String())
 		}
 	}, circuitDesc))
+	nodeCircuitDesc := prometheus.NewDesc("ax_node_circuit_open", "1 for each handler whose circuit is open on this node, or half-open with its probe out (its own breaker, fed by the callbacks it makes; the leader routes the handler's runs to other nodes meanwhile); no series for the others.", []string{"handler"}, nil)
+	m.reg.MustRegister(collectorFunc(func(ch chan<- prometheus.Metric) {
+		for _, h := range src.Delivery.OpenCircuits() {
+			ch <- prometheus.MustNewConstMetric(nodeCircuitDesc, prometheus.GaugeValue, 1, h)
+		}
+	}, nodeCircuitDesc))
 	readyDesc := prometheus.NewDesc("ax_ready_backlog", "Due runs not yet delivered, per priority: held by the leader (no live executor) or waiting on this node for an executor slot.", []string{"priority"}, nil)
 	m.reg.MustRegister(collectorFunc(func(ch chan<- prometheus.Metric) {
 		byPrio := src.Leader.Backlog()

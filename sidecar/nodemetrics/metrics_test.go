@@ -24,6 +24,7 @@ func (f fakeStore) TaskCounts() []int64                { return f.counts }
 func (fakeLog) Writes() uint64                         { return 10 }
 func (fakeLog) Entries() uint64                        { return 30 }
 func (f fakeDelivery) Backlog() [engine.Priorities]int { return f.b }
+func (fakeDelivery) OpenCircuits() []string            { return []string{"h3"} }
 
 type fakeStore struct{ counts []int64 }
 type fakeLog struct{}
@@ -95,6 +96,9 @@ ax_parked_runs{handler="h1",reason="circuit_open"} 4
 # TYPE ax_circuit_open gauge
 ax_circuit_open{handler="h1",state="open"} 1
 ax_circuit_open{handler="h2",state="closed"} 0
+# HELP ax_node_circuit_open 1 for each handler whose circuit is open on this node, or half-open with its probe out (its own breaker, fed by the callbacks it makes; the leader routes the handler's runs to other nodes meanwhile); no series for the others.
+# TYPE ax_node_circuit_open gauge
+ax_node_circuit_open{handler="h3"} 1
 # HELP ax_ready_backlog Due runs not yet delivered, per priority: held by the leader (no live executor) or waiting on this node for an executor slot.
 # TYPE ax_ready_backlog gauge
 ax_ready_backlog{priority="0"} 1
@@ -105,7 +109,7 @@ ax_ready_backlog{priority="4"} 0
 `
 	names := []string{"ax_raft_leader", "ax_raft_commit_index", "ax_raft_applied_index", "ax_raft_term", "ax_raft_state",
 		"ax_fsm_size_bytes", "ax_timers", "ax_clock_jumps_total", "ax_raft_log_writes_total", "ax_raft_log_entries_written_total",
-		"ax_parked_runs", "ax_circuit_open", "ax_ready_backlog"}
+		"ax_parked_runs", "ax_circuit_open", "ax_node_circuit_open", "ax_ready_backlog"}
 	if err := testutil.GatherAndCompare(m.reg, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
 	}
