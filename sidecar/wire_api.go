@@ -94,7 +94,10 @@ type apiScheduler struct{ n *Node }
 func (s apiScheduler) Leading() bool                             { return s.n.leader.Leading() }
 func (s apiScheduler) ParkedByReason() map[string]map[string]int { return s.n.leader.ParkedByReason() }
 func (s apiScheduler) Circuits() []engine.BreakerStatus          { return s.n.leader.Circuits() }
-func (s apiScheduler) Depth(handler string) int                  { return s.n.leader.Depth(handler) }
+func (s apiScheduler) NodeCircuit(node, handler string) (time.Time, bool) {
+	return s.n.leader.NodeCircuit(node, handler)
+}
+func (s apiScheduler) Depth(handler string) int { return s.n.leader.Depth(handler) }
 func (s apiScheduler) Waiting(ids []string) map[string]api.WaitingView {
 	got := s.n.leader.Waiting(ids)
 	if got == nil {

@@ -246,8 +246,10 @@ func TestPages_HandlersAndPause(t *testing.T) {
 	f := newFakeAPI(t)
 	backlog := 7
 	lim := 12
+	nodeOpen := time.Date(2026, 12, 7, 3, 0, 30, 0, time.UTC)
 	f.handlers = []axapiHandler{{Name: "mail", Backlog: &backlog, Parked: map[string]int{"paused": 3}, Circuit: "open", Tasks: map[axapiState]int{"WAITING": 5, "DEAD": 2},
-		Executors: []axapiHandlerExecutor{{Node: "n1", Name: "app", URL: "unix:///app.sock", Limit: lim}}}}
+		Executors: []axapiHandlerExecutor{{Node: "n1", Name: "app", URL: "unix:///app.sock", Limit: lim},
+			{Node: "n2", Name: "app", URL: "unix:///app.sock", CircuitUntil: &nodeOpen}}}}
 	f.metrics = metricsText(0)
 	s, b := startUI(t, f, "")
 	// Two samples a minute apart: lateness and rates from their difference.
@@ -258,7 +260,8 @@ func TestPages_HandlersAndPause(t *testing.T) {
 	s.sampler.add(s1)
 	s.sampler.add(s2)
 	_, body := b.get("/handlers")
-	mustContain(t, "handlers", body, `data-handler="mail"`, `class="backlog">7`, "paused: 3", "circuit open", `data-state="DEAD">DEAD <b>2</b>`, "<td>12</td>", "<td>4</td>", "success 1.00", "<polyline", "p99 <b>")
+	mustContain(t, "handlers", body, `data-handler="mail"`, `class="backlog">7`, "paused: 3", "circuit open", `data-state="DEAD">DEAD <b>2</b>`, "<td>12</td>", "<td>4</td>", "success 1.00", "<polyline", "p99 <b>",
+		"<td>n2</td>", "open until 2026-12-07")
 	st, body := b.post("/handlers", "/handlers/mail/pause", nil)
 	if st != 200 || !strings.Contains(body, "mail: paused") {
 		t.Errorf("pause: %d", st)

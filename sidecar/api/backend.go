@@ -77,6 +77,9 @@ type Scheduler interface {
 	ParkedByReason() map[string]map[string]int
 	// Circuits is every handler's circuit breaker.
 	Circuits() []engine.BreakerStatus
+	// NodeCircuit reports whether node's last load report had handler's
+	// own circuit open there, and until when.
+	NodeCircuit(node, handler string) (until time.Time, open bool)
 	// Depth is a handler's backlog of due, undelivered runs.
 	Depth(handler string) int
 }

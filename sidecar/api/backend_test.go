@@ -365,11 +365,15 @@ func TestExecutors(t *testing.T) {
 }
 
 // A follower's GET /v1/handlers is the leader's, over the peer route,
-// with this node's own executor limits; without the leader, its own.
+// with this node's own executor limits and the nodes' own circuits as the
+// leader knows them; without the leader, its own.
 func TestHandlersThroughTheLeader(t *testing.T) {
 	leader, follower := newEnv(t), newEnv(t)
 	leader.submit("a", "h")
 	leader.apply(raftfsm.Command{Type: raftfsm.CmdNode, Node: &raftfsm.Node{ID: "a", Executors: []raftfsm.Executor{{Name: "x", Handlers: []string{"h", "w*"}}}}})
+	leader.apply(raftfsm.Command{Type: raftfsm.CmdNode, Node: &raftfsm.Node{ID: "b", Executors: []raftfsm.Executor{{Name: "y", Handlers: []string{"h"}}}}})
+	nodeUntil := time.UnixMilli(1_700_000_007_000)
+	leader.sched.nodeOpen = map[string]map[string]time.Time{"b": {"h": nodeUntil}}
 	leader.sched.depth, leader.sched.parked = 1, map[string]map[string]int{"h": {"paused": 1}}
 	leader.sched.open = []engine.BreakerStatus{{Handler: "h", State: engine.BreakerOpen, OpenUntil: time.UnixMilli(1_700_000_005_000)}}
 	follower.raft.state, follower.route = raft.Follower, "leader:7001"
@@ -379,7 +383,8 @@ func TestHandlersThroughTheLeader(t *testing.T) {
 		list[0].Parked["paused"] != 1 || list[0].Circuit != "open" || list[0].CircuitUntil == nil {
 		t.Fatalf("follower's handlers %+v %v", list, err)
 	}
-	if x := list[0].Executors; len(x) != 1 || x[0].Node != "a" || x[0].Limit != 7 {
+	if x := list[0].Executors; len(x) != 2 || x[0].Node != "a" || x[0].Limit != 7 || x[0].CircuitUntil != nil ||
+		x[1].Node != "b" || x[1].CircuitUntil == nil || !x[1].CircuitUntil.Equal(nodeUntil) {
 		t.Fatalf("executors %+v", x)
 	}
 	// The leader has lost its leadership: 421 not_leader, typed.

@@ -130,6 +130,8 @@ type fakeScheduler struct {
 	parked  map[string]map[string]int
 	open    []engine.BreakerStatus
 	depth   int
+	// nodeOpen: node → handler → until, the nodes' own circuits.
+	nodeOpen map[string]map[string]time.Time
 }
 
 func (s *fakeScheduler) Leading() bool { return s.leading }
@@ -148,6 +150,10 @@ func (s *fakeScheduler) Waiting(ids []string) map[string]WaitingView {
 func (s *fakeScheduler) ParkedByReason() map[string]map[string]int { return s.parked }
 func (s *fakeScheduler) Circuits() []engine.BreakerStatus          { return s.open }
 func (s *fakeScheduler) Depth(string) int                          { return s.depth }
+func (s *fakeScheduler) NodeCircuit(node, handler string) (time.Time, bool) {
+	u, ok := s.nodeOpen[node][handler]
+	return u, ok
+}
 
 type fakePurger struct {
 	calls [][]raftfsm.FinishedTask

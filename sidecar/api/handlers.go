@@ -148,6 +148,12 @@ func (b *Backend) HandlersView(leading bool) ([]ipc.HandlerInfo, error) {
 				if nodes[i].ID == b.cfg.NodeID {
 					e.Limit = b.d.Limits.LimitOf(x)
 				}
+				if leading {
+					if until, open := b.d.Scheduler.NodeCircuit(nodes[i].ID, h); open {
+						until = until.UTC()
+						e.CircuitUntil = &until
+					}
+				}
 				info.Executors = append(info.Executors, e)
 			}
 		}

@@ -57,6 +57,12 @@ func TestPlacementAvoidsANodeWhoseCircuitIsOpen(t *testing.T) {
 	end := e.clock.Now().Add(30 * time.Second)
 	e.reportCircuits("b", end)
 	e.reportCircuits("c", time.Time{})
+	if u, open := e.l.NodeCircuit("b", "h"); !open || !u.Equal(time.UnixMilli(end.UnixMilli())) {
+		t.Fatalf("NodeCircuit(b, h) = %v, %v; want open until %v", u, open, end)
+	}
+	if _, open := e.l.NodeCircuit("c", "h"); open {
+		t.Fatal("NodeCircuit(c, h) open, want closed")
+	}
 	first := ids("o", 6)
 	e.due(2, first...)
 	if got := e.nodesOf(first); got["c"] != 6 {
@@ -75,6 +81,9 @@ func TestPlacementAvoidsANodeWhoseCircuitIsOpen(t *testing.T) {
 	// one would not): b is a candidate again, and least-loaded routing
 	// sends it the next runs.
 	e.clock.Advance(time.Millisecond)
+	if _, open := e.l.NodeCircuit("b", "h"); open {
+		t.Fatal("NodeCircuit(b, h) open after its end, want closed")
+	}
 	after := ids("a", 4)
 	e.due(2, after...)
 	if got := e.nodesOf(after); got["b"] == 0 {

@@ -101,6 +101,17 @@ func (l *Scheduler) Report(r Report) {
 	})
 }
 
+// NodeCircuit reports whether node id's last load report had handler's
+// own circuit open there (its delivery's breaker), now by Clock, and
+// until when (the node's clock, to the millisecond), for the leader's
+// handler view (load reports go to the leader).
+func (l *Scheduler) NodeCircuit(id, handler string) (until time.Time, open bool) {
+	now := l.clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.nodeCircuitLocked(id, handler, now)
+}
+
 // nodeCircuitLocked reports whether node id's last load report had
 // handler's circuit open there at now (by Clock), and until when. l.mu
 // is held.

@@ -235,6 +235,13 @@ type HandlerExecutor struct {
 	// its min and max), for the executors of the node asked and of the
 	// leader; absent for the others and before the first delivery.
 	Limit int `json:"limit,omitempty"`
+	// CircuitUntil is set while the handler's circuit is open on this
+	// executor's node (the node's own breaker, fed by the callbacks it
+	// makes; or half-open with its probe out there): when the node takes
+	// the handler's attempts again. Meanwhile the leader routes the
+	// handler's runs to its other nodes. Leader's view, from the node's
+	// load report (absent from a node of an older version).
+	CircuitUntil *time.Time `json:"circuit_until,omitempty"`
 }
 
 // PurgeRequest is the body of POST /v1/tasks/purge; every field is

@@ -1012,6 +1012,11 @@ class HandlerExecutor:
             client read it as 0 too.)
         limit: the current adaptive concurrency limit, for the executors of
             the sidecar asked and of the leader; 0 for the others.
+        circuit_until: set (UTC) while the handler's circuit is open on
+            this executor's node (that node's own breaker, or half-open
+            with its probe out): when the node takes the handler's
+            attempts again; the leader routes them to its other nodes
+            meanwhile. Leader's view; ``None`` otherwise.
     """
 
     node: str
@@ -1019,6 +1024,7 @@ class HandlerExecutor:
     url: str
     max_concurrency: Optional[int] = None
     limit: int = 0
+    circuit_until: Optional[datetime] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "HandlerExecutor":
@@ -1029,6 +1035,7 @@ class HandlerExecutor:
             # Absent (or 0, "0 or absent" on the wire): the node's default.
             max_concurrency=int(d["max_concurrency"]) if d.get("max_concurrency") else None,
             limit=int(d.get("limit") or 0),
+            circuit_until=parse_time(d["circuit_until"]) if d.get("circuit_until") else None,
         )
 
 

@@ -1,4 +1,5 @@
 import json
+from datetime import datetime, timezone
 import os
 import sys
 import unittest
@@ -93,6 +94,20 @@ class PauseTest(unittest.TestCase):
         self.assertEqual([x.max_concurrency for x in h.executors], [None, None, 8])
         self.assertEqual([x.limit for x in h.executors], [0, 0, 0])
         self.assertIsNone(axsched.HandlerExecutor(node="n", name="x", url="u").max_concurrency)
+
+    def test_handlers_executor_node_circuit(self):
+        # The leader says which nodes have the handler's own circuit open.
+        body = {"handlers": [
+            {"name": "h", "paused": False, "parked": {}, "tasks": {},
+             "executors": [{"node": "n1", "name": "d", "url": "unix:///d.sock"},
+                           {"node": "n2", "name": "d", "url": "unix:///d.sock",
+                            "circuit_until": "2026-12-07T03:00:30.5Z"}]},
+        ]}
+        self.stub.enqueue(200, json.dumps(body).encode(), JSON, method="GET", path="/v1/handlers")
+        (h,) = self.client.handlers()
+        self.assertIsNone(h.executors[0].circuit_until)
+        self.assertEqual(h.executors[1].circuit_until,
+                         datetime(2026, 12, 7, 3, 0, 30, 500000, tzinfo=timezone.utc))
 
 
 if __name__ == "__main__":
