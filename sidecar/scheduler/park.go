@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/axsched/ax/engine"
@@ -348,7 +349,7 @@ func (l *Scheduler) drainLocked(h string, nodes []raftfsm.Node, now time.Time, c
 		cmds = append(cmds, raftfsm.Command{Type: raftfsm.CmdFire, Fire: &raftfsm.Fire{
 			ID: t.ID, Epoch: t.Epoch, Attempt: t.Attempts + 1, Node: node, AtMs: startMs,
 			LeaseMs:     startMs + (time.Duration(t.Spec.TimeoutNs) + l.cfg.LeaseGrace).Milliseconds(),
-			HistoryRuns: l.cfg.HistoryRuns, ParkedReason: parked,
+			HistoryRuns: fireHistoryRuns(l.cfg.HistoryRuns, t.ID), ParkedReason: parked,
 		}})
 	}
 	if heldProbe != nil {
@@ -603,4 +604,18 @@ func (l *Scheduler) RunningOneOff(id string, epoch uint64, attempt int) bool {
 	defer l.mu.Unlock()
 	r, ok := l.oneOff[id]
 	return ok && r.epoch == epoch && r.attempt == attempt
+}
+
+// fireHistoryRuns is the bound on run records a Fire of task id carries:
+// the node's --history-runs, but at least 1 for a flow stage, since the
+// stages after it get its result from its run record (raftfsm's
+// upstreamEnvelope reads it when it creates them): with the history off
+// (-1) every flow would pass its stages' results on as nothing. Only the
+// command's value changes, so every node, of any version, applies it the
+// same way.
+func fireHistoryRuns(bound int, id string) int {
+	if bound < 0 && strings.HasPrefix(id, raftfsm.FlowStagePrefix) {
+		return 1
+	}
+	return bound
 }
