@@ -91,7 +91,9 @@ func (b *Backend) PurgeFlow(ctx context.Context, id string) (int, error) {
 		return 0, err
 	}
 	if !fl.State.Terminal() {
-		return 0, ipc.Errorf(ipc.ErrConflict, "purge: flow %q is %s; only finished flows (SUCCESS, FAILED, CANCELLED) can be purged (cancel it first)", id, fl.State)
+		// The state the flow's reads show (RUNNING once a stage started),
+		// not the stored one, as for a conflicting submit.
+		return 0, ipc.Errorf(ipc.ErrConflict, "purge: flow %q is %s; only finished flows (SUCCESS, FAILED, CANCELLED) can be purged (cancel it first)", id, b.flowView(fl).State)
 	}
 	res, err := b.d.Proposer.ProposeAPI(ctx, []raftfsm.Command{{Type: raftfsm.CmdPurge, Purge: &raftfsm.Purge{Flows: []raftfsm.PurgeTask{fl.FlowTarget()}}}})
 	if err != nil {
