@@ -4,6 +4,11 @@ import (
 	"github.com/dgraph-io/badger/v4"
 )
 
+// MaxValueBytes is the largest value badger stores (its ValueLogFileSize,
+// which it checks every value against): a task record over it cannot be
+// written.
+const MaxValueBytes = 64 << 20
+
 // OpenDB opens (or creates) the badger database in dir with settings sized
 // for a sidecar: small memtables and caches, synchronous writes off (the
 // Raft log is the durable record; badger is rebuilt from it and snapshots,
@@ -18,7 +23,7 @@ func OpenDB(dir string, logger badger.Logger) (*badger.DB, error) {
 		WithNumMemtables(2).
 		WithBlockCacheSize(32 << 20).
 		WithIndexCacheSize(16 << 20).
-		WithValueLogFileSize(64 << 20).
+		WithValueLogFileSize(MaxValueBytes).
 		WithBaseTableSize(4 << 20).
 		WithNumCompactors(2).
 		WithSyncWrites(false).

@@ -301,7 +301,7 @@ func createStage(w *writer, index uint64, fl *Flow, i int, dueMs, atMs int64) (E
 	id := FlowStageID(fl.ID, fl.Run, st.Name)
 	spec := st.Spec
 	if len(fl.Graph[i].Deps) > 0 {
-		p, err := upstreamEnvelope(w, fl, i, &st)
+		p, err := upstreamEnvelope(w, fl, i, &st, false)
 		if err != nil {
 			return Event{}, err
 		}
@@ -314,6 +314,22 @@ func createStage(w *writer, index uint64, fl *Flow, i int, dueMs, atMs int64) (E
 	t := &Task{
 		ID: id, Spec: spec, Epoch: index, State: StateWaiting, DueMs: dueMs,
 		Run: 1, CreatedMs: atMs, UpdatedMs: atMs,
+	}
+	if len(fl.Graph[i].Deps) > 0 && len(spec.Payload) > stageRecordMax/2 {
+		if b, err := encodeRecord(t); err != nil {
+			return Event{}, err
+		} else if len(b) > stageRecordMax {
+			// badger refuses a value over MaxValueBytes: the apply
+			// failed here on every node, and again at every restart,
+			// so the cluster never came back (a review: 999 stages
+			// answering 100 KB, an 87 MB record). Only then are the
+			// results left out, so every record a version without this
+			// check could store (and then fire and complete) is stored
+			// byte for byte as it did.
+			if t.Spec.Payload, err = upstreamEnvelope(w, fl, i, &st, true); err != nil {
+				return Event{}, err
+			}
+		}
 	}
 	ev := Event{Type: CmdSubmit, Task: t}
 	if prev != nil { // not made by flows (the API reserves the prefix)
@@ -333,7 +349,17 @@ type (
 	UpstreamStage = axapi.UpstreamStage
 )
 
-func upstreamEnvelope(w *writer, fl *Flow, i int, st *FlowStage) ([]byte, error) {
+// stageRecordMax bounds the record of a stage task made with its
+// dependencies' results in its envelope (createStage): badger's value
+// limit, less room for what the stage's later writes add to it (its node,
+// times, an attempt's error). A variable for tests.
+var stageRecordMax = MaxValueBytes - 64<<10
+
+// upstreamEnvelope builds the payload of stage i of fl, which has
+// dependencies: st's own payload and, per upstream stage, its state and
+// (from its run record) its result; with omit, every result is left out
+// (ResultOmitted set where there was one).
+func upstreamEnvelope(w *writer, fl *Flow, i int, st *FlowStage, omit bool) ([]byte, error) {
 	env := FlowEnvelope{Upstream: make(map[string]UpstreamStage, len(fl.Graph[i].Deps))}
 	if len(st.Spec.Payload) > 0 {
 		if st.Spec.PayloadBase64 || !json.Valid(st.Spec.Payload) {
@@ -355,7 +381,9 @@ func upstreamEnvelope(w *writer, fl *Flow, i int, st *FlowStage) ([]byte, error)
 			if err != nil {
 				return nil, err
 			}
-			if found && len(r.Result) > 0 {
+			if found && len(r.Result) > 0 && omit {
+				u.ResultOmitted = true
+			} else if found && len(r.Result) > 0 {
 				if r.ResultBinary || r.ResultTruncated || !json.Valid(r.Result) {
 					u.ResultBase64 = base64.StdEncoding.EncodeToString(r.Result)
 				} else {

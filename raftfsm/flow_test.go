@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -676,4 +677,68 @@ func TestFlowStagePurgeWaitsForTheFlow(t *testing.T) {
 	if e.flow("f").State != StateSuccess || !purge() {
 		t.Fatal("B not purged once the flow ended")
 	}
+}
+
+// A stage whose envelope, with every upstream result, would make its task
+// record larger than badger takes gets the results left out
+// (result_omitted): the apply failed on every node, and again at every
+// restart, so the cluster never came back (a review: 999 stages answering
+// 100 KB, an 87 MB record). An envelope that fits is as it was. The test
+// opens badger with its smallest value limit (1 MiB) and the bound to
+// match, so that 20 results of 64 KiB are too many.
+func TestFlowEnvelopeTooLargeOmitsResults(t *testing.T) {
+	defer func(m int) { stageRecordMax = m }(stageRecordMax)
+	stageRecordMax = 1<<20 - 64<<10
+	dir := t.TempDir()
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil).WithValueLogFileSize(1 << 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	f, err := Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &flowEnv{env: &env{t: t, dir: dir, db: db, f: f}}
+	var ups []string
+	stages := []FlowStage{}
+	for i := range 20 {
+		n := fmt.Sprintf("u%02d", i)
+		ups = append(ups, n)
+		stages = append(stages, stage(n))
+	}
+	stages = append(stages, stage("small", ups[:5]...), stage("join", ups...))
+	if r := e.next(flowCmd("f", FlowSpec{Stages: stages}, 1000, 1000)); r[0].Code != CodeOK {
+		t.Fatalf("flow: %q", r[0].Code)
+	}
+	result := strings.Repeat("x", ResultMaxBytes) // not JSON: base64 in the envelope
+	for _, n := range ups {
+		e.finish(sid(n), OutcomeSuccess, result, 2000)
+	}
+	env := func(id string) FlowEnvelope {
+		t.Helper()
+		var env FlowEnvelope
+		if err := json.Unmarshal(e.task(id).Spec.Payload, &env); err != nil {
+			t.Fatalf("%s's envelope: %v", id, err)
+		}
+		return env
+	}
+	for n, u := range env(sid("small")).Upstream {
+		if u.State != "SUCCESS" || u.ResultOmitted || len(u.ResultBase64) == 0 {
+			t.Fatalf("small's upstream %s: %+v, want its result", n, u.State)
+		}
+	}
+	join := env(sid("join"))
+	if len(join.Upstream) != 20 {
+		t.Fatalf("join's envelope has %d upstream stages, want 20", len(join.Upstream))
+	}
+	for n, u := range join.Upstream {
+		if u.State != "SUCCESS" || !u.ResultOmitted || len(u.ResultBase64) != 0 || len(u.Result) != 0 {
+			t.Fatalf("join's upstream %s: state %s omitted %v, %d bytes: want SUCCESS, omitted", n, u.State, u.ResultOmitted, len(u.ResultBase64)+len(u.Result))
+		}
+	}
+	if string(join.Payload) != `{"n":"join"}` {
+		t.Fatalf("join's own payload %s, want kept", join.Payload)
+	}
+	e.finish(sid("join"), OutcomeSuccess, "", 3000) // the record takes its later writes
 }

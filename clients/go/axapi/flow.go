@@ -66,9 +66,14 @@ type FlowEnvelope struct {
 // UpstreamStage is one upstream stage in a FlowEnvelope: its state and the
 // JSON body its successful attempt answered (ResultBase64 instead for a
 // body that is not JSON or was truncated at ResultMaxBytes).
+// ResultOmitted says the result was left out because the envelope with
+// every upstream result would not fit in a stored task (over 64 MiB, a
+// wide fan-in of large results): read it from the upstream stage task's
+// run history (GET /v1/tasks/{id}/runs) instead.
 type UpstreamStage struct {
 	State           string          `json:"state"`
 	Result          json.RawMessage `json:"result,omitempty"`
 	ResultBase64    string          `json:"result_base64,omitempty"`
 	ResultTruncated bool            `json:"result_truncated,omitempty"`
+	ResultOmitted   bool            `json:"result_omitted,omitempty"`
 }

@@ -631,7 +631,9 @@ class Client:
         more than 1000 stages or a bad stage field raise
         :class:`BadRequest` naming the problem. A stage with dependencies
         receives ``{"payload": ..., "upstream": {"<stage>": {"state",
-        "result"}}}`` as its callback body. A stage's ``payload`` is encoded
+        "result"}}}`` as its callback body (``"result_omitted": true``
+        instead of the results when they would not fit in a stored task,
+        64 MiB: read them from the upstream stage's runs). A stage's ``payload`` is encoded
         as :meth:`submit` encodes one (a :class:`RawJSON` byte for byte);
         a binary one goes in ``payload_base64``. A value JSON cannot encode
         (bytes, a set) raises :class:`BadRequest` naming it."""
