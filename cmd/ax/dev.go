@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -91,10 +90,8 @@ const bannerExecutor = "*=unix:///tmp/app.sock"
 func printDevBanner(w io.Writer, cfg sidecar.Config, self string, again []string) {
 	sock, _ := filepath.Abs(cfg.Socket)
 	data, _ := filepath.Abs(cfg.DataDir)
-	restart := append([]string{self, "dev"}, again...)
-	if !slices.Contains(again, shellQuote(bannerExecutor)) {
-		restart = append(restart, "--executor", shellQuote(bannerExecutor))
-	}
+	restart := append([]string{self, "dev"}, withoutStarExecutors(again)...)
+	restart = append(restart, "--executor", shellQuote(bannerExecutor))
 	fmt.Fprintf(w, `ax dev is ready (one node, leader).
   socket:    %[1]s
   data dir:  %[2]s
@@ -113,6 +110,36 @@ on its lock), then
   %[5]s
 Stop with Ctrl-C.
 `, sock, data, executorsText(cfg), self, strings.Join(restart, " "))
+}
+
+// withoutStarExecutors returns the restart flags (restartFlags) less
+// every --executor for the handler pattern "*", the example's own among
+// them: the example passes the echo executor it starts as "*", once, and
+// an executor of the user's for "*" beside it would be a second one for
+// every handler (the first up wins, so the echo executor would print
+// nothing).
+func withoutStarExecutors(again []string) []string {
+	var out []string
+	for i := 0; i < len(again); i++ {
+		w := again[i]
+		if w == "--executor" && i+1 < len(again) && strings.HasPrefix(unquoteShell(again[i+1]), "*=") {
+			i++
+			continue
+		}
+		if strings.HasPrefix(unquoteShell(w), "--executor=*=") {
+			continue
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// unquoteShell undoes shellQuote.
+func unquoteShell(w string) string {
+	if len(w) >= 2 && strings.HasPrefix(w, "'") && strings.HasSuffix(w, "'") {
+		return strings.ReplaceAll(w[1:len(w)-1], `'\''`, "'")
+	}
+	return w
 }
 
 // restartEchoFlags are the flags of ax dev, other than numbers, durations

@@ -88,6 +88,11 @@ func TestDevBanner_RestartExample(t *testing.T) {
 			[]string{"s3cret", "cluster-token ", "--ui-token ", "on-dead-url", "hook", "otel-endpoint", "4318"}},
 		{"own executors kept, the example's once", "ax", []string{"--executor", "a=unix:///tmp/a.sock", "--executor", "*=unix:///tmp/app.sock"},
 			"  ax dev --executor a=unix:///tmp/a.sock --executor '*=unix:///tmp/app.sock'\n", nil},
+		// A "*" executor of the user's is replaced by the example's, not
+		// kept beside it: two "*" executors, the first up wins, and the
+		// echo executor the example starts got nothing.
+		{"own * executor replaced by the example's", "ax", []string{"--executor", "*=unix:///tmp/mine.sock", "--executor", "b=unix:///tmp/b.sock", "--socket", "/tmp/ax.sock"},
+			"  ax dev --executor b=unix:///tmp/b.sock --socket /tmp/ax.sock --executor '*=unix:///tmp/app.sock'\n", []string{"mine.sock'", "--executor '*=unix:///tmp/mine.sock'"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev := devCmd()
