@@ -696,6 +696,11 @@ func (r *submitRequest) recurring(s *TaskSpec) error {
 			return Errorf(ErrInvalid, "backoff.initial: must be > 0, got %q", d.Initial.String())
 		case d.Max <= 0:
 			return Errorf(ErrInvalid, "backoff.max: must be > 0, got %q", d.Max.String())
+		case d.Max < d.Initial && b.Max == nil:
+			// The max is the default: name the field that was given.
+			return Errorf(ErrInvalid, "backoff.initial: must be <= backoff.max (%s, the default: give a larger \"max\"), got %q", d.Max, d.Initial.String())
+		case d.Max < d.Initial && b.Initial == nil:
+			return Errorf(ErrInvalid, "backoff.max: must be >= backoff.initial (%s, the default: give a smaller \"initial\"), got %q", d.Initial, d.Max.String())
 		case d.Max < d.Initial:
 			return Errorf(ErrInvalid, "backoff.max: must be >= backoff.initial (%s), got %q", d.Initial, d.Max.String())
 		case !(d.Multiplier >= 1) || math.IsInf(d.Multiplier, 0):

@@ -166,6 +166,11 @@ func TestDecodeSubmit_RefusesWhatItWouldMisread(t *testing.T) {
 		{"timezone Local", `{"handler":"h","cron":"0 2 * * *","timezone":"Local"}`, `timezone: time zone "Local" depends on the host`},
 		{"negative backoff.initial", `{"handler":"h","backoff":{"initial":"-1s"}}`, `backoff.initial: must be > 0, got "-1s"`},
 		{"backoff.max below initial", `{"handler":"h","backoff":{"initial":"10s","max":"5s"}}`, `backoff.max: must be >= backoff.initial (10s), got "5s"`},
+		// Only one of the two given: the other is the default, and the
+		// message names the field that was given (it named "max", "30s",
+		// to a submit without a max).
+		{"backoff.initial above the default max", `{"handler":"h","backoff":{"initial":"45s"}}`, `backoff.initial: must be <= backoff.max (30s, the default: give a larger "max"), got "45s"`},
+		{"backoff.max below the default initial", `{"handler":"h","backoff":{"max":"1s"}}`, `backoff.max: must be >= backoff.initial (2s, the default: give a smaller "initial"), got "1s"`},
 		{"zero backoff.max", `{"handler":"h","backoff":{"max":"0s"}}`, `backoff.max: must be > 0, got "0s"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
