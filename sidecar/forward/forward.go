@@ -205,6 +205,18 @@ func forwardMaybeDelivered(err error) bool {
 	return true
 }
 
+// forwardErrText is err's text for the client's 503: fasthttp's
+// ErrConnectionClosed (the leader died with the forward in flight) says,
+// after what happened, "make sure the server returns 'connection: close'
+// response header before closing the connection", advice to the author
+// of a server that reads, in ax's answer, as if addressed to the app.
+func forwardErrText(err error) string {
+	if errors.Is(err, fasthttp.ErrConnectionClosed) {
+		return "the leader closed the connection before answering"
+	}
+	return err.Error()
+}
+
 // proposeRetrying proposes or forwards cmds until one try is answered;
 // forwarded reports whether the answer came from the leader's peer API.
 func (f *Forwarder) proposeRetrying(ctx context.Context, cmds []raftfsm.Command, retryUnknown bool) (res []raftfsm.Result, forwarded bool, err error) {
@@ -244,7 +256,7 @@ func (f *Forwarder) proposeRetrying(ctx context.Context, cmds []raftfsm.Command,
 				return nil, false, err // the leader's answer: do not retry
 			}
 			if !retryUnknown && forwardMaybeDelivered(err) {
-				return nil, false, fmt.Errorf("%w: forward to the leader at %s: %v", ErrOutcomeUnknown, addr, err)
+				return nil, false, fmt.Errorf("%w: forward to the leader at %s: %s", ErrOutcomeUnknown, addr, forwardErrText(err))
 			}
 			lastErr = err
 			f.cfg.Log.Debug().Err(err).Str("leader", addr).Msg("forward to leader failed; retrying")

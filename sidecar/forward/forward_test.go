@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -328,6 +329,13 @@ func TestForwardAPIRetriesOnlyWhatWasNotDelivered(t *testing.T) {
 	e := newEnv(false, nil, []error{errors.New("read: connection reset by peer")})
 	if _, err := e.f.ProposeAPI(context.Background(), cmds); !errors.Is(err, ErrOutcomeUnknown) || e.leader.count() != 1 {
 		t.Fatalf("reset connection: %v after %d forwards, want ErrOutcomeUnknown", err, e.leader.count())
+	}
+	// The leader dying with the forward in flight: the client's message
+	// says so, without fasthttp's advice to a server's author.
+	e = newEnv(false, nil, []error{fmt.Errorf("peer: %w", fasthttp.ErrConnectionClosed)})
+	if _, err := e.f.ProposeAPI(context.Background(), cmds); !errors.Is(err, ErrOutcomeUnknown) ||
+		!strings.Contains(err.Error(), "the leader closed the connection before answering") || strings.Contains(err.Error(), "make sure") {
+		t.Fatalf("closed connection: %v, want ErrOutcomeUnknown saying the leader closed the connection", err)
 	}
 	for _, first := range []error{syscall.ECONNREFUSED, ErrNotLeader} {
 		e = newEnv(false, nil, []error{first, nil})
