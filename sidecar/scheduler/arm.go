@@ -91,6 +91,11 @@ func (l *Scheduler) rearm(key string, at time.Time) {
 // calls it for every event in log order (after OnPauseEvent); it does
 // nothing while not leading but watch node changes.
 func (l *Scheduler) OnEvent(ev *raftfsm.Event) {
+	if ev.Type == raftfsm.CmdComplete && ev.Outcome == raftfsm.OutcomeSuccess && ev.Task != nil {
+		// On every node, leading or not: a node that becomes leader
+		// knows the handler's latest success (reportProbe).
+		l.noteSuccess(ev.Task.Spec.Handler, ev.Task.UpdatedMs)
+	}
 	if ev.Task == nil {
 		if ev.Restored {
 			l.mu.Lock()

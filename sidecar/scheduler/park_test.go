@@ -789,3 +789,25 @@ func TestRetryFailingAfterASuccessDoesNotCount(t *testing.T) {
 		}
 	})
 }
+
+// Every node notes each handler's latest success as it applies it,
+// leading or not, so that a node that becomes leader does not count the
+// retries of tasks its executor always fails against the circuit (a
+// review: after a leader kill the new leader knew no success and let one
+// such retry through per cool-down, ~150 minutes for 150 tasks).
+func TestSuccessNotedWhileNotLeading(t *testing.T) {
+	l := New(Config{NodeID: "b"}, Deps{Clock: engine.NewFakeClock(time.UnixMilli(1_000))})
+	ok := func(h string, atMs int64, o raftfsm.Outcome) {
+		l.OnEvent(&raftfsm.Event{Type: raftfsm.CmdComplete, Outcome: o, Prev: raftfsm.StateRunning,
+			Task: &raftfsm.Task{ID: "t", State: raftfsm.StateSuccess, UpdatedMs: atMs, Spec: raftfsm.Spec{Handler: h}}})
+	}
+	ok("h", 5_000, raftfsm.OutcomeSuccess)
+	ok("h", 4_000, raftfsm.OutcomeSuccess) // an older time does not move it back
+	ok("h", 9_000, raftfsm.OutcomeRetryable)
+	if got := l.lastSuccess("h"); got != 5_000 {
+		t.Fatalf("last success of h on a follower: %d, want 5000", got)
+	}
+	if got := l.lastSuccess("other"); got != 0 {
+		t.Fatalf("last success of a handler with none: %d, want 0", got)
+	}
+}

@@ -74,6 +74,26 @@ func (l *Scheduler) dropProbe(p *probe) {
 	p.attempt.Abandon() // ignored if already ended
 }
 
+// noteSuccess records that an attempt of handler succeeded at atMs (the
+// task's UpdatedMs after the Complete): OnEvent calls it for every
+// successful Complete, on every node, so that a node that becomes leader
+// knows the latest success it applied.
+func (l *Scheduler) noteSuccess(handler string, atMs int64) {
+	l.successMu.Lock()
+	if atMs > l.lastSuccessMs[handler] {
+		l.lastSuccessMs[handler] = atMs
+	}
+	l.successMu.Unlock()
+}
+
+// lastSuccess returns the latest success of handler noteSuccess saw (Unix
+// ms), 0 if none.
+func (l *Scheduler) lastSuccess(handler string) int64 {
+	l.successMu.Lock()
+	defer l.successMu.Unlock()
+	return l.lastSuccessMs[handler]
+}
+
 // reportProbe tells the handler's breaker how the attempt that just left
 // RUNNING (ev: Prev is RUNNING, t is the task after ev) ended: a failed or
 // timed-out attempt counts as a failure; a success, a permanent (4xx)
@@ -84,7 +104,7 @@ func (l *Scheduler) dropProbe(p *probe) {
 //
 // A retry that fails again does not count when the handler's executor
 // answered with a success after the retry's run began (its first Fire;
-// the leader's lastSuccessMs, in this scheduler's view): the executor
+// lastSuccess: the latest success this node applied, leading or not): the executor
 // worked while this task failed, so the task is what fails, and the
 // breaker attempt is abandoned (neither success nor failure; a half-open
 // probe's slot goes to the next parked run at once). Without that, a
@@ -98,22 +118,19 @@ func (l *Scheduler) dropProbe(p *probe) {
 // stay parked. What is given up: the runs that were in flight when an
 // executor broke, whose run began before its last success, retry one at
 // a time while the circuit is half-open and no fresh run waits to probe
-// (each still after its own backoff).
+// (each still after its own backoff). A run's first failure counts even
+// when the executor answers other tasks: a handler most of whose tasks
+// fail (a review: 90 %) keeps its circuit open, its probe usually such a
+// task, as any breaker on failures would.
 //
 // The probe is found by task id, since a task has one RUNNING attempt at
 // most: by its attempt number it could not be, as a recurring task's next
 // run starts at attempt 0 and an overwrite starts a new task. A recorded
 // probe that is not that attempt's (another epoch or run) is abandoned.
 func (l *Scheduler) reportProbe(t *raftfsm.Task, ev *raftfsm.Event) {
-	h := t.Spec.Handler
-	success := ev.Type == raftfsm.CmdComplete && ev.Outcome == raftfsm.OutcomeSuccess
 	l.mu.Lock()
 	p := l.probes[t.ID]
 	delete(l.probes, t.ID)
-	lastSuccess := l.lastSuccessMs[h]
-	if success && t.UpdatedMs > lastSuccess {
-		l.lastSuccessMs[h] = t.UpdatedMs
-	}
 	l.mu.Unlock()
 	if p == nil {
 		return
@@ -135,7 +152,7 @@ func (l *Scheduler) reportProbe(t *raftfsm.Task, ev *raftfsm.Event) {
 		return
 	}
 	failed := ev.Type == raftfsm.CmdComplete && (ev.Outcome == raftfsm.OutcomeRetryable || ev.Outcome == raftfsm.OutcomeTimeout)
-	if failed && p.runMs > 0 && lastSuccess > p.runMs {
+	if failed && p.runMs > 0 && l.lastSuccess(t.Spec.Handler) > p.runMs {
 		// The executor succeeded after this run began: the task fails,
 		// not the executor.
 		p.attempt.Abandon()

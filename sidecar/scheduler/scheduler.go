@@ -219,8 +219,10 @@ type Scheduler struct {
 	breakers *engine.Breakers
 	probes   map[string]*probe
 	// lastSuccessMs is, per handler, the latest UpdatedMs of a task whose
-	// attempt succeeded, as this scheduler saw them (reportProbe): a
-	// retry failing again after it does not count against the circuit.
+	// attempt succeeded, as this node applied them, leading or not
+	// (noteSuccess): a retry failing again after it does not count
+	// against the circuit (reportProbe). Guarded by successMu.
+	successMu     sync.Mutex
 	lastSuccessMs map[string]int64
 	jumps         uint64 // clock jumps of earlier terms' timers
 	// horizonMs is the end of the load window (Unix ms): every WAITING
