@@ -3,8 +3,10 @@ package raftstore
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
+	"weak"
 
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
@@ -260,4 +262,48 @@ func TestTailCacheDeletedHeadIsNotFoundInRaftWAL(t *testing.T) {
 	}
 	getLog(t, c, 251, all[250])
 	getLog(t, c, 290, all[289])
+}
+
+// copyingLogStore keeps copies of the entries it stores, as the WAL keeps
+// their bytes: it holds no pointer its caller gave it.
+type copyingLogStore struct{ *raft.InmemStore }
+
+func (s copyingLogStore) StoreLogs(ls []*raft.Log) error {
+	cps := make([]*raft.Log, len(ls))
+	for i, l := range ls {
+		cp := *l
+		cp.Data = bytes.Clone(l.Data)
+		cps[i] = &cp
+	}
+	return s.InmemStore.StoreLogs(cps)
+}
+
+// fakeFuture is laid out as raft's logFuture is: the entry the leader
+// hands StoreLogs (&f.log) inside the future that also holds the FSM's
+// response.
+type fakeFuture struct {
+	log      raft.Log
+	response []byte
+}
+
+// The cache keeps no pointer into what raft gave StoreLogs: on the leader
+// that is the entry's future, whose response (the FSM's results, with the
+// tasks of the entry and their payloads) it would keep alive with the
+// entry. Fails with the cache keeping the raft.Log pointers it is given.
+func TestTailCacheKeepsNoFutureAlive(t *testing.T) {
+	c := newTailCache(copyingLogStore{raft.NewInmemStore()}, 100, 1<<20)
+	f := &fakeFuture{log: raft.Log{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("entry")}, response: make([]byte, 1<<20)}
+	if err := c.StoreLogs([]*raft.Log{&f.log}); err != nil {
+		t.Fatal(err)
+	}
+	gone := weak.Make(f)
+	f = nil
+	runtime.GC()
+	if gone.Value() != nil {
+		t.Fatal("the cached entry keeps the future StoreLogs was given (and its response) alive")
+	}
+	getLog(t, c, 1, &raft.Log{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("entry")})
+	if c.hits.Load() != 1 {
+		t.Fatal("the entry is not answered from memory")
+	}
 }
