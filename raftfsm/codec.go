@@ -817,7 +817,7 @@ func decodeSpecFast(r *reader, s *Spec) bool {
 			s.Handler = r.str()
 		case "p":
 			r.seen(&mask, 1)
-			s.Payload = r.bin()
+			s.Payload = r.payload()
 		case "pb":
 			r.seen(&mask, 2)
 			s.PayloadBase64 = r.bool()
