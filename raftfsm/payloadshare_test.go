@@ -73,12 +73,15 @@ func TestSharedPayloadKeepsNothingAlive(t *testing.T) {
 	if err := decodeRecord(b, &tk); err != nil {
 		t.Fatal(err)
 	}
+	lastPayload.mu.Lock()
+	wp := lastPayload.p // this array's, whatever is decoded later
+	lastPayload.mu.Unlock()
+	if wp.Value() != &tk.Spec.Payload[0] {
+		t.Fatal("the decoded payload is not the one kept as the last")
+	}
 	tk = Task{}
 	runtime.GC()
-	lastPayload.mu.Lock()
-	alive := lastPayload.p.Value() != nil
-	lastPayload.mu.Unlock()
-	if alive {
+	if wp.Value() != nil {
 		t.Fatal("the last large payload decoded is still alive with no task holding it")
 	}
 	// Small payloads are copies, as before.
