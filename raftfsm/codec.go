@@ -704,15 +704,22 @@ func (r *reader) str() string {
 // bin reads a []byte field as msgpack does: nil for nil, a new slice
 // (empty, not nil, for length 0) for a str or bin.
 func (r *reader) bin() []byte {
+	v, ok := r.binRef()
+	if !ok {
+		return nil
+	}
+	return append(make([]byte, 0, len(v)), v...)
+}
+
+// binRef reads a bin (or str) value and returns its bytes in r's input,
+// not a copy; ok is false for nil and on a malformed input.
+func (r *reader) binRef() (v []byte, ok bool) {
 	n := r.strLen(r.code(), true)
 	if n < 0 {
-		return nil
+		return nil, false
 	}
-	v := r.next(n)
-	if r.fail {
-		return nil
-	}
-	return append(make([]byte, 0, n), v...)
+	v = r.next(n)
+	return v, !r.fail
 }
 
 // int reads an integer as msgpack's DecodeInt64 does (any width; nil is 0).

@@ -50,16 +50,12 @@ func sharedPayload(v []byte) []byte {
 // payload reads a payload as bin does, sharing a large one's array with
 // an equal one decoded before (sharedPayload).
 func (r *reader) payload() []byte {
-	n := r.strLen(r.code(), true)
-	if n < 0 {
+	v, ok := r.binRef()
+	if !ok {
 		return nil
 	}
-	v := r.next(n)
-	if r.fail {
-		return nil
-	}
-	if n < sharedPayloadMin {
-		return append(make([]byte, 0, n), v...)
+	if len(v) < sharedPayloadMin {
+		return append(make([]byte, 0, len(v)), v...)
 	}
 	return sharedPayload(v)
 }
