@@ -729,7 +729,7 @@ func runStress(t *testing.T, o stressOpts) {
 		rc.Logger = ops[i].hlog
 		var tr raft.Transport = n.tr
 		if !o.noGuard {
-			tr = guardRPCs(n.tr, n.id, zerolog.Nop())
+			tr = guardRPCs(n.tr, n.id, zerolog.Nop(), false)
 		}
 		if i == 0 {
 			if err := raft.BootstrapCluster(rc, ops[i].logs, ops[i].stable, ops[i].snaps, tr, raft.Configuration{Servers: servers}); err != nil {

@@ -93,15 +93,18 @@ type fullTransport interface {
 
 // guardRPCs returns t behind an rpcGuard, or t itself when it lacks
 // pre-vote or Close (no transport of ax's); localID is this node's server
-// id, log gets the refusals of non-members (rate-limited per sender).
-// Call setRaft once raft runs over it; until then every heartbeat goes to
-// the main loop and no RPC is refused.
-func guardRPCs(t raft.Transport, localID string, log zerolog.Logger) raft.Transport {
+// id, log gets the refusals of non-members (rate-limited per sender),
+// vouchEmpty is Config.VouchEmpty (set before the guard serves its first
+// RPC: it is read on the guard's goroutine). Call setRaft once raft runs
+// over it; until then every heartbeat goes to the main loop and only a
+// guard with vouchEmpty refuses RPCs (membership.go).
+func guardRPCs(t raft.Transport, localID string, log zerolog.Logger, vouchEmpty bool) raft.Transport {
 	ft, ok := t.(fullTransport)
 	if !ok {
 		return t
 	}
-	g := &rpcGuard{fullTransport: ft, localID: localID, log: log, consumer: make(chan raft.RPC), deferred: make(chan raft.RPC), stop: make(chan struct{})}
+	g := &rpcGuard{fullTransport: ft, localID: localID, log: log, vouchEmpty: vouchEmpty,
+		consumer: make(chan raft.RPC), deferred: make(chan raft.RPC), stop: make(chan struct{})}
 	go g.forward()
 	return g
 }

@@ -46,7 +46,7 @@ func (f confFuture) Configuration() raft.Configuration { return f.conf }
 func TestHeartbeatGuard_FastPathOnlyAtCurrentTermFollower(t *testing.T) {
 	_, in := raft.NewInmemTransport("a")
 	tr := &hbTransport{InmemTransport: in}
-	g := guardRPCs(tr, "a", zerolog.Nop()).(*rpcGuard)
+	g := guardRPCs(tr, "a", zerolog.Nop(), false).(*rpcGuard)
 	defer g.Close()
 	fast := make(chan raft.RPC, 1)
 	g.SetHeartbeatHandler(func(rpc raft.RPC) { fast <- rpc })
@@ -103,7 +103,7 @@ func TestHeartbeatGuard_PassesRPCsAndCloses(t *testing.T) {
 	_, a := raft.NewInmemTransport("a")
 	_, b := raft.NewInmemTransport("b")
 	tr := &hbTransport{InmemTransport: a}
-	gt := guardRPCs(tr, "a", zerolog.Nop())
+	gt := guardRPCs(tr, "a", zerolog.Nop(), false)
 	g := gt.(*rpcGuard)
 	if _, ok := gt.(raft.WithPreVote); !ok {
 		t.Fatal("the guard hides the transport's pre-vote")

@@ -22,7 +22,7 @@ func TestRPCGuard_RefusesNonMembers(t *testing.T) {
 	_, b := raft.NewInmemTransport("b")
 	tr := &hbTransport{InmemTransport: a}
 	var logged strings.Builder
-	g := guardRPCs(tr, "a", zerolog.New(&logged)).(*rpcGuard)
+	g := guardRPCs(tr, "a", zerolog.New(&logged), false).(*rpcGuard)
 	defer g.Close()
 	g.SetHeartbeatHandler(func(raft.RPC) { t.Error("a heartbeat took the fast path") })
 	b.Connect("a", a)
@@ -184,7 +184,7 @@ func TestStrangerLeaderIsRefused(t *testing.T) {
 func TestRPCGuard_VouchedSenderLetThrough(t *testing.T) {
 	_, a := raft.NewInmemTransport("a")
 	_, b := raft.NewInmemTransport("b")
-	g := guardRPCs(&hbTransport{InmemTransport: a}, "a", zerolog.Nop()).(*rpcGuard)
+	g := guardRPCs(&hbTransport{InmemTransport: a}, "a", zerolog.Nop(), false).(*rpcGuard)
 	defer g.Close()
 	b.Connect("a", a)
 	g.setRaft(hbRaft{state: raft.Follower, term: 9, conf: raft.Configuration{Servers: []raft.Server{{ID: "a", Address: "a"}, {ID: "m", Address: "m"}}}})
@@ -365,9 +365,8 @@ func TestRPCGuard_EmptyConfigurationWithVouchEmpty(t *testing.T) {
 	_, a := raft.NewInmemTransport("a")
 	_, b := raft.NewInmemTransport("b")
 	var logged bytes.Buffer
-	g := guardRPCs(&hbTransport{InmemTransport: a}, "a", zerolog.New(&logged)).(*rpcGuard)
+	g := guardRPCs(&hbTransport{InmemTransport: a}, "a", zerolog.New(&logged), true).(*rpcGuard)
 	defer g.Close()
-	g.vouchEmpty = true
 	b.Connect("a", a)
 	g.setRaft(hbRaft{state: raft.Follower, term: 1})
 	var resp raft.AppendEntriesResponse
@@ -394,8 +393,7 @@ func TestRPCGuard_RefusesBeforeItKnowsRaft(t *testing.T) {
 	for _, vouchEmpty := range []bool{true, false} {
 		_, a := raft.NewInmemTransport("a")
 		_, b := raft.NewInmemTransport("b")
-		g := guardRPCs(&hbTransport{InmemTransport: a}, "a", zerolog.Nop()).(*rpcGuard)
-		g.vouchEmpty = vouchEmpty
+		g := guardRPCs(&hbTransport{InmemTransport: a}, "a", zerolog.Nop(), vouchEmpty).(*rpcGuard)
 		b.Connect("a", a)
 		done := make(chan error, 1)
 		go func() {

@@ -205,10 +205,7 @@ func (st *Store) StartRaft(advertise func() (net.Addr, error)) error {
 	// behind its main loop (heartbeat.go), and a node outside this node's
 	// configuration must not become its leader (membership.go); the guard
 	// is closed with the transport.
-	st.transport = guardRPCs(st.transport, st.cfg.NodeID, st.log)
-	if g, ok := st.transport.(*rpcGuard); ok {
-		g.vouchEmpty = cfg.VouchEmpty
-	}
+	st.transport = guardRPCs(st.transport, st.cfg.NodeID, st.log, cfg.VouchEmpty)
 	st.Raft, err = raft.NewRaft(rc, fsm, logs, guardedStableStore{st.logStore, st.Guard}, snaps, st.transport)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
