@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -168,5 +169,31 @@ func TestRestartFlags_EveryFlagIsListed(t *testing.T) {
 				t.Errorf("--%s is listed but ax dev has no such flag", name)
 			}
 		}
+	}
+}
+
+// Console logs get colours only on a terminal: redirected to a file they
+// had ANSI escapes in them (a review: `ax dev 2> dev.err`).
+func TestColorOutputOnlyOnATerminal(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if colorOutput(f) {
+		t.Error("a regular file gets colours")
+	}
+	tty, err := os.OpenFile("/dev/null", os.O_WRONLY, 0) // a character device, as a terminal is
+	if err != nil {
+		t.Skip(err)
+	}
+	defer tty.Close()
+	t.Setenv("NO_COLOR", "")
+	if !colorOutput(tty) {
+		t.Error("a character device gets no colours")
+	}
+	t.Setenv("NO_COLOR", "1")
+	if colorOutput(tty) {
+		t.Error("NO_COLOR set, colours anyway")
 	}
 }

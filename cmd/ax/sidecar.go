@@ -198,6 +198,18 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 	return cfg, cfg.Validate()
 }
 
+// colorOutput reports whether console logs written to f get colours: only
+// when f is a terminal (a character device) and $NO_COLOR is unset
+// (no-color.org), so that logs redirected to a file or a pipe have no
+// escape sequences in them.
+func colorOutput(f *os.File) bool {
+	if os.Getenv("NO_COLOR") != "" {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
 func (f *nodeFlags) logger() (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(f.logLevel)
 	if err != nil {
@@ -209,7 +221,7 @@ func (f *nodeFlags) logger() (zerolog.Logger, error) {
 	case "json":
 		l = zerolog.New(os.Stderr)
 	case "console":
-		l = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"})
+		l = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000", NoColor: !colorOutput(os.Stderr)})
 	default:
 		return l, fmt.Errorf("--log-format %q: want json or console", f.logFormat)
 	}

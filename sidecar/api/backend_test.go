@@ -375,12 +375,13 @@ func TestHandlersThroughTheLeader(t *testing.T) {
 	nodeUntil := time.UnixMilli(1_700_000_007_000)
 	leader.sched.nodeOpen = map[string]map[string]time.Time{"b": {"h": nodeUntil}}
 	leader.sched.depth, leader.sched.parked = 1, map[string]map[string]int{"h": {"paused": 1}}
-	leader.sched.open = []engine.BreakerStatus{{Handler: "h", State: engine.BreakerOpen, OpenUntil: time.UnixMilli(1_700_000_005_000)}}
+	leader.sched.open = []engine.BreakerStatus{{Handler: "h", State: engine.BreakerOpen, OpenUntil: time.UnixMilli(1_700_000_005_000).Add(1234)}}
 	follower.raft.state, follower.route = raft.Follower, "leader:7001"
 	follower.peers.leader = leader.b
 	list, err := follower.b.Handlers(ctx)
 	if err != nil || len(list) != 1 || list[0].Name != "h" || list[0].Backlog == nil || *list[0].Backlog != 1 ||
-		list[0].Parked["paused"] != 1 || list[0].Circuit != "open" || list[0].CircuitUntil == nil {
+		list[0].Parked["paused"] != 1 || list[0].Circuit != "open" || list[0].CircuitUntil == nil ||
+		!list[0].CircuitUntil.Equal(time.UnixMilli(1_700_000_005_001)) {
 		t.Fatalf("follower's handlers %+v %v", list, err)
 	}
 	if x := list[0].Executors; len(x) != 2 || x[0].Node != "a" || x[0].Limit != 7 || x[0].CircuitUntil != nil ||

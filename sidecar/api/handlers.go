@@ -167,7 +167,8 @@ func (b *Backend) HandlersView(leading bool) ([]ipc.HandlerInfo, error) {
 			if s, ok := circuits[h]; ok {
 				info.Circuit = s.State.String()
 				if !s.OpenUntil.IsZero() {
-					until := s.OpenUntil.UTC()
+					// To the millisecond (rounded up), as every time of the API.
+					until := time.UnixMilli(raftfsm.CeilMs(s.OpenUntil)).UTC()
 					info.CircuitUntil = &until
 				}
 			}
