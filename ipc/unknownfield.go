@@ -123,14 +123,8 @@ func (f *fieldFinder) object(t reflect.Type) (string, bool, error) {
 			f.key = key
 			return strings.TrimPrefix(strings.Join(f.path, ""), "."), true, nil
 		}
-		f.path = append(f.path, "."+name)
-		path, found, err := f.value(ft)
-		f.path = f.path[:len(f.path)-1]
-		if err != nil || found {
+		if path, found, more, err := f.member("."+name, ft, '}'); err != nil || found || !more {
 			return path, found, err
-		}
-		if more, err := f.more('}'); err != nil || !more {
-			return "", false, err
 		}
 	}
 }
@@ -146,14 +140,8 @@ func (f *fieldFinder) members(elem reflect.Type) (string, bool, error) {
 		if err != nil {
 			return "", false, err
 		}
-		f.path = append(f.path, "["+clipKey(key)+"]")
-		path, found, err := f.value(elem)
-		f.path = f.path[:len(f.path)-1]
-		if err != nil || found {
+		if path, found, more, err := f.member("["+clipKey(key)+"]", elem, '}'); err != nil || found || !more {
 			return path, found, err
-		}
-		if more, err := f.more('}'); err != nil || !more {
-			return "", false, err
 		}
 	}
 }
@@ -165,16 +153,24 @@ func (f *fieldFinder) elements(elem reflect.Type) (string, bool, error) {
 		return "", false, nil
 	}
 	for i := 0; ; i++ {
-		f.path = append(f.path, "["+strconv.Itoa(i)+"]")
-		path, found, err := f.value(elem)
-		f.path = f.path[:len(f.path)-1]
-		if err != nil || found {
+		if path, found, more, err := f.member("["+strconv.Itoa(i)+"]", elem, ']'); err != nil || found || !more {
 			return path, found, err
 		}
-		if more, err := f.more(']'); err != nil || !more {
-			return "", false, err
-		}
 	}
+}
+
+// member walks one member's value, of type t, with step (".name", "[k]",
+// "[i]") on the path, then the comma or close after it: more reports
+// whether another member follows (path is "" unless found).
+func (f *fieldFinder) member(step string, t reflect.Type, close byte) (path string, found, more bool, err error) {
+	f.path = append(f.path, step)
+	path, found, err = f.value(t)
+	f.path = f.path[:len(f.path)-1]
+	if err != nil || found {
+		return path, found, false, err
+	}
+	more, err = f.more(close)
+	return "", false, more, err
 }
 
 // more ends a member of an object or array (close is '}' or ']'): it
