@@ -63,9 +63,13 @@ func newGroupCommit(n *Node) *raftstore.Proposer {
 		if n.store != nil {
 			cfg.LogWrites = &n.store.LogWriting
 		}
+	} else {
+		// With one entry in flight, callers who submit again as soon as
+		// they are answered gather into one entry (ProposerConfig.GatherWait).
+		cfg.GatherWait = n.cfg.GatherWait
 	}
 	if n.metrics != nil {
-		cfg.Metrics = raftstore.ProposerMetrics{EntryCommands: n.metrics.EntryCommands, CommitLatency: n.metrics.CommitLatency}
+		cfg.Metrics = raftstore.ProposerMetrics{EntryCommands: n.metrics.EntryCommands, CommitLatency: n.metrics.CommitLatency, Gathers: n.metrics.Gathers}
 	}
 	return raftstore.NewProposer(cfg)
 }

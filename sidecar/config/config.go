@@ -42,6 +42,9 @@ const (
 	// commits its Fire, so that the commit latency does not add to the
 	// lateness; the delivering node waits for the due time.
 	FireLeadDefault = 50 * time.Millisecond
+	// GatherWaitDefault bounds how long the leader's next Raft entry waits
+	// for the callers the entry before it answered (Config.GatherWait).
+	GatherWaitDefault = 2 * time.Millisecond
 	// LoadWindowDefault is how far ahead the leader keeps WAITING tasks
 	// armed in memory (docs/DESIGN.md section 4, step 2): tasks due later stay in the
 	// store until the window reaches them.
@@ -194,6 +197,16 @@ type Config struct {
 	// Fire (the delivering node holds the attempt until the due time).
 	// -1 turns it off. Defaults to FireLeadDefault.
 	FireLead time.Duration
+	// GatherWait bounds how long the leader's next Raft entry waits for
+	// the callers that submitted one task each into the entry before it
+	// and were just answered (raftstore.ProposerConfig.GatherWait: the
+	// wait ends sooner when they are back; any other command ends it at
+	// once), so that callers who submit again at
+	// once share entries instead of alternating between two. Only a node
+	// that bounds its entries in flight gathers (one started to be part
+	// of a group: not --bootstrap-expect 1 without --join). -1 turns it
+	// off. Defaults to GatherWaitDefault.
+	GatherWait time.Duration
 	// LoadWindow is how far ahead of now the leader arms WAITING tasks;
 	// every LoadWindow/2 it loads the next stretch from the due-time
 	// index, so memory holds a window, not the whole store. Defaults to
@@ -441,6 +454,7 @@ func (c Config) WithDefaults() Config {
 	dur(&c.LeaseGrace, LeaseGraceDefault)
 	dur(&c.LoadWindow, LoadWindowDefault)
 	defaultOrOff(&c.FireLead, FireLeadDefault)
+	defaultOrOff(&c.GatherWait, GatherWaitDefault)
 	if c.DeliveryConcurrency == 0 {
 		c.DeliveryConcurrency = DeliveryConcurrencyDefault
 	}
@@ -531,6 +545,9 @@ func (c Config) Validate() error {
 		if h == "" || n < 1 {
 			return fmt.Errorf("HandlerLimits (--handler-limit) %s=%d: want HANDLER=N with N >= 1", h, n)
 		}
+	}
+	if c.GatherWait > time.Second {
+		return fmt.Errorf("GatherWait (--gather-wait) %v: at most 1s", c.GatherWait)
 	}
 	if c.FireLead > 10*time.Second {
 		return fmt.Errorf("FireLead (--fire-lead) %v: at most 10s", c.FireLead)

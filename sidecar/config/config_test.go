@@ -112,6 +112,7 @@ func TestConfigValidate_NamesFieldAndFlag(t *testing.T) {
 		{"negative breaker", func(c *Config) { c.BreakerFailures = -1 }, "BreakerFailures", "--breaker-failures"},
 		{"handler limit 0", func(c *Config) { c.HandlerLimits = map[string]int{"h": 0} }, "HandlerLimits", "--handler-limit"},
 		{"fire lead 11s", func(c *Config) { c.FireLead = 11 * time.Second }, "FireLead", "--fire-lead"},
+		{"gather wait 2s", func(c *Config) { c.GatherWait = 2 * time.Second }, "GatherWait", "--gather-wait"},
 		{"purge interval 1ms", func(c *Config) { c.PurgeInterval = time.Millisecond }, "PurgeInterval", "--purge-interval"},
 		{"load window 500ms", func(c *Config) { c.LoadWindow = 500 * time.Millisecond }, "LoadWindow", "--load-window"},
 		{"delivery concurrency 0", func(c *Config) { c.DeliveryConcurrency = 0 }, "DeliveryConcurrency", "--delivery-concurrency"},
@@ -163,16 +164,16 @@ func TestConfigValidate_DeadMemberCleanup(t *testing.T) {
 // the first's 0 for "not set" (--storage-reserve -1 got the 64 MiB
 // reserve, --retention -1 a 24 h retention that purged finished tasks).
 func TestWithDefaultsTwiceKeepsOff(t *testing.T) {
-	off := Config{NodeID: "n1", StorageReserve: -1, TrailingLogsBytes: -1, Retention: -1, RetentionDead: -1, FireLead: -1, BacklogLimit: -1}
+	off := Config{NodeID: "n1", StorageReserve: -1, TrailingLogsBytes: -1, Retention: -1, RetentionDead: -1, FireLead: -1, BacklogLimit: -1, GatherWait: -1}
 	once := off.WithDefaults()
 	twice := once.WithDefaults()
 	for _, c := range []Config{once, twice} {
-		if c.StorageReserve != 0 || c.TrailingLogsBytes != 0 || c.Retention != 0 || c.RetentionDead != 0 || c.FireLead != 0 || c.BacklogLimit != 0 {
-			t.Fatalf("off fields after the defaults: reserve %d, log bytes %d, retention %v, dead %v, fire lead %v, backlog %d; want all 0 (off)",
-				c.StorageReserve, c.TrailingLogsBytes, c.Retention, c.RetentionDead, c.FireLead, c.BacklogLimit)
+		if c.StorageReserve != 0 || c.TrailingLogsBytes != 0 || c.Retention != 0 || c.RetentionDead != 0 || c.FireLead != 0 || c.BacklogLimit != 0 || c.GatherWait != 0 {
+			t.Fatalf("off fields after the defaults: reserve %d, log bytes %d, retention %v, dead %v, fire lead %v, backlog %d, gather %v; want all 0 (off)",
+				c.StorageReserve, c.TrailingLogsBytes, c.Retention, c.RetentionDead, c.FireLead, c.BacklogLimit, c.GatherWait)
 		}
 	}
-	if d := (Config{NodeID: "n1"}).WithDefaults().WithDefaults(); d.StorageReserve != StorageReserveDefault || d.Retention != RetentionDefault {
-		t.Fatalf("defaults twice: reserve %d, retention %v", d.StorageReserve, d.Retention)
+	if d := (Config{NodeID: "n1"}).WithDefaults().WithDefaults(); d.StorageReserve != StorageReserveDefault || d.Retention != RetentionDefault || d.GatherWait != GatherWaitDefault {
+		t.Fatalf("defaults twice: reserve %d, retention %v, gather %v", d.StorageReserve, d.Retention, d.GatherWait)
 	}
 }

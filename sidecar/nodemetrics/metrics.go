@@ -40,6 +40,7 @@ type Metrics struct {
 	Dead            *prometheus.CounterVec   // handler
 	CommitLatency   prometheus.Histogram
 	EntryCommands   prometheus.Histogram
+	Gathers         *prometheus.CounterVec
 	LeaderChanges   prometheus.Counter
 	StaleFires      prometheus.Counter
 	ExecutorLimit   *prometheus.GaugeVec // executor
@@ -73,6 +74,9 @@ func New() *Metrics {
 		Name: "ax_raft_entry_commands", Help: "Commands group-committed in each Raft entry this node proposed as leader (submits, fires, completions).",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 	})
+	m.Gathers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ax_raft_gather_waits_total", Help: "Raft entries the leader held open for the callers the entry before answered (--gather-wait), by how the wait ended: full (they came back, or the entry filled), timeout, other (a fire or another command came, and went at once).",
+	}, []string{"end"})
 	m.LeaderChanges = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ax_raft_leader_changes_total", Help: "Times this node won or lost leadership.",
 	})
@@ -83,7 +87,7 @@ func New() *Metrics {
 	m.ExecutorFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_executor_in_flight", Help: "Callbacks in flight per executor of this node."}, []string{"executor"})
 	m.ExecutorQueue = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_executor_queue_length", Help: "Attempts waiting for a concurrency slot per executor of this node."}, []string{"executor"})
 	m.reg.MustRegister(
-		m.Lateness, m.AttemptDuration, m.Attempts, m.Retries, m.Dead, m.CommitLatency, m.EntryCommands, m.LeaderChanges, m.StaleFires,
+		m.Lateness, m.AttemptDuration, m.Attempts, m.Retries, m.Dead, m.CommitLatency, m.EntryCommands, m.Gathers, m.LeaderChanges, m.StaleFires,
 		m.ExecutorLimit, m.ExecutorFlight, m.ExecutorQueue,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

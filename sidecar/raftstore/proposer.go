@@ -46,6 +46,12 @@ type proposal struct {
 	cmds     []raftfsm.Command
 	done     chan proposalResult
 	warnings map[int]string // command index → backlog warning
+	// submits is the number of commands when every one is a submit
+	// (submitsOf), else 0: what a gather waits for (ProposerConfig.GatherWait).
+	submits int
+	// queued is set when the proposal went to Run through ch with
+	// submits counted in Proposer.queuedSubmits (cleared when proposed).
+	queued bool
 }
 
 type proposalResult struct {
@@ -73,7 +79,20 @@ type ProposerMetrics struct {
 	// CommitLatency observes, in seconds, each entry's time from Apply to
 	// its commit and apply.
 	CommitLatency prometheus.Observer
+	// Gathers counts the entries that waited for callers
+	// (ProposerConfig.GatherWait), by how the wait ended: GatherFull
+	// (every caller expected came back, or the entry filled), GatherTimeout
+	// (the wait's bound passed), GatherOther (a command other than a submit
+	// came, and goes at once). nil: not counted.
+	Gathers *prometheus.CounterVec
 }
+
+// How a gather ended (ProposerMetrics.Gathers' label "end").
+const (
+	GatherFull    = "full"
+	GatherTimeout = "timeout"
+	GatherOther   = "other"
+)
 
 // ProposerConfig is what NewProposer needs.
 type ProposerConfig struct {
@@ -113,6 +132,21 @@ type ProposerConfig struct {
 	// the group commit's bound an entry waits for the one in flight
 	// anyway.
 	LogWrites LogWrites
+	// GatherWait, when above 0, lets an entry wait for the callers the
+	// entry before it answered (the gather): when an applied entry held
+	// two submits or more, the next entry built by Run stays open until it
+	// holds as many submits as that entry did plus those queued when it
+	// was applied, for at most GatherWait; a command other than a submit
+	// (a fire, a completion) ends the wait at once, and submits do not
+	// take the direct path while one is due. With one entry in flight (MaxInflightEntries 1),
+	// callers that submit again as soon as they are answered otherwise
+	// split into two groups that alternate entries, each waiting for the
+	// other's commit; gathered, they share one (DESIGN.md, Group commit;
+	// docs/perf/README.md, Fifteenth session). The same idea as
+	// PostgreSQL's commit_delay and MySQL's binlog_group_commit_sync_delay,
+	// which wait a fixed time; this one waits for the callers it expects,
+	// so it ends sooner when they come back. 0: no gather.
+	GatherWait time.Duration
 	// CaughtUp, when set, returns a channel that is closed while this
 	// node, as leader of its current term, has applied every entry
 	// committed before the term (scheduler.Scheduler.CaughtUp: the
@@ -163,6 +197,29 @@ type Proposer struct {
 	// CaughtUp; lateLogged is when that was last logged (Clock, Unix ns).
 	late       atomic.Uint64
 	lateLogged atomic.Int64
+	// queuedSubmits counts the submits of proposals queued for Run and
+	// not yet proposed (proposal.queued); plan is the gather the next
+	// entry Run builds waits for, nil when none is due (GatherWait).
+	queuedSubmits atomic.Int64
+	plan          atomic.Pointer[gatherPlan]
+}
+
+// gatherPlan is the wait of the next entry (ProposerConfig.GatherWait):
+// until it holds want submits, or until the time until (Clock).
+type gatherPlan struct {
+	want  int
+	until time.Time
+}
+
+// submitsOf returns len(cmds) when every command of cmds is a submit,
+// else 0 (proposal.submits).
+func submitsOf(cmds []raftfsm.Command) int {
+	for i := range cmds {
+		if cmds[i].Type != raftfsm.CmdSubmit {
+			return 0
+		}
+	}
+	return len(cmds)
 }
 
 // NewProposer returns a proposer; nil Weight counts one per command, nil
@@ -220,14 +277,23 @@ func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 	if err := p.awaitCaughtUp(ctx, cmds); err != nil {
 		return nil, err
 	}
-	pr := &proposal{cmds: cmds, done: make(chan proposalResult, 1), warnings: warnings}
-	if p.applyDirect(ctx, pr) {
+	pr := &proposal{cmds: cmds, done: make(chan proposalResult, 1), warnings: warnings, submits: submitsOf(cmds)}
+	// While a gather is due, a submit joins Run's entry, which waits for
+	// the callers the last entry answered; other proposals go as before.
+	if (pr.submits == 0 || !p.gatherDue()) && p.applyDirect(ctx, pr) {
 		r := <-pr.done
 		return r.results, r.err
+	}
+	if pr.submits > 0 {
+		pr.queued = true
+		p.queuedSubmits.Add(int64(pr.submits))
 	}
 	select {
 	case p.ch <- pr:
 	case <-ctx.Done():
+		if pr.queued {
+			p.queuedSubmits.Add(-int64(pr.submits))
+		}
 		return nil, ctx.Err()
 	}
 	select {
@@ -333,8 +399,80 @@ func (p *Proposer) applyDirect(ctx context.Context, pr *proposal) bool {
 	// first (the entry may still be applied: the bound is then loose by
 	// one entry for a while, as it is for an entry a storage error answered).
 	err := p.waitFuture(ctx, e.f, e.freeing)
+	p.planGather(e, err)
 	<-p.slots
 	p.deliver(batch, e, err)
+	return true
+}
+
+// gatherDue reports whether a gather is planned and its bound has not
+// passed (GatherWait).
+func (p *Proposer) gatherDue() bool {
+	g := p.plan.Load()
+	return g != nil && p.cfg.Clock.Now().Before(g.until)
+}
+
+// planGather plans the gather of the entry after e, whose outcome err
+// is known (GatherWait): due when e was applied and held two submits or
+// more, none otherwise. Called before e's slot is given back, so that Run,
+// which takes the slot next, sees it.
+func (p *Proposer) planGather(e proposed, err error) {
+	if p.cfg.GatherWait <= 0 {
+		return
+	}
+	if err != nil || e.submits < 2 {
+		p.plan.Store(nil)
+		return
+	}
+	p.plan.Store(&gatherPlan{want: int(p.queuedSubmits.Load()) + e.submits, until: p.cfg.Clock.Now().Add(p.cfg.GatherWait)})
+}
+
+// gather keeps the entry Run builds (batch) open for the callers the
+// last entry answered when a gather is planned (GatherWait), adding what
+// arrives with add until the entry holds the submits planned, a
+// proposal other than submits arrives, the entry is full or cannot grow
+// (carry), or the plan's bound passes. It returns false when ctx ended.
+func (p *Proposer) gather(ctx context.Context, batch []*proposal, add func(*proposal), full func() bool) bool {
+	g := p.plan.Swap(nil)
+	if g == nil {
+		return true
+	}
+	submits := 0
+	for _, pr := range batch {
+		if pr.submits == 0 {
+			return true // it goes at once
+		}
+		submits += pr.submits
+	}
+	d := g.until.Sub(p.cfg.Clock.Now())
+	if submits >= g.want || d <= 0 || full() {
+		return true
+	}
+	t := p.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	end := GatherFull
+	defer func() {
+		if m := p.cfg.Metrics.Gathers; m != nil {
+			m.WithLabelValues(end).Inc()
+		}
+	}()
+	for submits < g.want && !full() {
+		select {
+		case pr := <-p.ch:
+			add(pr)
+			if pr.submits == 0 {
+				end = GatherOther
+				return true
+			}
+			submits += pr.submits
+		case <-t.C():
+			end = GatherTimeout
+			return true
+		case <-ctx.Done():
+			end = GatherOther
+			return false
+		}
+	}
 	return true
 }
 
@@ -409,6 +547,13 @@ func (p *Proposer) Run(ctx context.Context) {
 			case pr := <-in:
 				add(pr)
 			case <-ctx.Done():
+				p.running.Store(false)
+				return
+			}
+		}
+		if slot && carry == nil {
+			full := func() bool { return carry != nil || p.full(ncmds, nbytes) }
+			if !p.gather(ctx, batch, add, full) {
 				p.running.Store(false)
 				return
 			}
@@ -554,6 +699,7 @@ func (p *Proposer) apply(batch []*proposal, ncmds int, slot bool) {
 	}
 	go func() {
 		err := p.waitFuture(context.Background(), e.f, e.freeing)
+		p.planGather(e, err)
 		release()
 		p.deliver(batch, e, err)
 	}()
@@ -563,6 +709,7 @@ func (p *Proposer) apply(batch []*proposal, ncmds int, slot bool) {
 type proposed struct {
 	f       raft.ApplyFuture
 	ncmds   int
+	submits int       // of the entry's commands, those of proposals of submits only
 	start   time.Time // when it was handed to raft
 	freeing bool      // every command frees space (waitFuture)
 }
@@ -573,7 +720,13 @@ type proposed struct {
 func (p *Proposer) propose(batch []*proposal, ncmds int) (proposed, bool) {
 	all := make([]raftfsm.Command, 0, ncmds)
 	now := p.cfg.Clock.Now()
+	submits := 0
 	for _, pr := range batch {
+		submits += pr.submits
+		if pr.queued {
+			pr.queued = false
+			p.queuedSubmits.Add(-int64(pr.submits))
+		}
 		for i := range pr.cmds {
 			if p.cfg.Prepare != nil {
 				p.cfg.Prepare(&pr.cmds[i], now)
@@ -591,7 +744,7 @@ func (p *Proposer) propose(batch []*proposal, ncmds int) (proposed, bool) {
 	}
 	start := p.cfg.Clock.Now()
 	f := p.cfg.Raft.Apply(data, applyTimeout)
-	return proposed{f: f, ncmds: len(all), start: start, freeing: raftfsm.EntryFreesSpace(all)}, true
+	return proposed{f: f, ncmds: len(all), submits: submits, start: start, freeing: raftfsm.EntryFreesSpace(all)}, true
 }
 
 // deliver hands each proposal of batch its results of entry e, or err

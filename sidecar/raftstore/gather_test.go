@@ -1,0 +1,205 @@
+package raftstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/raftfsm"
+)
+
+func submitOf(id string) []raftfsm.Command {
+	return []raftfsm.Command{{Type: raftfsm.CmdSubmit, Submit: &raftfsm.Submit{ID: id, Spec: raftfsm.Spec{Handler: "q"}}}}
+}
+
+// gatherRig is a leader's proposer with one entry in flight and a gather
+// of at most 2 ms, on a fake clock, its Run started.
+type gatherRig struct {
+	t       *testing.T
+	r       *fakeRaft
+	clock   *engine.FakeClock
+	p       *Proposer
+	gathers *prometheus.CounterVec
+	ctx     context.Context
+}
+
+func newGatherRig(t *testing.T) *gatherRig {
+	t.Helper()
+	g := &gatherRig{t: t, r: &fakeRaft{state: raft.Leader, entries: make(chan []raftfsm.Command, 16)},
+		clock:   engine.NewFakeClock(time.UnixMilli(1_700_000_000_000)),
+		gathers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "g"}, []string{"end"})}
+	g.p = NewProposer(ProposerConfig{Raft: g.r, Clock: g.clock, GatherWait: 2 * time.Millisecond,
+		Metrics: ProposerMetrics{Gathers: g.gathers}})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	g.ctx = ctx
+	go g.p.Run(ctx)
+	return g
+}
+
+// propose proposes cmds on a goroutine of its own; the channel gets
+// Propose's error.
+func (g *gatherRig) propose(cmds []raftfsm.Command) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		_, err := g.p.Propose(g.ctx, cmds)
+		errc <- err
+	}()
+	return errc
+}
+
+// entry returns the next entry's task and node ids.
+func (g *gatherRig) entry() []string {
+	g.t.Helper()
+	select {
+	case e := <-g.r.entries:
+		var ids []string
+		for _, c := range e {
+			switch {
+			case c.Submit != nil:
+				ids = append(ids, c.Submit.ID)
+			case c.Node != nil:
+				ids = append(ids, "node:"+c.Node.ID)
+			}
+		}
+		return ids
+	case <-time.After(10 * time.Second):
+		g.t.Fatal("no entry proposed")
+		return nil
+	}
+}
+
+// noEntry fails when an entry has been proposed.
+func (g *gatherRig) noEntry(when string) {
+	g.t.Helper()
+	select {
+	case e := <-g.r.entries:
+		g.t.Fatalf("%s: entry of %d commands proposed, want the entry held for the callers", when, len(e))
+	default:
+	}
+}
+
+// queued waits until n submits are queued for Run and Run has taken
+// every proposal from its channel.
+func (g *gatherRig) queued(n int) {
+	g.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); g.p.queuedSubmits.Load() != int64(n) || len(g.p.ch) != 0; time.Sleep(50 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			g.t.Fatalf("%d submits queued (%d in the channel), want %d taken by Run", g.p.queuedSubmits.Load(), len(g.p.ch), n)
+		}
+	}
+}
+
+// first proposes an entry of three submits and waits until it is
+// applied: the entry after it gathers three.
+func (g *gatherRig) first() {
+	g.t.Helper()
+	three := append(append(submitOf("a"), submitOf("b")...), submitOf("c")...)
+	g.p.ch <- &proposal{cmds: three, done: make(chan proposalResult, 1), submits: 3}
+	if ids := g.entry(); len(ids) != 3 {
+		g.t.Fatalf("first entry %v, want the three queued submits", ids)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !g.p.gatherDue(); time.Sleep(50 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			g.t.Fatal("no gather planned after an entry of three submits")
+		}
+	}
+}
+
+// Three callers answered by one entry come back one by one: the next
+// entry waits for all three (without the gather the first would go alone
+// on the direct path, and the other two in the entry after it), and goes
+// as soon as the third is there, before the bound.
+func TestProposerGathersTheCallersOfTheLastEntry(t *testing.T) {
+	g := newGatherRig(t)
+	g.first()
+	d := g.propose(submitOf("d"))
+	g.clock.BlockUntil(1) // Run holds the entry: the gather's timer is armed
+	g.noEntry("one caller back")
+	e := g.propose(submitOf("e"))
+	g.queued(2)
+	g.noEntry("two callers back")
+	f := g.propose(submitOf("f"))
+	if ids := g.entry(); len(ids) != 3 {
+		t.Fatalf("gathered entry %v, want d, e and f", ids)
+	}
+	for _, c := range []<-chan error{d, e, f} {
+		if err := <-c; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := testutil.ToFloat64(g.gathers.WithLabelValues(GatherFull)); n != 1 {
+		t.Fatalf("gathers full = %v, want 1", n)
+	}
+	if g.p.queuedSubmits.Load() != 0 {
+		t.Fatalf("%d submits still counted as queued", g.p.queuedSubmits.Load())
+	}
+}
+
+// Callers that do not come back cost at most GatherWait: the entry goes
+// with what it holds when the bound passes.
+func TestProposerGatherEndsAtItsBound(t *testing.T) {
+	g := newGatherRig(t)
+	g.first()
+	d := g.propose(submitOf("d"))
+	g.clock.BlockUntil(1)
+	g.noEntry("before the bound")
+	g.clock.Advance(2 * time.Millisecond)
+	if ids := g.entry(); len(ids) != 1 || ids[0] != "d" {
+		t.Fatalf("entry %v, want d alone at the bound", ids)
+	}
+	if err := <-d; err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(g.gathers.WithLabelValues(GatherTimeout)); n != 1 {
+		t.Fatalf("gathers timeout = %v, want 1", n)
+	}
+	// An entry of one submit plans no gather: the next caller goes at
+	// once on the direct path.
+	if g.p.gatherDue() {
+		t.Fatal("a gather planned after an entry of one submit")
+	}
+	if err := <-g.propose(submitOf("e")); err != nil {
+		t.Fatal(err)
+	}
+	if ids := g.entry(); len(ids) != 1 || ids[0] != "e" {
+		t.Fatalf("entry %v, want e alone", ids)
+	}
+}
+
+// Only submits wait for submits: a fire, a completion or any other
+// command that arrives during a gather ends it, and goes at once with
+// what was gathered; one that arrives while Run is idle takes the direct
+// path, gather due or not.
+func TestProposerGatherDoesNotHoldOtherCommands(t *testing.T) {
+	g := newGatherRig(t)
+	g.first()
+	if err := <-g.propose([]raftfsm.Command{nodeCmd("idle")}); err != nil {
+		t.Fatal(err)
+	}
+	if ids := g.entry(); len(ids) != 1 || ids[0] != "node:idle" {
+		t.Fatalf("entry %v, want the node command alone, at once", ids)
+	}
+
+	g.first()
+	d := g.propose(submitOf("d"))
+	g.clock.BlockUntil(1)
+	g.noEntry("one caller back")
+	n := g.propose([]raftfsm.Command{nodeCmd("n")})
+	if ids := g.entry(); len(ids) != 2 || ids[0] != "d" || ids[1] != "node:n" {
+		t.Fatalf("entry %v, want d and the node command, at once", ids)
+	}
+	for _, c := range []<-chan error{d, n} {
+		if err := <-c; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := testutil.ToFloat64(g.gathers.WithLabelValues(GatherOther)); n != 1 {
+		t.Fatalf("gathers other = %v, want 1", n)
+	}
+}
