@@ -203,3 +203,57 @@ func TestProposerGatherDoesNotHoldOtherCommands(t *testing.T) {
 		t.Fatalf("gathers other = %v, want 1", n)
 	}
 }
+
+// A batch that fills an entry on its own goes at once while a gather is
+// due (as it does otherwise: waiting would not make it carry more), and
+// plans no gather after it: the single submits that come next are not
+// held for a thousand callers (before, such a batch waited in Run's queue
+// and its entry planned a gather for its size).
+func TestProposerFullBatchNeitherWaitsNorPlansAGather(t *testing.T) {
+	g := newGatherRig(t)
+	g.p.cfg.MaxBatchCommands = 4
+	batch := func(p string) []raftfsm.Command {
+		var cmds []raftfsm.Command
+		for _, id := range []string{"w", "x", "y", "z"} {
+			cmds = append(cmds, submitOf(p+id)...)
+		}
+		return cmds
+	}
+	g.first()
+	if err := <-g.propose(batch("1")); err != nil {
+		t.Fatal(err)
+	}
+	if ids := g.entry(); len(ids) != 4 {
+		t.Fatalf("entry %v, want the batch of four alone, at once", ids)
+	}
+	// The three callers of the first entry come back: the batch did not
+	// change what the next entry waits for.
+	var errs []<-chan error
+	for _, id := range []string{"d", "e", "f"} {
+		errs = append(errs, g.propose(submitOf(id)))
+	}
+	if ids := g.entry(); len(ids) != 3 {
+		t.Fatalf("entry %v, want d, e and f gathered", ids)
+	}
+	for _, c := range errs {
+		if err := <-c; err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.clock.Advance(2 * time.Millisecond) // any gather planned is past
+	if err := <-g.propose(batch("2")); err != nil {
+		t.Fatal(err)
+	}
+	if ids := g.entry(); len(ids) != 4 {
+		t.Fatalf("entry %v, want the batch of four alone, at once", ids)
+	}
+	if g.p.gatherDue() {
+		t.Fatal("a gather planned after a full batch")
+	}
+	if err := <-g.propose(submitOf("s")); err != nil {
+		t.Fatal(err)
+	}
+	if ids := g.entry(); len(ids) != 1 || ids[0] != "s" {
+		t.Fatalf("entry %v, want s alone, at once", ids)
+	}
+}

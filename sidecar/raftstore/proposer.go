@@ -47,7 +47,8 @@ type proposal struct {
 	done     chan proposalResult
 	warnings map[int]string // command index → backlog warning
 	// submits is the number of commands when every one is a submit
-	// (submitsOf), else 0: what a gather waits for (ProposerConfig.GatherWait).
+	// (submitsOf) and they do not fill an entry on their own, else 0:
+	// what a gather waits for (ProposerConfig.GatherWait).
 	submits int
 	// queued is set when the proposal went to Run through ch with
 	// submits counted in Proposer.queuedSubmits (cleared when proposed).
@@ -277,7 +278,12 @@ func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 	if err := p.awaitCaughtUp(ctx, cmds); err != nil {
 		return nil, err
 	}
-	pr := &proposal{cmds: cmds, done: make(chan proposalResult, 1), warnings: warnings, submits: submitsOf(cmds)}
+	pr := &proposal{cmds: cmds, done: make(chan proposalResult, 1), warnings: warnings}
+	if !p.full(p.cfg.Weight(cmds), cmdBytes(cmds)) {
+		// A full entry (a batch of tasks) goes at once and plans no
+		// gather: its caller is not one of many that share entries.
+		pr.submits = submitsOf(cmds)
+	}
 	// While a gather is due, a submit joins Run's entry, which waits for
 	// the callers the last entry answered; other proposals go as before.
 	if (pr.submits == 0 || !p.gatherDue()) && p.applyDirect(ctx, pr) {
