@@ -139,11 +139,12 @@ type ProposerConfig struct {
 	// holds as many submits as that entry did plus those queued when it
 	// was applied, for at most GatherWait; a command other than a submit
 	// (a fire, a completion) ends the wait at once, and submits do not
-	// take the direct path while one is due. With one entry in flight (MaxInflightEntries 1),
-	// callers that submit again as soon as they are answered otherwise
-	// split into two groups that alternate entries, each waiting for the
-	// other's commit; gathered, they share one (DESIGN.md, Group commit;
-	// docs/perf/README.md, Fifteenth session). The same idea as
+	// take the direct path while one is due. With one entry in flight
+	// (MaxInflightEntries 1), callers that submit again as soon as they
+	// are answered otherwise split into two groups that alternate
+	// entries, each waiting for the other's commit; gathered, they share
+	// one (DESIGN.md, The gather; docs/perf/README.md, Fifteenth
+	// session). The same idea as
 	// PostgreSQL's commit_delay and MySQL's binlog_group_commit_sync_delay,
 	// which wait a fixed time; this one waits for the callers it expects,
 	// so it ends sooner when they come back. 0: no gather.
@@ -715,7 +716,7 @@ func (p *Proposer) apply(batch []*proposal, ncmds int, slot bool) {
 type proposed struct {
 	f       raft.ApplyFuture
 	ncmds   int
-	submits int       // of the entry's commands, those of proposals of submits only
+	submits int       // the entry's submits that a gather counts (proposal.submits)
 	start   time.Time // when it was handed to raft
 	freeing bool      // every command frees space (waitFuture)
 }
