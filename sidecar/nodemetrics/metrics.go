@@ -75,7 +75,7 @@ func New() *Metrics {
 		Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 	})
 	m.Gathers = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "ax_raft_gather_waits_total", Help: "Raft entries the leader held open for the callers the entry before answered (--gather-wait), by how the wait ended: full (they came back, or the entry filled), timeout, other (a fire or another command came, and went at once).",
+		Name: "ax_raft_gather_waits_total", Help: "Raft entries the leader held open for the callers the entry before answered (--gather-wait), by how the wait ended: full (they came back, or the entry filled), gap (they stopped coming), timeout (--gather-wait passed), other (a fire or another command came, and went at once).",
 	}, []string{"end"})
 	m.LeaderChanges = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ax_raft_leader_changes_total", Help: "Times this node won or lost leadership.",

@@ -95,19 +95,28 @@ func (g *gatherRig) queued(n int) {
 	}
 }
 
-// first proposes an entry of three submits and waits until it is
-// applied: the entry after it gathers three.
+// three proposes an entry of three submits and waits until it is
+// applied and answered (its gather, if any, is then planned).
+func (g *gatherRig) three(prefix string) {
+	g.t.Helper()
+	three := append(append(submitOf(prefix+"a"), submitOf(prefix+"b")...), submitOf(prefix+"c")...)
+	pr := &proposal{cmds: three, done: make(chan proposalResult, 1), submits: 3}
+	g.p.ch <- pr
+	if ids := g.entry(); len(ids) != 3 {
+		g.t.Fatalf("entry %v, want the three queued submits", ids)
+	}
+	if r := <-pr.done; r.err != nil {
+		g.t.Fatal(r.err)
+	}
+}
+
+// first is three, after which a gather must be due: the next entry
+// gathers three.
 func (g *gatherRig) first() {
 	g.t.Helper()
-	three := append(append(submitOf("a"), submitOf("b")...), submitOf("c")...)
-	g.p.ch <- &proposal{cmds: three, done: make(chan proposalResult, 1), submits: 3}
-	if ids := g.entry(); len(ids) != 3 {
-		g.t.Fatalf("first entry %v, want the three queued submits", ids)
-	}
-	for deadline := time.Now().Add(10 * time.Second); !g.p.gatherDue(); time.Sleep(50 * time.Microsecond) {
-		if time.Now().After(deadline) {
-			g.t.Fatal("no gather planned after an entry of three submits")
-		}
+	g.three("")
+	if !g.p.gatherDue() {
+		g.t.Fatal("no gather planned after an entry of three submits")
 	}
 }
 
@@ -145,6 +154,7 @@ func TestProposerGathersTheCallersOfTheLastEntry(t *testing.T) {
 // with what it holds when the bound passes.
 func TestProposerGatherEndsAtItsBound(t *testing.T) {
 	g := newGatherRig(t)
+	g.p.gap = time.Hour // the bound comes first
 	g.first()
 	d := g.propose(submitOf("d"))
 	g.clock.BlockUntil(1)
@@ -169,6 +179,18 @@ func TestProposerGatherEndsAtItsBound(t *testing.T) {
 	}
 	if ids := g.entry(); len(ids) != 1 || ids[0] != "e" {
 		t.Fatalf("entry %v, want e alone", ids)
+	}
+	// A gather planned but past its bound before any caller came back
+	// holds nothing either (the first entry of three after the miss
+	// above plans none: TestProposerGatherEndsWhenCallersStopComing).
+	g.three("skipped")
+	g.first()
+	g.clock.Advance(2 * time.Millisecond)
+	if err := <-g.propose(submitOf("late")); err != nil {
+		t.Fatal(err)
+	}
+	if ids := g.entry(); len(ids) != 1 || ids[0] != "late" {
+		t.Fatalf("entry %v, want late alone, at once", ids)
 	}
 }
 
@@ -255,5 +277,90 @@ func TestProposerFullBatchNeitherWaitsNorPlansAGather(t *testing.T) {
 	}
 	if ids := g.entry(); len(ids) != 1 || ids[0] != "s" {
 		t.Fatalf("entry %v, want s alone, at once", ids)
+	}
+}
+
+// Callers that do not come back together (independent callers at a
+// steady rate) hold an entry only until no submit has come for the gap,
+// and each such miss makes the next planned gathers skip (1, then 3, 7,
+// ... up to 63), so they rarely wait; a gather whose callers all came
+// back takes a miss back.
+func TestProposerGatherEndsWhenCallersStopComing(t *testing.T) {
+	g := newGatherRig(t)
+	g.first()
+	d := g.propose(submitOf("d"))
+	g.clock.BlockUntil(1)
+	g.noEntry("within the gap")
+	g.clock.Advance(gatherGapDefault)
+	if ids := g.entry(); len(ids) != 1 || ids[0] != "d" {
+		t.Fatalf("entry %v, want d alone after the gap", ids)
+	}
+	if err := <-d; err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(g.gathers.WithLabelValues(GatherGap)); n != 1 {
+		t.Fatalf("gathers gap = %v, want 1", n)
+	}
+	g.three("1") // one miss: this gather is skipped
+	if g.p.gatherDue() {
+		t.Fatal("a gather planned right after a miss")
+	}
+	g.first() // the next one is planned
+
+	// A submit within each gap keeps the entry open until the callers are
+	// all back; that gather takes the miss back.
+	e := g.propose(submitOf("e"))
+	g.clock.BlockUntil(1)
+	g.clock.Advance(gatherGapDefault / 2)
+	f := g.propose(submitOf("f"))
+	g.queued(2)
+	g.noEntry("two callers back")
+	h := g.propose(submitOf("h"))
+	if ids := g.entry(); len(ids) != 3 {
+		t.Fatalf("entry %v, want e, f and h gathered", ids)
+	}
+	for _, c := range []<-chan error{e, f, h} {
+		if err := <-c; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, s := g.p.misses.Load(), g.p.skips.Load(); m != 0 || s != 0 {
+		t.Fatalf("misses %d, skips %d after a full gather; want 0, 0", m, s)
+	}
+}
+
+// Until the first caller is back, only the bound ends a gather: an entry
+// begun with a proposal queued before the plan (a caller of the other
+// group) waits past the gap for the callers just answered, and from the
+// first one back the gap counts.
+func TestProposerGatherGapCountsFromTheFirstCallerBack(t *testing.T) {
+	g := newGatherRig(t)
+	g.first()
+	old := &proposal{cmds: submitOf("old"), done: make(chan proposalResult, 1), submits: 1, at: g.clock.Now().Add(-time.Millisecond)}
+	g.p.ch <- old
+	g.clock.BlockUntil(1)
+	g.clock.Advance(gatherGapDefault)
+	g.noEntry("no caller back yet, past the gap")
+	d := g.propose(submitOf("d"))
+	g.queued(1)
+	g.noEntry("one caller back")
+	// Run takes d and then sets its timer to the gap after d: advanced
+	// before or after that, the gap has passed by 2 gaps, long before
+	// the bound.
+	g.clock.Advance(gatherGapDefault)
+	select {
+	case e := <-g.r.entries:
+		g.r.entries <- e
+	case <-time.After(100 * time.Millisecond):
+		g.clock.Advance(gatherGapDefault)
+	}
+	if ids := g.entry(); len(ids) != 2 || ids[0] != "old" || ids[1] != "d" {
+		t.Fatalf("entry %v, want old and d at the gap after d", ids)
+	}
+	if err := <-d; err != nil {
+		t.Fatal(err)
+	}
+	if r := <-old.done; r.err != nil {
+		t.Fatal(r.err)
 	}
 }

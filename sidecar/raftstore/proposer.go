@@ -51,8 +51,10 @@ type proposal struct {
 	// what a gather waits for (ProposerConfig.GatherWait).
 	submits int
 	// queued is set when the proposal went to Run through ch with
-	// submits counted in Proposer.queuedSubmits (cleared when proposed).
+	// submits counted in Proposer.queuedSubmits (cleared when proposed);
+	// at is when (Clock).
 	queued bool
+	at     time.Time
 }
 
 type proposalResult struct {
@@ -83,8 +85,9 @@ type ProposerMetrics struct {
 	// Gathers counts the entries that waited for callers
 	// (ProposerConfig.GatherWait), by how the wait ended: GatherFull
 	// (every caller expected came back, or the entry filled), GatherTimeout
-	// (the wait's bound passed), GatherOther (a command other than a submit
-	// came, and goes at once). nil: not counted.
+	// (the wait's bound passed), GatherGap (no submit came for a while:
+	// the callers did not come back together), GatherOther (a command
+	// other than a submit came, and goes at once). nil: not counted.
 	Gathers *prometheus.CounterVec
 }
 
@@ -92,7 +95,24 @@ type ProposerMetrics struct {
 const (
 	GatherFull    = "full"
 	GatherTimeout = "timeout"
+	GatherGap     = "gap"
 	GatherOther   = "other"
+)
+
+const (
+	// gatherGapDefault: once a caller is back, a gather also ends when
+	// no submit has come for this long (Proposer.gap). Callers answered
+	// together come back close behind one another (16 callers on three
+	// nodes, docs/perf/README.md, Fifteenth session: the first 0.25–0.4
+	// ms after the apply, the last 0.6–1.0 ms, ~40 µs apart on average);
+	// independent callers at a steady rate come 1/rate apart (333 µs at
+	// 3 000/s), so an entry seldom waits long for them, and their misses
+	// make the next gathers skip.
+	gatherGapDefault = 250 * time.Microsecond
+	// gatherBackoffMax bounds the misses counted (Proposer.misses): after
+	// n gathers in a row that ended without every caller back, the next
+	// 2^n - 1 planned gathers are skipped, at most 63.
+	gatherBackoffMax = 6
 )
 
 // ProposerConfig is what NewProposer needs.
@@ -137,9 +157,12 @@ type ProposerConfig struct {
 	// entry before it answered (the gather): when an applied entry held
 	// two submits or more, the next entry built by Run stays open until it
 	// holds as many submits as that entry did plus those queued when it
-	// was applied, for at most GatherWait; a command other than a submit
-	// (a fire, a completion) ends the wait at once, and submits do not
-	// take the direct path while one is due. With one entry in flight
+	// was applied, for at most GatherWait, and while submits keep coming
+	// (no gap of gatherGapDefault); a command other than a submit (a
+	// fire, a completion) ends the wait at once, and submits do not take
+	// the direct path while one is due. A gather that ended without its
+	// callers makes the next ones skip (gatherBackoffMax), so callers
+	// that do not submit in a loop rarely wait. With one entry in flight
 	// (MaxInflightEntries 1), callers that submit again as soon as they
 	// are answered otherwise split into two groups that alternate
 	// entries, each waiting for the other's commit; gathered, they share
@@ -204,13 +227,20 @@ type Proposer struct {
 	// entry Run builds waits for, nil when none is due (GatherWait).
 	queuedSubmits atomic.Int64
 	plan          atomic.Pointer[gatherPlan]
+	// misses counts the gathers in a row that ended without every caller
+	// back (at most gatherBackoffMax); skips is how many planned gathers
+	// are still to be skipped because of them. gap is gatherGapDefault
+	// (tests change it).
+	misses, skips atomic.Int32
+	gap           time.Duration
 }
 
 // gatherPlan is the wait of the next entry (ProposerConfig.GatherWait):
-// until it holds want submits, or until the time until (Clock).
+// until it holds want submits, or until the time until (Clock); planned
+// at the time at.
 type gatherPlan struct {
-	want  int
-	until time.Time
+	want      int
+	at, until time.Time
 }
 
 // submitsOf returns len(cmds) when every command of cmds is a submit,
@@ -242,7 +272,7 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 	case cfg.MaxInflightEntries < 0:
 		cfg.MaxInflightEntries = math.MaxInt32 // no bound
 	}
-	return &Proposer{cfg: cfg, ch: make(chan *proposal, 1024), slots: make(chan struct{}, cfg.MaxInflightEntries)}
+	return &Proposer{cfg: cfg, ch: make(chan *proposal, 1024), slots: make(chan struct{}, cfg.MaxInflightEntries), gap: gatherGapDefault}
 }
 
 // Propose applies cmds on this node, which must lead. It returns one result
@@ -292,7 +322,7 @@ func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 		return r.results, r.err
 	}
 	if pr.submits > 0 {
-		pr.queued = true
+		pr.queued, pr.at = true, p.cfg.Clock.Now()
 		p.queuedSubmits.Add(int64(pr.submits))
 	}
 	select {
@@ -421,44 +451,78 @@ func (p *Proposer) gatherDue() bool {
 
 // planGather plans the gather of the entry after e, whose outcome err
 // is known (GatherWait): due when e was applied and held two submits or
-// more, none otherwise. Called before e's slot is given back, so that Run,
-// which takes the slot next, sees it.
+// more, unless misses say to skip it; none when e failed or held one
+// submit; unchanged when e held none (a fire's or a completion's entry:
+// the callers expected back still are). Called before e's slot is given
+// back, so that Run, which takes the slot next, sees it.
 func (p *Proposer) planGather(e proposed, err error) {
 	if p.cfg.GatherWait <= 0 {
 		return
 	}
-	if err != nil || e.submits < 2 {
+	switch {
+	case err != nil || e.submits == 1:
+		p.plan.Store(nil)
+		return
+	case e.submits == 0:
+		return
+	case p.skips.Load() > 0:
+		p.skips.Add(-1)
 		p.plan.Store(nil)
 		return
 	}
-	p.plan.Store(&gatherPlan{want: int(p.queuedSubmits.Load()) + e.submits, until: p.cfg.Clock.Now().Add(p.cfg.GatherWait)})
+	now := p.cfg.Clock.Now()
+	p.plan.Store(&gatherPlan{want: int(p.queuedSubmits.Load()) + e.submits, at: now, until: now.Add(p.cfg.GatherWait)})
 }
 
 // gather keeps the entry Run builds (batch) open for the callers the
 // last entry answered when a gather is planned (GatherWait), adding what
 // arrives with add until the entry holds the submits planned, a
 // proposal other than submits arrives, the entry is full or cannot grow
-// (carry), or the plan's bound passes. It returns false when ctx ended.
+// (carry), no submit has come for p.gap, or the plan's bound passes. A
+// gather that ended by the gap or the bound is a miss: the next
+// 2^misses - 1 planned gathers are skipped; one that ended full takes a
+// miss back. It returns false when ctx ended.
 func (p *Proposer) gather(ctx context.Context, batch []*proposal, add func(*proposal), full func() bool) bool {
 	g := p.plan.Swap(nil)
 	if g == nil {
 		return true
 	}
 	submits := 0
+	var back time.Time // the latest caller back so far
 	for _, pr := range batch {
 		if pr.submits == 0 {
 			return true // it goes at once
 		}
 		submits += pr.submits
+		if !pr.at.Before(g.at) && pr.at.After(back) {
+			back = pr.at
+		}
 	}
-	d := g.until.Sub(p.cfg.Clock.Now())
+	now := p.cfg.Clock.Now()
+	d := g.until.Sub(now)
 	if submits >= g.want || d <= 0 || full() {
 		return true
+	}
+	// Until the first caller is back the bound holds; from then on, the
+	// gap after the latest.
+	if !back.IsZero() {
+		d = min(d, p.gap-now.Sub(back))
 	}
 	t := p.cfg.Clock.NewTimer(d)
 	defer t.Stop()
 	end := GatherFull
 	defer func() {
+		switch end {
+		case GatherFull:
+			if n := p.misses.Load(); n > 0 {
+				p.misses.Store(n - 1)
+			}
+			p.skips.Store(0)
+		case GatherTimeout, GatherGap:
+			n := min(p.misses.Load()+1, gatherBackoffMax)
+			p.misses.Store(n)
+			p.skips.Store(1<<n - 1)
+		}
 		if m := p.cfg.Metrics.Gathers; m != nil {
 			m.WithLabelValues(end).Inc()
 		}
@@ -472,8 +536,13 @@ func (p *Proposer) gather(ctx context.Context, batch []*proposal, add func(*prop
 				return true
 			}
 			submits += pr.submits
-		case <-t.C():
-			end = GatherTimeout
+			t.Stop()
+			t.Reset(min(g.until.Sub(p.cfg.Clock.Now()), p.gap))
+		case now := <-t.C():
+			end = GatherGap
+			if !now.Before(g.until) {
+				end = GatherTimeout
+			}
 			return true
 		case <-ctx.Done():
 			end = GatherOther
