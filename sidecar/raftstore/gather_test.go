@@ -207,6 +207,11 @@ func TestProposerGatherDoesNotHoldOtherCommands(t *testing.T) {
 	if ids := g.entry(); len(ids) != 1 || ids[0] != "node:idle" {
 		t.Fatalf("entry %v, want the node command alone, at once", ids)
 	}
+	// Its entry leaves the gather planned: the callers expected back
+	// still are.
+	if !g.p.gatherDue() {
+		t.Fatal("the node command's entry dropped the planned gather")
+	}
 
 	g.first()
 	d := g.propose(submitOf("d"))
