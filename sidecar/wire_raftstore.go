@@ -54,8 +54,10 @@ func newGroupCommit(n *Node) *raftstore.Proposer {
 		// A single node: its entries cost little each and its rate is
 		// bound by the log's sync, so raft pipelines them unbounded, as
 		// before the group commit's bound (docs/perf/README.md, Group
-		// commit: bound 1 cost 8 callers ~15 % there). A node added later
-		// with 'ax cluster add' keeps this until it restarts.
+		// commit: bound 1 cost 8 callers ~15 % there). The choice is made
+		// from the flags: a node started this way keeps it (no bound, no
+		// gather) when other nodes join it later, and after restarts with
+		// the same flags.
 		cfg.MaxInflightEntries = -1
 		// Entries that arrive while the leader writes its log wait for
 		// the write's end and go as one (raftstore.LogWriting): raft's
