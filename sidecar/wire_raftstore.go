@@ -69,6 +69,7 @@ func newGroupCommit(n *Node) *raftstore.Proposer {
 		// With one entry in flight, callers who submit again as soon as
 		// they are answered gather into one entry (ProposerConfig.GatherWait).
 		cfg.GatherWait = n.cfg.GatherWait
+		cfg.GatherClock = n.retryClock
 	}
 	if n.metrics != nil {
 		cfg.Metrics = raftstore.ProposerMetrics{EntryCommands: n.metrics.EntryCommands, CommitLatency: n.metrics.CommitLatency, Gathers: n.metrics.Gathers}

@@ -33,7 +33,7 @@ func newGatherRig(t *testing.T) *gatherRig {
 	g := &gatherRig{t: t, r: &fakeRaft{state: raft.Leader, entries: make(chan []raftfsm.Command, 16)},
 		clock:   engine.NewFakeClock(time.UnixMilli(1_700_000_000_000)),
 		gathers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "g"}, []string{"end"})}
-	g.p = NewProposer(ProposerConfig{Raft: g.r, Clock: g.clock, GatherWait: 2 * time.Millisecond,
+	g.p = NewProposer(ProposerConfig{Raft: g.r, Clock: g.clock, GatherClock: g.clock, GatherWait: 2 * time.Millisecond,
 		Metrics: ProposerMetrics{Gathers: g.gathers}})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -367,5 +367,42 @@ func TestProposerGatherGapCountsFromTheFirstCallerBack(t *testing.T) {
 	}
 	if r := <-old.done; r.err != nil {
 		t.Fatal(r.err)
+	}
+}
+
+// The gather is timed on real time (GatherClock) when the node's Clock
+// is a test's fake clock that stands still: on the fake clock a gather
+// waited until the test moved it, and a cluster test's submit after a
+// batch hung until its forward timed out (TestBackpressureQueueFull).
+func TestProposerGatherRunsOnRealTimeBesideAFakeClock(t *testing.T) {
+	r := &fakeRaft{state: raft.Leader, entries: make(chan []raftfsm.Command, 16)}
+	clock := engine.NewFakeClock(time.UnixMilli(1_700_000_000_000))
+	p := NewProposer(ProposerConfig{Raft: r, Clock: clock, GatherWait: 2 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	three := append(append(submitOf("a"), submitOf("b")...), submitOf("c")...)
+	pr := &proposal{cmds: three, done: make(chan proposalResult, 1), submits: 3}
+	p.ch <- pr
+	<-r.entries
+	<-pr.done
+	if !p.gatherDue() {
+		t.Fatal("no gather planned after an entry of three submits")
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Propose(ctx, submitOf("d"))
+		done <- err
+	}()
+	select {
+	case e := <-r.entries:
+		if len(e) != 1 || e[0].Submit.ID != "d" {
+			t.Fatalf("entry %v, want d alone", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gather held d while the fake clock stood still")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -52,7 +52,7 @@ type proposal struct {
 	submits int
 	// queued is set when the proposal went to Run through ch with
 	// submits counted in Proposer.queuedSubmits (cleared when proposed);
-	// at is when (Clock).
+	// at is when (GatherClock).
 	queued bool
 	at     time.Time
 }
@@ -172,6 +172,12 @@ type ProposerConfig struct {
 	// which wait a fixed time; this one waits for the callers it expects,
 	// so it ends sooner when they come back. 0: no gather.
 	GatherWait time.Duration
+	// GatherClock times the gather (its bound, the gap, when callers
+	// came back): a wait between Raft commits and callers, on real time
+	// in a node even when Clock is a test's fake clock, which would
+	// otherwise hold the entry until the test moved it
+	// (config.Config.RetryClock). nil: engine.RealClock().
+	GatherClock engine.Clock
 	// CaughtUp, when set, returns a channel that is closed while this
 	// node, as leader of its current term, has applied every entry
 	// committed before the term (scheduler.Scheduler.CaughtUp: the
@@ -236,8 +242,8 @@ type Proposer struct {
 }
 
 // gatherPlan is the wait of the next entry (ProposerConfig.GatherWait):
-// until it holds want submits, or until the time until (Clock); planned
-// at the time at.
+// until it holds want submits, or until the time until (GatherClock);
+// planned at the time at.
 type gatherPlan struct {
 	want      int
 	at, until time.Time
@@ -262,6 +268,9 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = engine.RealClock()
+	}
+	if cfg.GatherClock == nil {
+		cfg.GatherClock = engine.RealClock()
 	}
 	if cfg.MaxBatchCommands <= 0 {
 		cfg.MaxBatchCommands = MaxBatchCommandsDefault
@@ -322,7 +331,7 @@ func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 		return r.results, r.err
 	}
 	if pr.submits > 0 {
-		pr.queued, pr.at = true, p.cfg.Clock.Now()
+		pr.queued, pr.at = true, p.cfg.GatherClock.Now()
 		p.queuedSubmits.Add(int64(pr.submits))
 	}
 	select {
@@ -446,7 +455,7 @@ func (p *Proposer) applyDirect(ctx context.Context, pr *proposal) bool {
 // passed (GatherWait).
 func (p *Proposer) gatherDue() bool {
 	g := p.plan.Load()
-	return g != nil && p.cfg.Clock.Now().Before(g.until)
+	return g != nil && p.cfg.GatherClock.Now().Before(g.until)
 }
 
 // planGather plans the gather of the entry after e, whose outcome err
@@ -470,7 +479,7 @@ func (p *Proposer) planGather(e proposed, err error) {
 		p.plan.Store(nil)
 		return
 	}
-	now := p.cfg.Clock.Now()
+	now := p.cfg.GatherClock.Now()
 	p.plan.Store(&gatherPlan{want: int(p.queuedSubmits.Load()) + e.submits, at: now, until: now.Add(p.cfg.GatherWait)})
 }
 
@@ -498,7 +507,7 @@ func (p *Proposer) gather(ctx context.Context, batch []*proposal, add func(*prop
 			back = pr.at
 		}
 	}
-	now := p.cfg.Clock.Now()
+	now := p.cfg.GatherClock.Now()
 	d := g.until.Sub(now)
 	if submits >= g.want || d <= 0 || full() {
 		return true
@@ -508,7 +517,7 @@ func (p *Proposer) gather(ctx context.Context, batch []*proposal, add func(*prop
 	if !back.IsZero() {
 		d = min(d, p.gap-now.Sub(back))
 	}
-	t := p.cfg.Clock.NewTimer(d)
+	t := p.cfg.GatherClock.NewTimer(d)
 	defer t.Stop()
 	end := GatherFull
 	defer func() {
@@ -537,7 +546,7 @@ func (p *Proposer) gather(ctx context.Context, batch []*proposal, add func(*prop
 			}
 			submits += pr.submits
 			t.Stop()
-			t.Reset(min(g.until.Sub(p.cfg.Clock.Now()), p.gap))
+			t.Reset(min(g.until.Sub(p.cfg.GatherClock.Now()), p.gap))
 		case now := <-t.C():
 			end = GatherGap
 			if !now.Before(g.until) {
