@@ -30,11 +30,20 @@ type gatherRig struct {
 
 func newGatherRig(t *testing.T) *gatherRig {
 	t.Helper()
+	return newGatherRigWith(t, func(c *ProposerConfig) { c.GatherClock = c.Clock })
+}
+
+// newGatherRigWith is newGatherRig with the proposer's configuration
+// changed by edit first (its GatherClock nil: real time).
+func newGatherRigWith(t *testing.T, edit func(*ProposerConfig)) *gatherRig {
+	t.Helper()
 	g := &gatherRig{t: t, r: &fakeRaft{state: raft.Leader, entries: make(chan []raftfsm.Command, 16)},
 		clock:   engine.NewFakeClock(time.UnixMilli(1_700_000_000_000)),
 		gathers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "g"}, []string{"end"})}
-	g.p = NewProposer(ProposerConfig{Raft: g.r, Clock: g.clock, GatherClock: g.clock, GatherWait: 2 * time.Millisecond,
-		Metrics: ProposerMetrics{Gathers: g.gathers}})
+	cfg := ProposerConfig{Raft: g.r, Clock: g.clock, GatherWait: 2 * time.Millisecond,
+		Metrics: ProposerMetrics{Gathers: g.gathers}}
+	edit(&cfg)
+	g.p = NewProposer(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	g.ctx = ctx
@@ -71,6 +80,18 @@ func (g *gatherRig) entry() []string {
 	case <-time.After(10 * time.Second):
 		g.t.Fatal("no entry proposed")
 		return nil
+	}
+}
+
+// alone proposes a submit of id and waits for it: its entry must hold it
+// alone, proposed without the fake clock moving.
+func (g *gatherRig) alone(id string) {
+	g.t.Helper()
+	if err := <-g.propose(submitOf(id)); err != nil {
+		g.t.Fatal(err)
+	}
+	if ids := g.entry(); len(ids) != 1 || ids[0] != id {
+		g.t.Fatalf("entry %v, want %s alone, at once", ids, id)
 	}
 }
 
@@ -174,24 +195,14 @@ func TestProposerGatherEndsAtItsBound(t *testing.T) {
 	if g.p.gatherDue() {
 		t.Fatal("a gather planned after an entry of one submit")
 	}
-	if err := <-g.propose(submitOf("e")); err != nil {
-		t.Fatal(err)
-	}
-	if ids := g.entry(); len(ids) != 1 || ids[0] != "e" {
-		t.Fatalf("entry %v, want e alone", ids)
-	}
+	g.alone("e")
 	// A gather planned but past its bound before any caller came back
 	// holds nothing either (the first entry of three after the miss
 	// above plans none: TestProposerGatherEndsWhenCallersStopComing).
 	g.three("skipped")
 	g.first()
 	g.clock.Advance(2 * time.Millisecond)
-	if err := <-g.propose(submitOf("late")); err != nil {
-		t.Fatal(err)
-	}
-	if ids := g.entry(); len(ids) != 1 || ids[0] != "late" {
-		t.Fatalf("entry %v, want late alone, at once", ids)
-	}
+	g.alone("late")
 }
 
 // Only submits wait for submits: a fire, a completion or any other
@@ -277,12 +288,7 @@ func TestProposerFullBatchNeitherWaitsNorPlansAGather(t *testing.T) {
 	if g.p.gatherDue() {
 		t.Fatal("a gather planned after a full batch")
 	}
-	if err := <-g.propose(submitOf("s")); err != nil {
-		t.Fatal(err)
-	}
-	if ids := g.entry(); len(ids) != 1 || ids[0] != "s" {
-		t.Fatalf("entry %v, want s alone, at once", ids)
-	}
+	g.alone("s")
 }
 
 // Callers that do not come back together (independent callers at a
@@ -375,34 +381,16 @@ func TestProposerGatherGapCountsFromTheFirstCallerBack(t *testing.T) {
 // waited until the test moved it, and a cluster test's submit after a
 // batch hung until its forward timed out (TestBackpressureQueueFull).
 func TestProposerGatherRunsOnRealTimeBesideAFakeClock(t *testing.T) {
-	r := &fakeRaft{state: raft.Leader, entries: make(chan []raftfsm.Command, 16)}
-	clock := engine.NewFakeClock(time.UnixMilli(1_700_000_000_000))
-	p := NewProposer(ProposerConfig{Raft: r, Clock: clock, GatherWait: 2 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
-	three := append(append(submitOf("a"), submitOf("b")...), submitOf("c")...)
-	pr := &proposal{cmds: three, done: make(chan proposalResult, 1), submits: 3}
-	p.ch <- pr
-	<-r.entries
-	<-pr.done
-	if !p.gatherDue() {
-		t.Fatal("no gather planned after an entry of three submits")
+	// A bound of 1 s: the plan stays due while first checks it, however
+	// slow the machine; the gap after d (250 µs of real time) ends d's.
+	g := newGatherRigWith(t, func(c *ProposerConfig) { c.GatherWait = time.Second })
+	g.first()
+	d := g.propose(submitOf("d"))
+	// entry waits up to 10 s of real time; the fake clock stands still.
+	if ids := g.entry(); len(ids) != 1 || ids[0] != "d" {
+		t.Fatalf("entry %v, want d alone", ids)
 	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := p.Propose(ctx, submitOf("d"))
-		done <- err
-	}()
-	select {
-	case e := <-r.entries:
-		if len(e) != 1 || e[0].Submit.ID != "d" {
-			t.Fatalf("entry %v, want d alone", e)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the gather held d while the fake clock stood still")
-	}
-	if err := <-done; err != nil {
+	if err := <-d; err != nil {
 		t.Fatal(err)
 	}
 }

@@ -319,10 +319,12 @@ func (p *Proposer) Propose(ctx context.Context, cmds []raftfsm.Command) ([]raftf
 		return nil, err
 	}
 	pr := &proposal{cmds: cmds, done: make(chan proposalResult, 1), warnings: warnings}
-	if !p.full(p.cfg.Weight(cmds), cmdBytes(cmds)) {
+	if p.cfg.GatherWait > 0 {
 		// A full entry (a batch of tasks) goes at once and plans no
 		// gather: its caller is not one of many that share entries.
-		pr.submits = submitsOf(cmds)
+		if n := submitsOf(cmds); n > 0 && !p.full(p.cfg.Weight(cmds), cmdBytes(cmds)) {
+			pr.submits = n
+		}
 	}
 	// While a gather is due, a submit joins Run's entry, which waits for
 	// the callers the last entry answered; other proposals go as before.
@@ -545,7 +547,6 @@ func (p *Proposer) gather(ctx context.Context, batch []*proposal, add func(*prop
 				return true
 			}
 			submits += pr.submits
-			t.Stop()
 			t.Reset(min(g.until.Sub(p.cfg.GatherClock.Now()), p.gap))
 		case now := <-t.C():
 			end = GatherGap
