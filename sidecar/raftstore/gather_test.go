@@ -223,6 +223,20 @@ func TestProposerGatherDoesNotHoldOtherCommands(t *testing.T) {
 	if !g.p.gatherDue() {
 		t.Fatal("the node command's entry dropped the planned gather")
 	}
+	// The same when it goes through Run (Run was still busy with the
+	// entry before: it took the plan away, and the callers' entry did
+	// not wait for them).
+	pr := &proposal{cmds: []raftfsm.Command{nodeCmd("run")}, done: make(chan proposalResult, 1)}
+	g.p.ch <- pr
+	if ids := g.entry(); len(ids) != 1 || ids[0] != "node:run" {
+		t.Fatalf("entry %v, want the node command alone, at once", ids)
+	}
+	if r := <-pr.done; r.err != nil {
+		t.Fatal(r.err)
+	}
+	if !g.p.gatherDue() {
+		t.Fatal("the node command's entry, built by Run, dropped the planned gather")
+	}
 
 	g.first()
 	d := g.propose(submitOf("d"))

@@ -494,6 +494,14 @@ func (p *Proposer) planGather(e proposed, err error) {
 // 2^misses - 1 planned gathers are skipped; one that ended full takes a
 // miss back. It returns false when ctx ended.
 func (p *Proposer) gather(ctx context.Context, batch []*proposal, add func(*proposal), full func() bool) bool {
+	if p.plan.Load() == nil {
+		return true
+	}
+	for _, pr := range batch {
+		if pr.submits == 0 {
+			return true // it goes at once, and the plan waits for the next entry
+		}
+	}
 	g := p.plan.Swap(nil)
 	if g == nil {
 		return true
@@ -501,9 +509,6 @@ func (p *Proposer) gather(ctx context.Context, batch []*proposal, add func(*prop
 	submits := 0
 	var back time.Time // the latest caller back so far
 	for _, pr := range batch {
-		if pr.submits == 0 {
-			return true // it goes at once
-		}
 		submits += pr.submits
 		if !pr.at.Before(g.at) && pr.at.After(back) {
 			back = pr.at
