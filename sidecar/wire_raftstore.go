@@ -54,11 +54,23 @@ func newGroupCommit(n *Node) *raftstore.Proposer {
 		// A single node: its entries cost little each and its rate is
 		// bound by the log's sync, so raft pipelines them unbounded, as
 		// before the group commit's bound (docs/perf/README.md, Group
-		// commit: bound 1 cost 8 callers ~15 % there). The choice is made
-		// from the flags: a node started this way keeps it (no bound, no
-		// gather) when other nodes join it later, and after restarts with
-		// the same flags.
+		// commit: bound 1 cost 8 callers ~15 % there), but for entries
+		// of submits: with one of those in flight, callers who submit in
+		// a loop gather into one entry and one log write rather than
+		// split into two groups that alternate (+25-35 % at 8 and 16
+		// callers: docs/perf/README.md, Sixteenth session). Fires and
+		// completions keep the pipeline. With the gather off
+		// (--gather-wait below 0) nothing is bounded. The choice is made
+		// from the flags: a node started this way keeps it when other
+		// nodes join it later, and after restarts with the same flags.
 		cfg.MaxInflightEntries = -1
+		if n.cfg.GatherWait > 0 {
+			cfg.MaxInflightEntries = 1
+			cfg.BoundSubmitsOnly = true
+			cfg.GatherWait = n.cfg.GatherWait
+			cfg.GatherMinSubmits = 4
+			cfg.GatherClock = n.retryClock
+		}
 		// Entries that arrive while the leader writes its log wait for
 		// the write's end and go as one (raftstore.LogWriting): raft's
 		// leader loop then takes the write's commit first.

@@ -90,7 +90,7 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.snapshotInterval, "snapshot-interval", config.SnapshotIntervalDefault, "how often Raft checks --snapshot-threshold")
 	fl.IntVar(&f.maxBatchCommands, "max-batch-commands", config.MaxBatchCommandsDefault, "most commands the leader group-commits into one Raft entry; 1 turns group commit off")
 	_ = fl.MarkHidden("max-batch-commands")
-	fl.DurationVar(&f.gatherWait, "gather-wait", config.GatherWaitDefault, "in a cluster, how long the leader's next Raft entry may wait for the callers the last one answered, so that callers who submit again at once share an entry (it ends when they are back, or stop coming; a fire or any other command ends it at once); 0 is the default, -1ns turns it off")
+	fl.DurationVar(&f.gatherWait, "gather-wait", config.GatherWaitDefault, "how long the leader's next Raft entry may wait for the callers the last one answered, so that callers who submit again at once share an entry (it ends when they are back, or stop coming; a fire or any other command ends it at once); 0 is the default, -1ns turns it off")
 	fl.StringArrayVar(&f.peerRoutes, "peer-route", nil, "NODE_ID=RAFT_HOST:PORT,PEER_HOST:PORT: dial node NODE_ID's Raft transport and peer API at these addresses instead of the ones it advertises (for tests / network overlays: a relay or fault-injecting proxy per link); repeatable")
 	_ = fl.MarkHidden("peer-route")
 	fl.StringVar(&f.routing, "routing", config.RoutingLeastLoaded, "how the leader picks among the nodes that run a handler: least_loaded, round_robin or hash (a task's route_key always hashes)")

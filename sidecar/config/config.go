@@ -202,10 +202,11 @@ type Config struct {
 	// and were just answered (raftstore.ProposerConfig.GatherWait: the
 	// wait ends sooner when they are back; any other command ends it at
 	// once), so that callers who submit again at
-	// once share entries instead of alternating between two. Only a node
-	// that bounds its entries in flight gathers (one started to be part
-	// of a group: not --bootstrap-expect 1 without --join). -1 turns it
-	// off. Defaults to GatherWaitDefault.
+	// once share entries instead of alternating between two. A node
+	// started alone (--bootstrap-expect 1 without --join) keeps one entry
+	// of submits in flight for it and pipelines the rest; -1 turns it
+	// off there too, and then nothing is bounded. Defaults to
+	// GatherWaitDefault.
 	GatherWait time.Duration
 	// LoadWindow is how far ahead of now the leader arms WAITING tasks;
 	// every LoadWindow/2 it loads the next stretch from the due-time

@@ -408,3 +408,85 @@ func TestProposerGatherRunsOnRealTimeBesideAFakeClock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// On a single node (BoundSubmitsOnly) only entries of submits wait for the
+// one in flight: a fire, a completion or any other command goes at once
+// beside it, as raft pipelines them with no bound, and a submit that
+// waited goes along; a submit alone waits, so that callers who submit in
+// a loop gather. With the bound on every entry (a cluster) the other
+// command waits too.
+func TestProposerBoundSubmitsOnly(t *testing.T) {
+	for _, only := range []bool{false, true} {
+		g := newGatherRigWith(t, func(c *ProposerConfig) {
+			c.GatherClock = c.Clock
+			c.MaxInflightEntries = 1
+			c.BoundSubmitsOnly = only
+		})
+		g.r.hold, g.r.holdSubmits = make(chan struct{}), true
+		a := g.propose(submitOf("a"))
+		if ids := g.entry(); len(ids) != 1 || ids[0] != "a" {
+			t.Fatalf("entry %v, want a alone", ids)
+		}
+		b := g.propose(submitOf("b"))
+		g.queued(1)
+		g.noEntry("a submit while one is in flight")
+		// Run, holding b, takes n from its queue.
+		n := &proposal{cmds: []raftfsm.Command{nodeCmd("n")}, done: make(chan proposalResult, 1)}
+		g.p.ch <- n
+		if !only {
+			g.queued(1) // b still counted, the queue empty: Run has taken n
+			g.noEntry("bound on every entry: a node command while a submit is in flight")
+			close(g.r.hold)
+			if ids := g.entry(); len(ids) != 2 || ids[0] != "b" || ids[1] != "node:n" {
+				t.Fatalf("entry %v, want b and the node command once a is applied", ids)
+			}
+		} else {
+			if ids := g.entry(); len(ids) != 2 || ids[0] != "b" || ids[1] != "node:n" {
+				t.Fatalf("entry %v, want b and the node command at once, beside a", ids)
+			}
+			// Alone, a node command takes the direct path at once too.
+			if err := <-g.propose([]raftfsm.Command{nodeCmd("m")}); err != nil {
+				t.Fatal(err)
+			}
+			if ids := g.entry(); len(ids) != 1 || ids[0] != "node:m" {
+				t.Fatalf("entry %v, want the node command alone, at once", ids)
+			}
+			close(g.r.hold)
+		}
+		for _, c := range []<-chan error{a, b} {
+			if err := <-c; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r := <-n.done; r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+}
+
+// With GatherMinSubmits 4 (a single node) an applied entry of three
+// submits plans no gather: the next caller goes at once; one of four
+// does.
+func TestProposerGatherMinSubmits(t *testing.T) {
+	g := newGatherRigWith(t, func(c *ProposerConfig) {
+		c.GatherClock = c.Clock
+		c.GatherMinSubmits = 4
+	})
+	g.three("")
+	if g.p.gatherDue() {
+		t.Fatal("a gather planned after an entry of three submits")
+	}
+	g.alone("d")
+	four := append(append(submitOf("w"), submitOf("x")...), append(submitOf("y"), submitOf("z")...)...)
+	pr := &proposal{cmds: four, done: make(chan proposalResult, 1), submits: 4}
+	g.p.ch <- pr
+	if ids := g.entry(); len(ids) != 4 {
+		t.Fatalf("entry %v, want the four queued submits", ids)
+	}
+	if r := <-pr.done; r.err != nil {
+		t.Fatal(r.err)
+	}
+	if !g.p.gatherDue() {
+		t.Fatal("no gather planned after an entry of four submits")
+	}
+}

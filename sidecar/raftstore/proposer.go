@@ -144,6 +144,16 @@ type ProposerConfig struct {
 	// pipelines them (a node without followers, whose entries cost
 	// little each and whose rate is bound by the log's sync, not by CPU).
 	MaxInflightEntries int
+	// BoundSubmitsOnly makes MaxInflightEntries bound only the entries
+	// that hold nothing but submits a gather counts (proposal.submits:
+	// GatherWait above 0); any other entry (a fire, a completion, a
+	// batch that fills an entry, a submit beside any of them) goes as
+	// soon as it is built, beside the entries in flight, as with no
+	// bound. Set on a single node: there raft pipelines entries cheaply
+	// and fires and completions keep that, while callers who submit in
+	// a loop get the one entry in flight that lets them gather
+	// (docs/perf/README.md, Sixteenth session).
+	BoundSubmitsOnly bool
 	// LogWrites, when set, holds new entries while this node writes its
 	// Raft log (LogWriting): a caller that finds a write in progress
 	// queues for Run, which proposes what gathered as one entry when the
@@ -155,7 +165,7 @@ type ProposerConfig struct {
 	LogWrites LogWrites
 	// GatherWait, when above 0, lets an entry wait for the callers the
 	// entry before it answered (the gather): when an applied entry held
-	// two submits or more, the next entry built by Run stays open until it
+	// GatherMinSubmits or more, the next entry built by Run stays open until it
 	// holds as many submits as that entry did plus those queued when it
 	// was applied, for at most GatherWait, and while submits keep coming
 	// (no gap of gatherGapDefault); a command other than a submit (a
@@ -172,6 +182,15 @@ type ProposerConfig struct {
 	// which wait a fixed time; this one waits for the callers it expects,
 	// so it ends sooner when they come back. 0: no gather.
 	GatherWait time.Duration
+	// GatherMinSubmits is the fewest submits an applied entry must hold
+	// for the next entry to gather (GatherWait); 0 or less: 2. On a
+	// single node, whose entries commit in a few hundred microseconds,
+	// independent callers at a steady rate fill entries of two or three,
+	// and a gather planned for them makes the next entry wait for as many
+	// strangers (a median submit at 6 000/s took 1.0-1.3 ms instead of
+	// 0.4-0.5); 4 keeps those from gathering while 8 callers in a loop,
+	// split into entries of four, still do.
+	GatherMinSubmits int
 	// GatherClock times the gather (its bound, the gap, when callers
 	// came back): a wait between Raft commits and callers, on real time
 	// in a node even when Clock is a test's fake clock, which would
@@ -275,6 +294,9 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 	if cfg.MaxBatchCommands <= 0 {
 		cfg.MaxBatchCommands = MaxBatchCommandsDefault
 	}
+	if cfg.GatherMinSubmits <= 0 {
+		cfg.GatherMinSubmits = 2
+	}
 	switch {
 	case cfg.MaxInflightEntries == 0:
 		cfg.MaxInflightEntries = MaxInflightEntriesDefault
@@ -283,6 +305,10 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 	}
 	return &Proposer{cfg: cfg, ch: make(chan *proposal, 1024), slots: make(chan struct{}, cfg.MaxInflightEntries), gap: gatherGapDefault}
 }
+
+// Config returns p's configuration, with NewProposer's defaults filled in
+// (MaxInflightEntries math.MaxInt32 when unbounded).
+func (p *Proposer) Config() ProposerConfig { return p.cfg }
 
 // Propose applies cmds on this node, which must lead. It returns one result
 // per command once the entry is committed and applied, ErrNotLeader when
@@ -431,16 +457,21 @@ func (p *Proposer) applyDirect(ctx context.Context, pr *proposal) bool {
 		p.direct.Store(false)
 		return false
 	}
-	select {
-	case p.slots <- struct{}{}:
-	default:
-		p.direct.Store(false)
-		return false // the bound is reached: pr gathers into Run's next entry
+	slot := p.needsSlot(batch)
+	if slot {
+		select {
+		case p.slots <- struct{}{}:
+		default:
+			p.direct.Store(false)
+			return false // the bound is reached: pr gathers into Run's next entry
+		}
 	}
 	e, ok := p.propose(batch, w)
 	p.direct.Store(false)
 	if !ok {
-		<-p.slots
+		if slot {
+			<-p.slots
+		}
 		return true
 	}
 	// The slot is given back when the outcome is known, or when ctx ends
@@ -448,8 +479,25 @@ func (p *Proposer) applyDirect(ctx context.Context, pr *proposal) bool {
 	// one entry for a while, as it is for an entry a storage error answered).
 	err := p.waitFuture(ctx, e.f, e.freeing)
 	p.planGather(e, err)
-	<-p.slots
+	if slot {
+		<-p.slots
+	}
 	p.deliver(batch, e, err)
+	return true
+}
+
+// needsSlot reports whether the entry of batch counts against
+// MaxInflightEntries: always, unless BoundSubmitsOnly, and then only when
+// every proposal of batch is submits a gather counts (proposal.submits).
+func (p *Proposer) needsSlot(batch []*proposal) bool {
+	if !p.cfg.BoundSubmitsOnly {
+		return true
+	}
+	for _, pr := range batch {
+		if pr.submits == 0 {
+			return false
+		}
+	}
 	return true
 }
 
@@ -461,9 +509,9 @@ func (p *Proposer) gatherDue() bool {
 }
 
 // planGather plans the gather of the entry after e, whose outcome err
-// is known (GatherWait): due when e was applied and held two submits or
-// more, unless misses say to skip it; none when e failed or held one
-// submit; unchanged when e held none (a fire's or a completion's entry:
+// is known (GatherWait): due when e was applied and held
+// GatherMinSubmits submits or more, unless misses say to skip it; none
+// when e failed or held fewer; unchanged when e held none (a fire's or a completion's entry:
 // the callers expected back still are). Called before e's slot is given
 // back, so that Run, which takes the slot next, sees it.
 func (p *Proposer) planGather(e proposed, err error) {
@@ -471,7 +519,7 @@ func (p *Proposer) planGather(e proposed, err error) {
 		return
 	}
 	switch {
-	case err != nil || e.submits == 1:
+	case err != nil || (e.submits > 0 && e.submits < p.cfg.GatherMinSubmits):
 		p.plan.Store(nil)
 		return
 	case e.submits == 0:
@@ -572,7 +620,7 @@ func (p *Proposer) gather(ctx context.Context, batch []*proposal, add func(*prop
 // entries are in flight it keeps adding what arrives, and proposes the
 // entry when one of them is applied, or at once when it is full
 // (MaxBatchCommands or maxBatchBytes: waiting would not make it carry
-// more).
+// more) or, with BoundSubmitsOnly, holds anything but submits.
 func (p *Proposer) Run(ctx context.Context) {
 	var carry *proposal // taken from ch, left for the next entry
 	for {
@@ -631,6 +679,9 @@ func (p *Proposer) Run(ctx context.Context) {
 					return
 				}
 				continue
+			}
+			if !p.needsSlot(batch) {
+				break // it goes beside the entries in flight (BoundSubmitsOnly)
 			}
 			select {
 			case p.slots <- struct{}{}:

@@ -21,8 +21,10 @@ type fakeRaft struct {
 	entries chan []raftfsm.Command
 	respond func(cmds []raftfsm.Command) (any, error)
 	// hold, when set, makes the future of an entry whose first command
-	// is a CmdNode wait on it (an entry not yet committed).
-	hold chan struct{}
+	// is a CmdNode (a CmdSubmit with holdSubmits) wait on it (an entry
+	// not yet committed).
+	hold        chan struct{}
+	holdSubmits bool
 }
 
 func (r *fakeRaft) State() raft.RaftState { return r.state }
@@ -33,8 +35,9 @@ func (r *fakeRaft) Apply(data []byte, _ time.Duration) raft.ApplyFuture {
 		return &doneFuture{err: err}
 	}
 	r.entries <- cmds
-	if r.hold != nil && len(cmds) > 0 && cmds[0].Type == raftfsm.CmdNode {
-		return &doneFuture{block: r.hold}
+	held := raftfsm.CmdNode
+	if r.holdSubmits {
+		held = raftfsm.CmdSubmit
 	}
 	if r.respond != nil {
 		resp, err := r.respond(cmds)
@@ -44,7 +47,11 @@ func (r *fakeRaft) Apply(data []byte, _ time.Duration) raft.ApplyFuture {
 	for i := range res {
 		res[i] = raftfsm.Result{Code: raftfsm.CodeOK, Index: 7}
 	}
-	return &doneFuture{resp: res, index: 7}
+	f := &doneFuture{resp: res, index: 7}
+	if r.hold != nil && len(cmds) > 0 && cmds[0].Type == held {
+		f.block = r.hold
+	}
+	return f
 }
 
 // doneFuture is a raft.ApplyFuture that is complete (or, with block,
