@@ -490,3 +490,25 @@ func TestProposerGatherMinSubmits(t *testing.T) {
 		t.Fatal("no gather planned after an entry of four submits")
 	}
 }
+
+// With BoundSubmitsOnly, an entry that went beside the one in flight (no
+// slot: a fire that took a submit or two along) leaves the planned gather
+// as it is when its outcome comes (concurrently with the entry the plan
+// is for); the entry of submits that held the slot plans as before.
+func TestProposerEntryBesideLeavesThePlan(t *testing.T) {
+	g := newGatherRigWith(t, func(c *ProposerConfig) {
+		c.GatherClock = c.Clock
+		c.MaxInflightEntries = 1
+		c.BoundSubmitsOnly = true
+	})
+	g.first()
+	plan := g.p.plan.Load()
+	g.p.planGather(proposed{submits: 1}, nil, false)
+	if g.p.plan.Load() != plan {
+		t.Fatal("an entry beside the one in flight changed the planned gather")
+	}
+	g.p.planGather(proposed{submits: 1}, nil, true)
+	if g.p.plan.Load() != nil {
+		t.Fatal("the entry of one submit that held the slot left a gather planned")
+	}
+}

@@ -478,7 +478,7 @@ func (p *Proposer) applyDirect(ctx context.Context, pr *proposal) bool {
 	// first (the entry may still be applied: the bound is then loose by
 	// one entry for a while, as it is for an entry a storage error answered).
 	err := p.waitFuture(ctx, e.f, e.freeing)
-	p.planGather(e, err)
+	p.planGather(e, err, slot)
 	if slot {
 		<-p.slots
 	}
@@ -512,10 +512,13 @@ func (p *Proposer) gatherDue() bool {
 // is known (GatherWait): due when e was applied and held
 // GatherMinSubmits submits or more, unless misses say to skip it; none
 // when e failed or held fewer; unchanged when e held none (a fire's or a completion's entry:
-// the callers expected back still are). Called before e's slot is given
-// back, so that Run, which takes the slot next, sees it.
-func (p *Proposer) planGather(e proposed, err error) {
-	if p.cfg.GatherWait <= 0 {
+// the callers expected back still are), and unchanged too when e took no
+// slot with BoundSubmitsOnly (it went beside the entries in flight: a
+// fire that took submits along; such entries complete concurrently with
+// the one the plan is for and would plan over it). Called before e's
+// slot is given back, so that Run, which takes the slot next, sees it.
+func (p *Proposer) planGather(e proposed, err error, slot bool) {
+	if p.cfg.GatherWait <= 0 || (!slot && p.cfg.BoundSubmitsOnly) {
 		return
 	}
 	switch {
@@ -525,6 +528,9 @@ func (p *Proposer) planGather(e proposed, err error) {
 	case e.submits == 0:
 		return
 	case p.skips.Load() > 0:
+		// Only an entry holding a slot gets here (a full batch counts
+		// no submits), and with one slot, as every node has, plans are
+		// made one at a time: no race between Load and Add.
 		p.skips.Add(-1)
 		p.plan.Store(nil)
 		return
@@ -841,7 +847,7 @@ func (p *Proposer) apply(batch []*proposal, ncmds int, slot bool) {
 	}
 	go func() {
 		err := p.waitFuture(context.Background(), e.f, e.freeing)
-		p.planGather(e, err)
+		p.planGather(e, err, slot)
 		release()
 		p.deliver(batch, e, err)
 	}()

@@ -39,15 +39,17 @@ func (r *fakeRaft) Apply(data []byte, _ time.Duration) raft.ApplyFuture {
 	if r.holdSubmits {
 		held = raftfsm.CmdSubmit
 	}
+	var f *doneFuture
 	if r.respond != nil {
 		resp, err := r.respond(cmds)
-		return &doneFuture{resp: resp, err: err}
+		f = &doneFuture{resp: resp, err: err}
+	} else {
+		res := make([]raftfsm.Result, len(cmds))
+		for i := range res {
+			res[i] = raftfsm.Result{Code: raftfsm.CodeOK, Index: 7}
+		}
+		f = &doneFuture{resp: res, index: 7}
 	}
-	res := make([]raftfsm.Result, len(cmds))
-	for i := range res {
-		res[i] = raftfsm.Result{Code: raftfsm.CodeOK, Index: 7}
-	}
-	f := &doneFuture{resp: res, index: 7}
 	if r.hold != nil && len(cmds) > 0 && cmds[0].Type == held {
 		f.block = r.hold
 	}
