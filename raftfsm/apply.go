@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"fmt"
+	"time"
 )
 
 // apply runs one command inside w. It returns an error only for a storage
@@ -176,8 +177,17 @@ func putTask(w *writer, prev, t *Task) error {
 			r.next.add(key)
 		}
 	}
+	if prev == nil {
+		return w.putNewTask(key, t, t.State != StateWaiting || t.DueMs-t.CreatedMs <= newTaskCacheWithin.Milliseconds())
+	}
 	return w.putRecord(key, t)
 }
+
+// newTaskCacheWithin: a new task is kept in the task cache when it is due
+// within this much of its creation (its Fire is likely to find it there:
+// the cache holds the last taskCacheSize writes, a few seconds of a busy
+// node's), or is created in another state than WAITING.
+const newTaskCacheWithin = 10 * time.Second
 
 // loadTask returns the stored task id, nil when there is none.
 func loadTask(w *writer, id string) (*Task, error) {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/hashicorp/raft"
@@ -21,50 +22,55 @@ import (
 // reports them per task: ns/task, B/task, allocs/task.
 func BenchmarkApplySubmitBatch(b *testing.B) {
 	for _, batch := range []int{1, 64, 256, 1000} {
-		b.Run(strconv.Itoa(batch), func(b *testing.B) {
-			e := newEnv(b)
-			payload := bytes.Repeat([]byte("p"), 256)
-			const idWidth = 16
-			cmds := make([]Command, batch)
-			for i := range cmds {
-				s := Spec{Handler: "order.timeout", Payload: payload, Priority: 2, TimeoutNs: 30e9, MaxAttempts: 3}
-				cmds[i] = submitCmd(fmt.Sprintf("%0*x", idWidth, i), s, 1_700_000_000_000+int64(i), 1_700_000_000_000)
-			}
-			data := mustEncode(b, cmds...)
-			// Where each id sits in the encoded entry.
-			offs := make([]int, batch)
-			for i := range cmds {
-				id := []byte(cmds[i].Submit.ID)
-				o := bytes.Index(data, append([]byte{0xa0 | idWidth}, id...)) // fixstr header + id
-				if o < 0 {
-					b.Fatalf("id %s not found in the entry", id)
-				}
-				offs[i] = o + 1
-			}
-			next := uint64(0)
-			idx := uint64(0)
-			b.ReportAllocs()
-			b.SetBytes(int64(len(data)))
-			var m0, m1 runtime.MemStats
-			runtime.ReadMemStats(&m0)
-			b.ResetTimer()
-			for range b.N {
-				for _, o := range offs {
-					hexID(data[o:o+idWidth], next)
-					next++
-				}
-				idx++
-				rs, ok := e.f.Apply(&raft.Log{Index: idx, Type: raft.LogCommand, Data: data}).([]Result)
-				if !ok || !rs[0].Created || !rs[batch-1].Created {
-					b.Fatalf("entry %d not applied as new tasks", idx)
-				}
-			}
-			b.StopTimer()
-			runtime.ReadMemStats(&m1)
-			reportPerTask(b, b.N*batch, &m0, &m1)
-			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "tasks/s")
-		})
+		b.Run(strconv.Itoa(batch), func(b *testing.B) { benchApplySubmitBatch(b, batch, 0) })
 	}
+	// Tasks due a day after their creation (those of `ax bench
+	// throughput`'s submits): not kept in the task cache.
+	b.Run("1000-due24h", func(b *testing.B) { benchApplySubmitBatch(b, 1000, 24*time.Hour) })
+}
+
+func benchApplySubmitBatch(b *testing.B, batch int, due time.Duration) {
+	e := newEnv(b)
+	payload := bytes.Repeat([]byte("p"), 256)
+	const idWidth = 16
+	cmds := make([]Command, batch)
+	for i := range cmds {
+		s := Spec{Handler: "order.timeout", Payload: payload, Priority: 2, TimeoutNs: 30e9, MaxAttempts: 3}
+		cmds[i] = submitCmd(fmt.Sprintf("%0*x", idWidth, i), s, 1_700_000_000_000+due.Milliseconds()+int64(i), 1_700_000_000_000)
+	}
+	data := mustEncode(b, cmds...)
+	// Where each id sits in the encoded entry.
+	offs := make([]int, batch)
+	for i := range cmds {
+		id := []byte(cmds[i].Submit.ID)
+		o := bytes.Index(data, append([]byte{0xa0 | idWidth}, id...)) // fixstr header + id
+		if o < 0 {
+			b.Fatalf("id %s not found in the entry", id)
+		}
+		offs[i] = o + 1
+	}
+	next := uint64(0)
+	idx := uint64(0)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(data)))
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	b.ResetTimer()
+	for range b.N {
+		for _, o := range offs {
+			hexID(data[o:o+idWidth], next)
+			next++
+		}
+		idx++
+		rs, ok := e.f.Apply(&raft.Log{Index: idx, Type: raft.LogCommand, Data: data}).([]Result)
+		if !ok || !rs[0].Created || !rs[batch-1].Created {
+			b.Fatalf("entry %d not applied as new tasks", idx)
+		}
+	}
+	b.StopTimer()
+	runtime.ReadMemStats(&m1)
+	reportPerTask(b, b.N*batch, &m0, &m1)
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "tasks/s")
 }
 
 // reportPerTask reports time, bytes and allocations per task for n tasks

@@ -410,6 +410,9 @@ type writer struct {
 type writeOp struct {
 	key, val []byte
 	del      bool
+	// uncached: a new task record not kept in the task cache once
+	// committed (putNewTask: not due soon).
+	uncached bool
 }
 
 func (f *FSM) newWriter() *writer {
@@ -558,6 +561,31 @@ func (w *writer) del(key []byte) error {
 		if isTaskKey(key) {
 			w.f.tasks.forget(key)
 		}
+	}
+	return err
+}
+
+// putNewTask writes the record of a task that has none stored (nor, so,
+// cached: the cache holds committed records only), without the cache's
+// forget, and keeps it in the cache once committed only when cache is
+// set. A new task due a day later would otherwise take a cache entry (a
+// map insert, an eviction) that is gone long before its Fire comes: in a
+// batch of new tasks that churn was ~6-10 % of every node's CPU
+// (docs/perf/README.md, Sixteenth session).
+func (w *writer) putNewTask(key []byte, t *Task, cache bool) error {
+	b, err := encodeRecord(t)
+	if err != nil {
+		return err
+	}
+	err = w.txn.Set(key, b)
+	if errors.Is(err, badger.ErrTxnTooBig) {
+		if err := w.split(); err != nil {
+			return err
+		}
+		err = w.txn.Set(key, b)
+	}
+	if err == nil {
+		w.ops = append(w.ops, writeOp{key: key, val: b, uncached: !cache})
 	}
 	return err
 }

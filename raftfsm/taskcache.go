@@ -102,8 +102,8 @@ func (c *taskCache) committed(ops []writeOp) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, op := range ops {
-		if !isTaskKey(op.key) {
-			continue
+		if op.uncached || !isTaskKey(op.key) {
+			continue // a new record, not cached: nothing to drop either
 		}
 		k := string(op.key)
 		c.drop(k)

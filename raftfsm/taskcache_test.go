@@ -145,3 +145,43 @@ func TestTaskCacheBoundedInBytes(t *testing.T) {
 		t.Fatalf("%d records after clear and 3 writes", len(c.m))
 	}
 }
+
+// A new task due soon after its creation is cached by its submit (its
+// Fire comes next); one due later is not (the cache would have dropped it
+// long before its Fire: a map insert and an eviction for nothing), and
+// its Fire reads badger and applies as before, caching the fired record;
+// a later write of a cached task still replaces it.
+func TestTaskCacheKeepsNewTasksDueSoon(t *testing.T) {
+	e := newEnv(t)
+	s := Spec{Handler: "h", TimeoutNs: 30e9, MaxAttempts: 3}
+	const at = 1_000_000
+	soon := e.apply1(1, submitCmd("soon", s, at+newTaskCacheWithin.Milliseconds(), at)).Task.Epoch
+	later := e.apply1(2, submitCmd("later", s, at+newTaskCacheWithin.Milliseconds()+1, at)).Task.Epoch
+	cached := func(id string) bool {
+		e.f.tasks.mu.Lock()
+		defer e.f.tasks.mu.Unlock()
+		_, ok := e.f.tasks.m[string(taskKey(id))]
+		return ok
+	}
+	if !cached("soon") || cached("later") {
+		t.Fatalf("cached soon %v, later %v; want true, false", cached("soon"), cached("later"))
+	}
+	if r := e.apply1(3, fireCmd("later", later, 1, "n1", at+20_000, at+60_000)); r.Code != CodeOK {
+		t.Fatalf("fire of the uncached task: %+v", r)
+	}
+	if r := e.apply1(4, fireCmd("soon", soon, 1, "n1", at+10_000, at+40_000)); r.Code != CodeOK {
+		t.Fatalf("fire of the cached task: %+v", r)
+	}
+	if e.f.tasks.hits != 1 {
+		t.Fatalf("%d reads from the task cache, want 1 (the fire of soon)", e.f.tasks.hits)
+	}
+	for _, id := range []string{"soon", "later"} {
+		if !cached(id) {
+			t.Fatalf("%s not cached after its fire", id)
+		}
+		if got := e.task(id).State; got != StateRunning {
+			t.Fatalf("%s: state %v, want RUNNING", id, got)
+		}
+	}
+	e.checkIndexes()
+}
