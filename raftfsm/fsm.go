@@ -532,13 +532,7 @@ func (w *writer) getWith(key []byte, decode func([]byte) error) (bool, error) {
 }
 
 func (w *writer) set(key, val []byte) error {
-	err := w.txn.Set(key, val)
-	if errors.Is(err, badger.ErrTxnTooBig) {
-		if err := w.split(); err != nil {
-			return err
-		}
-		err = w.txn.Set(key, val)
-	}
+	err := w.txnSet(key, val)
 	if err == nil {
 		w.ops = append(w.ops, writeOp{key: key, val: val})
 		if isTaskKey(key) {
@@ -577,15 +571,21 @@ func (w *writer) putNewTask(key []byte, t *Task, cache bool) error {
 	if err != nil {
 		return err
 	}
-	err = w.txn.Set(key, b)
+	if err = w.txnSet(key, b); err == nil {
+		w.ops = append(w.ops, writeOp{key: key, val: b, uncached: !cache})
+	}
+	return err
+}
+
+// txnSet sets key to val in the writer's transaction, splitting the
+// entry's write into another part when the transaction is full.
+func (w *writer) txnSet(key, val []byte) error {
+	err := w.txn.Set(key, val)
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		if err := w.split(); err != nil {
 			return err
 		}
-		err = w.txn.Set(key, b)
-	}
-	if err == nil {
-		w.ops = append(w.ops, writeOp{key: key, val: b, uncached: !cache})
+		err = w.txn.Set(key, val)
 	}
 	return err
 }
