@@ -165,8 +165,8 @@ type ProposerConfig struct {
 	LogWrites LogWrites
 	// GatherWait, when above 0, lets an entry wait for the callers the
 	// entry before it answered (the gather): when an applied entry held
-	// GatherMinSubmits or more, the next entry built by Run stays open until it
-	// holds as many submits as that entry did plus those queued when it
+	// GatherMinSubmits or more, the next entry built by Run stays open
+	// until it holds as many submits as that entry did plus those queued when it
 	// was applied, for at most GatherWait, and while submits keep coming
 	// (no gap of gatherGapDefault); a command other than a submit (a
 	// fire, a completion) ends the wait at once, and submits do not take
@@ -488,11 +488,14 @@ func (p *Proposer) applyDirect(ctx context.Context, pr *proposal) bool {
 
 // needsSlot reports whether the entry of batch counts against
 // MaxInflightEntries: always, unless BoundSubmitsOnly, and then only when
-// every proposal of batch is submits a gather counts (proposal.submits).
+// it holds nothing but submits a gather counts (allSubmits).
 func (p *Proposer) needsSlot(batch []*proposal) bool {
-	if !p.cfg.BoundSubmitsOnly {
-		return true
-	}
+	return !p.cfg.BoundSubmitsOnly || allSubmits(batch)
+}
+
+// allSubmits reports whether every proposal of batch is submits a gather
+// counts (proposal.submits).
+func allSubmits(batch []*proposal) bool {
 	for _, pr := range batch {
 		if pr.submits == 0 {
 			return false
@@ -511,12 +514,13 @@ func (p *Proposer) gatherDue() bool {
 // planGather plans the gather of the entry after e, whose outcome err
 // is known (GatherWait): due when e was applied and held
 // GatherMinSubmits submits or more, unless misses say to skip it; none
-// when e failed or held fewer; unchanged when e held none (a fire's or a completion's entry:
-// the callers expected back still are), and unchanged too when e took no
-// slot with BoundSubmitsOnly (it went beside the entries in flight: a
-// fire that took submits along; such entries complete concurrently with
-// the one the plan is for and would plan over it). Called before e's
-// slot is given back, so that Run, which takes the slot next, sees it.
+// when e failed or held fewer; unchanged when e held none (a fire's or a
+// completion's entry: the callers expected back still are), and
+// unchanged too when e took no slot with BoundSubmitsOnly (it went beside
+// the entries in flight: a fire that took submits along; such entries
+// complete concurrently with the one the plan is for and would plan over
+// it). Called before e's slot is given back, so that Run, which takes the
+// slot next, sees it.
 func (p *Proposer) planGather(e proposed, err error, slot bool) {
 	if p.cfg.GatherWait <= 0 || (!slot && p.cfg.BoundSubmitsOnly) {
 		return
@@ -548,13 +552,8 @@ func (p *Proposer) planGather(e proposed, err error, slot bool) {
 // 2^misses - 1 planned gathers are skipped; one that ended full takes a
 // miss back. It returns false when ctx ended.
 func (p *Proposer) gather(ctx context.Context, batch []*proposal, add func(*proposal), full func() bool) bool {
-	if p.plan.Load() == nil {
-		return true
-	}
-	for _, pr := range batch {
-		if pr.submits == 0 {
-			return true // it goes at once, and the plan waits for the next entry
-		}
+	if p.plan.Load() == nil || !allSubmits(batch) {
+		return true // anything else goes at once, and the plan waits for the next entry
 	}
 	g := p.plan.Swap(nil)
 	if g == nil {
