@@ -177,16 +177,18 @@ func putTask(w *writer, prev, t *Task) error {
 			r.next.add(key)
 		}
 	}
-	if prev == nil {
-		return w.putNewTask(key, t, t.State != StateWaiting || t.DueMs-t.CreatedMs <= newTaskCacheWithin.Milliseconds())
-	}
-	return w.putRecord(key, t)
+	// The task cache keeps the record only when a command is likely to
+	// read it soon (taskcache.go): not in a final state, and, when new,
+	// not due later than newTaskCacheWithin after its creation.
+	keep := !t.State.Terminal() &&
+		(prev != nil || t.State != StateWaiting || t.DueMs-t.CreatedMs <= newTaskCacheWithin.Milliseconds())
+	return w.putTaskRecord(key, t, prev == nil, keep)
 }
 
 // newTaskCacheWithin: a new task is kept in the task cache when it is due
 // within this much of its creation (its Fire is likely to find it there:
-// the cache holds the last taskCacheSize writes, a few seconds of a busy
-// node's), or is created in another state than WAITING.
+// the cache holds the last taskCacheSize kept writes, a few seconds of a
+// busy node's), or is created in another state than WAITING.
 const newTaskCacheWithin = 10 * time.Second
 
 // loadTask returns the stored task id, nil when there is none.

@@ -410,9 +410,11 @@ type writer struct {
 type writeOp struct {
 	key, val []byte
 	del      bool
-	// uncached: a new task record not kept in the task cache once
-	// committed (putNewTask: not due soon).
-	uncached bool
+	// uncached: a task record not kept in the task cache once committed
+	// (putTaskRecord: not due soon, or final). fresh: a new record
+	// (putTaskRecord with prev nil), which no stored or cached record
+	// precedes, so its commit has nothing to drop from the cache.
+	uncached, fresh bool
 }
 
 func (f *FSM) newWriter() *writer {
@@ -559,22 +561,28 @@ func (w *writer) del(key []byte) error {
 	return err
 }
 
-// putNewTask writes the record of a task that has none stored (nor, so,
-// cached: the cache holds committed records only), without the cache's
-// forget, and keeps it in the cache once committed only when cache is
-// set. A new task due a day later would otherwise take a cache entry (a
-// map insert, an eviction) that is gone long before its Fire comes: in a
-// batch of new tasks that churn was ~6-10 % of every node's CPU
-// (docs/perf/README.md, Sixteenth session).
-func (w *writer) putNewTask(key []byte, t *Task, cache bool) error {
+// putTaskRecord writes task t's record under key (putTask, the one writer
+// of task records). fresh: no record of the task is stored (nor, so,
+// cached: the cache holds committed records only), and the write skips
+// the cache's forget. keep: the record is kept in the task cache once
+// committed. A new task due a day later, or a record in a final state,
+// would otherwise take a cache entry (a map insert, an eviction of a
+// record a Fire or Complete may still read) that nothing reads before it
+// is gone: in a batch of new tasks that churn was ~6-10 % of every node's
+// CPU (docs/perf/README.md, Sixteenth session).
+func (w *writer) putTaskRecord(key []byte, t *Task, fresh, keep bool) error {
 	b, err := encodeRecord(t)
 	if err != nil {
 		return err
 	}
-	if err = w.txnSet(key, b); err == nil {
-		w.ops = append(w.ops, writeOp{key: key, val: b, uncached: !cache})
+	if err = w.txnSet(key, b); err != nil {
+		return err
 	}
-	return err
+	w.ops = append(w.ops, writeOp{key: key, val: b, uncached: !keep, fresh: fresh})
+	if !fresh {
+		w.f.tasks.forget(key)
+	}
+	return nil
 }
 
 // txnSet sets key to val in the writer's transaction, splitting the

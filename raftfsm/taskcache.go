@@ -7,14 +7,19 @@ import (
 
 const (
 	// taskCacheSize bounds the task records the FSM keeps in memory after
-	// writing them (taskCache): its eviction ring's slots, one per write.
-	taskCacheSize = 1 << 15
+	// writing them (taskCache): its eviction ring's slots, one per kept
+	// write. It is sized for a burst of 50 000 tasks due at once: their
+	// submits' records must still be held when they fire, or the fires,
+	// in the submits' order, each push out the record of a task that
+	// fires later and every one reads badger (a first-in, first-out
+	// cache against a scan longer than itself).
+	taskCacheSize = 1 << 16
 	// taskCacheBytes bounds the bytes of the records (their buffers'
 	// capacity) and ids it keeps, each counted with
 	// taskCacheEntryOverhead: records of ~250 bytes (buffers of ~350)
-	// fill the slots first (about 15 MiB); records with large payloads
+	// fill the slots first (about 30 MiB); records with large payloads
 	// (up to 1 MiB each) are held to this.
-	taskCacheBytes = 16 << 20
+	taskCacheBytes = 32 << 20
 	// taskCacheMaxRecord is the largest record it keeps: a larger one
 	// would push out hundreds of small ones, and its decode costs more
 	// than the read it saves.
@@ -34,7 +39,11 @@ const (
 // It holds only committed values: a writer forgets a task's record when it
 // writes or deletes it (its later reads go to its own transaction) and
 // puts the new value back once the part that wrote it has committed
-// (writer.commit). Restore clears it. Records are dropped first in, first
+// (writer.commit), unless no command is likely to read it soon: a new
+// task due later than newTaskCacheWithin after its creation, and a record
+// in a final state (SUCCESS, DEAD, CANCELLED: only a resubmit, retry or
+// purge of the id reads it again). Those writes are not kept, so they
+// push nothing out. Restore clears it. Records are dropped first in, first
 // out, past taskCacheSize writes or taskCacheBytes bytes; records over
 // taskCacheMaxRecord are not kept. A miss reads badger as before. It is
 // memory only: a restarted node starts with none.
@@ -102,12 +111,12 @@ func (c *taskCache) committed(ops []writeOp) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, op := range ops {
-		if op.uncached || !isTaskKey(op.key) {
-			continue // a new record, not cached: nothing to drop either
+		if !isTaskKey(op.key) || op.fresh && op.uncached {
+			continue // a new record, not kept: nothing to drop either
 		}
 		k := string(op.key)
 		c.drop(k)
-		if op.del || cap(op.val) > taskCacheMaxRecord {
+		if op.del || op.uncached || cap(op.val) > taskCacheMaxRecord {
 			continue
 		}
 		if c.m == nil {

@@ -32,8 +32,8 @@ func checkCacheMatchesStore(t *testing.T, e *env) {
 	}
 }
 
-// A cached terminal task purged and submitted again due a day later
-// (a new record: putNewTask, uncached), in one entry or two, with the
+// A finished task purged and submitted again due a day later
+// (a new record: putTaskRecord, fresh and not kept), in one entry or two, with the
 // entry's write split into parts around the purge and the submit (900 KB
 // payloads): no stale record answers, and every cached record is the
 // stored one. (Written by the review of the uncached new records.)
@@ -48,10 +48,13 @@ func TestTaskCacheNewRecordAfterPurge(t *testing.T) {
 					const at = 1_000_000
 					ep := e.apply1(1, submitCmd("x", s, at, at)).Task.Epoch
 					e.apply1(2, fireCmd("x", ep, 1, "n1", at, at+40_000))
+					if _, ok := e.f.tasks.m[string(taskKey("x"))]; !ok {
+						t.Fatal("x not cached after its fire")
+					}
 					e.apply1(3, completeCmd("x", ep, 1, OutcomeSuccess, "", 0, at+10))
 					done := e.task("x")
-					if _, ok := e.f.tasks.m[string(taskKey("x"))]; !ok {
-						t.Fatal("x not cached after its complete")
+					if _, ok := e.f.tasks.m[string(taskKey("x"))]; ok {
+						t.Fatal("x still cached in its final state")
 					}
 					var cmds1, cmds2 []Command
 					for i := range bigBefore {

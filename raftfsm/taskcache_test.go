@@ -185,3 +185,70 @@ func TestTaskCacheKeepsNewTasksDueSoon(t *testing.T) {
 	}
 	e.checkIndexes()
 }
+
+// A burst of 50 000 tasks due at once, submitted, then fired and completed
+// in the submits' order (entries of 1 000 commands): every Fire and every
+// Complete reads its record from the task cache. With room for fewer
+// records than the burst, each Fire's write pushed out the submit record
+// of a task that fires later, and every Fire read badger. The final
+// records are not kept: the cache is empty at the end, and holds only
+// stored records throughout.
+func TestTaskCacheHoldsABurstUntilItFires(t *testing.T) {
+	if testing.Short() {
+		t.Skip("50 000 tasks")
+	}
+	e := newEnv(t)
+	s := Spec{Handler: "h", TimeoutNs: 30e9, MaxAttempts: 3}
+	const (
+		n     = 50_000
+		per   = 1_000
+		at    = 1_000_000
+		dueMs = at + 2_000
+	)
+	idx := uint64(0)
+	epochs := make([]uint64, n)
+	for lo := 0; lo < n; lo += per {
+		cmds := make([]Command, 0, per)
+		for i := lo; i < lo+per; i++ {
+			cmds = append(cmds, submitCmd("t"+strconv.Itoa(i), s, dueMs, at))
+		}
+		idx++
+		for j, r := range e.apply(idx, cmds...) {
+			epochs[lo+j] = r.Task.Epoch
+		}
+	}
+	for lo := 0; lo < n; lo += per {
+		cmds := make([]Command, 0, per)
+		for i := lo; i < lo+per; i++ {
+			cmds = append(cmds, fireCmd("t"+strconv.Itoa(i), epochs[i], 1, "n1", dueMs, dueMs+30_000))
+		}
+		idx++
+		e.apply(idx, cmds...)
+	}
+	if e.f.tasks.hits != n {
+		t.Fatalf("%d of %d fires read the task cache", e.f.tasks.hits, n)
+	}
+	for lo := 0; lo < n; lo += per {
+		cmds := make([]Command, 0, per)
+		for i := lo; i < lo+per; i++ {
+			cmds = append(cmds, completeCmd("t"+strconv.Itoa(i), epochs[i], 1, OutcomeSuccess, "", 0, dueMs+10))
+		}
+		idx++
+		e.apply(idx, cmds...)
+	}
+	if e.f.tasks.hits != 2*n {
+		t.Fatalf("%d of %d completes read the task cache", e.f.tasks.hits-n, n)
+	}
+	if c := len(e.f.tasks.m); c != 0 {
+		t.Fatalf("%d records cached after every task finished, want 0", c)
+	}
+	// Fire and complete of one task in one entry: the RUNNING record the
+	// fire wrote must not stay cached under the final one.
+	ep := e.apply1(idx+1, submitCmd("one", s, dueMs, at)).Task.Epoch
+	e.apply(idx+2, fireCmd("one", ep, 1, "n1", dueMs, dueMs+30_000), completeCmd("one", ep, 1, OutcomeSuccess, "", 0, dueMs+10))
+	if got := e.task("one").State; got != StateSuccess {
+		t.Fatalf("one: %v, want SUCCESS", got)
+	}
+	checkCacheMatchesStore(t, e)
+	e.checkIndexes()
+}
