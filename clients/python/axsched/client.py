@@ -66,6 +66,11 @@ _RESULTS = (RESULT_SUCCESS, RESULT_FAILED, RESULT_PERMANENT)
 #: The header of a submit's answer that warns of a backlog at 80 % of its
 #: bound or more: ``"depth/limit"`` (:attr:`Task.backlog_warning`).
 HEADER_BACKLOG_WARNING = "Ax-Backlog-Warning"
+#: The ``Prefer`` request header (RFC 7240) of ``submit_batch(...,
+#: minimal=True)``: answer each created or existing task with its id and
+#: state only. A sidecar that honours it answers ``Preference-Applied:
+#: return=minimal``; an older one ignores it and sends full views.
+_PREFER_MINIMAL = "return=minimal"
 
 log = logging.getLogger("axsched")
 
@@ -391,7 +396,9 @@ class Client:
         return task
 
     @_public
-    def submit_batch(self, requests: Iterable[Union[SubmitRequest, Mapping[str, Any]]]) -> BatchResult:
+    def submit_batch(
+        self, requests: Iterable[Union[SubmitRequest, Mapping[str, Any]]], *, minimal: bool = False
+    ) -> BatchResult:
         """Submit many tasks in one request (one Raft round trip).
 
         Each item is a :class:`SubmitRequest` or a mapping with the keyword
@@ -402,8 +409,22 @@ class Client:
         When the sidecar sent an ``Ax-Backlog-Warning`` with the answer, it
         is copied to the ``backlog_warning`` of every returned task.
 
+        With ``minimal=True`` the request carries ``Prefer: return=minimal``
+        (RFC 7240): the sidecar answers each created or existing task with
+        its id and state only, and skips encoding the full views (as the
+        client skips decoding them); for bulk loads that only need to know
+        that each item was accepted. Each ``tasks[i]`` is then a
+        :class:`Task` of which only ``id`` and ``state`` are meaningful:
+        the other attributes are at their defaults (``handler`` is ``""``,
+        ``created_at`` is ``None``, ...); ``backlog_warning`` is set as
+        without it, and failed items are reported the same way. A sidecar
+        older than the preference ignores it and answers full views: they
+        are then returned as full tasks.
+
         A sidecar without ``POST /v1/tasks/batch`` (it answers 404 or 405)
         is sent one submit per task instead; the client remembers that.
+        That fallback returns full tasks (the answers of the single
+        submits), ``minimal`` or not.
 
         Raises:
             BadRequest: an item is invalid, as found by the client before
@@ -434,7 +455,13 @@ class Client:
             body = b'{"tasks":[' + b",".join(bodies) + b"]}"
             path = _TASKS + "/batch"
             try:
-                _, headers, data = self._request("POST", path, body, replayable=all(r.id is not None for r in reqs))
+                _, headers, data = self._request(
+                    "POST",
+                    path,
+                    body,
+                    replayable=all(r.id is not None for r in reqs),
+                    headers={"Prefer": _PREFER_MINIMAL} if minimal else None,
+                )
             except (NotFound, MethodNotAllowed):
                 self._batch_supported = False
             else:
@@ -1053,14 +1080,17 @@ class Client:
         *,
         replayable: bool = False,
         retry_no_leader: bool = True,
+        headers: Optional[Mapping[str, str]] = None,
     ) -> Tuple[int, http.client.HTTPMessage, bytes]:
         """Send one API call, retrying ``no_leader`` answers; return status,
-        headers and body of a 2xx answer, raise for anything else."""
+        headers and body of a 2xx answer, raise for anything else.
+        ``headers`` are sent in addition to the client's own (``Accept``,
+        ``User-Agent``, ``Content-Type``)."""
         backoff = self.no_leader_backoff
         retry = 0
         while True:
             try:
-                return self._request_once(method, path, body, replayable)
+                return self._request_once(method, path, body, replayable, headers)
             except NoLeader as e:
                 if not retry_no_leader or retry >= self.no_leader_retries:
                     raise
@@ -1072,11 +1102,18 @@ class Client:
             retry += 1
 
     def _request_once(
-        self, method: str, path: str, body: Optional[bytes], replayable: bool
+        self,
+        method: str,
+        path: str,
+        body: Optional[bytes],
+        replayable: bool,
+        extra_headers: Optional[Mapping[str, str]] = None,
     ) -> Tuple[int, http.client.HTTPMessage, bytes]:
         headers = {"Accept": "application/json", "User-Agent": _USER_AGENT}
         if body is not None:
             headers["Content-Type"] = "application/json"
+        if extra_headers:
+            headers.update(extra_headers)
         conn, reused = self._get_conn()
         try:
             try:
@@ -1224,8 +1261,11 @@ def _batch_result(doc: Any, n: int, backlog_warning: Optional[str] = None) -> Ba
     """Read the answer of ``POST /v1/tasks/batch``: ``{"results": [...]}``
     with one result per request, in order, either
     ``{"status": 201 or 200, "task": {...}}`` or
-    ``{"status": 409, "error": {"code", "message"}}``. ``backlog_warning``
-    (the answer's header) is copied to every task."""
+    ``{"status": 409, "error": {"code", "message"}}``. A task is the full
+    view, or only ``{"id", "state"}`` when the sidecar applied
+    ``Prefer: return=minimal`` (:meth:`Task.from_json` leaves the rest at
+    the defaults). ``backlog_warning`` (the answer's header) is copied to
+    every task."""
     results = doc.get("results") if isinstance(doc, Mapping) else None
     if not isinstance(results, list):
         raise AxError(f"POST /v1/tasks/batch: unexpected answer: {str(doc)[:200]}")

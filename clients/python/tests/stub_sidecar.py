@@ -43,6 +43,18 @@ class Canned:
     times: int
 
 
+def prefers_minimal(headers: Dict[str, str]) -> bool:
+    """Whether a request's ``Prefer`` header (RFC 7240: comma-separated
+    preferences, each with optional ``;`` parameters) asks for
+    ``return=minimal``."""
+    prefer = next((v for k, v in headers.items() if k.lower() == "prefer"), "")
+    for pref in prefer.split(","):
+        name, _, value = pref.split(";")[0].partition("=")
+        if name.strip().lower() == "return" and value.strip().strip('"').lower() == "minimal":
+            return True
+    return False
+
+
 def error_body(code: str, message: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": message}}).encode()
 
@@ -77,6 +89,9 @@ class StubSidecar:
         self.order: List[str] = []
         self.executors: Dict[str, Dict[str, Any]] = {}
         self.batch_enabled = True
+        # Honour "Prefer: return=minimal" on POST /v1/tasks/batch (False:
+        # a sidecar older than the preference, which ignores it).
+        self.prefer_minimal_enabled = True
         self.executors_enabled = True
         # Sent as Ax-Backlog-Warning with every successful submit when set.
         self.backlog_warning: Optional[str] = None
@@ -196,12 +211,18 @@ class StubSidecar:
             return self.list(query)
         if raw_path == "/v1/tasks/batch" and m == "POST" and self.batch_enabled:
             # the shape of ipc's submitBatch: one result per task, in order
+            minimal = self.prefer_minimal_enabled and prefers_minimal(req.headers)
             results = []
             for body in req.json()["tasks"]:
                 status, _, data = self.submit(body)
                 doc = json.loads(data)
+                if minimal and status < 300:
+                    doc = {"id": doc["id"], "state": doc["state"]}
                 results.append({"status": status, **({"error": doc["error"]} if status >= 300 else {"task": doc})})
-            return self.with_warning(self.ok({"results": results}))
+            status, headers, data = self.with_warning(self.ok({"results": results}))
+            if minimal:
+                headers = {**headers, "Preference-Applied": "return=minimal"}
+            return status, headers, data
         if raw_path == "/v1/executors" and m == "GET" and self.executors_enabled:
             return self.ok({"executors": list(self.executors.values())})
         if raw_path == "/v1/executors" and m == "POST" and self.executors_enabled:

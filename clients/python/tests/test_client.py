@@ -639,6 +639,77 @@ class BatchTest(ClientTestCase):
             self.client.submit_batch([{"handler": "h"}])
         self.assertEqual(cm.exception.retry_after, 3.0)
 
+    def prefer(self, req):
+        return [v for k, v in req.headers.items() if k.lower() == "prefer"]
+
+    def test_minimal_sends_prefer_and_returns_ids_and_states(self):
+        self.stub.put_task(id="running", state="RUNNING", _spec={"handler": "h"})  # the same spec: 200
+        self.stub.put_task(id="taken", _spec={"handler": "other"})  # another spec: 409
+        self.stub.backlog_warning = "850/1000"
+        res = self.client.submit_batch(
+            [
+                {"handler": "h", "id": "new", "payload": {"n": 1}, "delay": 5},
+                SubmitRequest("h", id="running"),
+                SubmitRequest("h", id="taken"),
+                {"handler": "h"},
+            ],
+            minimal=True,
+        )
+        req = self.stub.requests[-1]
+        self.assertEqual((req.method, req.path), ("POST", "/v1/tasks/batch"))
+        self.assertEqual(self.prefer(req), ["return=minimal"])
+        self.assertEqual(len(self.stub.requests), 1)
+        self.assertEqual(
+            [(t.id, t.state) if t else None for t in res.tasks],
+            [("new", State.WAITING), ("running", State.RUNNING), None, ("gen-1", State.WAITING)],
+        )
+        self.assertEqual([type(e) if e else None for e in res.errors], [None, None, Conflict, None])
+        self.assertEqual(res.errors[2].status, 409)
+        # only id and state came: the rest is at the defaults
+        new = res.tasks[0]
+        self.assertEqual(new.raw, {"id": "new", "state": "WAITING"})
+        self.assertEqual((new.handler, new.payload, new.delay, new.created_at, new.next_run_at), ("", None, None, None, None))
+        self.assertEqual(new.max_attempts, axsched.Task("x", "", State.WAITING).max_attempts)
+        self.assertEqual([t.backlog_warning for t in res.tasks if t], ["850/1000"] * 3)
+        # the task itself was stored in full
+        self.assertEqual(self.client.get("new").payload, {"n": 1})
+
+    def test_no_prefer_header_without_minimal(self):
+        for kw in ({}, {"minimal": False}):
+            with self.subTest(**kw):
+                self.stub.requests.clear()
+                res = self.client.submit_batch([{"handler": "h", "id": "full", "payload": {"n": 1}}], **kw)
+                req = self.stub.requests[-1]
+                self.assertEqual((req.method, req.path), ("POST", "/v1/tasks/batch"))
+                self.assertEqual(self.prefer(req), [])
+                task = res.tasks[0]
+                self.assertEqual((task.id, task.handler, task.payload), ("full", "h", {"n": 1}))
+                self.assertEqual(task, self.client.get("full"))
+
+    def test_minimal_against_a_sidecar_that_ignores_it(self):
+        self.stub.prefer_minimal_enabled = False  # older: full views, no Preference-Applied
+        self.stub.put_task(id="taken", _spec={"handler": "other"})
+        res = self.client.submit_batch(
+            [{"handler": "h", "id": "old", "payload": {"n": 1}, "delay": 5}, SubmitRequest("h", id="taken")],
+            minimal=True,
+        )
+        req = self.stub.requests[-1]
+        self.assertEqual(self.prefer(req), ["return=minimal"])
+        task = res.tasks[0]
+        self.assertEqual((task.id, task.handler, task.state, task.payload), ("old", "h", State.WAITING, {"n": 1}))
+        self.assertEqual(task.delay, timedelta(seconds=5))
+        self.assertIsNotNone(task.created_at)
+        self.assertEqual(task, self.client.get("old"))
+        self.assertIsInstance(res.errors[1], Conflict)
+
+    def test_minimal_falls_back_to_full_single_submits(self):
+        self.stub.batch_enabled = False
+        res = self.client.submit_batch([{"handler": "h", "id": "one", "payload": {"n": 1}}], minimal=True)
+        self.assertEqual(self.stub.paths(), ["POST /v1/tasks/batch", "POST /v1/tasks"])
+        self.assertEqual([self.prefer(r) for r in self.stub.requests], [["return=minimal"], []])
+        self.assertEqual((res.tasks[0].handler, res.tasks[0].payload), ("h", {"n": 1}))
+        self.assertEqual(res.tasks[0], self.client.get("one"))
+
 
 class ExecutorCallsTest(ClientTestCase):
     def test_register_and_unregister(self):
