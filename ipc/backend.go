@@ -34,9 +34,10 @@ type Backend interface {
 
 	// SubmitBatch submits several tasks in one Raft round trip. It returns
 	// one item per spec, in order; an item that failed (conflict) carries
-	// its error, the others their task. err is for the batch as a whole
-	// (no leader).
-	SubmitBatch(ctx context.Context, specs []TaskSpec) ([]BatchItem, error)
+	// its error, the others their task: the full view, or with minimal
+	// (the caller asked for Prefer: return=minimal) only its ID, State
+	// and BacklogWarning. err is for the batch as a whole (no leader).
+	SubmitBatch(ctx context.Context, specs []TaskSpec, minimal bool) ([]BatchItem, error)
 	// List returns a page of tasks in id order, filtered by q.
 	List(ctx context.Context, q ListQuery) (ListPage, error)
 	// Retry re-runs a DEAD or FAILED task (ErrConflict for other states).

@@ -40,6 +40,7 @@ type fakeBackend struct {
 	itemErr      map[string]error
 	// Arguments of the last calls.
 	lastBatch     []TaskSpec
+	lastMinimal   bool
 	lastQuery     ListQuery
 	lastHeartbeat int
 	lastResult    AttemptResult
@@ -175,10 +176,10 @@ func (f *fakeBackend) set(fn func(f *fakeBackend)) {
 	fn(f)
 }
 
-func (f *fakeBackend) SubmitBatch(ctx context.Context, specs []TaskSpec) ([]BatchItem, error) {
+func (f *fakeBackend) SubmitBatch(ctx context.Context, specs []TaskSpec, minimal bool) ([]BatchItem, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.lastBatch = specs
+	f.lastBatch, f.lastMinimal = specs, minimal
 	if f.batchErr != nil {
 		return nil, f.batchErr
 	}

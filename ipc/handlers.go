@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"strconv"
 
 	"github.com/valyala/fasthttp"
 
@@ -65,7 +66,8 @@ func (s *Server) submitBatch(rctx context.Context, ctx *fasthttp.RequestCtx, _ s
 	for i := range specs {
 		specs[i].inheritTrace(tc)
 	}
-	items, err := s.backend.SubmitBatch(rctx, specs)
+	minimal := prefersMinimal(ctx.Request.Header.Peek(axapi.HeaderPrefer))
+	items, err := s.backend.SubmitBatch(rctx, specs, minimal)
 	if err != nil {
 		return err
 	}
@@ -95,6 +97,16 @@ func (s *Server) submitBatch(rctx context.Context, ctx *fasthttp.RequestCtx, _ s
 		if it.Task.BacklogWarning != "" {
 			ctx.Response.Header.Set(axapi.HeaderBacklogWarning, it.Task.BacklogWarning)
 		}
+		if minimal {
+			buf.WriteString(`{"status":`)
+			buf.WriteString(strconv.Itoa(status))
+			buf.WriteString(`,"task":{"id":`)
+			buf.Write(jsonValue(it.Task.ID))
+			buf.WriteString(`,"state":`)
+			buf.Write(jsonValue(it.Task.State))
+			buf.WriteString(`}}`)
+			continue
+		}
 		b, err := it.Task.MarshalJSON()
 		if err != nil {
 			return fmt.Errorf("encode task view %q: %w", it.Task.ID, err)
@@ -104,8 +116,33 @@ func (s *Server) submitBatch(rctx context.Context, ctx *fasthttp.RequestCtx, _ s
 		buf.WriteByte('}')
 	}
 	buf.WriteString("]}\n")
+	if minimal {
+		ctx.Response.Header.Set(axapi.HeaderPreferenceApplied, axapi.PreferReturnMinimal)
+	}
 	s.writeBody(ctx, fasthttp.StatusOK, buf.Bytes())
 	return nil
+}
+
+// prefersMinimal reports whether the Prefer header value h (RFC 7240 §2:
+// comma-separated preferences, each a token, "=" and an optional value,
+// perhaps quoted, then ";"-separated parameters; names and these values
+// case-insensitive) asks for return=minimal. Unknown preferences and a
+// malformed header are ignored, as the RFC asks.
+func prefersMinimal(h []byte) bool {
+	for len(h) > 0 {
+		var pref []byte
+		pref, h, _ = bytes.Cut(h, []byte{','})
+		pref, _, _ = bytes.Cut(pref, []byte{';'})
+		name, val, _ := bytes.Cut(pref, []byte{'='})
+		name, val = bytes.TrimSpace(name), bytes.TrimSpace(val)
+		if len(val) >= 2 && val[0] == '"' && val[len(val)-1] == '"' {
+			val = val[1 : len(val)-1]
+		}
+		if bytes.EqualFold(name, []byte("return")) {
+			return bytes.EqualFold(val, []byte("minimal"))
+		}
+	}
+	return false
 }
 
 // retryTask answers POST /v1/tasks/{id}/retry (body empty or {}).

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"reflect"
 	"strings"
@@ -621,6 +622,51 @@ func TestValidateExecutor(t *testing.T) {
 	} {
 		if _, err := ValidateExecutor(e); !errors.Is(err, ErrInvalid) {
 			t.Errorf("ValidateExecutor(%+v) = %v, want ErrInvalid", e, err)
+		}
+	}
+}
+
+// Prefer: return=minimal (RFC 7240) answers each created or existing item
+// with its task's id and state only, and says Preference-Applied; errors
+// are answered as without it. Other preferences, and return=representation,
+// leave the full views.
+func TestServer_BatchMinimal(t *testing.T) {
+	ts := startServer(t, ServerOptions{})
+	ts.do("POST", "/v1/tasks", `{"id":"same","handler":"h"}`)
+	ts.do("POST", "/v1/tasks", `{"id":"taken","handler":"h","payload":1}`)
+	body := `{"tasks":[{"handler":"h","delay":"1m"},{"id":"same","handler":"h"},{"id":"taken","handler":"h","payload":2}]}`
+	for n, prefer := range []string{"return=minimal", `respond-async, RETURN="Minimal"; x=y`, "handling=lenient,return=minimal"} {
+		newID := fmt.Sprintf("new%d", n)
+		body := strings.Replace(body, `{"handler"`, `{"id":"`+newID+`","handler"`, 1)
+		r := ts.doWith("POST", "/v1/tasks/batch", body, http.Header{"Prefer": {prefer}})
+		res := r.batch(t)
+		if got := r.header.Get("Preference-Applied"); got != "return=minimal" {
+			t.Errorf("Prefer %q: Preference-Applied %q, want return=minimal", prefer, got)
+		}
+		if !ts.backend.lastMinimal {
+			t.Errorf("Prefer %q: the backend was not asked for minimal items", prefer)
+		}
+		if len(res) != 3 || res[0].Status != 201 || res[1].Status != 200 || res[2].Status != 409 {
+			t.Fatalf("Prefer %q: results %+v", prefer, res)
+		}
+		for i, id := range []string{newID, "same"} {
+			if want := `{"id":"` + id + `","state":"WAITING"}`; string(res[i].Task) != want {
+				t.Errorf("Prefer %q: results[%d].task = %s, want %s", prefer, i, res[i].Task, want)
+			}
+		}
+		if e := res[2].Error; e == nil || e.Code != "conflict" || res[2].Task != nil {
+			t.Errorf("Prefer %q: results[2] = %+v, want the conflict error", prefer, res[2])
+		}
+	}
+	for _, prefer := range []string{"", "return=representation", "handling=strict", "return", "minimal"} {
+		body := strings.Replace(body, `{"handler"`, `{"id":"full`+prefer+`","handler"`, 1)
+		r := ts.doWith("POST", "/v1/tasks/batch", body, http.Header{"Prefer": {prefer}})
+		res := r.batch(t)
+		if got := r.header.Get("Preference-Applied"); got != "" || ts.backend.lastMinimal {
+			t.Errorf("Prefer %q: Preference-Applied %q, backend minimal %v; want neither", prefer, got, ts.backend.lastMinimal)
+		}
+		if len(res) != 3 || !strings.Contains(string(res[0].Task), `"handler":"h"`) {
+			t.Errorf("Prefer %q: results[0].task = %s, want the full view", prefer, res[0].Task)
 		}
 	}
 }

@@ -117,6 +117,12 @@ type reply struct {
 // do sends a request; path is sent as is (already escaped).
 func (ts *testServer) do(method, path, body string) reply {
 	ts.t.Helper()
+	return ts.doWith(method, path, body, nil)
+}
+
+// doWith is do with the request headers hdr added.
+func (ts *testServer) doWith(method, path, body string, hdr http.Header) reply {
+	ts.t.Helper()
 	var r io.Reader
 	if body != "" {
 		r = strings.NewReader(body)
@@ -127,6 +133,9 @@ func (ts *testServer) do(method, path, body string) reply {
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, vs := range hdr {
+		req.Header[k] = vs
 	}
 	resp, err := ts.client.Do(req)
 	if err != nil {

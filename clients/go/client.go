@@ -304,6 +304,9 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if v, ok := ctx.Value(preferKey{}).(string); ok {
+		req.Header.Set(axapi.HeaderPrefer, v)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, c.transportError(ctx, reqCtx, method, path, err)

@@ -47,6 +47,7 @@ type fakeRequest struct {
 	Method     string
 	RequestURI string // raw, as sent on the wire
 	Body       []byte
+	Prefer     string // the Prefer header
 }
 
 // fakeAnswer is a canned answer.
@@ -196,7 +197,7 @@ func (f *fakeSidecar) record(next http.Handler) http.Handler {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		f.mu.Lock()
-		f.requests = append(f.requests, fakeRequest{Method: r.Method, RequestURI: r.RequestURI, Body: body})
+		f.requests = append(f.requests, fakeRequest{Method: r.Method, RequestURI: r.RequestURI, Body: body, Prefer: r.Header.Get("Prefer")})
 		hook := f.hook
 		var answer *fakeAnswer
 		if len(f.inject) > 0 {
@@ -293,7 +294,8 @@ func (f *fakeSidecar) submit(w http.ResponseWriter, r *http.Request) {
 }
 
 // submitBatch answers POST /v1/tasks/batch like the server: an invalid item
-// refuses the whole batch; otherwise one result per item.
+// refuses the whole batch; otherwise one result per item, with only the
+// task's id and state under Prefer: return=minimal.
 func (f *fakeSidecar) submitBatch(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Tasks []json.RawMessage `json:"tasks"`
@@ -308,6 +310,7 @@ func (f *fakeSidecar) submitBatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("tasks: 1 to 1000 tasks, got %d", len(in.Tasks)))
 		return
 	}
+	minimal := r.Header.Get("Prefer") == "return=minimal"
 	subs := make([]*fakeSubmit, len(in.Tasks))
 	for i, raw := range in.Tasks {
 		sub, ferr := parseSubmit(raw)
@@ -326,7 +329,13 @@ func (f *fakeSidecar) submitBatch(w http.ResponseWriter, r *http.Request) {
 			results[i] = map[string]any{"status": ferr.status, "error": map[string]string{"code": ferr.code, "message": ferr.message}}
 			continue
 		}
+		if minimal {
+			view = map[string]any{"id": view["id"], "state": view["state"]}
+		}
 		results[i] = map[string]any{"status": status, "task": view}
+	}
+	if minimal {
+		w.Header().Set("Preference-Applied", "return=minimal")
 	}
 	if f.warning != "" {
 		w.Header().Set("Ax-Backlog-Warning", f.warning)

@@ -237,6 +237,37 @@ func Test_Client_SubmitBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	if p := f.LastRequest().Prefer; p != "" {
+		t.Fatalf("Prefer %q sent without MinimalResults", p)
+	}
+
+	// MinimalResults: Prefer: return=minimal; each task has its id and
+	// state only, the other results as without it.
+	res, err = c.SubmitBatch(ctx, []ax.SubmitRequest{
+		{ID: "m", Handler: "report", Payload: map[string]int{"n": 2}},
+		{ID: "b", Handler: "report", Delay: 2 * time.Hour}, // conflict
+		{ID: "c", Handler: "report"},
+	}, ax.MinimalResults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := f.LastRequest().Prefer; p != "return=minimal" {
+		t.Fatalf("Prefer %q, want return=minimal", p)
+	}
+	if r := res[0]; r.Err != nil || !r.Created || r.Status != 201 || r.Task.ID != "m" || r.Task.State != ax.StateWaiting ||
+		r.Task.Handler != "" || !r.Task.CreatedAt.IsZero() || r.Task.BacklogWarning != "850/1000" {
+		t.Fatalf("minimal result 0: %+v", r.Task)
+	}
+	if r := res[1]; r.Task != nil || r.Status != 409 || !errors.Is(r.Err, ax.ErrConflict) {
+		t.Fatalf("minimal result 1: %+v", r)
+	}
+	if r := res[2]; r.Err != nil || r.Created || r.Status != 200 || r.Task.ID != "c" || r.Task.State != ax.StateWaiting {
+		t.Fatalf("minimal result 2: %+v", r)
+	}
+	if got, err := c.Get(ctx, "m"); err != nil || got.Handler != "report" || string(got.Payload) != `{"n":2}` {
+		t.Fatalf("m as stored: %+v, %v", got, err)
+	}
+
 	// Invalid requests: nothing is sent.
 	before := len(f.Requests())
 	_, err = c.SubmitBatch(ctx, []ax.SubmitRequest{{Handler: "h"}, {ID: "x"}})

@@ -314,6 +314,7 @@ func benchThroughputCmd(f *benchFlags) *cobra.Command {
 	var clients, batch, processing, workers int
 	var callers string
 	var duration, syncProbe time.Duration
+	var batchViews bool
 	cmd := &cobra.Command{
 		Use:   "throughput",
 		Short: "Highest submit rate of 1, 8 and 16 concurrent callers, one task per request and batched",
@@ -327,8 +328,9 @@ fast as they can for --duration (each on its
 own connection; a single caller through a blocking socket client, so that
 the bench's own CPU stays off the path it measures), and a last phase in
 which the largest number of callers submit --batch tasks per
-request (POST /v1/tasks/batch). Tasks are due in 24h, so nothing fires
-meanwhile. The report gives, per phase, tasks/s and its ratio to the synced
+request (POST /v1/tasks/batch; its answers asked with Prefer:
+return=minimal, each task's id and state, unless --batch-views). Tasks are
+due in 24h, so nothing fires meanwhile. The report gives, per phase, tasks/s and its ratio to the synced
 writes/s, requests/s, the latency of a request (until the tasks are durable
 on a quorum), and from the nodes' metrics the commands per Raft entry,
 the leader's Raft log fsyncs per entry, and the nodes' CPU per task.
@@ -375,7 +377,7 @@ fires and completions.`,
 			ctx, cancel := signalContext(cmd)
 			defer cancel()
 			start := time.Now()
-			rep, err := bench.RunThroughput(ctx, opts, bench.ThroughputConfig{Callers: cs, Duration: duration, Batch: batch, SyncProbe: syncProbe,
+			rep, err := bench.RunThroughput(ctx, opts, bench.ThroughputConfig{Callers: cs, Duration: duration, Batch: batch, BatchViews: batchViews, SyncProbe: syncProbe,
 				Processing: processing, Workers: workers})
 			cerr := cleanupTarget(cmd, f, "throughput", start)
 			if err != nil {
@@ -399,6 +401,7 @@ fires and completions.`,
 	_ = cmd.Flags().MarkDeprecated("clients", "use --callers")
 	cmd.Flags().DurationVar(&duration, "duration", 10*time.Second, "how long each phase submits")
 	cmd.Flags().IntVar(&batch, "batch", 1000, "tasks per request in the batched phase")
+	cmd.Flags().BoolVar(&batchViews, "batch-views", false, "the batched phase asks for the full view of every task in its answers (default: Prefer: return=minimal, each task's id and state)")
 	cmd.Flags().DurationVar(&syncProbe, "sync-probe", time.Second, "how long to measure the disk's synced-write rate before the phases, and half as long the host's speed (0: skip both)")
 	cmd.Flags().IntVar(&processing, "processing", 50000, "no-op tasks of the processing phase, all due at once (0: skip the phase)")
 	cmd.Flags().IntVar(&workers, "workers", 100, "the executor's concurrency in the processing phase (the nodes' --delivery-concurrency)")

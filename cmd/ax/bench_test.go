@@ -119,6 +119,7 @@ func TestBenchBurstAndThroughputSmall(t *testing.T) {
 	var r struct {
 		Phases []struct {
 			Mode    string  `json:"mode"`
+			Answer  string  `json:"batch_answer"`
 			Clients int     `json:"clients"`
 			Tasks   int     `json:"tasks"`
 			Rate    float64 `json:"tasks_per_s"`
@@ -169,6 +170,9 @@ func TestBenchBurstAndThroughputSmall(t *testing.T) {
 	}
 	if r.DiskSync == nil || r.DiskSync.Writes < 1 || r.DiskSync.PerSecond <= 0 || r.DiskSync.Block != 4096 {
 		t.Errorf("disk_sync %+v", r.DiskSync)
+	}
+	if a := r.Phases[2].Answer; a != "minimal" || r.Phases[0].Answer != "" {
+		t.Errorf("batch_answer %q (one-task phase %q), want minimal (and none)", a, r.Phases[0].Answer)
 	}
 	for i, p := range r.Phases {
 		// The nodes' CPU per task is given from 200 ms of their CPU on: a

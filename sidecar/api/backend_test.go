@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ func TestSubmitCommandAndResults(t *testing.T) {
 	if _, _, err := e.b.Submit(ctx, spec); codeOf(err) != "no_leader" {
 		t.Fatalf("proposer error: %v", err)
 	}
-	if _, err := e.b.SubmitBatch(ctx, []ipc.TaskSpec{spec}); codeOf(err) != "no_leader" {
+	if _, err := e.b.SubmitBatch(ctx, []ipc.TaskSpec{spec}, false); codeOf(err) != "no_leader" {
 		t.Fatalf("batch, proposer error: %v", err)
 	}
 }
@@ -59,12 +60,34 @@ func TestSubmitBatchItems(t *testing.T) {
 	e := newEnv(t)
 	task := &raftfsm.Task{ID: "a", State: raftfsm.StateWaiting}
 	e.prop.res = []raftfsm.Result{{Code: raftfsm.CodeOK, Task: task, Created: true}, {Code: raftfsm.CodeConflict, Task: task}, {Code: raftfsm.CodeStale}}
-	items, err := e.b.SubmitBatch(ctx, []ipc.TaskSpec{{ID: "a"}, {ID: "b"}, {ID: "c"}})
+	items, err := e.b.SubmitBatch(ctx, []ipc.TaskSpec{{ID: "a"}, {ID: "b"}, {ID: "c"}}, false)
 	if err != nil || len(e.prop.cmds) != 1 || len(e.prop.cmds[0]) != 3 {
 		t.Fatalf("batch: %v, %d proposals", err, len(e.prop.cmds))
 	}
 	if items[0].Err != nil || !items[0].Created || codeOf(items[1].Err) != "conflict" || items[2].Err == nil {
 		t.Fatalf("items %+v", items)
+	}
+	if items[0].Task.CreatedAt.IsZero() || items[0].Task.Timeout == "" {
+		t.Fatalf("full view without its times: %+v", items[0].Task)
+	}
+}
+
+// With minimal, a created or existing item's task carries its id, state
+// and backlog warning only; errors are as without.
+func TestSubmitBatchMinimal(t *testing.T) {
+	e := newEnv(t)
+	task := &raftfsm.Task{ID: "a", State: raftfsm.StateWaiting, Spec: raftfsm.Spec{Handler: "h", TimeoutNs: 1e9}, CreatedMs: 1000}
+	e.prop.res = []raftfsm.Result{{Code: raftfsm.CodeOK, Task: task, Created: true, Warning: "80/100"}, {Code: raftfsm.CodeConflict, Task: task}}
+	items, err := e.b.SubmitBatch(ctx, []ipc.TaskSpec{{ID: "a"}, {ID: "b"}}, true)
+	if err != nil || len(items) != 2 {
+		t.Fatalf("batch: %v, %d items", err, len(items))
+	}
+	want := ipc.Task{ID: "a", State: "WAITING", BacklogWarning: "80/100"}
+	if !items[0].Created || !reflect.DeepEqual(items[0].Task, want) {
+		t.Fatalf("minimal item %+v, want %+v created", items[0], want)
+	}
+	if codeOf(items[1].Err) != "conflict" {
+		t.Fatalf("conflict item: %+v", items[1])
 	}
 }
 

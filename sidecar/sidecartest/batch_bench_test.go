@@ -47,7 +47,7 @@ func BenchmarkSubmitBatchNode(b *testing.B) {
 					specs[i] = ipc.TaskSpec{ID: fmt.Sprintf("b%08d-%04d", n, i), Handler: "bench.h", Payload: payload,
 						Delay: 24 * time.Hour, Priority: 2, Timeout: 30 * time.Second, MaxAttempts: 3}
 				}
-				items, err := api.SubmitBatch(context.Background(), specs)
+				items, err := api.SubmitBatch(context.Background(), specs, false)
 				if err == nil && len(items) != batch {
 					err = fmt.Errorf("%d results for %d tasks", len(items), batch)
 				}

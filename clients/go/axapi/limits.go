@@ -66,6 +66,17 @@ const (
 // handler's backlog is at 80 % of its bound or more: "depth/limit".
 const HeaderBacklogWarning = "Ax-Backlog-Warning"
 
+// HeaderPrefer and HeaderPreferenceApplied are RFC 7240's request and
+// answer headers. POST /v1/tasks/batch honours PreferReturnMinimal: each
+// created or existing item's task then carries only "id" and "state", and
+// the answer says Preference-Applied: return=minimal. Other preferences
+// are ignored.
+const (
+	HeaderPrefer            = "Prefer"
+	HeaderPreferenceApplied = "Preference-Applied"
+	PreferReturnMinimal     = "return=minimal"
+)
+
 // State is the state of a task, upper case on the wire. Task.State is a
 // plain string (the server sets it from its store); State types the keys
 // of HandlerInfo.Tasks and the Go client's task states.

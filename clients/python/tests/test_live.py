@@ -192,6 +192,26 @@ class LiveSidecarTest(unittest.TestCase):
         self.assertIsNone(res.tasks[1])
         self.assertIsInstance(res.errors[1], axsched.Conflict)
 
+    def test_batch_minimal(self):
+        # The real sidecar honours Prefer: return=minimal: ids and states
+        # only, errors as usual, and the tasks stored in full.
+        self.client.submit("order.timeout", {"n": 1}, id="batch-min-dup", delay=3600)
+        res = self.client.submit_batch(
+            [
+                {"handler": "order.timeout", "id": "batch-min-new", "delay": 3600, "priority": 1},
+                {"handler": "order.timeout", "id": "batch-min-dup", "payload": {"n": 1}, "delay": 3600},
+                {"handler": "order.timeout", "id": "batch-min-dup", "payload": 2},
+            ],
+            minimal=True,
+        )
+        self.assertEqual([t.id if t else None for t in res.tasks], ["batch-min-new", "batch-min-dup", None])
+        self.assertEqual(res.tasks[0].state, State.WAITING)
+        self.assertEqual(res.tasks[0].handler, "")  # not in a minimal answer
+        self.assertIsNone(res.tasks[0].created_at)
+        self.assertIsInstance(res.errors[2], axsched.Conflict)
+        stored = self.client.get("batch-min-new")
+        self.assertEqual((stored.handler, stored.priority), ("order.timeout", 1))
+
     def test_retry_and_list(self):
         t = self.client.submit("always.permanent", {"n": 1})
         self.assertEqual(self.wait_terminal(t.id).state, State.FAILED)
