@@ -3,12 +3,13 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/axsched/ax/clients/go/axapi"
 	"net"
 	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
+
+	"github.com/axsched/ax/clients/go/axapi"
 )
 
 // fastSubmitter sends the one-task submits of the throughput workload

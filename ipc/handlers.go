@@ -66,7 +66,7 @@ func (s *Server) submitBatch(rctx context.Context, ctx *fasthttp.RequestCtx, _ s
 	for i := range specs {
 		specs[i].inheritTrace(tc)
 	}
-	minimal := prefersMinimal(ctx.Request.Header.Peek(axapi.HeaderPrefer))
+	minimal := prefersMinimal(ctx.Request.Header.PeekAll(axapi.HeaderPrefer))
 	items, err := s.backend.SubmitBatch(rctx, specs, minimal)
 	if err != nil {
 		return err
@@ -123,23 +123,26 @@ func (s *Server) submitBatch(rctx context.Context, ctx *fasthttp.RequestCtx, _ s
 	return nil
 }
 
-// prefersMinimal reports whether the Prefer header value h (RFC 7240 §2:
-// comma-separated preferences, each a token, "=" and an optional value,
-// perhaps quoted, then ";"-separated parameters; names and these values
-// case-insensitive) asks for return=minimal. Unknown preferences and a
-// malformed header are ignored, as the RFC asks.
-func prefersMinimal(h []byte) bool {
-	for len(h) > 0 {
-		var pref []byte
-		pref, h, _ = bytes.Cut(h, []byte{','})
-		pref, _, _ = bytes.Cut(pref, []byte{';'})
-		name, val, _ := bytes.Cut(pref, []byte{'='})
-		name, val = bytes.TrimSpace(name), bytes.TrimSpace(val)
-		if len(val) >= 2 && val[0] == '"' && val[len(val)-1] == '"' {
-			val = val[1 : len(val)-1]
-		}
-		if bytes.EqualFold(name, []byte("return")) {
-			return bytes.EqualFold(val, []byte("minimal"))
+// prefersMinimal reports whether the Prefer header values hs (RFC 7240
+// §2: comma-separated preferences, each a token, "=" and an optional
+// value, perhaps quoted, then ";"-separated parameters; names and these
+// values case-insensitive; several Prefer headers are one list) ask for
+// return=minimal: the first "return" preference decides. Unknown
+// preferences and malformed ones are ignored, as the RFC asks.
+func prefersMinimal(hs [][]byte) bool {
+	for _, h := range hs {
+		for len(h) > 0 {
+			var pref []byte
+			pref, h, _ = bytes.Cut(h, []byte{','})
+			pref, _, _ = bytes.Cut(pref, []byte{';'})
+			name, val, _ := bytes.Cut(pref, []byte{'='})
+			name, val = bytes.TrimSpace(name), bytes.TrimSpace(val)
+			if len(val) >= 2 && val[0] == '"' && val[len(val)-1] == '"' {
+				val = val[1 : len(val)-1]
+			}
+			if bytes.EqualFold(name, []byte("return")) {
+				return bytes.EqualFold(val, []byte("minimal"))
+			}
 		}
 	}
 	return false

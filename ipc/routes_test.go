@@ -658,6 +658,12 @@ func TestServer_BatchMinimal(t *testing.T) {
 			t.Errorf("Prefer %q: results[2] = %+v, want the conflict error", prefer, res[2])
 		}
 	}
+	// Two Prefer headers are one list.
+	r := ts.doWith("POST", "/v1/tasks/batch", strings.Replace(body, `{"handler"`, `{"id":"two","handler"`, 1),
+		http.Header{"Prefer": {"handling=lenient", "return=minimal"}})
+	if res := r.batch(t); r.header.Get("Preference-Applied") != "return=minimal" || string(res[0].Task) != `{"id":"two","state":"WAITING"}` {
+		t.Errorf("two Prefer headers: Preference-Applied %q, results[0].task %s", r.header.Get("Preference-Applied"), res[0].Task)
+	}
 	for _, prefer := range []string{"", "return=representation", "handling=strict", "return", "minimal"} {
 		body := strings.Replace(body, `{"handler"`, `{"id":"full`+prefer+`","handler"`, 1)
 		r := ts.doWith("POST", "/v1/tasks/batch", body, http.Header{"Prefer": {prefer}})
