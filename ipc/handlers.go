@@ -66,7 +66,7 @@ func (s *Server) submitBatch(rctx context.Context, ctx *fasthttp.RequestCtx, _ s
 	for i := range specs {
 		specs[i].inheritTrace(tc)
 	}
-	minimal := prefersMinimal(ctx.Request.Header.PeekAll(axapi.HeaderPrefer))
+	minimal := prefersMinimal(bytes.Join(ctx.Request.Header.PeekAll(axapi.HeaderPrefer), []byte{','}))
 	items, err := s.backend.SubmitBatch(rctx, specs, minimal)
 	if err != nil {
 		return err
@@ -123,27 +123,55 @@ func (s *Server) submitBatch(rctx context.Context, ctx *fasthttp.RequestCtx, _ s
 	return nil
 }
 
-// prefersMinimal reports whether the Prefer header values hs (RFC 7240
-// §2: comma-separated preferences, each a token, "=" and an optional
-// value, perhaps quoted, then ";"-separated parameters; names and these
-// values case-insensitive; several Prefer headers are one list) ask for
-// return=minimal: the first "return" preference decides. Unknown
-// preferences and malformed ones are ignored, as the RFC asks.
-func prefersMinimal(hs [][]byte) bool {
-	for _, h := range hs {
-		for len(h) > 0 {
-			var pref []byte
-			pref, h, _ = bytes.Cut(h, []byte{','})
-			pref, _, _ = bytes.Cut(pref, []byte{';'})
-			name, val, _ := bytes.Cut(pref, []byte{'='})
-			name, val = bytes.TrimSpace(name), bytes.TrimSpace(val)
-			if len(val) >= 2 && val[0] == '"' && val[len(val)-1] == '"' {
-				val = val[1 : len(val)-1]
+// prefersMinimal reports whether the Prefer header value h asks for
+// return=minimal. RFC 7240 §2: several Prefer lines are one value, their
+// comma-separated concatenation (the caller joins them); preferences are
+// comma-separated, each a token, "=" and an optional value, perhaps a
+// quoted string (whose commas and semicolons separate nothing), then
+// ";"-separated parameters; only the first instance of a preference
+// counts. Names compare case-insensitively; the RFC compares values
+// case-sensitively, and this is lenient there ("MINIMAL" is taken too).
+// Unknown preferences and a malformed header are ignored, as the RFC asks.
+func prefersMinimal(h []byte) bool {
+	for len(h) > 0 {
+		// The preference: up to the first comma outside a quoted string.
+		end, quoted := len(h), false
+		for i := 0; i < len(h); i++ {
+			switch c := h[i]; {
+			case c == '\\' && quoted:
+				i++
+			case c == '"':
+				quoted = !quoted
+			case c == ',' && !quoted:
+				end = i
 			}
-			if bytes.EqualFold(name, []byte("return")) {
-				return bytes.EqualFold(val, []byte("minimal"))
+			if end != len(h) {
+				break
 			}
 		}
+		pref := h[:end]
+		if end < len(h) {
+			h = h[end+1:]
+		} else {
+			h = nil
+		}
+		n := bytes.IndexAny(pref, "=;")
+		if n < 0 {
+			n = len(pref)
+		}
+		if !bytes.EqualFold(bytes.TrimSpace(pref[:n]), []byte("return")) {
+			continue
+		}
+		if n == len(pref) || pref[n] != '=' {
+			return false // return without a value
+		}
+		val := bytes.TrimSpace(pref[n+1:])
+		if len(val) > 0 && val[0] == '"' {
+			v, _, ok := bytes.Cut(val[1:], []byte{'"'})
+			return ok && bytes.EqualFold(v, []byte("minimal"))
+		}
+		val, _, _ = bytes.Cut(val, []byte{';'})
+		return bytes.EqualFold(bytes.TrimSpace(val), []byte("minimal"))
 	}
 	return false
 }

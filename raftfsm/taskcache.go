@@ -41,9 +41,9 @@ const (
 // puts the new value back once the part that wrote it has committed
 // (writer.commit), unless no command is likely to read it soon: a new
 // task due later than newTaskCacheWithin after its creation, and a record
-// in a final state (SUCCESS, DEAD, CANCELLED: only a resubmit, retry or
-// purge of the id reads it again). Those writes are not kept, so they
-// push nothing out. Restore clears it. Records are dropped first in, first
+// in a final state (State.Terminal: SUCCESS, DEAD, FAILED, CANCELLED;
+// only a resubmit, retry or purge of the id reads it again). Those writes
+// are not kept, so they push nothing out. Restore clears it. Records are dropped first in, first
 // out, past taskCacheSize writes or taskCacheBytes bytes; records over
 // taskCacheMaxRecord are not kept. A miss reads badger as before. It is
 // memory only: a restarted node starts with none.

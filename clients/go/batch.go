@@ -41,9 +41,9 @@ type batchOptions struct{ minimal bool }
 // return=minimal, RFC 7240): each created or existing item's Task then
 // has only ID and State set, the other fields zero; Created, Status and
 // Err are as without it. A bulk load that only needs to know each item was
-// accepted saves the sidecar encoding a full view per task and the client
-// decoding it: about a tenth of the CPU of a stream of batches on each
-// side. A sidecar that predates it answers full views, returned as usual.
+// accepted saves the sidecar building and encoding a full view per task
+// (0.5–1 µs of its ~9 µs a task in a stream of 1 000-task batches) and
+// the client decoding it (with encoding/json, most of its CPU per batch). A sidecar that predates it answers full views, returned as usual.
 func MinimalResults() BatchOption { return func(o *batchOptions) { o.minimal = true } }
 
 // SubmitBatch submits many tasks in one request and one Raft round trip,

@@ -415,8 +415,10 @@ class Client:
         client skips decoding them); for bulk loads that only need to know
         that each item was accepted. Each ``tasks[i]`` is then a
         :class:`Task` of which only ``id`` and ``state`` are meaningful:
-        the other attributes are at their defaults (``handler`` is ``""``,
-        ``created_at`` is ``None``, ...); ``backlog_warning`` is set as
+        the other attributes are the class's defaults, not the task's
+        (``handler`` is ``""``, ``created_at`` is ``None``, ``priority`` 2 and
+        ``max_attempts`` 4 whatever was submitted; read the task with
+        :meth:`get` for them); ``backlog_warning`` is set as
         without it, and failed items are reported the same way. A sidecar
         older than the preference ignores it and answers full views: they
         are then returned as full tasks.
