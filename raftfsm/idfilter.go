@@ -18,8 +18,9 @@ import (
 // until the filter is built again from the stored keys: at Open and
 // Restore, and in steps while the FSM runs once it has taken many more ids
 // than are stored (stepIDRebuild). 9.6 bits per id of capacity at 1 %: 18 MB after a start with
-// 10M stored ids (the first part takes half as many again), 20 MB for 10M
-// ids added from empty (a plain map of the ids would take about 1 GB).
+// 10M stored ids (the first part takes half as many again), 18 MB for 10M
+// ids added from empty (parts of 1, 2, 4 and 8M ids); a plain map of the
+// ids would take about 1 GB.
 //
 // putTask adds the id of each record it creates (prev nil; it is the one
 // writer of task records), so the filter grows with ids, not with the
@@ -37,8 +38,13 @@ type idFilter struct {
 // idFilterFP is each part's rate of false "maybe present" answers.
 const idFilterFP = 0.01
 
-// idFilterMin is the capacity of the first part of an empty store's filter.
-const idFilterMin = 1 << 16
+// idFilterMin is the capacity of the first part of an empty store's
+// filter: 1Mi ids, 1.2 MB. A new id is tested against every part (a cache
+// miss or two each, and each part's idFilterFP of false "maybe present"
+// reads badger), so a chain grown from a small first part costs: from
+// 64Ki, a store grown to 1.3M ids in a stream of batches had 6 parts and
+// the filter took 4-5 % of the node's CPU (docs/perf/README.md).
+const idFilterMin = 1 << 20
 
 // newIDFilter returns an empty filter sized for about expected ids.
 func newIDFilter(expected uint64) *idFilter {

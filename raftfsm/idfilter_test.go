@@ -10,7 +10,7 @@ import (
 // present" stay near idFilterFP.
 func TestIDFilterNoFalseAbsent(t *testing.T) {
 	f := newIDFilter(0)
-	const n = 4*idFilterMin + 1000 // three parts: 64Ki, 128Ki, 256Ki
+	const n = 4*idFilterMin + 1000 // three parts: 1Mi, 2Mi, 4Mi
 	for i := range n {
 		f.add(taskKey(fmt.Sprintf("task-%d", i)))
 	}
