@@ -99,11 +99,11 @@ func (s *Server) submitBatch(rctx context.Context, ctx *fasthttp.RequestCtx, _ s
 		}
 		if minimal {
 			buf.WriteString(`{"status":`)
-			buf.WriteString(strconv.Itoa(status))
+			buf.Write(strconv.AppendInt(buf.AvailableBuffer(), int64(status), 10))
 			buf.WriteString(`,"task":{"id":`)
-			buf.Write(jsonValue(it.Task.ID))
+			buf.Write(axapi.AppendJSONString(buf.AvailableBuffer(), it.Task.ID))
 			buf.WriteString(`,"state":`)
-			buf.Write(jsonValue(it.Task.State))
+			buf.Write(axapi.AppendJSONString(buf.AvailableBuffer(), it.Task.State))
 			buf.WriteString(`}}`)
 			continue
 		}

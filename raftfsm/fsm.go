@@ -534,14 +534,21 @@ func (w *writer) getWith(key []byte, decode func([]byte) error) (bool, error) {
 }
 
 func (w *writer) set(key, val []byte) error {
-	err := w.txnSet(key, val)
-	if err == nil {
-		w.ops = append(w.ops, writeOp{key: key, val: val})
-		if isTaskKey(key) {
-			w.f.tasks.forget(key)
-		}
+	return w.setOp(writeOp{key: key, val: val})
+}
+
+// setOp sets op.key to op.val in the writer's transaction and records op
+// for the commit; a task record's cached value is forgotten unless op is
+// fresh (no record of it is stored, so none is cached).
+func (w *writer) setOp(op writeOp) error {
+	if err := w.txnSet(op.key, op.val); err != nil {
+		return err
 	}
-	return err
+	w.ops = append(w.ops, op)
+	if !op.fresh && isTaskKey(op.key) {
+		w.f.tasks.forget(op.key)
+	}
+	return nil
 }
 
 func (w *writer) del(key []byte) error {
@@ -575,14 +582,7 @@ func (w *writer) putTaskRecord(key []byte, t *Task, fresh, keep bool) error {
 	if err != nil {
 		return err
 	}
-	if err = w.txnSet(key, b); err != nil {
-		return err
-	}
-	w.ops = append(w.ops, writeOp{key: key, val: b, uncached: !keep, fresh: fresh})
-	if !fresh {
-		w.f.tasks.forget(key)
-	}
-	return nil
+	return w.setOp(writeOp{key: key, val: b, uncached: !keep, fresh: fresh})
 }
 
 // txnSet sets key to val in the writer's transaction, splitting the

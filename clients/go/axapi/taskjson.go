@@ -19,11 +19,11 @@ import (
 func appendTaskJSON(b []byte, v *taskJSON) (_ []byte, ok bool) {
 	t := &v.taskAlias
 	b = append(b, `{"id":`...)
-	b = appendJSONString(b, t.ID)
+	b = AppendJSONString(b, t.ID)
 	b = append(b, `,"handler":`...)
-	b = appendJSONString(b, t.Handler)
+	b = AppendJSONString(b, t.Handler)
 	b = append(b, `,"state":`...)
-	b = appendJSONString(b, t.State)
+	b = AppendJSONString(b, t.State)
 	b = append(b, `,"priority":`...)
 	b = strconv.AppendInt(b, int64(t.Priority), 10)
 	b = append(b, `,"attempts":`...)
@@ -31,7 +31,7 @@ func appendTaskJSON(b []byte, v *taskJSON) (_ []byte, ok bool) {
 	b = append(b, `,"max_attempts":`...)
 	b = strconv.AppendInt(b, int64(t.MaxAttempts), 10)
 	b = append(b, `,"timeout":`...)
-	b = appendJSONString(b, t.Timeout)
+	b = AppendJSONString(b, t.Timeout)
 	b = appendOmitString(b, `,"delay":`, t.Delay)
 	if b, ok = appendOmitTime(b, `,"run_at":`, t.RunAt); !ok {
 		return b, false
@@ -114,7 +114,7 @@ func appendOmitString(b []byte, key, s string) []byte {
 	if s == "" {
 		return b
 	}
-	return appendJSONString(append(b, key...), s)
+	return AppendJSONString(append(b, key...), s)
 }
 
 func appendOmitInt(b []byte, key string, n int) []byte {
@@ -151,10 +151,11 @@ func appendReflect(b []byte, key string, v any) ([]byte, bool) {
 	return append(append(b, key...), enc...), true
 }
 
-// appendJSONString writes s quoted. Plain printable ASCII without '"' or
-// '\\' is written as it is (what encoding/json writes for it); anything
-// else goes through encoding/json.
-func appendJSONString(b []byte, s string) []byte {
+// AppendJSONString appends s to b as a JSON string, as encoding/json
+// writes it without HTML escaping. Plain printable ASCII without '"' or
+// '\\' is written as it is, with no allocation; anything else goes
+// through encoding/json.
+func AppendJSONString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
 			enc, _ := marshalNoHTML(s) // a string always encodes
