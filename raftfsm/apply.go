@@ -187,8 +187,8 @@ func putTask(w *writer, prev, t *Task) error {
 
 // newTaskCacheWithin: a new task is kept in the task cache when it is due
 // within this much of its creation (its Fire is likely to find it there:
-// the cache holds the last taskCacheSize kept writes, a few seconds of a
-// busy node's), or is created in another state than WAITING.
+// the cache holds taskCacheSize records, a few seconds of a busy node's
+// writes), or is created in another state than WAITING.
 const newTaskCacheWithin = 10 * time.Second
 
 // loadTask returns the stored task id, nil when there is none.

@@ -223,14 +223,13 @@ func runDeterminism(t *testing.T, seed uint64, entries int) {
 	c.maxGroup = 16
 	c.fromSnapshots = true
 	c.e.f.idRebuildSlack, c.e.f.idRebuildStep = 16, 2 // a restore drops a rebuild going on
-	// D: a tiny task cache (no production knob: the cache sizes its ring
-	// only when it has none), dropped before half the batches, and an id
-	// filter rebuilt over and over.
+	// D: a tiny task cache (taskCache.maxN, no production knob), dropped
+	// before half the batches, and an id filter rebuilt over and over.
 	d := newFSM("D-tiny-cache", nil)
 	d.maxGroup = 8
 	d.clearCache = true
 	d.e.f.tasks.m = map[string]cachedRecord{}
-	d.e.f.tasks.ring = make([]cacheSlot, 1+d.rng.IntN(4))
+	d.e.f.tasks.maxN = 1 + d.rng.IntN(4)
 	d.e.f.idRebuildSlack = uint64(d.rng.IntN(8))
 	d.e.f.idRebuildStep = 1 + d.rng.IntN(4)
 	// E: badger with 64 KiB memtables: a transaction takes about 100
@@ -262,7 +261,7 @@ func runDeterminism(t *testing.T, seed uint64, entries int) {
 	g.resync(true)
 	stats := fmt.Sprintf("%d entries to index %d, %d commands; %d tasks, %d keys at the end (%.1f tasks on average); A %d batches in %d commits, %d task cache hits; B %d restarts, %d restores of its own snapshot; C %d snapshots restored, %d batches; D cache of %d, %d id filter rebuilds; E %d commits (%d failed) for %d batches",
 		entries, g.idx, g.commands, r.ref.e.f.TotalTasks(), len(dumpDB(t, r.ref.e.db)), float64(g.taskSum)/float64(entries), a.batches, a.commits, a.e.f.tasks.hits,
-		b.restartsDone, b.restores, c.restores, c.batches, len(d.e.f.tasks.ring), d.rebuildsDone, e.commits, e.faultsDone, e.batches)
+		b.restartsDone, b.restores, c.restores, c.batches, d.e.f.tasks.maxN, d.rebuildsDone, e.commits, e.faultsDone, e.batches)
 	// A restart of every replica (a clean stop for some) changes nothing,
 	// and the entries raft re-delivers after it are skipped.
 	for i, v := range append([]*detFSM{r.ref}, r.vs...) {

@@ -2,17 +2,16 @@ package raftfsm
 
 import (
 	"bytes"
+	"math"
 	"sync"
 )
 
 const (
 	// taskCacheSize bounds the task records the FSM keeps in memory after
-	// writing them (taskCache): its eviction ring's slots, one per kept
-	// write. It is sized for a burst of 50 000 tasks due at once: their
-	// submits' records must still be held when they fire, or the fires,
-	// in the submits' order, each push out the record of a task that
-	// fires later and every one reads badger (a first-in, first-out
-	// cache against a scan longer than itself).
+	// writing them (taskCache). It is sized for a burst of 50 000 tasks
+	// due at once, whose submits' records must still be held when they
+	// fire; a larger burst keeps the records of the tasks due first
+	// (taskCache's eviction).
 	taskCacheSize = 1 << 16
 	// taskCacheBytes bounds the bytes of the records (their buffers'
 	// capacity) and ids it keeps, each counted with
@@ -25,8 +24,11 @@ const (
 	// than the read it saves.
 	taskCacheMaxRecord = 64 << 10
 	// taskCacheEntryOverhead is what an entry costs beyond its id and
-	// record: the map's entry and the ring's slot.
-	taskCacheEntryOverhead = 96
+	// record: the map's entry.
+	taskCacheEntryOverhead = 80
+	// taskCacheSample is how many cached records an eviction looks at
+	// (taskCache.makeRoom).
+	taskCacheSample = 16
 )
 
 // taskCache keeps the encoded records of the tasks the FSM wrote last, as
@@ -43,31 +45,39 @@ const (
 // task due later than newTaskCacheWithin after its creation, and a record
 // in a final state (State.Terminal: SUCCESS, DEAD, FAILED, CANCELLED;
 // only a resubmit, retry or purge of the id reads it again). Those writes
-// are not kept, so they push nothing out. Restore clears it. Records are dropped first in, first
-// out, past taskCacheSize writes or taskCacheBytes bytes; records over
+// are not kept, so they push nothing out. Restore clears it. Records over
 // taskCacheMaxRecord are not kept. A miss reads badger as before. It is
 // memory only: a restarted node starts with none.
+//
+// Each record is kept with the time its next command is expected
+// (writeOp.next: a WAITING task's due time, a RUNNING one's fire time, for
+// its Complete). Past taskCacheSize records or taskCacheBytes bytes, the
+// record expected latest goes first, and a write expected no sooner than
+// every record it would push out is not kept: the cache holds the records
+// needed soonest, Belady's rule for reads whose times are known (L. A.
+// Belady, "A study of replacement algorithms for a virtual-storage
+// computer", IBM Systems Journal 5(2), 1966). The latest is looked for
+// among taskCacheSample records met in the map's random iteration order,
+// as Redis approximates its LRU (the "maxmemory-samples" of its
+// documentation), not kept in an ordered structure that every write would
+// pay for. A burst larger than the cache so keeps the submits of the tasks
+// due first until they fire, instead of letting every new submit push out
+// the oldest record, of a task that fires sooner, and leaving each Fire to
+// read badger (docs/perf/README.md, Eighteenth session).
 type taskCache struct {
-	mu sync.Mutex
-	m  map[string]cachedRecord
-	// ring holds the writes in order, for eviction: n slots from head
-	// (the oldest). A slot whose seq is no longer its key's in m was
-	// superseded by a later write or forgotten; evicting it frees nothing.
-	ring    []cacheSlot
-	head, n int
-	seq     uint64
-	bytes   int    // sum of the cached entries' sizes (entrySize)
-	hits    uint64 // reads served (tests)
+	mu    sync.Mutex
+	m     map[string]cachedRecord
+	bytes int    // sum of the cached entries' sizes (entrySize)
+	hits  uint64 // reads served (tests)
+	// maxN bounds the records kept; 0: taskCacheSize (tests set less).
+	maxN int
 }
 
 type cachedRecord struct {
 	val []byte
-	seq uint64
-}
-
-type cacheSlot struct {
-	key string
-	seq uint64
+	// next is when the task's next command is expected (Unix ms,
+	// writeOp.next).
+	next int64
 }
 
 func isTaskKey(key []byte) bool { return bytes.HasPrefix(key, prefixTask) }
@@ -106,7 +116,8 @@ func (c *taskCache) drop(key string) {
 }
 
 // committed records the task writes among ops, just committed: a set's
-// value is kept, a delete forgets the key.
+// value is kept (when there is room for it, makeRoom), a delete forgets
+// the key.
 func (c *taskCache) committed(ops []writeOp) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -121,30 +132,42 @@ func (c *taskCache) committed(ops []writeOp) {
 		}
 		if c.m == nil {
 			c.m = make(map[string]cachedRecord)
-			c.ring = make([]cacheSlot, taskCacheSize)
 		}
 		size := entrySize(k, op.val)
-		for c.n == len(c.ring) || (c.n > 0 && c.bytes+size > taskCacheBytes) {
-			c.evictOldest()
+		if !c.makeRoom(size, op.next) {
+			continue
 		}
-		c.seq++
-		c.m[k] = cachedRecord{val: op.val, seq: c.seq}
+		c.m[k] = cachedRecord{val: op.val, next: op.next}
 		c.bytes += size
-		c.ring[(c.head+c.n)%len(c.ring)] = cacheSlot{key: k, seq: c.seq}
-		c.n++
 	}
 }
 
-// evictOldest frees the ring's oldest slot, and its entry when the slot
-// is still the entry's latest write. c.mu is held; c.n > 0.
-func (c *taskCache) evictOldest() {
-	old := c.ring[c.head]
-	if r, ok := c.m[old.key]; ok && r.seq == old.seq {
-		c.drop(old.key)
+// makeRoom evicts records until one of size bytes fits (taskCache's
+// bounds), each time the one expected latest of taskCacheSample records,
+// and reports whether the record, expected at next, is to be kept: not
+// when the record to evict is expected no later than it (it would push out
+// a record needed as soon or sooner). c.mu is held.
+func (c *taskCache) makeRoom(size int, next int64) bool {
+	maxN := c.maxN
+	if maxN <= 0 {
+		maxN = taskCacheSize
 	}
-	c.ring[c.head] = cacheSlot{}
-	c.head = (c.head + 1) % len(c.ring)
-	c.n--
+	for len(c.m) > 0 && (len(c.m) >= maxN || c.bytes+size > taskCacheBytes) {
+		victim, latest, i := "", int64(math.MinInt64), 0
+		for k, r := range c.m {
+			if r.next > latest {
+				victim, latest = k, r.next
+			}
+			if i++; i == taskCacheSample {
+				break
+			}
+		}
+		if latest <= next {
+			return false
+		}
+		c.drop(victim)
+	}
+	return true
 }
 
 // clear drops every record (a snapshot is being restored).
@@ -152,6 +175,5 @@ func (c *taskCache) clear() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	clear(c.m)
-	clear(c.ring)
-	c.head, c.n, c.bytes = 0, 0, 0
+	c.bytes = 0
 }
