@@ -415,10 +415,15 @@ type writeOp struct {
 	// (putTaskRecord with prev nil), which no stored or cached record
 	// precedes, so its commit has nothing to drop from the cache.
 	uncached, fresh bool
-	// next is when the task record's next command is expected (Unix ms:
-	// a WAITING task's due time, a RUNNING one's fire time, for its
-	// Complete), for the task cache's eviction; 0 for other writes.
-	next int64
+	// next, stale and at rank a task record in the task cache
+	// (taskCache.rank; Unix ms, 0 for other writes): its next command is
+	// expected from next on (a WAITING task's due time, a RUNNING one's
+	// fire time: its Complete may come at once), and not after stale (the
+	// due time or the write's, whichever is later, or the attempt's lease,
+	// plus taskCacheOverdue: a task paused or parked at its due time, an
+	// attempt that hangs); at is the time of the command that wrote it
+	// (Task.UpdatedMs).
+	next, stale, at int64
 }
 
 func (f *FSM) newWriter() *writer {
@@ -576,8 +581,8 @@ func (w *writer) del(key []byte) error {
 // of task records). fresh: no record of the task is stored (nor, so,
 // cached: the cache holds committed records only), and the write skips
 // the cache's forget. keep: the record is kept in the task cache once
-// committed, as needed next at t's due time when it waits, else at its
-// fire time (writeOp.next). A new task due a day later, or a record in a final state,
+// committed, ranked by when its next command is expected
+// (writeOp.next). A new task due a day later, or a record in a final state,
 // would otherwise take a cache entry (a map insert, an eviction of a
 // record a Fire or Complete may still read) that nothing reads before it
 // is gone: in a batch of new tasks that churn was ~6-10 % of every node's
@@ -587,11 +592,12 @@ func (w *writer) putTaskRecord(key []byte, t *Task, fresh, keep bool) error {
 	if err != nil {
 		return err
 	}
-	next := t.DueMs
+	op := writeOp{key: key, val: b, uncached: !keep, fresh: fresh, next: t.DueMs, stale: max(t.DueMs, t.UpdatedMs), at: t.UpdatedMs}
 	if t.State != StateWaiting {
-		next = t.FiredMs
+		op.next, op.stale = t.FiredMs, max(t.FiredMs, t.LeaseMs)
 	}
-	return w.setOp(writeOp{key: key, val: b, uncached: !keep, fresh: fresh, next: next})
+	op.stale += taskCacheOverdue.Milliseconds()
+	return w.setOp(op)
 }
 
 // txnSet sets key to val in the writer's transaction, splitting the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"sync"
+	"time"
 )
 
 const (
@@ -29,6 +30,9 @@ const (
 	// taskCacheSample is how many cached records an eviction looks at
 	// (taskCache.makeRoom).
 	taskCacheSample = 16
+	// taskCacheOverdue: a record whose next command has not come this
+	// long after it was due (writeOp.stale) ranks as needed last.
+	taskCacheOverdue = 10 * time.Second
 )
 
 // taskCache keeps the encoded records of the tasks the FSM wrote last, as
@@ -49,21 +53,35 @@ const (
 // taskCacheMaxRecord are not kept. A miss reads badger as before. It is
 // memory only: a restarted node starts with none.
 //
-// Each record is kept with the time its next command is expected
-// (writeOp.next: a WAITING task's due time, a RUNNING one's fire time, for
-// its Complete). Past taskCacheSize records or taskCacheBytes bytes, the
-// record expected latest goes first, and a write expected no sooner than
-// every record it would push out is not kept: the cache holds the records
-// needed soonest, Belady's rule for reads whose times are known (L. A.
-// Belady, "A study of replacement algorithms for a virtual-storage
-// computer", IBM Systems Journal 5(2), 1966). The latest is looked for
-// among taskCacheSample records met in the map's random iteration order,
-// as Redis approximates its LRU (the "maxmemory-samples" of its
-// documentation), not kept in an ordered structure that every write would
-// pay for. A burst larger than the cache so keeps the submits of the tasks
-// due first until they fire, instead of letting every new submit push out
-// the oldest record, of a task that fires sooner, and leaving each Fire to
-// read badger (docs/perf/README.md, Eighteenth session).
+// Each record is ranked by when its next command is expected
+// (writeOp.next): a WAITING task's due time, a RUNNING one's fire time
+// (its Complete may come at once). A record still cached
+// taskCacheOverdue after its due time, or after its attempt's lease
+// (writeOp.stale), ranks as needed last: its command did not come when
+// expected (a paused handler's tasks, tasks parked for want of an
+// executor, an attempt that hangs), and it must not hold its place ahead
+// of records that will be read. Time is the cache's own clock: the
+// latest time of the commands that wrote the records it was given
+// (writeOp.at), not the node's (a node replaying old entries ranks them
+// as of their time). Past taskCacheSize records
+// or taskCacheBytes bytes, the record ranked latest goes first, and a
+// write ranked no sooner than the record it would push out is not kept:
+// the cache holds the records expected to be read soonest, as Belady's
+// rule does for reads whose times are known (L. A. Belady, "A study of
+// replacement algorithms for a virtual-storage computer", IBM Systems
+// Journal 5(2), 1966); here they are known only as the earliest time a
+// read can come. The latest is looked for among taskCacheSample records
+// met from a random place in the map (Go starts each iteration of a map
+// at a random place; neighbours in hash order, unrelated to their times),
+// as Redis samples its keys to approximate LRU ("maxmemory-samples"),
+// rather than kept in an ordered structure that every write would pay
+// for. A burst larger than the cache, due in the order it was submitted,
+// so keeps the submits of the tasks due first until they fire, instead
+// of letting every new submit push out the oldest record, of a task that
+// fires sooner, and leaving each Fire to read badger (docs/perf/README.md,
+// Eighteenth session). A large record that needs several evictions may
+// push out records ranked later than itself and then find one ranked no
+// later, and not be kept: the room it made is left for the next write.
 type taskCache struct {
 	mu    sync.Mutex
 	m     map[string]cachedRecord
@@ -71,13 +89,25 @@ type taskCache struct {
 	hits  uint64 // reads served (tests)
 	// maxN bounds the records kept; 0: taskCacheSize (tests set less).
 	maxN int
+	// now is the cache's clock: the latest writeOp.at committed (Unix
+	// ms).
+	now int64
 }
 
 type cachedRecord struct {
 	val []byte
-	// next is when the task's next command is expected (Unix ms,
-	// writeOp.next).
-	next int64
+	// next and stale are the record's writeOp.next and writeOp.stale.
+	next, stale int64
+}
+
+// rank is when a record is expected to be read (Unix ms), for eviction:
+// its next time, or math.MaxInt64 once the clock is past its stale time.
+// c.mu is held.
+func (c *taskCache) rank(next, stale int64) int64 {
+	if c.now > stale {
+		return math.MaxInt64
+	}
+	return next
 }
 
 func isTaskKey(key []byte) bool { return bytes.HasPrefix(key, prefixTask) }
@@ -122,6 +152,7 @@ func (c *taskCache) committed(ops []writeOp) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, op := range ops {
+		c.now = max(c.now, op.at)
 		if !isTaskKey(op.key) || op.fresh && op.uncached {
 			continue // a new record, not kept: nothing to drop either
 		}
@@ -134,20 +165,20 @@ func (c *taskCache) committed(ops []writeOp) {
 			c.m = make(map[string]cachedRecord)
 		}
 		size := entrySize(k, op.val)
-		if !c.makeRoom(size, op.next) {
+		if !c.makeRoom(size, c.rank(op.next, op.stale)) {
 			continue
 		}
-		c.m[k] = cachedRecord{val: op.val, next: op.next}
+		c.m[k] = cachedRecord{val: op.val, next: op.next, stale: op.stale}
 		c.bytes += size
 	}
 }
 
 // makeRoom evicts records until one of size bytes fits (taskCache's
-// bounds), each time the one expected latest of taskCacheSample records,
-// and reports whether the record, expected at next, is to be kept: not
-// when the record to evict is expected no later than it (it would push out
-// a record needed as soon or sooner). c.mu is held.
-func (c *taskCache) makeRoom(size int, next int64) bool {
+// bounds), each time the one ranked latest of taskCacheSample records,
+// and reports whether the record, ranked rank, is to be kept: not when
+// the record to evict is ranked no later than it (it would push out a
+// record needed as soon or sooner). c.mu is held.
+func (c *taskCache) makeRoom(size int, rank int64) bool {
 	maxN := c.maxN
 	if maxN <= 0 {
 		maxN = taskCacheSize
@@ -155,14 +186,14 @@ func (c *taskCache) makeRoom(size int, next int64) bool {
 	for len(c.m) > 0 && (len(c.m) >= maxN || c.bytes+size > taskCacheBytes) {
 		victim, latest, i := "", int64(math.MinInt64), 0
 		for k, r := range c.m {
-			if r.next > latest {
-				victim, latest = k, r.next
+			if rk := c.rank(r.next, r.stale); rk > latest {
+				victim, latest = k, rk
 			}
 			if i++; i == taskCacheSample {
 				break
 			}
 		}
-		if latest <= next {
+		if latest <= rank {
 			return false
 		}
 		c.drop(victim)
@@ -175,5 +206,5 @@ func (c *taskCache) clear() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	clear(c.m)
-	c.bytes = 0
+	c.bytes, c.now = 0, 0
 }

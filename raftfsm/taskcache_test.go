@@ -333,6 +333,136 @@ func TestTaskCacheKeepsTheBurstDueFirst(t *testing.T) {
 	e.checkIndexes()
 }
 
+// With room for taskCacheSample records, an eviction looks at all of
+// them: each write needed sooner than the latest pushes out exactly that
+// one, a write tied with it or later is not kept, the bytes counted are
+// the bytes held, and a record overdue on the cache's clock ranks last.
+func TestTaskCacheEvictsTheLatest(t *testing.T) {
+	c := taskCache{maxN: taskCacheSample}
+	key := func(i int) []byte { return taskKey("t" + strconv.Itoa(i)) }
+	check := func(what string, wantLatest int64) {
+		t.Helper()
+		held, latest := 0, int64(-1)
+		for k, r := range c.m {
+			held += len(k) + cap(r.val) + taskCacheEntryOverhead
+			latest = max(latest, r.next)
+		}
+		if held != c.bytes || len(c.m) != taskCacheSample || latest != wantLatest {
+			t.Fatalf("%s: %d records, %d bytes held, %d counted, latest %d; want %d records, latest %d", what, len(c.m), held, c.bytes, latest, taskCacheSample, wantLatest)
+		}
+	}
+	for i := range taskCacheSample {
+		c.committed([]writeOp{{key: key(i), val: make([]byte, 10+i), next: int64(100 + i), stale: 1000}})
+	}
+	check("filled", 115)
+	for i := range 10 {
+		// Needed at 50+i: each pushes out the latest, 115-i.
+		c.committed([]writeOp{{key: key(100 + i), val: make([]byte, 20), next: int64(50 + i), stale: 1000}})
+		if _, ok := c.get(key(taskCacheSample - 1 - i)); ok {
+			t.Fatalf("record needed at %d kept, the latest", 115-i)
+		}
+		check("after a write needed sooner", int64(114-i))
+	}
+	for _, next := range []int64{105, 106, 1 << 40} {
+		c.committed([]writeOp{{key: key(200), val: make([]byte, 20), next: next, stale: 1 << 41}})
+		if _, ok := c.get(key(200)); ok {
+			t.Fatalf("a write needed at %d, no sooner than the latest (105), was kept", next)
+		}
+		check("after a write needed no sooner", 105)
+	}
+	// The clock passes every record's stale time (1000): all rank last,
+	// and a write needed much later is kept in place of one of them.
+	c.committed([]writeOp{{key: key(300), val: make([]byte, 20), next: 5000, stale: 6000, at: 2000}})
+	if _, ok := c.get(key(300)); !ok {
+		t.Fatal("a write was not kept in place of an overdue record")
+	}
+	check("after the clock passed the others' stale time", 5000)
+}
+
+// Tasks due at once but never fired (a paused handler's, tasks parked
+// for want of an executor) must not hold the cache once they are
+// overdue: later tasks, submitted, fired and completed 20 s after, read
+// their records from it. With the records of the unfired tasks ranked by
+// their due time alone, they ranked sooner than any later task, and
+// nothing new was kept.
+func TestTaskCacheOverdueRecordsGiveWay(t *testing.T) {
+	e := newEnv(t)
+	e.f.tasks.maxN = 4
+	s := Spec{Handler: "h", TimeoutNs: 30e9, MaxAttempts: 3}
+	const at = 1_000_000
+	idx := uint64(0)
+	submitBurst(e, &idx, 4, 4, s, func(int) int64 { return at + 1_000 }, at)
+	if len(e.f.tasks.m) != 4 {
+		t.Fatalf("%d records cached, want 4", len(e.f.tasks.m))
+	}
+	later := int64(at + 1_000 + taskCacheOverdue.Milliseconds() + 10_000)
+	h := e.f.tasks.hits
+	for i := range 20 {
+		id := "w" + strconv.Itoa(i)
+		now := later + int64(i)*100
+		idx++
+		ep := e.apply1(idx, submitCmd(id, s, now+50, now)).Task.Epoch
+		idx++
+		e.apply1(idx, fireCmd(id, ep, 1, "n1", now+50, now+30_050))
+		idx++
+		e.apply1(idx, completeCmd(id, ep, 1, OutcomeSuccess, "", 0, now+60))
+	}
+	if got := e.f.tasks.hits - h; got != 40 {
+		t.Fatalf("%d of 40 fires and completes read the cache", got)
+	}
+	checkCacheMatchesStore(t, e)
+}
+
+// A running attempt's record is expected to be read until its lease
+// ends (a Complete of a 60 s attempt may come 25 s after the fire): new
+// tasks do not push it out before, though it was fired long before they
+// are due.
+func TestTaskCacheKeepsARunningAttemptUntilItsLease(t *testing.T) {
+	e := newEnv(t)
+	e.f.tasks.maxN = 2
+	s := Spec{Handler: "h", TimeoutNs: 60e9, MaxAttempts: 3}
+	const at = 1_000_000
+	ep := e.apply1(1, submitCmd("x", s, at, at)).Task.Epoch
+	e.apply1(2, fireCmd("x", ep, 1, "n1", at, at+60_000))
+	idx := uint64(2)
+	for i := range 5 {
+		now := int64(at + 20_000 + i*1_000)
+		idx++
+		e.apply1(idx, submitCmd("n"+strconv.Itoa(i), s, now+50, now))
+	}
+	h := e.f.tasks.hits
+	if r := e.apply1(idx+1, completeCmd("x", ep, 1, OutcomeSuccess, "", 0, at+25_000)); r.Code != CodeOK {
+		t.Fatalf("complete: %+v", r)
+	}
+	if e.f.tasks.hits == h {
+		t.Fatal("the Complete of the running attempt read badger: its record was pushed out before its lease ended")
+	}
+	checkCacheMatchesStore(t, e)
+}
+
+// Submitted in the reverse of their due order, into room for four: the
+// four due first are the ones kept, and their fires read the cache.
+func TestTaskCacheKeepsTheDueFirstWhateverTheSubmitOrder(t *testing.T) {
+	e := newEnv(t)
+	e.f.tasks.maxN = 4
+	s := Spec{Handler: "h", TimeoutNs: 30e9, MaxAttempts: 3}
+	const at = 1_000_000
+	idx := uint64(0)
+	due := func(i int) int64 { return at + 8_000 - int64(i)*1_000 }
+	epochs := submitBurst(e, &idx, 8, 1, s, due, at)
+	h := e.f.tasks.hits
+	for i := 7; i >= 0; i-- {
+		idx++
+		if r := e.apply1(idx, fireCmd("t"+strconv.Itoa(i), epochs[i], 1, "n1", due(i), due(i)+30_000)); r.Code != CodeOK {
+			t.Fatalf("fire t%d: %+v", i, r)
+		}
+		if want := uint64(min(8-i, 4)); e.f.tasks.hits-h != want {
+			t.Fatalf("after the fire of t%d (due %d): %d fires read the cache, want %d", i, due(i), e.f.tasks.hits-h, want)
+		}
+	}
+	checkCacheMatchesStore(t, e)
+}
+
 // submitBurst submits tasks "t0" to "t<n-1>" of spec s, created at at
 // and task i due at due(i), in entries of per commands from index *idx+1
 // on (advancing *idx), and returns their epochs.
