@@ -581,11 +581,11 @@ func (w *writer) del(key []byte) error {
 // of task records). fresh: no record of the task is stored (nor, so,
 // cached: the cache holds committed records only), and the write skips
 // the cache's forget. keep: the record is kept in the task cache once
-// committed, ranked by when its next command is expected
-// (writeOp.next). A new task due a day later, or a record in a final state,
-// would otherwise take a cache entry (a map insert, an eviction of a
-// record a Fire or Complete may still read) that nothing reads before it
-// is gone: in a batch of new tasks that churn was ~6-10 % of every node's
+// committed, ranked by when its next command is expected (writeOp.next).
+// A new task due a day later, or a record in a final state, would
+// otherwise take a cache entry (a map insert, an eviction of a record a
+// Fire or Complete may still read) that nothing reads before it is
+// gone: in a batch of new tasks that churn was ~6-10 % of every node's
 // CPU (docs/perf/README.md, Sixteenth session).
 func (w *writer) putTaskRecord(key []byte, t *Task, fresh, keep bool) error {
 	b, err := encodeRecord(t)

@@ -63,9 +63,9 @@ const (
 // of records that will be read. Time is the cache's own clock: the
 // latest time of the commands that wrote the records it was given
 // (writeOp.at), not the node's (a node replaying old entries ranks them
-// as of their time). Past taskCacheSize records
-// or taskCacheBytes bytes, the record ranked latest goes first, and a
-// write ranked no sooner than the record it would push out is not kept:
+// as of their time). Past taskCacheSize records or taskCacheBytes
+// bytes, the record ranked latest goes first, and a write ranked no
+// sooner than the record it would push out is not kept:
 // the cache holds the records expected to be read soonest, as Belady's
 // rule does for reads whose times are known (L. A. Belady, "A study of
 // replacement algorithms for a virtual-storage computer", IBM Systems
