@@ -43,7 +43,8 @@ type batchOptions struct{ minimal bool }
 // Err are as without it. A bulk load that only needs to know each item was
 // accepted saves the sidecar building and encoding a full view per task
 // (0.5–1 µs of its ~9 µs a task in a stream of 1 000-task batches) and
-// the client decoding it (with encoding/json, most of its CPU per batch). A sidecar that predates it answers full views, returned as usual.
+// the client decoding it (with encoding/json, most of its CPU per batch).
+// A sidecar that predates it answers full views, returned as usual.
 func MinimalResults() BatchOption { return func(o *batchOptions) { o.minimal = true } }
 
 // SubmitBatch submits many tasks in one request and one Raft round trip,
