@@ -25,7 +25,7 @@ type fastSubmitter struct {
 	req    *fasthttp.Request
 	resp   *fasthttp.Response
 	body   []byte          // submitBatch's request body
-	parser fastjson.Parser // submitBatch's answers
+	parser fastjson.Parser // the answers (checkAnswer, submitBatch)
 }
 
 func newFastSubmitter(socket string, timeout time.Duration) submitter {
@@ -54,7 +54,7 @@ func (f *fastSubmitter) submit(body []byte, id string, deadline time.Time) error
 	if err := f.hc.DoDeadline(f.req, f.resp, deadline); err != nil {
 		return fmt.Errorf("POST /v1/tasks: %w", err)
 	}
-	return checkAnswer(f.resp.StatusCode(), f.resp.Body(), id)
+	return checkAnswer(&f.parser, f.resp.StatusCode(), f.resp.Body(), id)
 }
 
 // close releases the connection and the buffers.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/valyala/fastjson"
 )
 
 func TestAppendSubmitRequest(t *testing.T) {
@@ -74,12 +76,16 @@ func TestCheckAnswer(t *testing.T) {
 		{"same spec", 200, `{"id":"t-1","state":"WAITING"}`, ""},
 		{"other task", 201, `{"id":"t-2","state":"WAITING"}`, `answer for task "t-2"`},
 		{"no state", 201, `{"id":"t-1"}`, "state"},
+		{"id not a string", 201, `{"id":1,"state":"WAITING"}`, `answer for task ""`},
+		{"empty state", 200, `{"id":"t-1","state":""}`, "state"},
+		{"truncated", 201, `{"id":"t-1","state":"WAI`, "answer"},
 		{"not json", 201, `<html>`, "answer"},
 		{"api error", 409, `{"error":{"code":"conflict","message":"task t-1 exists with another spec"}}`, "409 conflict: task t-1 exists"},
 		{"other error", 502, `bad gateway`, "502: bad gateway"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkAnswer(tc.status, []byte(tc.body), "t-1")
+			var p fastjson.Parser
+			err := checkAnswer(&p, tc.status, []byte(tc.body), "t-1")
 			if tc.err == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -90,5 +96,22 @@ func TestCheckAnswer(t *testing.T) {
 				t.Fatalf("err %v, want one containing %q", err, tc.err)
 			}
 		})
+	}
+}
+
+// BenchmarkCheckAnswer checks the answer the bench's callers get for each
+// submit: a node's task view, as ax dev answered one (331 bytes).
+func BenchmarkCheckAnswer(b *testing.B) {
+	body := []byte(`{"id":"r0-3-12345","handler":"axbench-throughput","state":"WAITING","priority":2,"attempts":0,` +
+		`"max_attempts":4,"timeout":"30s","delay":"24h0m0s","next_run_at":"2026-12-08T15:52:30.641Z","run":1,` +
+		`"snoozes":0,"created_at":"2026-12-07T15:52:30.64Z","updated_at":"2026-12-07T15:52:30.64Z",` +
+		`"trace_id":"9211d8805bf5bf7b814639e67215e649"}`)
+	var p fastjson.Parser
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if err := checkAnswer(&p, 201, body, "r0-3-12345"); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

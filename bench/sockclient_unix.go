@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"syscall"
 	"time"
+
+	"github.com/valyala/fastjson"
 )
 
 // sockSubmitter sends the one-task submits of the throughput workload
@@ -30,6 +32,7 @@ type sockSubmitter struct {
 	fd      int // -1: not connected
 	req     []byte
 	buf     []byte
+	parser  fastjson.Parser // the answers (checkAnswer)
 }
 
 // newSockSubmitter returns a sockSubmitter for socket, with timeout
@@ -79,7 +82,7 @@ func (s *sockSubmitter) submit(body []byte, id string, _ time.Time) error {
 		s.closeConn()
 		return fmt.Errorf("POST /v1/tasks: %w", err)
 	}
-	return checkAnswer(status, ans, id)
+	return checkAnswer(&s.parser, status, ans, id)
 }
 
 // exchange writes the request and reads the answer: its status and body
