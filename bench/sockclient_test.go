@@ -100,9 +100,9 @@ func TestCheckAnswer(t *testing.T) {
 }
 
 // BenchmarkCheckAnswer checks the answer the bench's callers get for each
-// submit: a node's task view, as ax dev answered one (331 bytes).
+// submit: a node's task view, as ax dev answers one (336 bytes).
 func BenchmarkCheckAnswer(b *testing.B) {
-	body := []byte(`{"id":"r0-3-12345","handler":"axbench-throughput","state":"WAITING","priority":2,"attempts":0,` +
+	body := []byte(`{"id":"axb5f3a0-3-1234","handler":"ax-bench.throughput","state":"WAITING","priority":2,"attempts":0,` +
 		`"max_attempts":4,"timeout":"30s","delay":"24h0m0s","next_run_at":"2026-12-08T15:52:30.641Z","run":1,` +
 		`"snoozes":0,"created_at":"2026-12-07T15:52:30.64Z","updated_at":"2026-12-07T15:52:30.64Z",` +
 		`"trace_id":"9211d8805bf5bf7b814639e67215e649"}`)
@@ -110,7 +110,7 @@ func BenchmarkCheckAnswer(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if err := checkAnswer(&p, 201, body, "r0-3-12345"); err != nil {
+		if err := checkAnswer(&p, 201, body, "axb5f3a0-3-1234"); err != nil {
 			b.Fatal(err)
 		}
 	}
