@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -184,5 +185,22 @@ func TestNodesReached(t *testing.T) {
 	}
 	if _, _, err := nodesReached(ctx, []*ax.Client{ax.New(ax.Config{SocketPath: filepath.Join(t.TempDir(), "none.sock")})}); err == nil {
 		t.Error("no node behind the socket: no error")
+	}
+}
+
+func TestThroughputPhases(t *testing.T) {
+	for _, tc := range []struct {
+		callers []int
+		batch   int
+		want    []throughputPhase
+	}{
+		{[]int{1, 8, 16}, 1000, []throughputPhase{{1, 1}, {8, 1}, {16, 1}, {16, 1000}}},
+		{[]int{16, 4}, 10, []throughputPhase{{16, 1}, {4, 1}, {16, 10}}},
+		// A batch of one would repeat the single submits of the most callers.
+		{[]int{1, 16}, 1, []throughputPhase{{1, 1}, {16, 1}}},
+	} {
+		if got := throughputPhases(tc.callers, tc.batch); !slices.Equal(got, tc.want) {
+			t.Errorf("throughputPhases(%v, %d) = %v, want %v", tc.callers, tc.batch, got, tc.want)
+		}
 	}
 }

@@ -29,7 +29,8 @@ type ThroughputConfig struct {
 	Clients int
 	// Duration is how long each phase submits.
 	Duration time.Duration
-	// Batch is the number of tasks per request in the batched phase.
+	// Batch is the number of tasks per request in the batched phase (1: no
+	// batched phase).
 	Batch int
 	// BatchViews makes the batched phase ask for the full view of every
 	// task in its answers, as a plain POST /v1/tasks/batch gets. By default
@@ -205,12 +206,7 @@ func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*Th
 			rep.Notes = append(rep.Notes, fmt.Sprintf("no node µs/task: the sockets reach %d of the cluster's %d nodes", reached, members))
 		}
 	}
-	type phase struct{ callers, batch int }
-	var phases []phase
-	for _, c := range callers {
-		phases = append(phases, phase{c, 1})
-	}
-	phases = append(phases, phase{slices.Max(callers), cfg.Batch})
+	phases := throughputPhases(callers, cfg.Batch)
 	prefix := runID()
 	metricsNote := ""
 	for i, p := range phases {
@@ -245,8 +241,8 @@ func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*Th
 		rep.Notes = append(rep.Notes, metricsNote)
 	}
 	if cfg.Processing > 0 {
-		var batchRate float64
-		if n := len(rep.Phases); n > 0 {
+		var batchRate float64 // 0 (a guess) without a batched phase
+		if n := len(rep.Phases); n > 0 && rep.Phases[n-1].Mode != "single" {
 			batchRate = rep.Phases[n-1].TaskRate
 		}
 		ph, err := runProcessingPhase(ctx, e, cfg.Processing, cfg.Workers, batchRate)
@@ -262,6 +258,25 @@ func RunThroughput(ctx context.Context, opts Options, cfg ThroughputConfig) (*Th
 		}
 	}
 	return rep, nil
+}
+
+// throughputPhase is one phase of the throughput workload: callers
+// concurrent callers, each submitting batch tasks per request.
+type throughputPhase struct{ callers, batch int }
+
+// throughputPhases returns the phases of the throughput workload: one of
+// single submits per entry of callers, in order, then one of batches of
+// batch tasks by the largest number of callers; with batch 1 that last
+// phase would repeat a single-submit phase, and there is none.
+func throughputPhases(callers []int, batch int) []throughputPhase {
+	var phases []throughputPhase
+	for _, c := range callers {
+		phases = append(phases, throughputPhase{c, 1})
+	}
+	if batch > 1 {
+		phases = append(phases, throughputPhase{slices.Max(callers), batch})
+	}
+	return phases
 }
 
 // minPhaseCPU is the least CPU a phase's nodes must use for its CPU per

@@ -329,7 +329,8 @@ own connection; a single caller through a blocking socket client, so that
 the bench's own CPU stays off the path it measures), and a last phase in
 which the largest number of callers submit --batch tasks per
 request (POST /v1/tasks/batch; its answers asked with Prefer:
-return=minimal, each task's id and state, unless --batch-views). Tasks are
+return=minimal, each task's id and state, unless --batch-views; with
+--batch 1, no such phase). Tasks are
 due in 24h, so nothing fires meanwhile. The report gives, per phase, tasks/s and its ratio to the synced
 writes/s, requests/s, the latency of a request (until the tasks are durable
 on a quorum), and from the nodes' metrics the commands per Raft entry,
@@ -400,7 +401,7 @@ fires and completions.`,
 	cmd.Flags().IntVar(&clients, "clients", 0, "one phase with this many callers (old spelling of --callers N)")
 	_ = cmd.Flags().MarkDeprecated("clients", "use --callers")
 	cmd.Flags().DurationVar(&duration, "duration", 10*time.Second, "how long each phase submits")
-	cmd.Flags().IntVar(&batch, "batch", 1000, "tasks per request in the batched phase")
+	cmd.Flags().IntVar(&batch, "batch", 1000, "tasks per request in the batched phase (1: no batched phase)")
 	cmd.Flags().BoolVar(&batchViews, "batch-views", false, "the batched phase asks for the full view of every task in its answers (default: Prefer: return=minimal, each task's id and state)")
 	cmd.Flags().DurationVar(&syncProbe, "sync-probe", time.Second, "how long to measure the disk's synced-write rate before the phases, and half as long the host's speed (0: skip both)")
 	cmd.Flags().IntVar(&processing, "processing", 50000, "no-op tasks of the processing phase, all due at once (0: skip the phase)")
