@@ -9,9 +9,9 @@
 # 2409; peer ports one above), their data in $TMPDIR, etcd's defaults but
 # --log-level error; load puts 100-byte values for $DUR (5s), each caller
 # its own client. ax: ax bench throughput --processing 0 --batch 1 for the
-# same callers and duration (its nodes' data in $TMPDIR too; the first
-# phase is read: the bench adds a second, "batch" phase of the same
-# callers, not used here). Each line gives the rate, p50/p99, the
+# same callers and duration (its nodes' data in $TMPDIR too; its first
+# phase is read: an ax older than --batch 1's "no batched phase" runs a
+# second, identical one). Each line gives the rate, p50/p99, the
 # servers' CPU per write (etcd: utime+stime from /proc over load's
 # measured window; ax: the nodes' own counters over the phase) and the
 # client's. Every etcd member and data dir is removed on exit, however
