@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzCheckDuplicateKeysMatchesTokenWalk: checkDuplicateKeys walks the
@@ -32,6 +33,17 @@ func FuzzCheckDuplicateKeysMatchesTokenWalk(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
+		if !utf8.Valid(body) {
+			// The decoder reads each byte that is not UTF-8 as U+FFFD, so
+			// the token walk names such a key otherwise ("ro\x8fte" is
+			// "ro\ufffdte" to it) and takes "k\x8f" and "k\x90" for one
+			// key; checkDuplicateKeys compares them as sent. Such a body
+			// is refused all the same: as not UTF-8 (checkUTF8), or as a
+			// duplicate when a key comes twice as sent. Walked all the
+			// same: it must not panic or hang.
+			checkDuplicateKeys(body)
+			return
+		}
 		want, wantDup := refDuplicateKey(body)
 		err := checkDuplicateKeys(body)
 		if (err != nil) != wantDup {

@@ -70,6 +70,10 @@ func TestDecode_RefusesDuplicateKeys(t *testing.T) {
 		{"result result twice", "result", `{"attempt":1,"status":"success","result":1,"result":2}`, `invalid json: duplicate key "result"`},
 		{"executor url twice", "executor", `{"name":"e","handlers":["*"],"url":"unix:///a.sock","url":"unix:///b.sock"}`, `invalid json: duplicate key "url"`},
 		{"empty body, a key twice", "empty", `{"a":1,"a":2}`, `invalid json: duplicate key "a"`},
+		// A key that is not UTF-8, twice: named as sent (the body would be
+		// refused as not UTF-8 after the decoder, checkUTF8, if it were not
+		// here).
+		{"submit a key twice, not UTF-8", "submit", "{\"handler\":\"h\",\"ro\x8fte\":\"\",\"ro\x8fte\":\"\"}", `invalid json: duplicate key "ro\x8fte"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := decodeAny(tc.route, []byte(tc.body))
