@@ -276,6 +276,8 @@ func TestCaller_EarlyAnswerToALargeRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ln.Close()
+			done := make(chan struct{})
+			defer close(done)
 			go func() {
 				c, err := ln.Accept()
 				if err != nil {
@@ -292,7 +294,15 @@ func TestCaller_EarlyAnswerToALargeRequest(t *testing.T) {
 				io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big!")
 				if tc, ok := c.(*net.TCPConn); ok {
 					tc.CloseWrite()
-					time.Sleep(100 * time.Millisecond) // let the answer go before the unread body resets the connection
+					// Closed with the body unread, the connection is reset,
+					// and a caller that has not read the answer by then
+					// sees only the reset: held open until the caller is
+					// done (a fixed 100 ms here failed once on a loaded CI
+					// host: "write: connection timed out" at 794 ms).
+					select {
+					case <-done:
+					case <-time.After(10 * time.Second):
+					}
 				}
 			}()
 			base := "unix://" + ln.Addr().String()
