@@ -292,6 +292,12 @@ type Config struct {
 	// SnapshotInterval is how often Raft checks SnapshotThreshold.
 	// Defaults to SnapshotIntervalDefault.
 	SnapshotInterval time.Duration
+	// RaftLogSync is how the Raft log's fsyncs block (--raft-log-sync):
+	// raftstore.LogSyncAuto ("" too) keeps the P through a fsync while
+	// the process runs on one P and fsyncs are fast;
+	// raftstore.LogSyncHandoff sends every fsync through the Go runtime,
+	// which hands the P to another thread (raftstore/walsync.go).
+	RaftLogSync raftstore.LogSync
 	// PeerRoutes override the addresses this node dials to reach other
 	// nodes (Raft transport and peer API), one route per node; for tests
 	// and network overlays (see PeerRoute). Empty: dial the advertised
@@ -519,6 +525,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.validateDeploy(); err != nil {
 		return err
+	}
+	if _, err := raftstore.ParseLogSync(string(c.RaftLogSync)); err != nil {
+		return fmt.Errorf("RaftLogSync (--raft-log-sync): %w", err)
 	}
 	if c.HistoryRuns > HistoryRunsMax {
 		return fmt.Errorf("HistoryRuns (--history-runs) %d: at most %d", c.HistoryRuns, HistoryRunsMax)

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/axsched/ax/sidecar/raftstore"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,6 +80,29 @@ func TestConfigValidate_Raft(t *testing.T) {
 				t.Errorf("raft.ValidateConfig = %v but Validate = %v", rerr, err)
 			}
 		})
+	}
+}
+
+// TestConfigValidate_RaftLogSync: the log sync's two names and "" pass;
+// another is refused, naming the field, the flag and the choices.
+func TestConfigValidate_RaftLogSync(t *testing.T) {
+	for _, v := range []raftstore.LogSync{"", raftstore.LogSyncAuto, raftstore.LogSyncHandoff} {
+		c := validRaftTestConfig(t)
+		c.RaftLogSync = v
+		if err := c.Validate(); err != nil {
+			t.Errorf("RaftLogSync %q: %v", v, err)
+		}
+	}
+	c := validRaftTestConfig(t)
+	c.RaftLogSync = "raw"
+	err := c.Validate()
+	if err == nil {
+		t.Fatal(`RaftLogSync "raw": no error`)
+	}
+	for _, w := range []string{"RaftLogSync", "--raft-log-sync", `"raw"`, "auto", "handoff"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("Validate() = %q, want it to contain %q", err, w)
+		}
 	}
 }
 

@@ -141,6 +141,11 @@ type LogStats interface {
 	// each); Entries the entries written.
 	Writes() uint64
 	Entries() uint64
+	// HeldSyncs is the log's fsyncs that kept their P (raftstore's
+	// --raft-log-sync auto), SlowSyncs those of them that took 10 ms or
+	// more (each sends the next minute's fsyncs through the Go runtime).
+	HeldSyncs() uint64
+	SlowSyncs() uint64
 }
 
 // Sources are the node's parts the gauges read at each scrape.
@@ -183,6 +188,10 @@ func (m *Metrics) Watch(src Sources) {
 			func() float64 { return float64(src.Log.Writes()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_log_entries_written_total", Help: "Raft entries written to this node's log; ÷ ax_raft_log_writes_total = entries per fsync."},
 			func() float64 { return float64(src.Log.Entries()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_log_syncs_held_total", Help: "Fsyncs of this node's Raft log that kept their P (--raft-log-sync auto, on one P): no hand-off to another thread; the rest of ax_raft_log_writes_total went through the Go runtime."},
+			func() float64 { return float64(src.Log.HeldSyncs()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_log_slow_held_syncs_total", Help: "Held fsyncs (ax_raft_log_syncs_held_total) that took 10ms or more; each sends the next minute's fsyncs through the Go runtime."},
+			func() float64 { return float64(src.Log.SlowSyncs()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ax_timers", Help: "Timers armed on the leader (due times and leases); 0 on followers."},
 			func() float64 { return float64(src.Leader.Armed()) }),
 	)

@@ -23,6 +23,8 @@ func (fakeStore) Size() int64                          { return 4096 }
 func (f fakeStore) TaskCounts() []int64                { return f.counts }
 func (fakeLog) Writes() uint64                         { return 10 }
 func (fakeLog) Entries() uint64                        { return 30 }
+func (fakeLog) HeldSyncs() uint64                      { return 8 }
+func (fakeLog) SlowSyncs() uint64                      { return 1 }
 func (f fakeDelivery) Backlog() [engine.Priorities]int { return f.b }
 func (fakeDelivery) OpenCircuits() []string            { return []string{"h3"} }
 
@@ -89,6 +91,12 @@ ax_raft_log_writes_total 10
 # HELP ax_raft_log_entries_written_total Raft entries written to this node's log; ÷ ax_raft_log_writes_total = entries per fsync.
 # TYPE ax_raft_log_entries_written_total counter
 ax_raft_log_entries_written_total 30
+# HELP ax_raft_log_syncs_held_total Fsyncs of this node's Raft log that kept their P (--raft-log-sync auto, on one P): no hand-off to another thread; the rest of ax_raft_log_writes_total went through the Go runtime.
+# TYPE ax_raft_log_syncs_held_total counter
+ax_raft_log_syncs_held_total 8
+# HELP ax_raft_log_slow_held_syncs_total Held fsyncs (ax_raft_log_syncs_held_total) that took 10ms or more; each sends the next minute's fsyncs through the Go runtime.
+# TYPE ax_raft_log_slow_held_syncs_total counter
+ax_raft_log_slow_held_syncs_total 1
 # HELP ax_parked_runs Due runs the leader holds because they cannot start yet, per handler and waiting reason (no_executor, executor_busy, executor_unavailable, circuit_open, handler_limit, paused). 0 series on followers.
 # TYPE ax_parked_runs gauge
 ax_parked_runs{handler="h1",reason="circuit_open"} 4

@@ -595,7 +595,7 @@ func (c *stressCluster) newNode(i int, dir string) (*stressNode, raft.LogStore, 
 	var snaps raft.SnapshotStore
 	switch c.o.stack {
 	case "ax":
-		w, err := openLogStore(dir, zerolog.Nop(), hlog)
+		w, err := openLogStore(dir, zerolog.Nop(), hlog, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

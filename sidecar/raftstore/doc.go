@@ -11,6 +11,9 @@
 //     memory for raft's reads), the snapshot store and the transport,
 //     and applies the applied-index rule at boot (no snapshot restore when
 //     badger already holds it).
+//   - The log's fsync (walsync.go): on one P, a raw fsync that keeps its
+//     P instead of the runtime's hand-off to another thread
+//     (Config.LogSync, --raft-log-sync), and the fallback after a slow one.
 //   - The storage guard (storage.go, diskpressure.go): whether this node's
 //     disk takes writes, from a periodic probe, the FSM's write errors and
 //     the Raft log's; the levels of free space against the reserve; the
@@ -47,7 +50,8 @@
 //
 // engine (the clock), raftfsm, ipc's wire types (the storage error's API
 // answer and status), hashicorp/raft, raft-wal, badger,
-// prometheus and zerolog; raft-boltdb only to migrate an earlier
+// prometheus and zerolog; golang.org/x/sys/unix for the raw fsync
+// (walsync.go); raft-boltdb only to migrate an earlier
 // version's raft.db (walstore.go). It must not import sidecar or its other
 // sub-packages. What it needs from the rest of the node it asks through
 // its own small interfaces and config structs: Backlog (the leader's
@@ -62,5 +66,6 @@
 // snapshot was last logged, commit latency, admission's due window) come
 // from the injected engine.Clock. The periodic loops (probe, snapshot by
 // bytes, compaction retry) and the stable store's retry backoff run on
-// real tickers, like raft's own timeouts.
+// real tickers, like raft's own timeouts, and so does the raw fsync's
+// timing (walsync.go: how long the system call took, monotonic).
 package raftstore

@@ -154,7 +154,7 @@ func BenchmarkTailCacheGetLog(b *testing.B) {
 			name = "cache"
 		}
 		b.Run(name, func(b *testing.B) {
-			w, err := openWAL(b.TempDir(), testHlog)
+			w, err := openWAL(b.TempDir(), testHlog, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -233,7 +233,7 @@ func TestSuffixDeletedBelowAppliedIsReported(t *testing.T) {
 // each, instead of its snapshot (e2e TestSnapshot_LaggingFollowerCatchesUp
 // did not converge in 30 s).
 func TestTailCacheDeletedHeadIsNotFoundInRaftWAL(t *testing.T) {
-	w, err := openLogStore(t.TempDir(), zerolog.Nop(), testHlog)
+	w, err := openLogStore(t.TempDir(), zerolog.Nop(), testHlog, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func Recover(cfg Config, address string, apply bool) (RecoverResult, error) {
 	}
 	defer st.Close()
 	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: os.Stderr, JSONFormat: true})
-	st.logStore, err = openLogStore(cfg.DataDir, st.log, hlog) // migrates an earlier version's raft.db
+	st.logStore, err = openLogStore(cfg.DataDir, st.log, hlog, nil) // migrates an earlier version's raft.db
 	if err != nil {
 		return res, err
 	}

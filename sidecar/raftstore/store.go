@@ -39,6 +39,9 @@ type Config struct {
 	SnapshotThreshold  uint64
 	SnapshotInterval   time.Duration
 	TrailingLogs       uint64
+	// LogSync is how the Raft log's segment files are fsynced
+	// (walsync.go); "": LogSyncAuto.
+	LogSync LogSync
 	// TrailingLogsBytes bounds the log bytes kept after a snapshot and
 	// triggers one (SnapshotByBytes); 0: no bound.
 	TrailingLogsBytes int64
@@ -104,7 +107,8 @@ type Store struct {
 	LogWriting LogWriting
 
 	logStore *wal.WAL
-	sizes    entrySizes // of the entries written to logStore (trailingForBytes)
+	syncs    *syncPolicy // how logStore fsyncs (walsync.go); nil before StartRaft
+	sizes    entrySizes  // of the entries written to logStore (trailingForBytes)
 	// appliedReplaced counts the log suffixes raft deleted from at or
 	// below the applied index (checkSuffixDeleted).
 	appliedReplaced atomic.Uint64
@@ -148,8 +152,12 @@ func OpenState(cfg Config) (*Store, error) {
 func (st *Store) StartRaft(advertise func() (net.Addr, error)) error {
 	cfg := &st.cfg
 	hlog := newRaftLogger(hclog.New(&hclog.LoggerOptions{Name: "raft", Level: raftLogLevel(st.log.GetLevel()), Output: os.Stderr, JSONFormat: true}), cfg.Removed)
-	var err error
-	st.logStore, err = openLogStore(cfg.DataDir, st.log, hlog)
+	mode, err := ParseLogSync(string(cfg.LogSync))
+	if err != nil {
+		return err
+	}
+	st.syncs = newSyncPolicy(mode, hlog.Named("wal"))
+	st.logStore, err = openLogStore(cfg.DataDir, st.log, hlog, st.syncs)
 	if err != nil {
 		return err
 	}

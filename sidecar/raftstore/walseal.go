@@ -106,12 +106,18 @@ func rotateSealedTail(w *wal.WAL) (uint64, error) {
 // block", raft-wal#31: a node killed in the chaos e2e could not start
 // again); and its Close left the meta store's bolt file open, whose lock
 // blocked the next open in the same process for ever.
-func openWAL(dir string, hlog hclog.Logger) (*wal.WAL, error) {
+func openWAL(dir string, hlog hclog.Logger, policy *syncPolicy) (*wal.WAL, error) {
 	sealed, err := walTailSealed(dir)
 	if err != nil {
 		return nil, fmt.Errorf("check the log's tail segment: %w", err)
 	}
-	w, err := wal.Open(dir, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(hlog.Named("wal")))
+	// raft-wal's default segment filer, but for the files' fsync
+	// (walsync.go) when policy is set.
+	filer := segment.NewFiler(dir, walfs.New())
+	if policy != nil {
+		filer = segment.NewFiler(dir, syncFS{FS: walfs.New(), policy: policy})
+	}
+	w, err := wal.Open(dir, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(hlog.Named("wal")), wal.WithSegmentFiler(filer))
 	if err != nil || !sealed {
 		return w, err
 	}

@@ -44,7 +44,7 @@ func sealTailFile(t *testing.T, dir string) {
 // entry.
 func TestWALSealedTailRotatedAtOpen(t *testing.T) {
 	dir := t.TempDir()
-	w, err := openWAL(dir, testHlog)
+	w, err := openWAL(dir, testHlog, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestWALSealedTailRotatedAtOpen(t *testing.T) {
 	if sealed, err := walTailSealed(dir); err != nil || !sealed {
 		t.Fatalf("walTailSealed = %v, %v", sealed, err)
 	}
-	w, err = openWAL(dir, testHlog)
+	w, err = openWAL(dir, testHlog, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestWALSealedTailRotatedAtOpen(t *testing.T) {
 	if sealed, err := walTailSealed(dir); err != nil || sealed {
 		t.Fatalf("after the rotation walTailSealed = %v, %v", sealed, err)
 	}
-	w, err = openWAL(dir, testHlog)
+	w, err = openWAL(dir, testHlog, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestWALTailNotSealed(t *testing.T) {
 	if sealed, err := walTailSealed(dir); err != nil || sealed {
 		t.Fatalf("empty dir: %v, %v", sealed, err)
 	}
-	w, err := openWAL(dir, testHlog)
+	w, err := openWAL(dir, testHlog, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ var (
 // migrating DataDir/raft.db into it first when the dir holds only that
 // (migrateBoltLog). Errors: the migration's, and raft-wal's when the WAL
 // cannot be opened or recovered.
-func openLogStore(dataDir string, log zerolog.Logger, hlog hclog.Logger) (*wal.WAL, error) {
+func openLogStore(dataDir string, log zerolog.Logger, hlog hclog.Logger, policy *syncPolicy) (*wal.WAL, error) {
 	if err := migrateBoltLog(dataDir, log, hlog); err != nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func openLogStore(dataDir string, log zerolog.Logger, hlog hclog.Logger) (*wal.W
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("raft log dir: %w", err)
 	}
-	w, err := openWAL(dir, hlog)
+	w, err := openWAL(dir, hlog, policy)
 	if err != nil {
 		return nil, fmt.Errorf("open raft log %s: %w", dir, err)
 	}
@@ -246,7 +246,7 @@ func copyBoltToWAL(boltPath, dir string, hlog hclog.Logger) (n, bytes uint64, er
 		return 0, 0, fmt.Errorf("open %s: %w", boltPath, err)
 	}
 	defer src.Close()
-	dst, err := openWAL(dir, hlog)
+	dst, err := openWAL(dir, hlog, nil)
 	if err != nil {
 		return 0, 0, fmt.Errorf("create the WAL: %w", err)
 	}

@@ -66,7 +66,7 @@ func writeBoltLog(t *testing.T, path string, ls []*raft.Log, term uint64, cand s
 // the vote.
 func checkWAL(t *testing.T, dataDir string, want []*raft.Log, term uint64, cand string) {
 	t.Helper()
-	w, err := openWAL(filepath.Join(dataDir, walDirName), testHlog)
+	w, err := openWAL(filepath.Join(dataDir, walDirName), testHlog, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestMigrateBoltLogAfterACrash(t *testing.T) {
 	dir := t.TempDir()
 	writeBoltLog(t, filepath.Join(dir, boltLogName), ls, 4, "s3")
 	partial := filepath.Join(dir, walMigrateName)
-	w, err := openWAL(mkdir(t, partial), testHlog)
+	w, err := openWAL(mkdir(t, partial), testHlog, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestLogStoreLeavesARaftDBEarlierVersionsRefuse(t *testing.T) {
 	}
 	for _, dir := range []string{fresh, migrated} {
 		for range 2 {
-			w, err := openLogStore(dir, log, testHlog)
+			w, err := openLogStore(dir, log, testHlog, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -276,7 +276,7 @@ func walToBolt(t *testing.T, dataDir string) (entries int) {
 	if err := os.Remove(filepath.Join(dataDir, boltLogName)); err != nil {
 		t.Fatal(err)
 	}
-	w, err := openWAL(filepath.Join(dataDir, walDirName), testHlog)
+	w, err := openWAL(filepath.Join(dataDir, walDirName), testHlog, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestNodeStartsOnAMigratedDataDir(t *testing.T) {
 // small meta file on disk.
 func TestFreshWALFootprint(t *testing.T) {
 	dir := t.TempDir()
-	w, err := openLogStore(dir, zerolog.Nop(), testHlog)
+	w, err := openLogStore(dir, zerolog.Nop(), testHlog, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +417,7 @@ func TestFreshWALFootprint(t *testing.T) {
 // could not start again.
 func TestWALTailTruncationSurvivesReopen(t *testing.T) {
 	dir := t.TempDir()
-	w, err := openWAL(dir, testHlog)
+	w, err := openWAL(dir, testHlog, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +435,7 @@ func TestWALTailTruncationSurvivesReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
-	w, err = openWAL(dir, testHlog)
+	w, err = openWAL(dir, testHlog, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +458,7 @@ func TestWALTailTruncationSurvivesReopen(t *testing.T) {
 // installed snapshot clears its log rather than leaving a gap the WAL
 // refuses); a store that allows gaps stays one.
 func TestGuardedLogStoreIsMonotonic(t *testing.T) {
-	w, err := openWAL(t.TempDir(), testHlog)
+	w, err := openWAL(t.TempDir(), testHlog, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,7 +488,7 @@ func BenchmarkLogAppend(b *testing.B) {
 		}
 	}
 	b.Run("wal", func(b *testing.B) {
-		w, err := openWAL(b.TempDir(), testHlog)
+		w, err := openWAL(b.TempDir(), testHlog, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -512,7 +512,7 @@ func TestLogStoreOpensWithoutTheGuard(t *testing.T) {
 	dir := t.TempDir()
 	writeBoltLog(t, filepath.Join(dir, boltLogName), testEntries(1, 5), 1, "s1")
 	mkdir(t, filepath.Join(dir, boltGuardTmp, "x"))
-	w, err := openLogStore(dir, zerolog.New(zerolog.NewTestWriter(t)), testHlog)
+	w, err := openLogStore(dir, zerolog.New(zerolog.NewTestWriter(t)), testHlog, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,7 +521,7 @@ func TestLogStoreOpensWithoutTheGuard(t *testing.T) {
 		t.Fatal("the migrated raft.db left beside the WAL")
 	}
 	checkWAL(t, dir, testEntries(1, 5), 1, "s1")
-	w, err = openLogStore(dir, zerolog.Nop(), testHlog)
+	w, err = openLogStore(dir, zerolog.Nop(), testHlog, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

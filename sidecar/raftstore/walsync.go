@@ -1,0 +1,272 @@
+package raftstore
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/types"
+	"golang.org/x/sys/unix"
+)
+
+// The Raft log's fsync, and the P it blocks.
+//
+// raft-wal makes each append durable with an fsync of its segment file
+// (os.File.Sync: a blocking system call through the Go runtime). While a
+// goroutine is in such a call, the runtime's sysmon takes its P once it
+// has seen it there for a tick (20 µs or more) and, when other goroutines
+// are runnable, hands the P to another thread, waking or starting one;
+// when the fsync returns, its thread finds the P gone, queues the
+// goroutine and parks (runtime/proc.go: sysmon, retake, handoffp,
+// exitsyscall). On one P — the node's usual state while its load fits in
+// one CPU (--adaptive-procs, internal/procs) — that is two or more
+// switches between threads for every fsync, and each retake keeps sysmon
+// polling every 20 µs instead of backing off (golang/go#18236).
+//
+// With LogSyncAuto (the default) a segment's fsync is a raw system call
+// (unix.RawSyscall: the runtime is not told) while the process runs on
+// one P and the last slow fsync is LogSyncSlowHold or more ago: the
+// thread keeps its P, and the goroutines made runnable meanwhile wait for
+// the fsync as they would behind a goroutine that computes. On one P there
+// is no other P to hand them to; what the hand-off bought was another
+// thread running them during the fsync, and under a load of single
+// submits they mostly wait for that fsync's commit anyway. And with no
+// retakes, sysmon backs off. One node of ax bench throughput, alternated
+// pairs on the project's 2-CPU VM (docs/perf/README.md, "Twentieth
+// session"), per submit (perf stat -a over the whole run): 16 callers,
+// 1.36–1.48 context switches against 1.93–3.45 and 0.10–0.13 of sysmon's
+// nanosleeps against 0.28–0.75, node CPU 17–42 % lower, 18–61 % more
+// submits/s in five pairs of five; 8 callers and 1 caller, 10–42 % and
+// 4–23 % more in three of three. Three nodes, 16 callers: no measurable
+// change (−8 to +22 % in seven pairs): there the forward hop's and the
+// transport's system calls keep sysmon polling either way.
+//
+// The risk is a stalled disk: a raw fsync that takes seconds stops the
+// whole process for that long, as a SIGSTOP would (e2e/sigstop_test.go:
+// the other nodes elect another leader; nothing is lost). Timers are not
+// behind it: the adaptive controller keeps the node on all its CPUs while
+// a task is due within 2 s or a callback is in flight. A raw fsync that
+// took LogSyncSlow or more sends the fsyncs of the next LogSyncSlowHold
+// through the runtime, so a disk that turns slow stops the process once,
+// not at every append. On more than one P every fsync goes through the
+// runtime: there another P is usually idle (sysmon then leaves the P in
+// the system call alone), and a P held in a raw call would hold up the
+// garbage collector's stop-the-world.
+//
+// LogSyncHandoff (--raft-log-sync handoff) sends every fsync through the
+// runtime, as os.File.Sync does.
+
+// LogSync says how the Raft log's segment files are fsynced (Config.LogSync).
+type LogSync string
+
+// The values of LogSync; "" is LogSyncAuto.
+const (
+	// LogSyncAuto: a raw fsync while the process runs on one P and the
+	// last slow fsync is LogSyncSlowHold or more ago; else the runtime's.
+	LogSyncAuto LogSync = "auto"
+	// LogSyncHandoff: every fsync through the runtime (os.File.Sync).
+	LogSyncHandoff LogSync = "handoff"
+)
+
+// ParseLogSync returns the LogSync named s ("" is LogSyncAuto). Errors:
+// any other name.
+func ParseLogSync(s string) (LogSync, error) {
+	switch LogSync(s) {
+	case "", LogSyncAuto:
+		return LogSyncAuto, nil
+	case LogSyncHandoff:
+		return LogSyncHandoff, nil
+	}
+	return "", fmt.Errorf("raft log sync %q: want %s or %s", s, LogSyncAuto, LogSyncHandoff)
+}
+
+const (
+	// LogSyncSlow is how long a raw fsync may take before the log's
+	// fsyncs go through the runtime for LogSyncSlowHold: 10 ms is 30–60
+	// times this VM's usual fsync (0.15–0.3 ms), and a tenth of the
+	// shortest heartbeat timeout a production cluster would use.
+	LogSyncSlow = 10 * time.Millisecond
+	// LogSyncSlowHold is how long the fsyncs after a slow raw one go
+	// through the runtime.
+	LogSyncSlowHold = time.Minute
+)
+
+// syncPolicy decides, for each fsync of the log's segments, whether it
+// is raw (see above), and counts both kinds. Its fields other than the
+// counters are set once, before the first fsync.
+type syncPolicy struct {
+	mode LogSync
+	// oneP reports whether the process runs on one P; nil:
+	// runtime.GOMAXPROCS(0) == 1.
+	oneP func() bool
+	// now is a monotonic reading; nil: time since the policy's first use
+	// (time.Since of a fixed start).
+	now func() time.Duration
+	// rawSync fsyncs fd without telling the runtime; nil: rawFsync.
+	rawSync func(fd uintptr) syscall.Errno
+	log     hclog.Logger
+
+	start     time.Time
+	slowUntil atomic.Int64  // now() in ns before which fsyncs go through the runtime
+	raw       atomic.Uint64 // fsyncs that kept the P
+	handoff   atomic.Uint64 // fsyncs through the runtime
+	slow      atomic.Uint64 // raw fsyncs that took LogSyncSlow or more
+}
+
+// newSyncPolicy returns the policy for mode, logging to log (nil: none).
+func newSyncPolicy(mode LogSync, log hclog.Logger) *syncPolicy {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	return &syncPolicy{mode: mode, log: log, start: time.Now()}
+}
+
+func (p *syncPolicy) clock() time.Duration {
+	if p.now != nil {
+		return p.now()
+	}
+	return time.Since(p.start)
+}
+
+// useRaw reports whether the next fsync is raw.
+func (p *syncPolicy) useRaw() bool {
+	if p.mode == LogSyncHandoff {
+		return false
+	}
+	if p.oneP != nil {
+		if !p.oneP() {
+			return false
+		}
+	} else if runtime.GOMAXPROCS(0) != 1 {
+		return false
+	}
+	return int64(p.clock()) >= p.slowUntil.Load()
+}
+
+// sync fsyncs f: raw through rc when useRaw says so (and rc is not nil),
+// else with f.Sync. Errors: the fsync's, as *os.PathError for a raw one.
+func (p *syncPolicy) sync(f types.WritableFile, rc syscall.RawConn, name string) error {
+	if rc == nil || !p.useRaw() {
+		p.handoff.Add(1)
+		return f.Sync()
+	}
+	p.raw.Add(1)
+	rawSync := p.rawSync
+	if rawSync == nil {
+		rawSync = rawFsync
+	}
+	var errno syscall.Errno
+	var begin, end time.Duration
+	if err := rc.Control(func(fd uintptr) {
+		begin = p.clock()
+		errno = rawSync(fd)
+		end = p.clock()
+	}); err != nil {
+		return &os.PathError{Op: "sync", Path: name, Err: err}
+	}
+	// took also counts a wait for the P if the goroutine is preempted as
+	// the call returns (sysmon asks a goroutine that ran 10 ms to yield):
+	// a false slow one only sends fsyncs through the runtime, the safe way.
+	if took := end - begin; took >= LogSyncSlow {
+		p.slow.Add(1)
+		p.slowUntil.Store(int64(end + LogSyncSlowHold))
+		p.log.Warn("a Raft log fsync that kept the P took long: the log's fsyncs go through the Go runtime for a while", "took", took, "for", LogSyncSlowHold)
+	}
+	if errno != 0 {
+		return &os.PathError{Op: "sync", Path: name, Err: errno}
+	}
+	return nil
+}
+
+// LogSyncs returns the Raft log's fsyncs that kept their P (held) and,
+// of those, the ones that took LogSyncSlow or more (slow) since the node
+// started Raft (walsync.go); 0, 0 before StartRaft.
+func (st *Store) LogSyncs() (held, slow uint64) {
+	if st.syncs == nil {
+		return 0, 0
+	}
+	return st.syncs.raw.Load(), st.syncs.slow.Load()
+}
+
+// rawFsync is fsync(2) on fd without the runtime's entersyscall (the
+// thread keeps its P), repeated on EINTR as os.File.Sync does.
+func rawFsync(fd uintptr) syscall.Errno {
+	for {
+		_, _, errno := unix.RawSyscall(unix.SYS_FSYNC, fd, 0, 0)
+		if errno != unix.EINTR {
+			return errno
+		}
+	}
+}
+
+// syncFS is raft-wal's OS file system (fs.FS) whose writable files sync
+// through a syncPolicy.
+type syncFS struct {
+	*fs.FS
+	policy *syncPolicy
+}
+
+// Create creates the segment file as fs.FS does. Its first Sync goes
+// through fs.File's (which also fsyncs the directory, so that the new
+// file's entry is durable), the later ones through the policy.
+func (v syncFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
+	f, err := v.FS.Create(dir, name, size)
+	if err != nil {
+		return nil, err
+	}
+	return v.wrap(f, false), nil
+}
+
+// OpenWriter opens an existing segment file as fs.FS does; every Sync
+// goes through the policy.
+func (v syncFS) OpenWriter(dir, name string) (types.WritableFile, error) {
+	f, err := v.FS.OpenWriter(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	return v.wrap(f, true), nil
+}
+
+func (v syncFS) wrap(f types.WritableFile, synced bool) types.WritableFile {
+	sf := &syncFile{WritableFile: f, policy: v.policy}
+	if n, ok := f.(interface{ Name() string }); ok {
+		sf.name = n.Name()
+	}
+	if sc, ok := f.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			sf.rc = rc
+		}
+	}
+	sf.synced.Store(synced)
+	return sf
+}
+
+// syncFile is a segment file whose Sync goes through a syncPolicy once
+// it has been synced once.
+type syncFile struct {
+	types.WritableFile
+	policy *syncPolicy
+	rc     syscall.RawConn // nil: the file has no descriptor to sync raw
+	name   string
+	synced atomic.Bool
+}
+
+// Sync fsyncs the file: the first time through the wrapped file's Sync
+// (for a new file, fs.File's, which fsyncs its directory too), then
+// through the policy.
+func (f *syncFile) Sync() error {
+	if !f.synced.Load() {
+		f.policy.handoff.Add(1)
+		if err := f.WritableFile.Sync(); err != nil {
+			return err
+		}
+		f.synced.Store(true)
+		return nil
+	}
+	return f.policy.sync(f.WritableFile, f.rc, f.name)
+}

@@ -1,0 +1,264 @@
+package raftstore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	walfs "github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/types"
+)
+
+func TestParseLogSync(t *testing.T) {
+	for in, want := range map[string]LogSync{"": LogSyncAuto, "auto": LogSyncAuto, "handoff": LogSyncHandoff} {
+		if got, err := ParseLogSync(in); err != nil || got != want {
+			t.Errorf("ParseLogSync(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"Auto", "raw", "fsync", " auto"} {
+		if _, err := ParseLogSync(in); err == nil {
+			t.Errorf("ParseLogSync(%q): no error", in)
+		}
+	}
+}
+
+// fakeSyncFile counts the Syncs that went through the runtime (os.File's
+// path); fakeRawConn hands fd 42 to Control's function.
+type fakeSyncFile struct {
+	types.WritableFile
+	syncs int
+}
+
+func (f *fakeSyncFile) Sync() error { f.syncs++; return nil }
+
+type fakeRawConn struct {
+	syscall.RawConn
+	closed bool
+}
+
+func (c fakeRawConn) Control(f func(fd uintptr)) error {
+	if c.closed {
+		return os.ErrClosed
+	}
+	f(42)
+	return nil
+}
+
+// policyRig is a syncPolicy on a fake clock and fake P count, whose raw
+// fsync takes rawTook of the fake clock and returns rawErr.
+type policyRig struct {
+	p       *syncPolicy
+	now     time.Duration
+	oneP    bool
+	rawTook time.Duration
+	rawErr  syscall.Errno
+	raws    int
+	file    fakeSyncFile
+}
+
+func newPolicyRig(mode LogSync) *policyRig {
+	r := &policyRig{oneP: true}
+	r.p = newSyncPolicy(mode, nil)
+	r.p.now = func() time.Duration { return r.now }
+	r.p.oneP = func() bool { return r.oneP }
+	r.p.rawSync = func(fd uintptr) syscall.Errno {
+		if fd != 42 {
+			panic(fmt.Sprintf("raw fsync of fd %d", fd))
+		}
+		r.raws++
+		r.now += r.rawTook
+		return r.rawErr
+	}
+	return r
+}
+
+// sync runs one fsync through the policy and reports which way it went.
+func (r *policyRig) sync(t *testing.T) string {
+	t.Helper()
+	raws, syncs := r.raws, r.file.syncs
+	if err := r.p.sync(&r.file, fakeRawConn{}, "seg"); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	switch {
+	case r.raws == raws+1 && r.file.syncs == syncs:
+		return "raw"
+	case r.raws == raws && r.file.syncs == syncs+1:
+		return "handoff"
+	}
+	t.Fatalf("sync: %d raw and %d through the file", r.raws-raws, r.file.syncs-syncs)
+	return ""
+}
+
+func TestSyncPolicy_RawOnOnePOnly(t *testing.T) {
+	r := newPolicyRig(LogSyncAuto)
+	r.rawTook = 300 * time.Microsecond
+	if got := r.sync(t); got != "raw" {
+		t.Fatalf("on one P: %s, want raw", got)
+	}
+	r.oneP = false
+	if got := r.sync(t); got != "handoff" {
+		t.Fatalf("on two Ps: %s, want handoff", got)
+	}
+	r.oneP = true
+	if got := r.sync(t); got != "raw" {
+		t.Fatalf("back on one P: %s, want raw", got)
+	}
+	if r.p.raw.Load() != 2 || r.p.handoff.Load() != 1 {
+		t.Fatalf("counted %d raw, %d handed off; want 2, 1", r.p.raw.Load(), r.p.handoff.Load())
+	}
+
+	h := newPolicyRig(LogSyncHandoff)
+	for i := range 3 {
+		if got := h.sync(t); got != "handoff" {
+			t.Fatalf("--raft-log-sync handoff, fsync %d: %s", i, got)
+		}
+	}
+
+	// A file without a descriptor to sync raw goes through its Sync.
+	var f fakeSyncFile
+	if err := r.p.sync(&f, nil, "seg"); err != nil || f.syncs != 1 {
+		t.Fatalf("no RawConn: err %v, %d Syncs of the file; want 1", err, f.syncs)
+	}
+}
+
+// A raw fsync that takes LogSyncSlow or more sends the fsyncs of the
+// next LogSyncSlowHold through the runtime; then they are raw again.
+func TestSyncPolicy_SlowRawFsyncHandsOffForAWhile(t *testing.T) {
+	r := newPolicyRig(LogSyncAuto)
+	r.rawTook = LogSyncSlow - time.Microsecond
+	if got := r.sync(t); got != "raw" {
+		t.Fatalf("first: %s", got)
+	}
+	if got := r.sync(t); got != "raw" {
+		t.Fatalf("after a raw fsync just under LogSyncSlow: %s, want raw", got)
+	}
+	r.rawTook = LogSyncSlow
+	if got := r.sync(t); got != "raw" {
+		t.Fatalf("the slow one: %s", got)
+	}
+	slowEnd := r.now
+	r.rawTook = 100 * time.Microsecond
+	for _, at := range []time.Duration{0, time.Second, LogSyncSlowHold - time.Nanosecond} {
+		r.now = slowEnd + at
+		if got := r.sync(t); got != "handoff" {
+			t.Fatalf("%v after the slow raw fsync: %s, want handoff", at, got)
+		}
+	}
+	r.now = slowEnd + LogSyncSlowHold
+	if got := r.sync(t); got != "raw" {
+		t.Fatalf("LogSyncSlowHold after the slow raw fsync: %s, want raw", got)
+	}
+}
+
+func TestSyncPolicy_RawErrors(t *testing.T) {
+	r := newPolicyRig(LogSyncAuto)
+	r.rawErr = syscall.EIO
+	err := r.p.sync(&r.file, fakeRawConn{}, "seg-7")
+	var pe *os.PathError
+	if !errors.As(err, &pe) || pe.Op != "sync" || pe.Path != "seg-7" || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("a raw fsync's EIO: %v (%T), want *os.PathError sync seg-7 EIO", err, err)
+	}
+	err = r.p.sync(&r.file, fakeRawConn{closed: true}, "seg-7")
+	if !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("a closed file: %v, want os.ErrClosed", err)
+	}
+	if r.file.syncs != 0 {
+		t.Fatalf("%d Syncs through the file, want 0", r.file.syncs)
+	}
+}
+
+// The WAL on syncFS, on one P: a new segment's first fsync goes through
+// raft-wal's own file (which also fsyncs the directory), the others are
+// raw (real fsync(2) calls), and what was stored reads back after the
+// WAL is closed and opened again.
+func TestSyncFS_WALStoresAndReadsBack(t *testing.T) {
+	dir := t.TempDir()
+	p := newSyncPolicy(LogSyncAuto, nil)
+	p.oneP = func() bool { return true }
+	w, err := openWAL(dir, testHlog, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	for i := uint64(1); i <= n; i++ {
+		if err := w.StoreLogs([]*raft.Log{{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte(fmt.Sprintf("entry %d", i))}}); err != nil {
+			t.Fatalf("store %d: %v", i, err)
+		}
+	}
+	raw, handoff := p.raw.Load(), p.handoff.Load()
+	if raw < n-1 || handoff < 1 {
+		t.Fatalf("%d raw and %d handed-off fsyncs for %d appends to a new segment; want %d raw or more and the first handed off", raw, handoff, n, n-1)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Opened again: the tail segment through OpenWriter, every fsync raw.
+	p2 := newSyncPolicy(LogSyncAuto, nil)
+	p2.oneP = func() bool { return true }
+	w, err = openWAL(dir, testHlog, p2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.StoreLogs([]*raft.Log{{Index: n + 1, Term: 1, Type: raft.LogCommand, Data: []byte("after")}}); err != nil {
+		t.Fatal(err)
+	}
+	if p2.raw.Load() != 1 || p2.handoff.Load() != 0 {
+		t.Fatalf("reopened: %d raw, %d handed off; want 1, 0", p2.raw.Load(), p2.handoff.Load())
+	}
+	for i := uint64(1); i <= n+1; i++ {
+		var l raft.Log
+		if err := w.GetLog(i, &l); err != nil {
+			t.Fatalf("get %d: %v", i, err)
+		}
+		want := fmt.Sprintf("entry %d", i)
+		if i == n+1 {
+			want = "after"
+		}
+		if string(l.Data) != want {
+			t.Fatalf("entry %d: %q, want %q", i, l.Data, want)
+		}
+	}
+}
+
+// syncFS.Create: the new file's first Sync goes through fs.File (which
+// fsyncs its directory), later ones through the policy; a Sync after
+// Close is an error.
+func TestSyncFS_CreateThenClose(t *testing.T) {
+	dir := t.TempDir()
+	p := newSyncPolicy(LogSyncAuto, nil)
+	p.oneP = func() bool { return true }
+	v := syncFS{FS: walfs.New(), policy: p}
+	f, err := v.Create(dir, "seg", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("hello"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.handoff.Load() != 1 || p.raw.Load() != 2 {
+		t.Fatalf("%d handed off, %d raw; want 1, 2", p.handoff.Load(), p.raw.Load())
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err == nil {
+		t.Fatal("Sync after Close: no error")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "seg"))
+	if err != nil || !bytes.HasPrefix(b, []byte("hello")) {
+		t.Fatalf("read back: %q %v", b[:min(len(b), 8)], err)
+	}
+}
