@@ -92,7 +92,7 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.snapshotInterval, "snapshot-interval", config.SnapshotIntervalDefault, "how often Raft checks --snapshot-threshold")
 	fl.IntVar(&f.maxBatchCommands, "max-batch-commands", config.MaxBatchCommandsDefault, "most commands the leader group-commits into one Raft entry; 1 turns group commit off")
 	_ = fl.MarkHidden("max-batch-commands")
-	fl.StringVar(&f.raftLogSync, "raft-log-sync", string(raftstore.LogSyncAuto), "how the Raft log's fsync waits: auto keeps this thread's P through the fsync while the process runs on one P (--adaptive-procs) and fsyncs take under 10ms (no hand-off between threads: one node's 16 callers 18-61% faster, 17-42% less CPU a submit, on a 2-CPU VM); handoff always lets the Go runtime hand the P to another thread meanwhile")
+	fl.StringVar(&f.raftLogSync, "raft-log-sync", string(raftstore.LogSyncAuto), "how the Raft log's fsync waits: auto keeps this thread's P through the fsync while --adaptive-procs has the process on one P and fsyncs take under 10ms (no hand-off between threads: one node's 16 callers 18-61% faster, 17-42% less CPU a submit, on a 2-CPU VM); handoff always lets the Go runtime hand the P to another thread meanwhile")
 	fl.DurationVar(&f.gatherWait, "gather-wait", config.GatherWaitDefault, "how long the leader's next Raft entry may wait for the callers the last one answered, so that callers who submit again at once share an entry (it ends when they are back, or stop coming; a fire or any other command ends it at once); 0 is the default, -1ns turns it off")
 	fl.StringArrayVar(&f.peerRoutes, "peer-route", nil, "NODE_ID=RAFT_HOST:PORT,PEER_HOST:PORT: dial node NODE_ID's Raft transport and peer API at these addresses instead of the ones it advertises (for tests / network overlays: a relay or fault-injecting proxy per link); repeatable")
 	_ = fl.MarkHidden("peer-route")
@@ -128,6 +128,7 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 	cfg.DeliveryConcurrency = f.deliveryConcurrency
 	if f.procsEnabled() {
 		cfg.BackgroundWork = procs.Busy // snapshots and compactions run on all the CPUs
+		cfg.OnOneP = procs.OnOneP       // the Raft log's fsync keeps the one P (--raft-log-sync auto)
 	}
 	cfg.BacklogLimit = f.backlogLimit
 	cfg.Routing = f.routing

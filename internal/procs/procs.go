@@ -93,6 +93,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -221,6 +222,9 @@ type Controller struct {
 	below             time.Duration
 	hold              time.Duration
 	atOne             time.Duration
+	// live is set while Run is in progress: only then does set keep
+	// OnOneP.
+	live bool
 	// sched reads the scheduler's latencies (Run's default Read).
 	sched []metrics.Sample
 }
@@ -398,13 +402,21 @@ func (c *Controller) oneUse() float64 {
 	return c.oneAvg / wt
 }
 
-// set changes GOMAXPROCS to n; mu is held.
+// set changes GOMAXPROCS to n; mu is held. Under Run it keeps OnOneP
+// true only while the process is on one P: set after the change to one,
+// cleared before a change up.
 func (c *Controller) set(n int, why string, use, waited float64) {
 	c.procs, c.below, c.atOne = n, 0, 0
 	if n == 1 {
 		c.oneAvg, c.oneTime = 0, 0
 	}
+	if c.live && n != 1 {
+		onOne.Store(false)
+	}
 	c.cfg.Set(n)
+	if c.live && n == 1 {
+		onOne.Store(true)
+	}
 	if c.cfg.OnChange != nil {
 		c.cfg.OnChange(n, why, use, waited)
 	}
@@ -427,6 +439,18 @@ var (
 	busyN   int
 	running *Controller
 )
+
+// onOne is true while a controller's Run has the process on one P
+// (OnOneP).
+var onOne atomic.Bool
+
+// OnOneP reports whether a controller's Run has this process on one P
+// now: from its change to one P (after runtime.GOMAXPROCS(1) returned)
+// until its next change up (cleared before the call). False without a
+// running controller, whatever GOMAXPROCS is. The Raft log's fsync keeps
+// its P only then (sidecar/raftstore/walsync.go): on one P while nothing
+// is due soon. Safe for concurrent use: an atomic load.
+func OnOneP() bool { return onOne.Load() }
 
 func busyJobs() int {
 	busyMu.Lock()
@@ -512,6 +536,7 @@ func (c *Controller) Run(ctx context.Context) {
 	}
 	c.Step(r)
 	c.mu.Lock()
+	c.live = true
 	if c.cfg.Busy() == 0 && (c.cfg.Quiet == nil || c.cfg.Quiet()) {
 		c.set(1, WhyStart, 0, 0)
 		c.atOne = c.cfg.Bounce // the start is not a try: going up soon does not double Hold
@@ -534,6 +559,8 @@ func (c *Controller) Run(ctx context.Context) {
 			if c.procs != c.cfg.Max {
 				c.set(c.cfg.Max, WhyStop, 0, 0)
 			}
+			c.live = false
+			onOne.Store(false)
 			c.mu.Unlock()
 			return
 		case <-t.C:

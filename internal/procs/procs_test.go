@@ -494,3 +494,58 @@ func TestFullNeedsAWindowOnOneP(t *testing.T) {
 		}
 	}
 }
+
+// OnOneP follows a running controller: true from its change to one P
+// (after Set(1) returned) until its change up (before Set(n) is called),
+// false once Run has returned; a controller driven by Step alone, without
+// Run, never sets it.
+func TestOnOnePFollowsTheRunningController(t *testing.T) {
+	type set struct {
+		n      int
+		before bool // OnOneP as Set was called
+	}
+	sets := make(chan set, 8)
+	c := New(Config{Max: 3, Interval: time.Hour, Set: func(n int) { sets <- set{n, OnOneP()} },
+		Read: func() (Reading, bool) { return Reading{}, true }})
+	if OnOneP() {
+		t.Fatal("OnOneP before any controller ran")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { c.Run(ctx); close(ran) }()
+	if s := <-sets; s.n != 1 || s.before {
+		t.Fatalf("Run's first set: %+v, want to 1 with OnOneP still false", s)
+	}
+	for i := 0; !OnOneP(); i++ { // stored just after Set(1) returned
+		if i == 5000 {
+			t.Fatal("OnOneP still false 5 s after Run's change to one P")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	done := Busy()
+	if s := <-sets; s.n != 3 || s.before {
+		t.Fatalf("Busy's set: %+v, want to 3 with OnOneP already false", s)
+	}
+	done()
+	if OnOneP() {
+		t.Fatal("OnOneP on 3 Ps")
+	}
+	c.mu.Lock()
+	c.set(1, WhyFits, 0, 0)
+	c.mu.Unlock()
+	<-sets
+	if !OnOneP() {
+		t.Fatal("OnOneP false after a change to one P")
+	}
+	cancel()
+	<-ran
+	if OnOneP() {
+		t.Fatal("OnOneP true after Run returned")
+	}
+
+	f := newFeed(t, Config{})
+	f.down()
+	if OnOneP() {
+		t.Fatal("a controller without Run set OnOneP")
+	}
+}

@@ -294,7 +294,8 @@ type Config struct {
 	SnapshotInterval time.Duration
 	// RaftLogSync is how the Raft log's fsyncs block (--raft-log-sync):
 	// raftstore.LogSyncAuto ("" too) keeps the P through a fsync while
-	// the process runs on one P and fsyncs are fast;
+	// the adaptive controller has the process on one P (OnOneP) and
+	// fsyncs are fast;
 	// raftstore.LogSyncHandoff sends every fsync through the Go runtime,
 	// which hands the P to another thread (raftstore/walsync.go).
 	RaftLogSync raftstore.LogSync
@@ -417,6 +418,11 @@ type Config struct {
 	// --adaptive-procs, so that such work never holds the one P that
 	// timers and requests need. Nil: nothing is called.
 	BackgroundWork func() (done func())
+	// OnOneP, when set, reports whether the process runs on one P under
+	// the adaptive controller (procs.OnOneP: ax sidecar and ax dev set it
+	// with --adaptive-procs): only then does the Raft log's fsync keep its
+	// P (RaftLogSync auto). Nil: never.
+	OnOneP func() bool
 
 	// defaulted is set by WithDefaults, so that a second call changes
 	// nothing: a field given -1 ("off") is 0 after the first call, which a

@@ -188,7 +188,7 @@ func (m *Metrics) Watch(src Sources) {
 			func() float64 { return float64(src.Log.Writes()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_log_entries_written_total", Help: "Raft entries written to this node's log; ÷ ax_raft_log_writes_total = entries per fsync."},
 			func() float64 { return float64(src.Log.Entries()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_log_syncs_held_total", Help: "Fsyncs of this node's Raft log that kept their P (--raft-log-sync auto, on one P): no hand-off to another thread; the rest of ax_raft_log_writes_total went through the Go runtime."},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_log_syncs_held_total", Help: "Fsyncs of this node's Raft log segments that kept their P (--raft-log-sync auto, while the adaptive controller has the process on one P): no hand-off to another thread; the others went through the Go runtime."},
 			func() float64 { return float64(src.Log.HeldSyncs()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_log_slow_held_syncs_total", Help: "Held fsyncs (ax_raft_log_syncs_held_total) that took 10ms or more; each sends the next minute's fsyncs through the Go runtime."},
 			func() float64 { return float64(src.Log.SlowSyncs()) }),

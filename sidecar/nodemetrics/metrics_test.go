@@ -91,7 +91,7 @@ ax_raft_log_writes_total 10
 # HELP ax_raft_log_entries_written_total Raft entries written to this node's log; ÷ ax_raft_log_writes_total = entries per fsync.
 # TYPE ax_raft_log_entries_written_total counter
 ax_raft_log_entries_written_total 30
-# HELP ax_raft_log_syncs_held_total Fsyncs of this node's Raft log that kept their P (--raft-log-sync auto, on one P): no hand-off to another thread; the rest of ax_raft_log_writes_total went through the Go runtime.
+# HELP ax_raft_log_syncs_held_total Fsyncs of this node's Raft log segments that kept their P (--raft-log-sync auto, while the adaptive controller has the process on one P): no hand-off to another thread; the others went through the Go runtime.
 # TYPE ax_raft_log_syncs_held_total counter
 ax_raft_log_syncs_held_total 8
 # HELP ax_raft_log_slow_held_syncs_total Held fsyncs (ax_raft_log_syncs_held_total) that took 10ms or more; each sends the next minute's fsyncs through the Go runtime.

@@ -24,7 +24,10 @@ import (
 // Disk errors (issue 4): when badger or the Raft log cannot write (disk
 // full, permission, I/O error) the node stops accepting writes with 503
 // storage_unavailable, keeps serving reads, does not crash or skip an
-// entry, and recovers by itself once the disk takes writes again.
+// entry, and recovers by itself once the disk takes writes again. (A disk
+// that hangs rather than fails is not covered: on one P with
+// --raft-log-sync auto a hung fsync of the Raft log stops the whole
+// process until it returns, walsync.go.)
 //
 // What the stores do on a full disk decided the design:
 //

@@ -40,8 +40,11 @@ type Config struct {
 	SnapshotInterval   time.Duration
 	TrailingLogs       uint64
 	// LogSync is how the Raft log's segment files are fsynced
-	// (walsync.go); "": LogSyncAuto.
+	// (walsync.go); "": LogSyncAuto. OneP reports whether the adaptive
+	// GOMAXPROCS controller has the process on one P (procs.OnOneP), the
+	// only time LogSyncAuto keeps the P; nil: never.
 	LogSync LogSync
+	OneP    func() bool
 	// TrailingLogsBytes bounds the log bytes kept after a snapshot and
 	// triggers one (SnapshotByBytes); 0: no bound.
 	TrailingLogsBytes int64
@@ -156,7 +159,7 @@ func (st *Store) StartRaft(advertise func() (net.Addr, error)) error {
 	if err != nil {
 		return err
 	}
-	st.syncs = newSyncPolicy(mode, hlog.Named("wal"))
+	st.syncs = newSyncPolicy(mode, cfg.OneP, st.log)
 	st.logStore, err = openLogStore(cfg.DataDir, st.log, hlog, st.syncs)
 	if err != nil {
 		return err

@@ -3,14 +3,13 @@ package raftstore
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/types"
+	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,10 +28,13 @@ import (
 // polling every 20 µs instead of backing off (golang/go#18236).
 //
 // With LogSyncAuto (the default) a segment's fsync is a raw system call
-// (unix.RawSyscall: the runtime is not told) while the process runs on
-// one P and the last slow fsync is LogSyncSlowHold or more ago: the
-// thread keeps its P, and the goroutines made runnable meanwhile wait for
-// the fsync as they would behind a goroutine that computes. On one P there
+// (unix.RawSyscall: the runtime is not told) while the adaptive
+// controller has the process on one P (Config.OneP: procs.OnOneP, which
+// the CLI passes with --adaptive-procs; nil, as in the embedded node and
+// the tests' clusters, never) and the last slow fsync is LogSyncSlowHold
+// or more ago: the thread keeps its P, and the goroutines made runnable
+// meanwhile wait for the fsync as they would behind a goroutine that
+// computes. On one P there
 // is no other P to hand them to; what the hand-off bought was another
 // thread running them during the fsync, and under a load of single
 // submits they mostly wait for that fsync's commit anyway. And with no
@@ -43,20 +45,26 @@ import (
 // nanosleeps against 0.28–0.75, node CPU 17–42 % lower, 18–61 % more
 // submits/s in five pairs of five; 8 callers and 1 caller, 10–42 % and
 // 4–23 % more in three of three. Three nodes, 16 callers: no measurable
-// change (−8 to +22 % in seven pairs): there the forward hop's and the
-// transport's system calls keep sysmon polling either way.
+// change (−8 to +22 % in seven pairs): there sysmon sleeps as often with
+// either setting (2.2–2.6 times a submit), and what keeps it awake there
+// was not pinned down.
 //
-// The risk is a stalled disk: a raw fsync that takes seconds stops the
-// whole process for that long, as a SIGSTOP would (e2e/sigstop_test.go:
-// the other nodes elect another leader; nothing is lost). Timers are not
-// behind it: the adaptive controller keeps the node on all its CPUs while
-// a task is due within 2 s or a callback is in flight. A raw fsync that
-// took LogSyncSlow or more sends the fsyncs of the next LogSyncSlowHold
-// through the runtime, so a disk that turns slow stops the process once,
-// not at every append. On more than one P every fsync goes through the
-// runtime: there another P is usually idle (sysmon then leaves the P in
-// the system call alone), and a P held in a raw call would hold up the
-// garbage collector's stop-the-world.
+// The risk is a stalled disk: a raw fsync that hangs stops the whole
+// process for as long as it hangs — reads, /metrics and Raft heartbeats
+// included, as a SIGSTOP would (e2e/sigstop_test.go: the other nodes
+// elect another leader; nothing is lost) — where through the runtime
+// only the log's thread would wait (a review measured 25.6 s of a
+// frozen node with the data dir on a loop device whose backing file sat
+// on a frozen file system). Timers are not behind it: the controller
+// keeps the node on all its CPUs while a task is due within 2 s or a
+// callback is in flight, and OneP is false there. A raw fsync that took
+// LogSyncSlow or more sends the fsyncs of the next LogSyncSlowHold
+// through the runtime, so a disk that turns slow stops the process at
+// most once a minute, not at every append; neither the metric nor the log
+// line can say so before the fsync returns. On more than one P every fsync
+// goes through the runtime: there another P is usually idle (sysmon then
+// leaves the P in the system call alone), and a P held in a raw call
+// would hold up the garbage collector's stop-the-world.
 //
 // LogSyncHandoff (--raft-log-sync handoff) sends every fsync through the
 // runtime, as os.File.Sync does.
@@ -66,8 +74,9 @@ type LogSync string
 
 // The values of LogSync; "" is LogSyncAuto.
 const (
-	// LogSyncAuto: a raw fsync while the process runs on one P and the
-	// last slow fsync is LogSyncSlowHold or more ago; else the runtime's.
+	// LogSyncAuto: a raw fsync while the controller has the process on
+	// one P (Config.OneP) and the last slow fsync is LogSyncSlowHold or
+	// more ago; else the runtime's.
 	LogSyncAuto LogSync = "auto"
 	// LogSyncHandoff: every fsync through the runtime (os.File.Sync).
 	LogSyncHandoff LogSync = "handoff"
@@ -101,15 +110,15 @@ const (
 // counters are set once, before the first fsync.
 type syncPolicy struct {
 	mode LogSync
-	// oneP reports whether the process runs on one P; nil:
-	// runtime.GOMAXPROCS(0) == 1.
+	// oneP reports whether the adaptive controller has the process on one
+	// P (procs.OnOneP); nil: never, so no fsync keeps its P.
 	oneP func() bool
 	// now is a monotonic reading; nil: time since the policy's first use
 	// (time.Since of a fixed start).
 	now func() time.Duration
 	// rawSync fsyncs fd without telling the runtime; nil: rawFsync.
 	rawSync func(fd uintptr) syscall.Errno
-	log     hclog.Logger
+	log     zerolog.Logger
 
 	start     time.Time
 	slowUntil atomic.Int64  // now() in ns before which fsyncs go through the runtime
@@ -118,12 +127,10 @@ type syncPolicy struct {
 	slow      atomic.Uint64 // raw fsyncs that took LogSyncSlow or more
 }
 
-// newSyncPolicy returns the policy for mode, logging to log (nil: none).
-func newSyncPolicy(mode LogSync, log hclog.Logger) *syncPolicy {
-	if log == nil {
-		log = hclog.NewNullLogger()
-	}
-	return &syncPolicy{mode: mode, log: log, start: time.Now()}
+// newSyncPolicy returns the policy for mode, holding the P only while
+// oneP reports true (nil: never), and warning on log of a slow raw fsync.
+func newSyncPolicy(mode LogSync, oneP func() bool, log zerolog.Logger) *syncPolicy {
+	return &syncPolicy{mode: mode, oneP: oneP, log: log, start: time.Now()}
 }
 
 func (p *syncPolicy) clock() time.Duration {
@@ -135,27 +142,21 @@ func (p *syncPolicy) clock() time.Duration {
 
 // useRaw reports whether the next fsync is raw.
 func (p *syncPolicy) useRaw() bool {
-	if p.mode == LogSyncHandoff {
-		return false
-	}
-	if p.oneP != nil {
-		if !p.oneP() {
-			return false
-		}
-	} else if runtime.GOMAXPROCS(0) != 1 {
+	if p.mode == LogSyncHandoff || p.oneP == nil || !p.oneP() {
 		return false
 	}
 	return int64(p.clock()) >= p.slowUntil.Load()
 }
 
 // sync fsyncs f: raw through rc when useRaw says so (and rc is not nil),
-// else with f.Sync. Errors: the fsync's, as *os.PathError for a raw one.
+// else with f.Sync. Errors: the fsync's, as *os.PathError for a raw one,
+// as os.File.Sync returns them; a file that cannot be reached through rc
+// (closed) is synced with f.Sync, whose error says so (os.ErrClosed).
 func (p *syncPolicy) sync(f types.WritableFile, rc syscall.RawConn, name string) error {
 	if rc == nil || !p.useRaw() {
 		p.handoff.Add(1)
 		return f.Sync()
 	}
-	p.raw.Add(1)
 	rawSync := p.rawSync
 	if rawSync == nil {
 		rawSync = rawFsync
@@ -167,15 +168,17 @@ func (p *syncPolicy) sync(f types.WritableFile, rc syscall.RawConn, name string)
 		errno = rawSync(fd)
 		end = p.clock()
 	}); err != nil {
-		return &os.PathError{Op: "sync", Path: name, Err: err}
+		p.handoff.Add(1)
+		return f.Sync()
 	}
+	p.raw.Add(1)
 	// took also counts a wait for the P if the goroutine is preempted as
 	// the call returns (sysmon asks a goroutine that ran 10 ms to yield):
 	// a false slow one only sends fsyncs through the runtime, the safe way.
 	if took := end - begin; took >= LogSyncSlow {
 		p.slow.Add(1)
 		p.slowUntil.Store(int64(end + LogSyncSlowHold))
-		p.log.Warn("a Raft log fsync that kept the P took long: the log's fsyncs go through the Go runtime for a while", "took", took, "for", LogSyncSlowHold)
+		p.log.Warn().Dur("took", took).Dur("for", LogSyncSlowHold).Msg("a Raft log fsync that kept the process's one P took long: the log's fsyncs go through the Go runtime for a while")
 	}
 	if errno != 0 {
 		return &os.PathError{Op: "sync", Path: name, Err: errno}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/types"
+	"github.com/rs/zerolog"
 )
 
 func TestParseLogSync(t *testing.T) {
@@ -33,9 +35,10 @@ func TestParseLogSync(t *testing.T) {
 type fakeSyncFile struct {
 	types.WritableFile
 	syncs int
+	err   error // what Sync returns
 }
 
-func (f *fakeSyncFile) Sync() error { f.syncs++; return nil }
+func (f *fakeSyncFile) Sync() error { f.syncs++; return f.err }
 
 type fakeRawConn struct {
 	syscall.RawConn
@@ -60,13 +63,13 @@ type policyRig struct {
 	rawErr  syscall.Errno
 	raws    int
 	file    fakeSyncFile
+	log     bytes.Buffer
 }
 
 func newPolicyRig(mode LogSync) *policyRig {
 	r := &policyRig{oneP: true}
-	r.p = newSyncPolicy(mode, nil)
+	r.p = newSyncPolicy(mode, func() bool { return r.oneP }, zerolog.New(&r.log))
 	r.p.now = func() time.Duration { return r.now }
-	r.p.oneP = func() bool { return r.oneP }
 	r.p.rawSync = func(fd uintptr) syscall.Errno {
 		if fd != 42 {
 			panic(fmt.Sprintf("raw fsync of fd %d", fd))
@@ -125,6 +128,14 @@ func TestSyncPolicy_RawOnOnePOnly(t *testing.T) {
 	if err := r.p.sync(&f, nil, "seg"); err != nil || f.syncs != 1 {
 		t.Fatalf("no RawConn: err %v, %d Syncs of the file; want 1", err, f.syncs)
 	}
+
+	// Without OneP (the embedded node, the tests' clusters) no fsync
+	// keeps the P.
+	n := newPolicyRig(LogSyncAuto)
+	n.p.oneP = nil
+	if got := n.sync(t); got != "handoff" {
+		t.Fatalf("no OneP: %s, want handoff", got)
+	}
 }
 
 // A raw fsync that takes LogSyncSlow or more sends the fsyncs of the
@@ -143,6 +154,9 @@ func TestSyncPolicy_SlowRawFsyncHandsOffForAWhile(t *testing.T) {
 		t.Fatalf("the slow one: %s", got)
 	}
 	slowEnd := r.now
+	if r.p.slow.Load() != 1 || !strings.Contains(r.log.String(), `"took":10`) || !strings.Contains(r.log.String(), "took long") {
+		t.Fatalf("after the slow raw fsync: slow %d, log %q; want 1 and a warning with its time", r.p.slow.Load(), r.log.String())
+	}
 	r.rawTook = 100 * time.Microsecond
 	for _, at := range []time.Duration{0, time.Second, LogSyncSlowHold - time.Nanosecond} {
 		r.now = slowEnd + at
@@ -164,12 +178,15 @@ func TestSyncPolicy_RawErrors(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Op != "sync" || pe.Path != "seg-7" || !errors.Is(err, syscall.EIO) {
 		t.Fatalf("a raw fsync's EIO: %v (%T), want *os.PathError sync seg-7 EIO", err, err)
 	}
-	err = r.p.sync(&r.file, fakeRawConn{closed: true}, "seg-7")
-	if !errors.Is(err, os.ErrClosed) {
-		t.Fatalf("a closed file: %v, want os.ErrClosed", err)
+	if r.file.syncs != 0 || r.p.raw.Load() != 1 {
+		t.Fatalf("%d Syncs through the file, %d raw; want 0, 1", r.file.syncs, r.p.raw.Load())
 	}
-	if r.file.syncs != 0 {
-		t.Fatalf("%d Syncs through the file, want 0", r.file.syncs)
+	// A file the RawConn cannot reach (closed) is synced with its own
+	// Sync, whose error is os.File's, and it is not counted as held.
+	r.file.err = &os.PathError{Op: "sync", Path: "seg-7", Err: os.ErrClosed}
+	err = r.p.sync(&r.file, fakeRawConn{closed: true}, "seg-7")
+	if !errors.Is(err, os.ErrClosed) || r.file.syncs != 1 || r.p.raw.Load() != 1 {
+		t.Fatalf("a closed file: %v, %d Syncs of the file, %d raw; want os.ErrClosed, 1, 1", err, r.file.syncs, r.p.raw.Load())
 	}
 }
 
@@ -179,8 +196,7 @@ func TestSyncPolicy_RawErrors(t *testing.T) {
 // WAL is closed and opened again.
 func TestSyncFS_WALStoresAndReadsBack(t *testing.T) {
 	dir := t.TempDir()
-	p := newSyncPolicy(LogSyncAuto, nil)
-	p.oneP = func() bool { return true }
+	p := newSyncPolicy(LogSyncAuto, func() bool { return true }, zerolog.Nop())
 	w, err := openWAL(dir, testHlog, p)
 	if err != nil {
 		t.Fatal(err)
@@ -200,8 +216,7 @@ func TestSyncFS_WALStoresAndReadsBack(t *testing.T) {
 	}
 
 	// Opened again: the tail segment through OpenWriter, every fsync raw.
-	p2 := newSyncPolicy(LogSyncAuto, nil)
-	p2.oneP = func() bool { return true }
+	p2 := newSyncPolicy(LogSyncAuto, func() bool { return true }, zerolog.Nop())
 	w, err = openWAL(dir, testHlog, p2)
 	if err != nil {
 		t.Fatal(err)
@@ -233,8 +248,7 @@ func TestSyncFS_WALStoresAndReadsBack(t *testing.T) {
 // Close is an error.
 func TestSyncFS_CreateThenClose(t *testing.T) {
 	dir := t.TempDir()
-	p := newSyncPolicy(LogSyncAuto, nil)
-	p.oneP = func() bool { return true }
+	p := newSyncPolicy(LogSyncAuto, func() bool { return true }, zerolog.Nop())
 	v := syncFS{FS: walfs.New(), policy: p}
 	f, err := v.Create(dir, "seg", 4096)
 	if err != nil {
@@ -254,8 +268,8 @@ func TestSyncFS_CreateThenClose(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Sync(); err == nil {
-		t.Fatal("Sync after Close: no error")
+	if err := f.Sync(); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("Sync after Close: %v, want os.ErrClosed (as os.File.Sync)", err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "seg"))
 	if err != nil || !bytes.HasPrefix(b, []byte("hello")) {
