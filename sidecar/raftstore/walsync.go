@@ -97,8 +97,9 @@ func ParseLogSync(s string) (LogSync, error) {
 const (
 	// LogSyncSlow is how long a raw fsync may take before the log's
 	// fsyncs go through the runtime for LogSyncSlowHold: 10 ms is 30–60
-	// times this VM's usual fsync (0.15–0.3 ms), and a tenth of the
-	// shortest heartbeat timeout a production cluster would use.
+	// times this VM's usual fsync (0.15–0.3 ms) and a fiftieth of ax's
+	// default heartbeat timeout (500 ms), so a stall long enough to cost
+	// the node its leadership is never held twice in a minute.
 	LogSyncSlow = 10 * time.Millisecond
 	// LogSyncSlowHold is how long the fsyncs after a slow raw one go
 	// through the runtime.
