@@ -25,12 +25,17 @@ const handlerBacklog = "backlog.h"
 
 // TestBacklog_ParkedRunsCostNothing: a handler with no executor and
 // AX_BACKLOG_TASKS (default 100 000) due tasks. The leader parks them in
-// memory: its CPU over 10 s stays low and single submits (8 callers) keep
-// their rate; every task says waiting_reason no_executor. Then an
-// executor registers and the backlog drains, in priority order, at about
-// the node's normal processing rate (measured after, on a fresh batch).
-// It prints the figures; the bounds it asserts are generous (the targets
-// are ≤ 5 % of a core and ≥ 0.8× the submit rate).
+// memory: over 10 s they make no Raft entry and no attempt (the applied
+// index and ax_attempts_total stand still), the leader's CPU stays low,
+// and every task says waiting_reason no_executor. Then an executor
+// registers and the backlog drains, in priority order. It prints the
+// figures the targets are about — the leader's CPU (≤ 5 % of a core),
+// single submits by 8 callers with the backlog against before (≥ 0.8×),
+// the drain's rate against the node's normal rate on a fresh batch — and
+// asserts only counts and orders, and a generous CPU bound (25 %) that
+// catches a loop over the parked runs: the rates move with the host
+// (docs/perf/README.md: every rate halved for minutes at a time on the
+// project's VM), and performance is the benchmarks' to measure.
 func TestBacklog_ParkedRunsCostNothing(t *testing.T) {
 	harness.SkipShort(t)
 	total := 100_000
@@ -93,26 +98,26 @@ func TestBacklog_ParkedRunsCostNothing(t *testing.T) {
 		t.Fatalf("a parked task: %s", resp.Body)
 	}
 
+	// Parked, the runs do nothing: no Raft entry, no attempt.
+	m0 := harness.Scrape(t, n)
 	cpu := harness.ProcessCPU(t, n.Process, 10*time.Second)
-	with := submitRate(t, ctx, n, "with", 6*time.Second)
-	// The host's speed moves: on the project's VM every rate halved for
-	// minutes at a time (docs/perf/README.md, nineteenth session), and CI
-	// once measured 0.42× here (9 119/s before, 3 871/s with; it passed
-	// when rerun). A slow stretch passes, a cost of the parked runs does
-	// not: a rate under the bound is measured twice more, 5 s apart, and
-	// the best counts.
-	for try := 1; with < 0.5*before && try <= 2; try++ {
-		t.Logf("submits %.0f/s with the backlog against %.0f/s before: measuring again (%d of 2)", with, before, try)
-		time.Sleep(5 * time.Second)
-		with = max(with, submitRate(t, ctx, n, fmt.Sprintf("with-%d", try), 6*time.Second))
+	m1 := harness.Scrape(t, n)
+	if m1["ax_raft_applied_index"] == 0 {
+		t.Fatalf("no ax_raft_applied_index in the node's metrics")
 	}
+	for k, v := range m1 {
+		if (k == "ax_raft_applied_index" || k == "ax_raft_commit_index" || strings.HasPrefix(k, "ax_attempts_total")) && v != m0[k] {
+			t.Errorf("%s moved from %v to %v in 10 s with only parked runs: they cost work", k, m0[k], v)
+		}
+	}
+	if got := int(m1[parkedKey]); got != total {
+		t.Errorf("%s = %d after 10 s, want %d", parkedKey, got, total)
+	}
+	with := submitRate(t, ctx, n, "with", 6*time.Second)
 	t.Logf("FIGURES: leader CPU with %d parked runs: %.1f %% of a core over 10 s (RSS %s); single submits (8 callers): %.0f/s before, %.0f/s with %d more tasks stored (not due), %.0f/s with the parked backlog too (%.2f× before, %.2f× stored)",
 		total, 100*cpu, harness.ProcessRSS(n.Process), before, stored, total, with, with/before, with/stored)
 	if cpu > 0.25 {
 		t.Errorf("leader CPU %.1f %% of a core with a parked backlog (target ≤ 5 %%)", 100*cpu)
-	}
-	if with < 0.5*before {
-		t.Errorf("submits fell from %.0f/s to %.0f/s with a parked backlog (target ≥ 0.8×)", before, with)
 	}
 
 	// An executor registers: the backlog drains.
@@ -191,9 +196,6 @@ func TestBacklog_ParkedRunsCostNothing(t *testing.T) {
 	}
 	if first[0] < first[4] {
 		t.Errorf("the first 1000 started had %d of priority 0 and %d of priority 4", first[0], first[4])
-	}
-	if drainRate < 0.3*normal {
-		t.Errorf("the backlog drained at %.0f/s, the node's normal rate is %.0f/s", drainRate, normal)
 	}
 }
 
