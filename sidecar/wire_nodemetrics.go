@@ -15,7 +15,7 @@ import (
 // n.leader and n.delivery must be set.
 func metricsSources(n *Node) nodemetrics.Sources {
 	return nodemetrics.Sources{Raft: n.raft, Store: metricsStore{n}, Leader: n.leader, Delivery: metricsDelivery{n.delivery.Delivery},
-		Log: metricsLog{&n.store.LogStats, n.store}}
+		Log: metricsLog{n.store}}
 }
 
 // metricsStore reads the FSM and the badger directory.
@@ -40,14 +40,11 @@ func (d metricsDelivery) OpenCircuits() []string {
 	return hs
 }
 
-// metricsLog reads the Raft log's write counts (raftstore.LogWriteStats).
-type metricsLog struct {
-	s  *raftstore.LogWriteStats
-	st *raftstore.Store
-}
+// metricsLog reads the Raft log's write counts (raftstore.LogWriteStats)
+// and its fsyncs that kept their P (raftstore.Store.LogSyncs).
+type metricsLog struct{ st *raftstore.Store }
 
+func (l metricsLog) Writes() uint64    { return l.st.LogStats.Writes.Load() }
+func (l metricsLog) Entries() uint64   { return l.st.LogStats.Entries.Load() }
 func (l metricsLog) HeldSyncs() uint64 { h, _ := l.st.LogSyncs(); return h }
 func (l metricsLog) SlowSyncs() uint64 { _, s := l.st.LogSyncs(); return s }
-
-func (l metricsLog) Writes() uint64  { return l.s.Writes.Load() }
-func (l metricsLog) Entries() uint64 { return l.s.Entries.Load() }
