@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/internal/rawio"
 	"github.com/axsched/ax/ipc"
 	"github.com/axsched/ax/raftfsm"
 	"github.com/axsched/ax/sidecar/alert"
@@ -131,7 +132,7 @@ func Start(cfg Config, log zerolog.Logger) (*Node, error) {
 }
 
 func (n *Node) open() error {
-	sec, err := peertls.NewSecurity(peertls.SecurityConfig{Files: n.cfg.TLSFiles(), Token: n.cfg.ClusterToken, ReloadInterval: n.cfg.TLSReloadInterval, Log: n.log})
+	sec, err := peertls.NewSecurity(peertls.SecurityConfig{Files: n.cfg.TLSFiles(), Token: n.cfg.ClusterToken, ReloadInterval: n.cfg.TLSReloadInterval, Log: n.log, Hold: n.cfg.SocketHold()})
 	if err != nil {
 		return err
 	}
@@ -162,6 +163,7 @@ func (n *Node) open() error {
 
 	n.storage.SetOnDown(n.storageDown)
 	n.peers = newPeerClient(n.cfg.ClusterToken, n.clock)
+	n.peers.SetHold(n.cfg.SocketHold())
 	if n.cfg.PeerDial != nil {
 		n.peers.SetDial(n.cfg.PeerDial) // for tests (Config.PeerDial)
 	}
@@ -198,6 +200,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return err
 	}
+	ln = rawio.WrapListener(ln, n.cfg.SocketHold())
 	if err := n.serveHealth(n.ctx); err != nil {
 		ln.Close()
 		return err

@@ -201,6 +201,7 @@ func newPeerServer(n *Node) *peerServer {
 		// time whatever n.clock is (a fake clock in sidecartest).
 		Now:      time.Now,
 		Listener: n.sec.PeerListener(),
+		Hold:     n.cfg.SocketHold(),
 	})
 	return p
 }

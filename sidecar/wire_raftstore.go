@@ -27,7 +27,7 @@ func (n *Node) storeConfig() raftstore.Config {
 	return raftstore.Config{
 		NodeID: c.NodeID, DataDir: c.DataDir, RaftAddr: c.RaftAddr, RaftAdvertise: c.RaftAdvertise, PeerRoutes: c.PeerRoutes,
 		HeartbeatTimeout: c.HeartbeatTimeout, ElectionTimeout: c.ElectionTimeout, LeaderLeaseTimeout: c.LeaderLeaseTimeout,
-		SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval, LogSync: c.RaftLogSync, OneP: c.OnOneP,
+		SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval, LogSync: c.RaftLogSync, OneP: c.OnOneP, SocketHold: c.SocketHold(),
 		TrailingLogs: c.TrailingLogs, TrailingLogsBytes: c.TrailingLogsBytes,
 		StorageReserve: c.StorageReserve, StorageProbeInterval: c.StorageProbeInterval,
 		Log: n.log, Clock: n.clock,

@@ -155,7 +155,7 @@ var restartEchoFlags = map[string]bool{
 	"health-addr": true, "socket-mode": true, "socket-group": true, "otel-service-name": true,
 	"cluster-token-file": true, "ui-token-file": true, "ui-addr": true, "pprof-addr": true,
 	"tls-cert": true, "tls-key": true, "tls-ca": true, "tls-server-name": true,
-	"raft-log-sync": true,
+	"raft-log-sync": true, "socket-io": true,
 }
 
 // restartSecretFlags are the string flags the banner never repeats: a

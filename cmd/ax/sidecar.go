@@ -16,6 +16,7 @@ import (
 
 	"github.com/axsched/ax/engine"
 	"github.com/axsched/ax/internal/procs"
+	"github.com/axsched/ax/internal/rawio"
 	"github.com/axsched/ax/sidecar"
 	"github.com/axsched/ax/sidecar/config"
 	"github.com/axsched/ax/sidecar/raftstore"
@@ -44,6 +45,7 @@ type nodeFlags struct {
 	maxBatchCommands                            int
 	gatherWait                                  time.Duration
 	raftLogSync                                 string
+	socketIO                                    string
 	handlerLimits                               []string
 	voters                                      int
 	autopilotStabilization, autopilotReplace    time.Duration
@@ -92,7 +94,8 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.snapshotInterval, "snapshot-interval", config.SnapshotIntervalDefault, "how often Raft checks --snapshot-threshold")
 	fl.IntVar(&f.maxBatchCommands, "max-batch-commands", config.MaxBatchCommandsDefault, "most commands the leader group-commits into one Raft entry; 1 turns group commit off")
 	_ = fl.MarkHidden("max-batch-commands")
-	fl.StringVar(&f.raftLogSync, "raft-log-sync", string(raftstore.LogSyncAuto), "how the Raft log's fsync waits: auto keeps this thread's P through the fsync while --adaptive-procs has the process on one P and fsyncs take under 10ms (no hand-off between threads: one node's 16 callers 18-61% faster, 17-42% less CPU a submit, on a 2-CPU VM); handoff always lets the Go runtime hand the P to another thread meanwhile")
+	fl.StringVar(&f.raftLogSync, "raft-log-sync", string(raftstore.LogSyncAuto), "how the Raft log's writes and fsyncs (and the data dir's statfs) wait: auto keeps this thread's P through them while --adaptive-procs has the process on one P and they take under 10ms (no hand-off between threads: one node's 16 callers 18-61% faster, 17-42% less CPU a submit, on a 2-CPU VM); handoff always lets the Go runtime hand the P to another thread meanwhile")
+	fl.StringVar(&f.socketIO, "socket-io", string(rawio.ModeAuto), "how the node's connections (its socket, the peer API, the Raft transport) read and write: auto with raw system calls while --adaptive-procs has the process on one P, which neither wake the Go runtime's sysmon thread nor hand the P to another thread (three nodes' 16 callers 22-26% less CPU a submit on a 2-CPU VM); handoff always through the Go runtime")
 	fl.DurationVar(&f.gatherWait, "gather-wait", config.GatherWaitDefault, "how long the leader's next Raft entry may wait for the callers the last one answered, so that callers who submit again at once share an entry (it ends when they are back, or stop coming; a fire or any other command ends it at once); 0 is the default, -1ns turns it off")
 	fl.StringArrayVar(&f.peerRoutes, "peer-route", nil, "NODE_ID=RAFT_HOST:PORT,PEER_HOST:PORT: dial node NODE_ID's Raft transport and peer API at these addresses instead of the ones it advertises (for tests / network overlays: a relay or fault-injecting proxy per link); repeatable")
 	_ = fl.MarkHidden("peer-route")
@@ -128,7 +131,7 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 	cfg.DeliveryConcurrency = f.deliveryConcurrency
 	if f.procsEnabled() {
 		cfg.BackgroundWork = procs.Busy // snapshots and compactions run on all the CPUs
-		cfg.OnOneP = procs.OnOneP       // the Raft log's fsync keeps the one P (--raft-log-sync auto)
+		cfg.OnOneP = procs.OnOneP       // disk and socket calls keep the one P (--raft-log-sync, --socket-io auto)
 	}
 	cfg.BacklogLimit = f.backlogLimit
 	cfg.Routing = f.routing
@@ -137,6 +140,7 @@ func (f *nodeFlags) config() (sidecar.Config, error) {
 	cfg.MaxBatchCommands = f.maxBatchCommands
 	cfg.GatherWait = f.gatherWait
 	cfg.RaftLogSync = raftstore.LogSync(f.raftLogSync)
+	cfg.SocketIO = rawio.Mode(f.socketIO)
 	cfg.SnapshotThreshold, cfg.TrailingLogs, cfg.SnapshotInterval = f.snapshotThreshold, f.trailingLogs, f.snapshotInterval
 	cfg.BreakerFailures, cfg.BreakerCoolDown = f.breakerFailures, f.breakerCoolDown
 	cfg.Voters, cfg.AutopilotStabilization, cfg.AutopilotReplaceAfter = f.voters, f.autopilotStabilization, f.autopilotReplace

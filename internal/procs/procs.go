@@ -447,8 +447,9 @@ var onOne atomic.Bool
 // OnOneP reports whether a controller's Run has this process on one P
 // now: from its change to one P (after runtime.GOMAXPROCS(1) returned)
 // until its next change up (cleared before the call). False without a
-// running controller, whatever GOMAXPROCS is. The Raft log's fsync keeps
-// its P only then (sidecar/raftstore/walsync.go): on one P while nothing
+// running controller, whatever GOMAXPROCS is. The Raft log's writes and
+// fsyncs (sidecar/raftstore/walsync.go) and the connections' reads and
+// writes (internal/rawio) keep their P only then: on one P while nothing
 // is due soon. Safe for concurrent use: an atomic load.
 func OnOneP() bool { return onOne.Load() }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/internal/rawio"
 	"github.com/axsched/ax/raftfsm"
 	"github.com/axsched/ax/sidecar/cluster"
 	"github.com/axsched/ax/sidecar/delivery"
@@ -299,6 +300,11 @@ type Config struct {
 	// raftstore.LogSyncHandoff sends every fsync through the Go runtime,
 	// which hands the P to another thread (raftstore/walsync.go).
 	RaftLogSync raftstore.LogSync
+	// SocketIO is how ax's connections read and write (--socket-io):
+	// rawio.ModeAuto ("" too) with raw system calls while the adaptive
+	// controller has the process on one P (OnOneP), rawio.ModeHandoff
+	// through the Go runtime always (internal/rawio).
+	SocketIO rawio.Mode
 	// PeerRoutes override the addresses this node dials to reach other
 	// nodes (Raft transport and peer API), one route per node; for tests
 	// and network overlays (see PeerRoute). Empty: dial the advertised
@@ -420,8 +426,9 @@ type Config struct {
 	BackgroundWork func() (done func())
 	// OnOneP, when set, reports whether the process runs on one P under
 	// the adaptive controller (procs.OnOneP: ax sidecar and ax dev set it
-	// with --adaptive-procs): only then does the Raft log's fsync keep its
-	// P (RaftLogSync auto). Nil: never.
+	// with --adaptive-procs): only then do the Raft log's writes and
+	// fsyncs (RaftLogSync auto) and the connections' reads and writes
+	// (SocketIO auto) keep their P. Nil: never.
 	OnOneP func() bool
 
 	// defaulted is set by WithDefaults, so that a second call changes
@@ -535,6 +542,9 @@ func (c Config) Validate() error {
 	if _, err := raftstore.ParseLogSync(string(c.RaftLogSync)); err != nil {
 		return fmt.Errorf("RaftLogSync (--raft-log-sync): %w", err)
 	}
+	if _, err := rawio.ParseMode(string(c.SocketIO)); err != nil {
+		return fmt.Errorf("SocketIO (--socket-io): %w", err)
+	}
 	if c.HistoryRuns > HistoryRunsMax {
 		return fmt.Errorf("HistoryRuns (--history-runs) %d: at most %d", c.HistoryRuns, HistoryRunsMax)
 	}
@@ -616,3 +626,8 @@ func defaultOrOff[T ~int | ~int64](v *T, def T) {
 		*v = 0
 	}
 }
+
+// SocketHold is the hold function of the node's connections
+// (rawio.Wrap): OnOneP under SocketIO auto, nil (never) under handoff or
+// without OnOneP.
+func (c Config) SocketHold() func() bool { return c.SocketIO.Hold(c.OnOneP) }

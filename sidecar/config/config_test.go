@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/axsched/ax/internal/rawio"
 	"github.com/axsched/ax/sidecar/raftstore"
 	"path/filepath"
 	"strings"
@@ -100,6 +101,36 @@ func TestConfigValidate_RaftLogSync(t *testing.T) {
 		t.Fatal(`RaftLogSync "raw": no error`)
 	}
 	for _, w := range []string{"RaftLogSync", "--raft-log-sync", `"raw"`, "auto", "handoff"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("Validate() = %q, want it to contain %q", err, w)
+		}
+	}
+}
+
+func TestConfigValidate_SocketIO(t *testing.T) {
+	oneP := func() bool { return true }
+	for _, v := range []rawio.Mode{"", rawio.ModeAuto, rawio.ModeHandoff} {
+		c := validRaftTestConfig(t)
+		c.SocketIO = v
+		if err := c.Validate(); err != nil {
+			t.Errorf("SocketIO %q: %v", v, err)
+		}
+		c.OnOneP = oneP
+		if hold := c.SocketHold(); (hold != nil) != (v != rawio.ModeHandoff) {
+			t.Errorf("SocketIO %q with OnOneP: hold set %v", v, hold != nil)
+		}
+		c.OnOneP = nil
+		if c.SocketHold() != nil {
+			t.Errorf("SocketIO %q without OnOneP: a hold function", v)
+		}
+	}
+	c := validRaftTestConfig(t)
+	c.SocketIO = "raw"
+	err := c.Validate()
+	if err == nil {
+		t.Fatal(`SocketIO "raw": no error`)
+	}
+	for _, w := range []string{"SocketIO", "--socket-io", `"raw"`, "auto", "handoff"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("Validate() = %q, want it to contain %q", err, w)
 		}

@@ -17,7 +17,7 @@
 // # Imports
 //
 // config imports the node's parts (raftstore, cluster, scheduler,
-// delivery, peertls, otelexport) for the types of their fields (PeerRoute, Resolver), their
+// delivery, peertls, otelexport, and internal/rawio's Mode) for the types of their fields (PeerRoute, Resolver), their
 // defaults and their own checks (cluster.ValidateAutopilot,
 // raftstore.ValidatePeerRoutes). None of them imports config: each part
 // takes its own Config, which package sidecar fills from this one. config

@@ -16,6 +16,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/axsched/ax/internal/rawio"
 	"github.com/axsched/ax/raftfsm"
 )
 
@@ -31,6 +32,9 @@ type Client struct {
 	// makes every connection TLS (SetTLS).
 	dial      func(addr string) (net.Conn, error)
 	tlsConfig func(host string) *tls.Config
+	// hold, when set, makes every dialled connection read and write with
+	// raw system calls while it reports true (SetHold, rawio.Wrap).
+	hold func() bool
 
 	mu     sync.Mutex
 	byID   map[string]string // node id → peer addr
@@ -43,7 +47,7 @@ func NewClient(token string, now func() time.Time) *Client {
 	if now == nil {
 		now = time.Now
 	}
-	return &Client{
+	p := &Client{
 		token: token,
 		now:   now,
 		c: &fasthttp.Client{
@@ -57,6 +61,8 @@ func NewClient(token string, now func() time.Time) *Client {
 		byID:   map[string]string{},
 		byRaft: map[string]string{},
 	}
+	p.installDial()
+	return p
 }
 
 // SetDial makes the client dial peers with dial (addr is HOST:PORT)
@@ -65,6 +71,13 @@ func NewClient(token string, now func() time.Time) *Client {
 func (p *Client) SetDial(dial func(addr string) (net.Conn, error)) {
 	p.dial = dial
 	p.installDial()
+}
+
+// SetHold makes every connection dialled from now on read and write with
+// raw system calls while hold reports true (rawio.Wrap, under TLS); nil:
+// never. Call it before the first request.
+func (p *Client) SetHold(hold func() bool) {
+	p.hold = hold
 }
 
 // SetTLS makes the client speak TLS to every peer: config returns the
@@ -79,7 +92,7 @@ func (p *Client) SetTLS(config func(host string) *tls.Config) {
 
 func (p *Client) installDial() {
 	if p.tlsConfig == nil {
-		p.c.Dial = p.dial
+		p.c.Dial = p.dialRaw
 		return
 	}
 	p.c.Dial = p.dialTLS
@@ -97,15 +110,25 @@ func (e *TLSHandshakeError) Error() string {
 }
 func (e *TLSHandshakeError) Unwrap() error { return e.Err }
 
-func (p *Client) dialTLS(addr string) (net.Conn, error) {
-	deadline := time.Now().Add(Timeout)
-	var raw net.Conn
+// dialRaw is the dial under TLS, or without it: SetDial's or TCP, wrapped
+// (SetHold).
+func (p *Client) dialRaw(addr string) (net.Conn, error) {
+	var c net.Conn
 	var err error
 	if p.dial != nil {
-		raw, err = p.dial(addr)
+		c, err = p.dial(addr)
 	} else {
-		raw, err = fasthttp.DialTimeout(addr, Timeout)
+		c, err = fasthttp.DialTimeout(addr, Timeout)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return rawio.Wrap(c, p.hold), nil
+}
+
+func (p *Client) dialTLS(addr string) (net.Conn, error) {
+	deadline := time.Now().Add(Timeout)
+	raw, err := p.dialRaw(addr)
 	if err != nil {
 		return nil, err
 	}

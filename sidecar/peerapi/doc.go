@@ -51,7 +51,8 @@
 // # Imports
 //
 // peerapi imports raftfsm (the entry and result encodings), ipc (the codes
-// shared with the application API), engine (the clock) and fasthttp. It
+// shared with the application API), engine (the clock), internal/rawio
+// (its connections' raw reads and writes on one P) and fasthttp. It
 // must not import sidecar or its other sub-packages: what it needs from the
 // node it asks through the Node interface.
 package peerapi

@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/axsched/ax/internal/rawio"
 	"github.com/axsched/ax/raftfsm"
 )
 
@@ -56,6 +57,10 @@ type ServerConfig struct {
 	// only the connections it accepts (peertls.NewListener: mutual TLS,
 	// the handshake done before a request is read).
 	Listener func(net.Listener) net.Listener
+	// Hold, when set, makes every accepted connection read and write with
+	// raw system calls while it reports true (rawio.Wrap, under
+	// Listener's TLS); nil: never.
+	Hold func() bool
 }
 
 // Server serves the peer API.
@@ -101,6 +106,7 @@ func (s *Server) Listen(addr string) error {
 		return fmt.Errorf("peer API on %s: %w", addr, err)
 	}
 	s.ln = ln
+	ln = rawio.WrapListener(ln, s.cfg.Hold)
 	if s.cfg.Listener != nil {
 		ln = s.cfg.Listener(ln)
 	}

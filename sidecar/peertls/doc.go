@@ -29,7 +29,8 @@
 // # Imports
 //
 // peertls imports the standard library, hashicorp/raft (for the
-// StreamLayer interface) and zerolog. It must not import package sidecar
+// StreamLayer interface), internal/rawio (the Raft connections' raw reads
+// and writes on one P, StreamConfig.Hold) and zerolog. It must not import package sidecar
 // or its other sub-packages: raftstore takes its StreamLayer through a
 // constructor in its Config, peerapi takes plain *tls.Config functions.
 package peertls

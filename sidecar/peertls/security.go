@@ -17,6 +17,8 @@ type SecurityConfig struct {
 	Token          string
 	ReloadInterval time.Duration
 	Log            zerolog.Logger
+	// Hold is the Raft stream layer's StreamConfig.Hold (nil: never).
+	Hold func() bool
 }
 
 // Security is how a node authenticates its peer traffic: mutual TLS on the
@@ -55,7 +57,7 @@ func (s *Security) RaftStream() func(bind string, adv net.Addr) (raft.StreamLaye
 		return nil
 	}
 	return func(bind string, adv net.Addr) (raft.StreamLayer, error) {
-		return Listen(StreamConfig{Bind: bind, Advertise: adv, Auth: auth, Log: s.cfg.Log})
+		return Listen(StreamConfig{Bind: bind, Advertise: adv, Auth: auth, Log: s.cfg.Log, Hold: s.cfg.Hold})
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
+
+	"github.com/axsched/ax/internal/rawio"
 )
 
 // Authenticator authenticates one new connection, on the side that dialled
@@ -196,6 +198,10 @@ type StreamConfig struct {
 	MaxPendingHandshakes int
 	// Log receives the refused connections (rate-limited).
 	Log zerolog.Logger
+	// Hold, when set, makes every connection read and write with raw
+	// system calls while it reports true (rawio.Wrap, under the
+	// handshake); nil: never.
+	Hold func() bool
 }
 
 // StreamLayer is a raft.StreamLayer over TCP whose every connection is
@@ -207,6 +213,7 @@ type StreamLayer struct {
 	*Listener
 	auth Authenticator
 	adv  net.Addr
+	hold func() bool
 }
 
 var _ raft.StreamLayer = (*StreamLayer)(nil)
@@ -229,8 +236,8 @@ func Listen(cfg StreamConfig) (*StreamLayer, error) {
 		ln.Close()
 		return nil, fmt.Errorf("raft advertise address %v: not a routable TCP address", adv)
 	}
-	l := NewListener(ln, ListenerConfig{Auth: cfg.Auth, HandshakeTimeout: cfg.HandshakeTimeout, MaxPendingHandshakes: cfg.MaxPendingHandshakes, Log: cfg.Log, Port: "raft port"})
-	return &StreamLayer{Listener: l, auth: cfg.Auth, adv: adv}, nil
+	l := NewListener(rawio.WrapListener(ln, cfg.Hold), ListenerConfig{Auth: cfg.Auth, HandshakeTimeout: cfg.HandshakeTimeout, MaxPendingHandshakes: cfg.MaxPendingHandshakes, Log: cfg.Log, Port: "raft port"})
+	return &StreamLayer{Listener: l, auth: cfg.Auth, adv: adv, hold: cfg.Hold}, nil
 }
 
 // Dial implements raft.StreamLayer: a TCP dial and the client side of the
@@ -241,6 +248,7 @@ func (s *StreamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 	if err != nil {
 		return nil, err
 	}
+	c = rawio.Wrap(c, s.hold)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	_ = c.SetDeadline(deadline)

@@ -11,9 +11,11 @@
 //     memory for raft's reads), the snapshot store and the transport,
 //     and applies the applied-index rule at boot (no snapshot restore when
 //     badger already holds it).
-//   - The log's fsync (walsync.go): on one P, a raw fsync that keeps its
-//     P instead of the runtime's hand-off to another thread
-//     (Config.LogSync, --raft-log-sync), and the fallback after a slow one.
+//   - The log's disk calls (walsync.go): on one P, a raw fsync and raw
+//     pwrites of up to 16 KiB, and the storage guard's raw statfs, that
+//     keep their P instead of the runtime's hand-off to another thread
+//     and its wake-up of sysmon (Config.LogSync, --raft-log-sync), and
+//     the fallback after a slow one.
 //   - The storage guard (storage.go, diskpressure.go): whether this node's
 //     disk takes writes, from a periodic probe, the FSM's write errors and
 //     the Raft log's; the levels of free space against the reserve; the
@@ -33,7 +35,9 @@
 //   - Peer routing (peerroute.go): --peer-route overrides of the
 //     addresses this node dials, for the Raft transport and the peer API;
 //     the transport runs over Config.Stream's stream layer when set (the
-//     node gives peertls's: mutual TLS or the token handshake).
+//     node gives peertls's: mutual TLS or the token handshake), else over
+//     plain TCP whose connections read and write through internal/rawio
+//     when Config.SocketHold is set.
 //   - Raft's logger (raftlog.go): hclog's JSON lines on stderr; the lines
 //     raft repeats about a peer that is down or refuses it come once, then
 //     once per 30 s with a count; once the node knows it was removed from
@@ -49,9 +53,10 @@
 // # What it may import
 //
 // engine (the clock), raftfsm, ipc's wire types (the storage error's API
-// answer and status), hashicorp/raft, raft-wal, badger,
-// prometheus and zerolog; golang.org/x/sys/unix for the raw fsync
-// (walsync.go); raft-boltdb only to migrate an earlier
+// answer and status), internal/rawio (the raw connections and their
+// bound), hashicorp/raft, raft-wal, badger,
+// prometheus and zerolog; golang.org/x/sys/unix for the raw fsync and
+// pwrite (walsync.go); raft-boltdb only to migrate an earlier
 // version's raft.db (walstore.go). It must not import sidecar or its other
 // sub-packages. What it needs from the rest of the node it asks through
 // its own small interfaces and config structs: Backlog (the leader's

@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"fmt"
+	"github.com/axsched/ax/internal/rawio"
 	"net"
 	"strings"
 	"time"
@@ -146,7 +147,54 @@ func newRaftTransport(cfg *Config, fsm *raftfsm.FSM, adv net.Addr, maxPool int, 
 		tc.Stream = sl
 		return raft.NewNetworkTransportWithConfig(tc), nil
 	}
+	if cfg.SocketHold != nil {
+		sl, err := listenRawStream(cfg.RaftAddr, adv, cfg.SocketHold)
+		if err != nil {
+			return nil, err
+		}
+		tc.Stream = sl
+		return raft.NewNetworkTransportWithConfig(tc), nil
+	}
 	return raft.NewTCPTransportWithConfig(cfg.RaftAddr, adv, tc)
+}
+
+// rawStream is raft's plain TCP stream layer (raft.TCPStreamLayer, which
+// raft.NewTCPTransportWithConfig makes) whose connections read and write
+// through rawio while hold reports true.
+type rawStream struct {
+	net.Listener
+	adv  net.Addr
+	hold func() bool
+}
+
+// listenRawStream listens on bind (TCP HOST:PORT) and advertises adv
+// (nil: the listener's address), which must be a TCP address with a
+// specific IP, as raft.NewTCPTransportWithConfig requires.
+func listenRawStream(bind string, adv net.Addr, hold func() bool) (*rawStream, error) {
+	ln, err := net.Listen("tcp", bind)
+	if err != nil {
+		return nil, err
+	}
+	if adv == nil {
+		adv = ln.Addr()
+	}
+	if ta, ok := adv.(*net.TCPAddr); !ok || ta.IP == nil || ta.IP.IsUnspecified() {
+		ln.Close()
+		return nil, fmt.Errorf("raft advertise address %v: not a routable TCP address", adv)
+	}
+	return &rawStream{Listener: rawio.WrapListener(ln, hold), adv: adv, hold: hold}, nil
+}
+
+// Addr implements raft.StreamLayer: the advertised address.
+func (s *rawStream) Addr() net.Addr { return s.adv }
+
+// Dial implements raft.StreamLayer: a TCP dial within timeout.
+func (s *rawStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", string(addr), timeout)
+	if err != nil {
+		return nil, err
+	}
+	return rawio.Wrap(c, s.hold), nil
 }
 
 // raftMaxRPCsInFlight is below raft's minimum for pipelining (2), which

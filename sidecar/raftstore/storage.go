@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,8 +27,8 @@ import (
 // storage_unavailable, keeps serving reads, does not crash or skip an
 // entry, and recovers by itself once the disk takes writes again. (A disk
 // that hangs rather than fails is not covered: on one P with
-// --raft-log-sync auto a hung fsync of the Raft log stops the whole
-// process until it returns, walsync.go.)
+// --raft-log-sync auto a hung write or fsync of the Raft log, or statfs
+// of the data dir, stops the whole process until it returns, walsync.go.)
 //
 // What the stores do on a full disk decided the design:
 //
@@ -105,6 +106,9 @@ type Guard struct {
 	// freeSpace and probeWrite are the probe's system calls (test hooks).
 	freeSpace  func(dir string) (DiskFree, error)
 	probeWrite func(dir string) error
+	// statfsPolicy, once StartRaft sets it, makes the data dir's statfs
+	// raw while it holds the P (freeSpaceHeld); nil: never.
+	statfsPolicy atomic.Pointer[syncPolicy]
 
 	probeCause atomic.Pointer[string] // nil: the last probe passed
 	// spaceOnly is set while the last probe failed only because free
@@ -160,9 +164,10 @@ func NewGuard(cfg GuardConfig) *Guard {
 func newStorageGuard(dir string, reserve int64, interval time.Duration, fsm *raftfsm.FSM, log zerolog.Logger) *Guard {
 	g := &Guard{
 		dir: dir, interval: interval, log: log, fsm: fsm, now: engine.RealClock().Now,
-		freeSpace: liveFreeSpace(dir), probeWrite: writeProbeFile,
-		stopCh: make(chan struct{}),
+		probeWrite: writeProbeFile,
+		stopCh:     make(chan struct{}),
 	}
+	g.freeSpace = liveFreeSpace(dir, &g.statfsPolicy)
 	g.reserve.Store(uint64(max(reserve, 0)))
 	return g
 }
@@ -474,11 +479,39 @@ func FreeSpace(dir string) (DiskFree, error) {
 	if err := syscall.Statfs(dir, &st); err != nil {
 		return DiskFree{}, err
 	}
+	return diskFree(&st), nil
+}
+
+func diskFree(st *syscall.Statfs_t) DiskFree {
 	f := DiskFree{Bytes: st.Bavail * uint64(st.Bsize), Inodes: -1}
 	if st.Files > 0 { // 0: the file system does not count inodes (btrfs)
 		f.Inodes = int64(st.Ffree)
 	}
-	return f, nil
+	return f
+}
+
+// freeSpaceHeld is FreeSpace of dir, with a raw statfs(2) while policy
+// (nil: never) holds the P for the Raft log's calls (useRaw): on one P,
+// a statfs through the runtime after an idle moment wakes its sysmon
+// thread (internal/rawio), and the API asks before every write. A raw
+// statfs that took LogSyncSlow or more sends the policy's calls through
+// the runtime for a while (noteHeld).
+func freeSpaceHeld(dir string, policy *syncPolicy) (DiskFree, error) {
+	if policy == nil || !policy.useRaw() {
+		return FreeSpace(dir)
+	}
+	path, err := syscall.BytePtrFromString(dir)
+	if err != nil {
+		return DiskFree{}, &os.PathError{Op: "statfs", Path: dir, Err: err}
+	}
+	var st syscall.Statfs_t
+	begin := policy.clock()
+	_, _, errno := syscall.RawSyscall(syscall.SYS_STATFS, uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(&st)), 0)
+	policy.noteHeld("statfs of the data dir", begin, policy.clock())
+	if errno != 0 {
+		return DiskFree{}, errno
+	}
+	return diskFree(&st), nil
 }
 
 // statfsMaxAge is how old a free-space answer may be (liveFreeSpace).
@@ -491,8 +524,8 @@ const statfsMaxAge = time.Millisecond
 // millisecond the node writes at most what its disk takes in a
 // millisecond, far inside the reserve's margins. Other dirs are asked
 // live. The age is real (monotonic) time, as statfs is.
-func liveFreeSpace(dir string) func(string) (DiskFree, error) {
-	cached := cacheFor(statfsMaxAge, time.Now, func() (DiskFree, error) { return FreeSpace(dir) })
+func liveFreeSpace(dir string, policy *atomic.Pointer[syncPolicy]) func(string) (DiskFree, error) {
+	cached := cacheFor(statfsMaxAge, time.Now, func() (DiskFree, error) { return freeSpaceHeld(dir, policy.Load()) })
 	return func(d string) (DiskFree, error) {
 		if d != dir {
 			return FreeSpace(d)

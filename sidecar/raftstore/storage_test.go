@@ -291,7 +291,7 @@ func TestStatfsCacheReusesAnswerForMaxAge(t *testing.T) {
 		t.Fatalf("after a failure: answer %d after %d calls, want a new one", v.Bytes, calls)
 	}
 	// The guard asks another dir live.
-	live := liveFreeSpace(t.TempDir())
+	live := liveFreeSpace(t.TempDir(), new(atomic.Pointer[syncPolicy]))
 	if _, err := live("/nonexistent-ax-dir"); err == nil {
 		t.Fatal("another dir answered from the cache")
 	}

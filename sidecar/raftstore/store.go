@@ -45,6 +45,10 @@ type Config struct {
 	// only time LogSyncAuto keeps the P; nil: never.
 	LogSync LogSync
 	OneP    func() bool
+	// SocketHold, when set, makes the Raft transport's connections read
+	// and write with raw system calls while it reports true (rawio.Wrap),
+	// when Stream is nil; a Stream wraps its own connections.
+	SocketHold func() bool
 	// TrailingLogsBytes bounds the log bytes kept after a snapshot and
 	// triggers one (SnapshotByBytes); 0: no bound.
 	TrailingLogsBytes int64
@@ -160,6 +164,7 @@ func (st *Store) StartRaft(advertise func() (net.Addr, error)) error {
 		return err
 	}
 	st.syncs = newSyncPolicy(mode, cfg.OneP, st.log)
+	st.Guard.statfsPolicy.Store(st.syncs)
 	st.logStore, err = openLogStore(cfg.DataDir, st.log, hlog, st.syncs)
 	if err != nil {
 		return err

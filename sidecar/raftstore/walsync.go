@@ -6,11 +6,14 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/types"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
+
+	"github.com/axsched/ax/internal/rawio"
 )
 
 // The Raft log's fsync, and the P it blocks.
@@ -45,25 +48,31 @@ import (
 // nanosleeps against 0.28–0.75, node CPU 17–42 % lower, 18–61 % more
 // submits/s in five pairs of five; 8 callers and 1 caller, 10–42 % and
 // 4–23 % more in three of three. Three nodes, 16 callers: no measurable
-// change (−8 to +22 % in seven pairs): there sysmon sleeps as often with
-// either setting (2.2–2.6 times a submit), and what keeps it awake there
-// was not pinned down.
+// change by the fsync alone (−8 to +22 % in seven pairs): there each node
+// goes idle between entries, and the next system call through the
+// runtime wakes sysmon from its sleep and sets it polling every 20 µs
+// again (entersyscallWakeSysmon). So the segment's writes (pwrite, up to
+// rawio.MaxRaw bytes: syncFile.WriteAt) and the storage guard's statfs of
+// the data dir (freeSpaceHeld) follow the same policy, and the node's
+// connections read and write raw as well (internal/rawio, --socket-io):
+// together they cut three nodes' CPU a submit by 22–28 %
+// (docs/perf/README.md, "Twenty-first session").
 //
-// The risk is a stalled disk: a raw fsync that hangs stops the whole
-// process for as long as it hangs — reads, /metrics and Raft heartbeats
-// included, as a SIGSTOP would (e2e/sigstop_test.go: the other nodes
-// elect another leader; nothing is lost) — where through the runtime
-// only the log's thread would wait (a review measured 25.6 s of a
-// frozen node with the data dir on a loop device whose backing file sat
-// on a frozen file system). Timers are not behind it: the controller
+// The risk is a stalled disk: a raw fsync (or pwrite, or statfs) that
+// hangs stops the whole process for as long as it hangs — reads, /metrics
+// and Raft heartbeats included, as a SIGSTOP would (e2e/sigstop_test.go:
+// the other nodes elect another leader; nothing is lost) — where through
+// the runtime only the log's thread would wait (a review measured 25.6 s
+// of a frozen node with the data dir on a loop device whose backing file
+// sat on a frozen file system). Timers are not behind it: the controller
 // keeps the node on all its CPUs while a task is due within 2 s or a
-// callback is in flight, and OneP is false there. A raw fsync that took
-// LogSyncSlow or more sends the fsyncs of the next LogSyncSlowHold
-// through the runtime, so a disk that turns slow stops the process at
-// most once a minute, not at every append; neither the metric nor the log
-// line can say so before the fsync returns. On more than one P every fsync
-// goes through the runtime: there another P is usually idle (sysmon then
-// leaves the P in the system call alone), and a P held in a raw call
+// callback is in flight, and OneP is false there. A raw disk call that
+// took LogSyncSlow or more sends those of the next LogSyncSlowHold
+// through the runtime (noteHeld), so a disk that turns slow stops the
+// process at most once a minute, not at every append; neither the metric
+// nor the log line can say so before the call returns. On more than one
+// P every call goes through the runtime: there another P is usually idle (sysmon
+// then leaves the P in the system call alone), and a P held in a raw call
 // would hold up the garbage collector's stop-the-world.
 //
 // LogSyncHandoff (--raft-log-sync handoff) sends every fsync through the
@@ -119,7 +128,10 @@ type syncPolicy struct {
 	now func() time.Duration
 	// rawSync fsyncs fd without telling the runtime; nil: rawFsync.
 	rawSync func(fd uintptr) syscall.Errno
-	log     zerolog.Logger
+	// rawWrite writes b at off on fd without telling the runtime; nil:
+	// rawPwrite.
+	rawWrite func(fd uintptr, b []byte, off int64) (int, syscall.Errno)
+	log      zerolog.Logger
 
 	start     time.Time
 	slowUntil atomic.Int64  // now() in ns before which fsyncs go through the runtime
@@ -173,18 +185,26 @@ func (p *syncPolicy) sync(f types.WritableFile, rc syscall.RawConn, name string)
 		return f.Sync()
 	}
 	p.raw.Add(1)
-	// took also counts a wait for the P if the goroutine is preempted as
-	// the call returns (sysmon asks a goroutine that ran 10 ms to yield):
-	// a false slow one only sends fsyncs through the runtime, the safe way.
-	if took := end - begin; took >= LogSyncSlow {
-		p.slow.Add(1)
-		p.slowUntil.Store(int64(end + LogSyncSlowHold))
-		p.log.Warn().Dur("took", took).Dur("for", LogSyncSlowHold).Msg("a Raft log fsync that kept the process's one P took long: the log's fsyncs go through the Go runtime for a while")
-	}
+	p.noteHeld("fsync of the Raft log", begin, end)
 	if errno != 0 {
 		return &os.PathError{Op: "sync", Path: name, Err: errno}
 	}
 	return nil
+}
+
+// noteHeld notes a raw call (what: "fsync of the Raft log", ...) that ran
+// from begin to end on the policy's clock: one that took LogSyncSlow or
+// more counts as slow, is logged as a warning, and sends the calls of the
+// next LogSyncSlowHold through the runtime. took also counts a wait for
+// the P if the goroutine is preempted as the call returns (sysmon asks a
+// goroutine that ran 10 ms to yield): a false slow one only sends calls
+// through the runtime, the safe way.
+func (p *syncPolicy) noteHeld(what string, begin, end time.Duration) {
+	if took := end - begin; took >= LogSyncSlow {
+		p.slow.Add(1)
+		p.slowUntil.Store(int64(end + LogSyncSlowHold))
+		p.log.Warn().Dur("took", took).Dur("for", LogSyncSlowHold).Str("call", what).Msg("a disk call that kept the process's one P took long: the Raft log's writes and fsyncs and the data dir's statfs go through the Go runtime for a while")
+	}
 }
 
 // LogSyncs returns the Raft log's fsyncs that kept their P (held) and,
@@ -273,4 +293,59 @@ func (f *syncFile) Sync() error {
 		return nil
 	}
 	return f.policy.sync(f.WritableFile, f.rc, f.name)
+}
+
+// WriteAt writes b at off (raft-wal's append): raw pwrite(2) calls while
+// the policy holds the P (useRaw) and b is at most rawio.MaxRaw bytes (a
+// longer copy into the page cache is left to the runtime, which can run
+// the process's goroutines beside it), with os.File.WriteAt otherwise. A raw
+// write that took LogSyncSlow or more is slow as an fsync would be
+// (noteHeld). Errors: *os.PathError with the call's errno; a pwrite that
+// wrote nothing gives EIO (os.File.WriteAt would repeat it forever); a
+// file that cannot be reached raw (closed) is written by os.File.WriteAt,
+// whose error says so.
+func (f *syncFile) WriteAt(b []byte, off int64) (int, error) {
+	p := f.policy
+	if f.rc == nil || len(b) == 0 || len(b) > rawio.MaxRaw || !p.useRaw() {
+		return f.WritableFile.WriteAt(b, off)
+	}
+	rawWrite := p.rawWrite
+	if rawWrite == nil {
+		rawWrite = rawPwrite
+	}
+	var n int
+	var errno syscall.Errno
+	var begin, end time.Duration
+	if err := f.rc.Control(func(fd uintptr) {
+		begin = p.clock()
+		n, errno = rawWrite(fd, b, off)
+		end = p.clock()
+	}); err != nil {
+		return f.WritableFile.WriteAt(b, off)
+	}
+	p.noteHeld("write of the Raft log", begin, end)
+	if errno != 0 {
+		return n, &os.PathError{Op: "write", Path: f.name, Err: errno}
+	}
+	return n, nil
+}
+
+// rawPwrite writes all of b at off on fd with pwrite(2) calls that the
+// runtime is not told of, repeated after a partial write or EINTR as
+// os.File.WriteAt does; a call that writes nothing gives EIO.
+func rawPwrite(fd uintptr, b []byte, off int64) (int, syscall.Errno) {
+	n := 0
+	for n < len(b) {
+		r, _, e := unix.RawSyscall6(unix.SYS_PWRITE64, fd, uintptr(unsafe.Pointer(&b[n])), uintptr(len(b)-n), uintptr(off+int64(n)), 0, 0)
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e != 0:
+			return n, e
+		case r == 0:
+			return n, unix.EIO
+		}
+		n += int(r)
+	}
+	return n, 0
 }

@@ -15,6 +15,8 @@ import (
 	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/types"
 	"github.com/rs/zerolog"
+
+	"github.com/axsched/ax/internal/rawio"
 )
 
 func TestParseLogSync(t *testing.T) {
@@ -274,5 +276,183 @@ func TestSyncFS_CreateThenClose(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(dir, "seg"))
 	if err != nil || !bytes.HasPrefix(b, []byte("hello")) {
 		t.Fatalf("read back: %q %v", b[:min(len(b), 8)], err)
+	}
+}
+
+// writeRig is a syncFile over fakeSyncFile whose raw writes go to the
+// rig's hook: each takes rawTook of the fake clock and returns rawErr.
+type writeRig struct {
+	*policyRig
+	f      *syncFile
+	writes int // raw writes
+}
+
+func (f *fakeSyncFile) WriteAt(b []byte, off int64) (int, error) {
+	f.syncs += 1000 // counted apart from Syncs: thousands are writes
+	return len(b), f.err
+}
+
+func newWriteRig(mode LogSync) *writeRig {
+	r := &writeRig{policyRig: newPolicyRig(mode)}
+	r.p.rawWrite = func(fd uintptr, b []byte, off int64) (int, syscall.Errno) {
+		if fd != 42 {
+			panic(fmt.Sprintf("raw write to fd %d", fd))
+		}
+		r.writes++
+		r.now += r.rawTook
+		if r.rawErr != 0 {
+			return 0, r.rawErr
+		}
+		return len(b), 0
+	}
+	r.f = &syncFile{WritableFile: &r.file, policy: r.p, rc: fakeRawConn{}, name: "seg-9"}
+	r.f.synced.Store(true)
+	return r
+}
+
+// write runs one WriteAt and reports which way it went.
+func (r *writeRig) write(t *testing.T) string {
+	t.Helper()
+	writes, through := r.writes, r.file.syncs
+	n, err := r.f.WriteAt([]byte("entry"), 64)
+	if err != nil || n != 5 {
+		t.Fatalf("write: %d, %v", n, err)
+	}
+	switch {
+	case r.writes == writes+1 && r.file.syncs == through:
+		return "raw"
+	case r.writes == writes && r.file.syncs == through+1000:
+		return "handoff"
+	}
+	t.Fatalf("write: %d raw and %d through the file", r.writes-writes, (r.file.syncs-through)/1000)
+	return ""
+}
+
+// The log's writes keep the P when its fsyncs do: on one P under auto,
+// through the file otherwise; a slow raw write sends writes and fsyncs
+// through the runtime for LogSyncSlowHold.
+func TestSyncFile_WriteAtFollowsThePolicy(t *testing.T) {
+	r := newWriteRig(LogSyncAuto)
+	if got := r.write(t); got != "raw" {
+		t.Fatalf("auto on one P: %s, want raw", got)
+	}
+	r.oneP = false
+	if got := r.write(t); got != "handoff" {
+		t.Fatalf("auto on more than one P: %s, want handoff", got)
+	}
+	r.oneP = true
+	r.rawTook = LogSyncSlow
+	if got := r.write(t); got != "raw" {
+		t.Fatalf("the slow one: %s", got)
+	}
+	if r.p.slow.Load() != 1 || !strings.Contains(r.log.String(), "write of the Raft log") {
+		t.Fatalf("after a slow raw write: slow %d, log %q; want 1 and a warning naming the write", r.p.slow.Load(), r.log.String())
+	}
+	r.rawTook = 0
+	if got := r.write(t); got != "handoff" {
+		t.Fatalf("write after a slow raw write: %s, want handoff", got)
+	}
+	if got := r.sync(t); got != "handoff" {
+		t.Fatalf("fsync after a slow raw write: %s, want handoff", got)
+	}
+	r.now += LogSyncSlowHold
+	if got := r.write(t); got != "raw" {
+		t.Fatalf("LogSyncSlowHold later: %s, want raw", got)
+	}
+
+	writes, through := r.writes, r.file.syncs
+	if _, err := r.f.WriteAt(make([]byte, rawio.MaxRaw+1), 0); err != nil || r.writes != writes || r.file.syncs != through+1000 {
+		t.Fatalf("a write longer than rawio.MaxRaw: %v, %d raw; want it through the file", err, r.writes-writes)
+	}
+
+	h := newWriteRig(LogSyncHandoff)
+	if got := h.write(t); got != "handoff" {
+		t.Fatalf("handoff on one P: %s", got)
+	}
+}
+
+func TestSyncFile_WriteAtErrors(t *testing.T) {
+	r := newWriteRig(LogSyncAuto)
+	r.rawErr = syscall.ENOSPC
+	_, err := r.f.WriteAt([]byte("entry"), 0)
+	var pe *os.PathError
+	if !errors.As(err, &pe) || pe.Op != "write" || pe.Path != "seg-9" || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a raw write's ENOSPC: %v (%T), want *os.PathError write seg-9 ENOSPC", err, err)
+	}
+	// A file the RawConn cannot reach (closed) is written by its own
+	// WriteAt, whose error is os.File's.
+	r.rawErr = 0
+	r.f.rc = fakeRawConn{closed: true}
+	r.file.err = &os.PathError{Op: "write", Path: "seg-9", Err: os.ErrClosed}
+	if _, err := r.f.WriteAt([]byte("entry"), 0); !errors.Is(err, os.ErrClosed) || r.writes != 1 {
+		t.Fatalf("a closed file: %v after %d raw writes; want os.ErrClosed after 1", err, r.writes)
+	}
+}
+
+// rawPwrite on a real file: every byte lands at its offset, past a hole,
+// and a closed descriptor gives EBADF.
+func TestRawPwrite(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "seg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	if n, errno := rawPwrite(f.Fd(), big, 4096); errno != 0 || n != len(big) {
+		t.Fatalf("rawPwrite: %d, %v", n, errno)
+	}
+	if n, errno := rawPwrite(f.Fd(), []byte("head"), 0); errno != 0 || n != 4 {
+		t.Fatalf("rawPwrite: %d, %v", n, errno)
+	}
+	got, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append(append([]byte("head"), make([]byte, 4092)...), big...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("file holds %d bytes, not what was written (%d)", len(got), len(want))
+	}
+	fd := f.Fd()
+	f.Close()
+	if _, errno := rawPwrite(fd, []byte("x"), 0); errno != syscall.EBADF {
+		t.Fatalf("rawPwrite on a closed fd: %v, want EBADF", errno)
+	}
+}
+
+// The data dir's statfs is raw while the policy holds the P: it answers
+// as FreeSpace does, fails as it does, and a slow one sends the policy's
+// calls through the runtime.
+func TestFreeSpaceHeld(t *testing.T) {
+	dir := t.TempDir()
+	r := newPolicyRig(LogSyncAuto)
+	held, err := freeSpaceHeld(dir, r.p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := FreeSpace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const slack = 64 << 20 // other processes write meanwhile
+	if held.Bytes == 0 || held.Bytes+slack < live.Bytes || live.Bytes+slack < held.Bytes || (held.Inodes < 0) != (live.Inodes < 0) {
+		t.Fatalf("raw statfs %+v, FreeSpace %+v", held, live)
+	}
+	if _, err := freeSpaceHeld(filepath.Join(dir, "missing"), r.p); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("raw statfs of a missing dir: %v, want ENOENT", err)
+	}
+	if _, err := freeSpaceHeld(filepath.Join(dir, "nul\x00"), r.p); err == nil {
+		t.Fatal("raw statfs of a path with a NUL: no error")
+	}
+	// A slow raw statfs: the fake clock moves LogSyncSlow between the
+	// readings around the call.
+	step := time.Duration(0)
+	r.p.now = func() time.Duration { step += LogSyncSlow; return step }
+	if _, err := freeSpaceHeld(dir, r.p); err != nil {
+		t.Fatal(err)
+	}
+	if r.p.slow.Load() != 1 || !strings.Contains(r.log.String(), "statfs of the data dir") || r.p.useRaw() {
+		t.Fatalf("after a slow raw statfs: slow %d, still raw %v, log %q", r.p.slow.Load(), r.p.useRaw(), r.log.String())
+	}
+	if _, err := freeSpaceHeld(dir, nil); err != nil {
+		t.Fatalf("no policy: %v", err)
 	}
 }
