@@ -25,5 +25,14 @@
 // shapes: *net.OpError around the errno, net.ErrClosed or
 // os.ErrDeadlineExceeded; io.EOF at the end of the stream.
 //
+// What a wrapped connection loses: its concrete type. fasthttp writes a
+// response's header and a long body with one writev only to a
+// *net.TCPConn or *net.UnixConn, so through a Conn, on any number of Ps,
+// an answer longer than its write buffer (4 KiB) takes two writes; and
+// CloseWrite, SetNoDelay and ReadFrom are hidden (ax uses none of them on
+// these connections). The race detector does not see the bytes a raw
+// read puts in its buffer (a raw system call is not instrumented); the
+// tests run both paths.
+//
 // It may import only the standard library and golang.org/x/sys.
 package rawio

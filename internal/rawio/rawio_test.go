@@ -256,6 +256,24 @@ func TestConnErrorsAsNetsOwn(t *testing.T) {
 			t.Fatalf("write after Close: %v; want net.ErrClosed", err)
 		}
 	})
+	t.Run("close unblocks", func(t *testing.T) {
+		a, _ := pair(t, "tcp", always)
+		done := make(chan error, 1)
+		go func() {
+			_, err := a.Read(make([]byte, 8)) // waits in the poller: nothing comes
+			done <- err
+		}()
+		time.Sleep(20 * time.Millisecond) // let the read reach the poller
+		a.Close()
+		select {
+		case err := <-done:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("a waiting raw read after Close: %v; want net.ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close did not end a waiting raw read")
+		}
+	})
 	t.Run("reset", func(t *testing.T) {
 		a, b := pair(t, "tcp", always)
 		b.(*Conn).Conn.(*net.TCPConn).SetLinger(0) // close sends a reset

@@ -142,8 +142,9 @@ type LogStats interface {
 	Writes() uint64
 	Entries() uint64
 	// HeldSyncs is the log's fsyncs that kept their P (raftstore's
-	// --raft-log-sync auto), SlowSyncs those of them that took 10 ms or
-	// more (each sends the next minute's fsyncs through the Go runtime).
+	// --raft-log-sync auto), SlowSyncs the held disk calls (those fsyncs,
+	// the log's writes, the data dir's statfs) that took 10 ms or more
+	// (each sends the next minute's through the Go runtime).
 	HeldSyncs() uint64
 	SlowSyncs() uint64
 }
@@ -190,7 +191,7 @@ func (m *Metrics) Watch(src Sources) {
 			func() float64 { return float64(src.Log.Entries()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_log_syncs_held_total", Help: "Fsyncs of this node's Raft log segments that kept their P (--raft-log-sync auto, while the adaptive controller has the process on one P): no hand-off to another thread; the others went through the Go runtime."},
 			func() float64 { return float64(src.Log.HeldSyncs()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_log_slow_held_syncs_total", Help: "Held fsyncs (ax_raft_log_syncs_held_total) that took 10ms or more; each sends the next minute's fsyncs through the Go runtime."},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ax_raft_log_slow_held_syncs_total", Help: "Held disk calls (--raft-log-sync auto, on one P: the Raft log's fsyncs, counted in ax_raft_log_syncs_held_total, and its writes, and the data dir's statfs) that took 10ms or more; each sends the next minute's through the Go runtime."},
 			func() float64 { return float64(src.Log.SlowSyncs()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ax_timers", Help: "Timers armed on the leader (due times and leases); 0 on followers."},
 			func() float64 { return float64(src.Leader.Armed()) }),

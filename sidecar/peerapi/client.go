@@ -61,7 +61,6 @@ func NewClient(token string, now func() time.Time) *Client {
 		byID:   map[string]string{},
 		byRaft: map[string]string{},
 	}
-	p.installDial()
 	return p
 }
 
@@ -78,6 +77,7 @@ func (p *Client) SetDial(dial func(addr string) (net.Conn, error)) {
 // never. Call it before the first request.
 func (p *Client) SetHold(hold func() bool) {
 	p.hold = hold
+	p.installDial()
 }
 
 // SetTLS makes the client speak TLS to every peer: config returns the
@@ -90,12 +90,36 @@ func (p *Client) SetTLS(config func(host string) *tls.Config) {
 	p.installDial()
 }
 
+// installDial sets the fasthttp client's dial: with TLS, dialTLS; with a
+// test dial, dialRaw; with only a hold function, dialTCP, which keeps the
+// request's own time-out for the dial as fasthttp's default does; with
+// none, fasthttp's default.
 func (p *Client) installDial() {
-	if p.tlsConfig == nil {
+	p.c.Dial, p.c.DialTimeout = nil, nil
+	switch {
+	case p.tlsConfig != nil:
+		p.c.Dial = p.dialTLS
+	case p.dial != nil:
 		p.c.Dial = p.dialRaw
-		return
+	case p.hold != nil:
+		p.c.DialTimeout = p.dialTCP
 	}
-	p.c.Dial = p.dialTLS
+}
+
+// dialTCP dials addr within timeout (0: none), as fasthttp's default
+// dial does, and wraps the connection (SetHold).
+func (p *Client) dialTCP(addr string, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	var err error
+	if timeout > 0 {
+		c, err = fasthttp.DialTimeout(addr, timeout)
+	} else {
+		c, err = fasthttp.Dial(addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rawio.Wrap(c, p.hold), nil
 }
 
 // TLSHandshakeError is a failed TLS handshake with a peer: the request was

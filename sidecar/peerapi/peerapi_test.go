@@ -10,10 +10,12 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/axsched/ax/engine"
+	"github.com/axsched/ax/internal/rawio"
 	"github.com/axsched/ax/ipc"
 	"github.com/axsched/ax/raftfsm"
 )
@@ -140,6 +142,45 @@ func TestClientServer(t *testing.T) {
 	}
 	if st, _, err := c.Do(ctx, "GET", addr, "/peer/v1/nope", "", nil); err != nil || st != 404 {
 		t.Errorf("unknown route: %d %v", st, err)
+	}
+}
+
+// With hold functions, the server's accepted connections and the
+// client's dialled ones read and write raw (rawio) and the calls work as
+// over plain ones; the client's dial keeps the request's own time-out
+// (fasthttp's DialTimeout hook, not Dial, which would ignore it), and a
+// client without a hold function keeps fasthttp's default dial.
+func TestClientServerOverRawConnections(t *testing.T) {
+	var served, dialled atomic.Int64
+	f := &fakeNode{info: Info{ID: "n1", RaftAddr: "r1:1", PeerAddr: "p1:2"}, results: []raftfsm.Result{{Index: 4}}}
+	addr := serve(t, ServerConfig{Node: f, Hold: func() bool { served.Add(1); return true }})
+	c := NewClient("", nil)
+	if c.c.Dial != nil || c.c.DialTimeout != nil {
+		t.Fatal("a client without a hold function does not use fasthttp's default dial")
+	}
+	c.SetHold(func() bool { dialled.Add(1); return true })
+	if c.c.Dial != nil || c.c.DialTimeout == nil {
+		t.Fatal("with a hold function the dial is not the time-out-taking hook")
+	}
+	conn, err := c.dialTCP(addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := conn.(*rawio.Conn); !ok {
+		t.Fatalf("dialTCP returned %T, want *rawio.Conn", conn)
+	}
+	conn.Close()
+	ctx := context.Background()
+	for range 3 {
+		if pi, err := c.Info(ctx, addr); err != nil || pi != f.info {
+			t.Fatalf("info: %+v %v", pi, err)
+		}
+		if res, err := c.Propose(ctx, addr, []raftfsm.Command{{Type: raftfsm.CmdCancel}}); err != nil || len(res) != 1 || res[0].Index != 4 {
+			t.Fatalf("propose: %+v %v", res, err)
+		}
+	}
+	if served.Load() == 0 || dialled.Load() == 0 {
+		t.Fatalf("hold asked %d times on the server's connections, %d on the client's; want both", served.Load(), dialled.Load())
 	}
 }
 

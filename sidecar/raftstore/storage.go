@@ -502,7 +502,7 @@ func freeSpaceHeld(dir string, policy *syncPolicy) (DiskFree, error) {
 	}
 	path, err := syscall.BytePtrFromString(dir)
 	if err != nil {
-		return DiskFree{}, &os.PathError{Op: "statfs", Path: dir, Err: err}
+		return DiskFree{}, err // as syscall.Statfs gives it
 	}
 	var st syscall.Statfs_t
 	begin := policy.clock()

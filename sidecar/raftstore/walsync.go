@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"sync/atomic"
 	"syscall"
@@ -134,10 +135,10 @@ type syncPolicy struct {
 	log      zerolog.Logger
 
 	start     time.Time
-	slowUntil atomic.Int64  // now() in ns before which fsyncs go through the runtime
+	slowUntil atomic.Int64  // now() in ns before which disk calls go through the runtime
 	raw       atomic.Uint64 // fsyncs that kept the P
 	handoff   atomic.Uint64 // fsyncs through the runtime
-	slow      atomic.Uint64 // raw fsyncs that took LogSyncSlow or more
+	slow      atomic.Uint64 // raw disk calls (fsync, pwrite, statfs) that took LogSyncSlow or more
 }
 
 // newSyncPolicy returns the policy for mode, holding the P only while
@@ -207,9 +208,10 @@ func (p *syncPolicy) noteHeld(what string, begin, end time.Duration) {
 	}
 }
 
-// LogSyncs returns the Raft log's fsyncs that kept their P (held) and,
-// of those, the ones that took LogSyncSlow or more (slow) since the node
-// started Raft (walsync.go); 0, 0 before StartRaft.
+// LogSyncs returns the Raft log's fsyncs that kept their P (held) and
+// the held disk calls — those fsyncs, the log's writes, the data dir's
+// statfs — that took LogSyncSlow or more (slow) since the node started
+// Raft (walsync.go); 0, 0 before StartRaft.
 func (st *Store) LogSyncs() (held, slow uint64) {
 	if st.syncs == nil {
 		return 0, 0
@@ -298,12 +300,12 @@ func (f *syncFile) Sync() error {
 // WriteAt writes b at off (raft-wal's append): raw pwrite(2) calls while
 // the policy holds the P (useRaw) and b is at most rawio.MaxRaw bytes (a
 // longer copy into the page cache is left to the runtime, which can run
-// the process's goroutines beside it), with os.File.WriteAt otherwise. A raw
-// write that took LogSyncSlow or more is slow as an fsync would be
-// (noteHeld). Errors: *os.PathError with the call's errno; a pwrite that
-// wrote nothing gives EIO (os.File.WriteAt would repeat it forever); a
-// file that cannot be reached raw (closed) is written by os.File.WriteAt,
-// whose error says so.
+// the process's goroutines beside it), with os.File.WriteAt otherwise. A
+// raw write that took LogSyncSlow or more is slow as an fsync would be
+// (noteHeld). Errors: *os.PathError with the call's errno, or with
+// io.ErrUnexpectedEOF after a pwrite that wrote nothing, as
+// os.File.WriteAt gives (internal/poll's Pwrite); a file that cannot be
+// reached raw (closed) is written by os.File.WriteAt, whose error says so.
 func (f *syncFile) WriteAt(b []byte, off int64) (int, error) {
 	p := f.policy
 	if f.rc == nil || len(b) == 0 || len(b) > rawio.MaxRaw || !p.useRaw() {
@@ -327,12 +329,16 @@ func (f *syncFile) WriteAt(b []byte, off int64) (int, error) {
 	if errno != 0 {
 		return n, &os.PathError{Op: "write", Path: f.name, Err: errno}
 	}
+	if n < len(b) {
+		return n, &os.PathError{Op: "write", Path: f.name, Err: io.ErrUnexpectedEOF}
+	}
 	return n, nil
 }
 
-// rawPwrite writes all of b at off on fd with pwrite(2) calls that the
-// runtime is not told of, repeated after a partial write or EINTR as
-// os.File.WriteAt does; a call that writes nothing gives EIO.
+// rawPwrite writes b at off on fd with pwrite(2) calls that the runtime
+// is not told of, repeated after a partial write or EINTR as
+// os.File.WriteAt does; it stops short, with no errno, at a call that
+// writes nothing.
 func rawPwrite(fd uintptr, b []byte, off int64) (int, syscall.Errno) {
 	n := 0
 	for n < len(b) {
@@ -343,7 +349,7 @@ func rawPwrite(fd uintptr, b []byte, off int64) (int, syscall.Errno) {
 		case e != 0:
 			return n, e
 		case r == 0:
-			return n, unix.EIO
+			return n, 0
 		}
 		n += int(r)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -379,9 +380,16 @@ func TestSyncFile_WriteAtErrors(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Op != "write" || pe.Path != "seg-9" || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("a raw write's ENOSPC: %v (%T), want *os.PathError write seg-9 ENOSPC", err, err)
 	}
+	// A pwrite that wrote nothing ends the write short, as in os.File's.
+	r.rawErr = 0
+	short := r.p.rawWrite
+	r.p.rawWrite = func(fd uintptr, b []byte, off int64) (int, syscall.Errno) { return 2, 0 }
+	if n, err := r.f.WriteAt([]byte("entry"), 0); n != 2 || !errors.As(err, &pe) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("a short raw write: %d, %v; want 2, *os.PathError io.ErrUnexpectedEOF", n, err)
+	}
+	r.p.rawWrite = short
 	// A file the RawConn cannot reach (closed) is written by its own
 	// WriteAt, whose error is os.File's.
-	r.rawErr = 0
 	r.f.rc = fakeRawConn{closed: true}
 	r.file.err = &os.PathError{Op: "write", Path: "seg-9", Err: os.ErrClosed}
 	if _, err := r.f.WriteAt([]byte("entry"), 0); !errors.Is(err, os.ErrClosed) || r.writes != 1 {
