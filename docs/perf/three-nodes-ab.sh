@@ -33,11 +33,11 @@ run() { # BIN
 	python3 - "$BIN" "$D/bench.json" "$cpu" "$(getconf CLK_TCK)" <<'PY'
 import json, sys
 b, path, cpu, tck = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-d = json.load(open(path)); s, t = d['phases'][0], d['phases'][1]
-n = s['tasks'] + t['tasks']
-print('%-24s %6.0f/s p50 %.2f ms p99 %.2f ms, commands/entry %.2f, leader fsyncs/entry %.2f | 2nd phase %6.0f/s | nodes %.0f µs CPU per task (%d tasks)' % (
+d = json.load(open(path)); s = d['phases'][0]
+n = sum(p['tasks'] for p in d['phases'])
+print('%-24s %6.0f/s p50 %.2f ms p99 %.2f ms, commands/entry %.2f, leader fsyncs/entry %.2f | nodes %.0f µs CPU per task (%d tasks)' % (
     b, s['tasks_per_s'], s['request_latency']['p50_ms'], s['request_latency']['p99_ms'],
-    s['raft']['commands_per_entry'], s['raft']['leader_fsyncs_per_entry'], t['tasks_per_s'], cpu * 1e6 / tck / n, n))
+    s['raft']['commands_per_entry'], s['raft']['leader_fsyncs_per_entry'], cpu * 1e6 / tck / n, n))
 PY
 	echo "    $(uptime)"
 	rm -rf "$D"
