@@ -1,14 +1,15 @@
 package config
 
 import (
-	"github.com/axsched/ax/internal/rawio"
-	"github.com/axsched/ax/sidecar/raftstore"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/axsched/ax/internal/rawio"
+	"github.com/axsched/ax/sidecar/raftstore"
 )
 
 // validRaftTestConfig is a config that passes Validate: fixed ports that

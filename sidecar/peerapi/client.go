@@ -47,7 +47,7 @@ func NewClient(token string, now func() time.Time) *Client {
 	if now == nil {
 		now = time.Now
 	}
-	p := &Client{
+	return &Client{
 		token: token,
 		now:   now,
 		c: &fasthttp.Client{
@@ -61,7 +61,6 @@ func NewClient(token string, now func() time.Time) *Client {
 		byID:   map[string]string{},
 		byRaft: map[string]string{},
 	}
-	return p
 }
 
 // SetDial makes the client dial peers with dial (addr is HOST:PORT)

@@ -2,7 +2,6 @@ package raftstore
 
 import (
 	"fmt"
-	"github.com/axsched/ax/internal/rawio"
 	"net"
 	"strings"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/axsched/ax/internal/rawio"
 	"github.com/axsched/ax/raftfsm"
 )
 
