@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/axsched/ax/clients/go/axapi"
+	"github.com/axsched/ax/internal/rawio"
 )
 
 // fastSubmitter sends the one-task submits of the throughput workload
@@ -31,8 +32,14 @@ type fastSubmitter struct {
 func newFastSubmitter(socket string, timeout time.Duration) submitter {
 	return &fastSubmitter{
 		hc: &fasthttp.HostClient{
-			Addr:         "ax",
-			Dial:         func(string) (net.Conn, error) { return net.Dial("unix", socket) },
+			Addr: "ax",
+			Dial: func(string) (net.Conn, error) {
+				c, err := net.Dial("unix", socket)
+				if err != nil {
+					return nil, err
+				}
+				return rawio.Wrap(c, clientOneP.Load), nil // raw on one P (ClientProcs)
+			},
 			MaxConns:     1,
 			ReadTimeout:  timeout,
 			WriteTimeout: timeout,

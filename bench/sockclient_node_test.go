@@ -3,10 +3,12 @@
 package bench
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/axsched/ax/internal/rawio"
 	"github.com/axsched/ax/sidecar/sidecartest"
 )
 
@@ -39,5 +41,48 @@ func TestSockSubmitterAgainstANode(t *testing.T) {
 	}
 	if err := s.submit(body("sock-3", "h"), "sock-3", time.Time{}); err != nil {
 		t.Fatalf("submit after a conflict, same connection: %v", err)
+	}
+}
+
+// TestFastSubmitterOnOneP: with the bench on one P (ClientProcs 1) the
+// fastSubmitter dials a rawio.Conn, whose submits are answered as over a
+// plain connection; clientOnProcs's restore gives GOMAXPROCS back and
+// clears the flag, once however often it is called.
+func TestFastSubmitterOnOneP(t *testing.T) {
+	c := sidecartest.New(t, sidecartest.Options{NoExecutor: true})
+	before := runtime.GOMAXPROCS(0)
+	restore := clientOnProcs(1)
+	defer restore()
+	if runtime.GOMAXPROCS(0) != 1 || !clientOneP.Load() {
+		t.Fatalf("after clientOnProcs(1): GOMAXPROCS %d, one P %v", runtime.GOMAXPROCS(0), clientOneP.Load())
+	}
+	s := newFastSubmitter(c.Socket(0), 10*time.Second).(*fastSubmitter)
+	defer s.close()
+	conn, err := s.hc.Dial("ax")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := conn.(*rawio.Conn); !ok {
+		t.Fatalf("the submitter dials %T, want *rawio.Conn", conn)
+	}
+	conn.Close()
+	for _, id := range []string{"fast-1", "fast-2", "fast-1"} {
+		it := submitItem(id, "h")
+		d := "24h"
+		it.Delay = &d
+		if err := s.submit(raw(it), id, time.Now().Add(10*time.Second)); err != nil {
+			t.Fatalf("submit %s: %v", id, err)
+		}
+		if task, err := c.Task(0, id); err != nil || task.ID != id {
+			t.Fatalf("read of %s after its answer: %+v, %v", id, task, err)
+		}
+	}
+	restore()
+	restore()
+	if runtime.GOMAXPROCS(0) != before || clientOneP.Load() {
+		t.Fatalf("after restore: GOMAXPROCS %d (want %d), one P %v", runtime.GOMAXPROCS(0), before, clientOneP.Load())
+	}
+	if clientOnProcs(0)(); runtime.GOMAXPROCS(0) != before {
+		t.Fatal("clientOnProcs(0) changed GOMAXPROCS")
 	}
 }

@@ -311,7 +311,7 @@ peak in-flight at the executor.`,
 }
 
 func benchThroughputCmd(f *benchFlags) *cobra.Command {
-	var clients, batch, processing, workers int
+	var clients, batch, processing, workers, clientProcs int
 	var callers string
 	var duration, syncProbe time.Duration
 	var batchViews bool
@@ -326,7 +326,8 @@ day, from another), then run one phase per --callers entry in which that
 many concurrent callers submit one task per request (POST /v1/tasks) as
 fast as they can for --duration (each on its
 own connection; a single caller through a blocking socket client, so that
-the bench's own CPU stays off the path it measures), and a last phase in
+the bench's own CPU stays off the path it measures; more callers with the
+bench on one P, --client-procs, where their socket calls are raw), and a last phase in
 which the largest number of callers submit --batch tasks per
 request (POST /v1/tasks/batch; its answers asked with Prefer:
 return=minimal, each task's id and state, unless --batch-views; with
@@ -379,7 +380,7 @@ fires and completions.`,
 			defer cancel()
 			start := time.Now()
 			rep, err := bench.RunThroughput(ctx, opts, bench.ThroughputConfig{Callers: cs, Duration: duration, Batch: batch, BatchViews: batchViews, SyncProbe: syncProbe,
-				Processing: processing, Workers: workers})
+				Processing: processing, Workers: workers, ClientProcs: clientProcs})
 			cerr := cleanupTarget(cmd, f, "throughput", start)
 			if err != nil {
 				return benchError(err)
@@ -406,6 +407,7 @@ fires and completions.`,
 	cmd.Flags().DurationVar(&syncProbe, "sync-probe", time.Second, "how long to measure the disk's synced-write rate before the phases, and half as long the host's speed (0: skip both)")
 	cmd.Flags().IntVar(&processing, "processing", 50000, "no-op tasks of the processing phase, all due at once (0: skip the phase)")
 	cmd.Flags().IntVar(&workers, "workers", 100, "the executor's concurrency in the processing phase (the nodes' --delivery-concurrency)")
+	cmd.Flags().IntVar(&clientProcs, "client-procs", 1, "the bench's own GOMAXPROCS during the submit phases of more than one caller (0: as it is): on one P its callers' socket reads and writes are raw system calls, which keeps the bench's CPU off the machine its nodes share; restored after each")
 	return cmd
 }
 
