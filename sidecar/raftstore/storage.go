@@ -495,7 +495,7 @@ func diskFree(st *syscall.Statfs_t) DiskFree {
 // a statfs through the runtime after an idle moment wakes its sysmon
 // thread (internal/rawio), and the API asks before every write. A raw
 // statfs that took LogSyncSlow or more sends the policy's calls through
-// the runtime for a while (noteHeld).
+// the runtime for a while (timed).
 func freeSpaceHeld(dir string, policy *syncPolicy) (DiskFree, error) {
 	if policy == nil || !policy.useRaw() {
 		return FreeSpace(dir)
@@ -505,9 +505,10 @@ func freeSpaceHeld(dir string, policy *syncPolicy) (DiskFree, error) {
 		return DiskFree{}, err // as syscall.Statfs gives it
 	}
 	var st syscall.Statfs_t
-	begin := policy.clock()
-	_, _, errno := syscall.RawSyscall(syscall.SYS_STATFS, uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(&st)), 0)
-	policy.noteHeld("statfs of the data dir", begin, policy.clock())
+	var errno syscall.Errno
+	policy.timed("statfs of the data dir", func() {
+		_, _, errno = syscall.RawSyscall(syscall.SYS_STATFS, uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(&st)), 0)
+	})
 	if errno != 0 {
 		return DiskFree{}, errno
 	}

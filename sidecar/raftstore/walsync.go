@@ -69,7 +69,7 @@ import (
 // keeps the node on all its CPUs while a task is due within 2 s or a
 // callback is in flight, and OneP is false there. A raw disk call that
 // took LogSyncSlow or more sends those of the next LogSyncSlowHold
-// through the runtime (noteHeld), so a disk that turns slow stops the
+// through the runtime (timed), so a disk that turns slow stops the
 // process at most once a minute, not at every append; neither the metric
 // nor the log line can say so before the call returns. On more than one
 // P every call goes through the runtime: there another P is usually idle (sysmon
@@ -176,31 +176,30 @@ func (p *syncPolicy) sync(f types.WritableFile, rc syscall.RawConn, name string)
 		rawSync = rawFsync
 	}
 	var errno syscall.Errno
-	var begin, end time.Duration
 	if err := rc.Control(func(fd uintptr) {
-		begin = p.clock()
-		errno = rawSync(fd)
-		end = p.clock()
+		p.timed("fsync of the Raft log", func() { errno = rawSync(fd) })
 	}); err != nil {
 		p.handoff.Add(1)
 		return f.Sync()
 	}
 	p.raw.Add(1)
-	p.noteHeld("fsync of the Raft log", begin, end)
 	if errno != 0 {
 		return &os.PathError{Op: "sync", Path: name, Err: errno}
 	}
 	return nil
 }
 
-// noteHeld notes a raw call (what: "fsync of the Raft log", ...) that ran
-// from begin to end on the policy's clock: one that took LogSyncSlow or
-// more counts as slow, is logged as a warning, and sends the calls of the
-// next LogSyncSlowHold through the runtime. took also counts a wait for
+// timed runs call, a raw disk call (what: "fsync of the Raft log", ...),
+// on the policy's clock: one that took LogSyncSlow or more counts as
+// slow, is logged as a warning, and sends the calls of the next
+// LogSyncSlowHold through the runtime. The time also counts a wait for
 // the P if the goroutine is preempted as the call returns (sysmon asks a
 // goroutine that ran 10 ms to yield): a false slow one only sends calls
 // through the runtime, the safe way.
-func (p *syncPolicy) noteHeld(what string, begin, end time.Duration) {
+func (p *syncPolicy) timed(what string, call func()) {
+	begin := p.clock()
+	call()
+	end := p.clock()
 	if took := end - begin; took >= LogSyncSlow {
 		p.slow.Add(1)
 		p.slowUntil.Store(int64(end + LogSyncSlowHold))
@@ -302,7 +301,7 @@ func (f *syncFile) Sync() error {
 // longer copy into the page cache is left to the runtime, which can run
 // the process's goroutines beside it), with os.File.WriteAt otherwise. A
 // raw write that took LogSyncSlow or more is slow as an fsync would be
-// (noteHeld). Errors: *os.PathError with the call's errno, or with
+// (timed). Errors: *os.PathError with the call's errno, or with
 // io.ErrUnexpectedEOF after a pwrite that wrote nothing, as
 // os.File.WriteAt gives (internal/poll's Pwrite); a file that cannot be
 // reached raw (closed) is written by os.File.WriteAt, whose error says so.
@@ -317,15 +316,11 @@ func (f *syncFile) WriteAt(b []byte, off int64) (int, error) {
 	}
 	var n int
 	var errno syscall.Errno
-	var begin, end time.Duration
 	if err := f.rc.Control(func(fd uintptr) {
-		begin = p.clock()
-		n, errno = rawWrite(fd, b, off)
-		end = p.clock()
+		p.timed("write of the Raft log", func() { n, errno = rawWrite(fd, b, off) })
 	}); err != nil {
 		return f.WritableFile.WriteAt(b, off)
 	}
-	p.noteHeld("write of the Raft log", begin, end)
 	if errno != 0 {
 		return n, &os.PathError{Op: "write", Path: f.name, Err: errno}
 	}
