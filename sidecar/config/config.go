@@ -293,11 +293,11 @@ type Config struct {
 	// SnapshotInterval is how often Raft checks SnapshotThreshold.
 	// Defaults to SnapshotIntervalDefault.
 	SnapshotInterval time.Duration
-	// RaftLogSync is how the Raft log's fsyncs block (--raft-log-sync):
-	// raftstore.LogSyncAuto ("" too) keeps the P through a fsync while
-	// the adaptive controller has the process on one P (OnOneP) and
-	// fsyncs are fast;
-	// raftstore.LogSyncHandoff sends every fsync through the Go runtime,
+	// RaftLogSync is how the Raft log's writes and fsyncs, and the data
+	// dir's statfs, block (--raft-log-sync): raftstore.LogSyncAuto (""
+	// too) keeps the P through them while the adaptive controller has the
+	// process on one P (OnOneP) and they are fast;
+	// raftstore.LogSyncHandoff sends every one through the Go runtime,
 	// which hands the P to another thread (raftstore/walsync.go).
 	RaftLogSync raftstore.LogSync
 	// SocketIO is how ax's connections read and write (--socket-io):

@@ -39,8 +39,8 @@ type Config struct {
 	SnapshotThreshold  uint64
 	SnapshotInterval   time.Duration
 	TrailingLogs       uint64
-	// LogSync is how the Raft log's segment files are fsynced
-	// (walsync.go); "": LogSyncAuto. OneP reports whether the adaptive
+	// LogSync is how the Raft log's segment files are written and
+	// fsynced, and the data dir's statfs made (walsync.go); "": LogSyncAuto. OneP reports whether the adaptive
 	// GOMAXPROCS controller has the process on one P (procs.OnOneP), the
 	// only time LogSyncAuto keeps the P; nil: never.
 	LogSync LogSync

@@ -97,8 +97,8 @@ func rotateSealedTail(w *wal.WAL) (uint64, error) {
 
 // openWAL opens (or creates) the WAL in dir, which must exist, first
 // completing the rotation of a tail segment sealed by a process that was
-// killed before it rotated (see above). Its segment files fsync through
-// policy (walsync.go); nil: raft-wal's own files (os.File.Sync), as for a
+// killed before it rotated (see above). Its segment files write and fsync
+// through policy (walsync.go); nil: raft-wal's own files (os.File.Sync), as for a
 // migration's WAL and the tests'.
 //
 // raft-wal must be v0.4.1 or later: v0.4.0 marked a segment sealed in its

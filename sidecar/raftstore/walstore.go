@@ -74,7 +74,7 @@ var (
 
 // openLogStore opens the node's Raft log and stable store, DataDir/wal,
 // migrating DataDir/raft.db into it first when the dir holds only that
-// (migrateBoltLog). The WAL's segment files fsync through policy (nil:
+// (migrateBoltLog). The WAL's segment files write and fsync through policy (nil:
 // os.File.Sync; see openWAL). Errors: the migration's, and raft-wal's
 // when the WAL cannot be opened or recovered.
 func openLogStore(dataDir string, log zerolog.Logger, hlog hclog.Logger, policy *syncPolicy) (*wal.WAL, error) {

@@ -76,19 +76,20 @@ import (
 // then leaves the P in the system call alone), and a P held in a raw call
 // would hold up the garbage collector's stop-the-world.
 //
-// LogSyncHandoff (--raft-log-sync handoff) sends every fsync through the
-// runtime, as os.File.Sync does.
+// LogSyncHandoff (--raft-log-sync handoff) sends every fsync, write and
+// statfs through the runtime, as os.File's methods do.
 
-// LogSync says how the Raft log's segment files are fsynced (Config.LogSync).
+// LogSync says how the Raft log's segment files are written and fsynced,
+// and the data dir's statfs made (Config.LogSync).
 type LogSync string
 
 // The values of LogSync; "" is LogSyncAuto.
 const (
-	// LogSyncAuto: a raw fsync while the controller has the process on
-	// one P (Config.OneP) and the last slow fsync is LogSyncSlowHold or
-	// more ago; else the runtime's.
+	// LogSyncAuto: raw calls while the controller has the process on one
+	// P (Config.OneP) and the last slow one is LogSyncSlowHold or more
+	// ago; else the runtime's.
 	LogSyncAuto LogSync = "auto"
-	// LogSyncHandoff: every fsync through the runtime (os.File.Sync).
+	// LogSyncHandoff: every call through the runtime (os.File.Sync, ...).
 	LogSyncHandoff LogSync = "handoff"
 )
 
