@@ -23,7 +23,11 @@
 // long as the kernel copies, so a read asks for MaxRaw bytes at most and
 // a longer write goes through the runtime. Errors are the net package's
 // shapes: *net.OpError around the errno, net.ErrClosed or
-// os.ErrDeadlineExceeded; io.EOF at the end of the stream.
+// os.ErrDeadlineExceeded; io.EOF at the end of the stream. A raw Read or
+// Write allocates nothing: the function syscall.RawConn runs is made
+// once per connection and direction, and the calls of a direction take
+// turns on a mutex, as they would on the connection's own read or write
+// lock.
 //
 // What a wrapped connection loses: its concrete type. fasthttp writes a
 // response's header and a long body with one writev only to a
