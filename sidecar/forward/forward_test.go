@@ -401,6 +401,32 @@ func TestForwardNoLeader(t *testing.T) {
 	}
 }
 
+// NoLeaderWait counts from the first try: a first forward that took 1.5
+// s of the 2 s leaves 0.5 s to the retries. (The give-up timer starts at
+// the first retry, for what is left of NoLeaderWait.)
+func TestForwardNoLeaderCountsFromTheFirstTry(t *testing.T) {
+	e := newEnv(false, nil, []error{nil})
+	e.leader.block = true
+	wait := call(func() ([]raftfsm.Result, error) { return e.f.Propose(context.Background(), cmds) })
+	<-e.leader.blocked
+	e.clock.Advance(1500 * time.Millisecond)
+	e.leaders.change("") // ends the forward; no leader to retry with
+	for _, d := range []time.Duration{10, 20, 40, 80, 160} {
+		e.backoff(d * time.Millisecond) // 310 ms
+	}
+	e.backoff(190 * time.Millisecond) // 500 ms since the retries began; the backoff's 200 ms have not passed
+	done := make(chan error, 1)
+	go func() { _, err := wait(); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNoLeader) {
+			t.Fatalf("%v, want ErrNoLeader", err)
+		}
+	case <-time.After(10 * time.Second): // a bound on a hang, not a timing
+		t.Fatal("still retrying 2 s after the first try")
+	}
+}
+
 func TestWaitApplied(t *testing.T) {
 	e := newEnv(false, nil, nil)
 	if !e.f.WaitApplied(context.Background(), 5, time.Second) {
