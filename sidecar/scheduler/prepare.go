@@ -54,10 +54,17 @@ type PrepareConfig struct {
 type Preparer struct {
 	cfg       PrepareConfig
 	schedules scheduleCache
+	// schedule is schedules.schedule, the method value made once: made
+	// in Prepare, it was an allocation of every command.
+	schedule func(*raftfsm.Spec) (raftfsm.Schedule, error)
 }
 
 // NewPreparer returns a Preparer over cfg.
-func NewPreparer(cfg PrepareConfig) *Preparer { return &Preparer{cfg: cfg} }
+func NewPreparer(cfg PrepareConfig) *Preparer {
+	p := &Preparer{cfg: cfg}
+	p.schedule = p.schedules.schedule
+	return p
+}
 
 // Task reads task id from the local store (PrepareConfig.Task): nil when
 // absent.
@@ -80,7 +87,7 @@ func (p *Preparer) Flow(id string) *raftfsm.Flow {
 // the next leader) gets the values of the last call.
 func (p *Preparer) Prepare(c *raftfsm.Command, now time.Time) {
 	in := raftfsm.LeaderInputs{
-		Schedule: p.schedules.schedule, LeaseGrace: p.cfg.LeaseGrace,
+		Schedule: p.schedule, LeaseGrace: p.cfg.LeaseGrace,
 		ProbeMin: p.cfg.ProbeMin, ProbeMax: p.cfg.ProbeMax, Alerts: p.cfg.Alerts,
 	}
 	var id string // the task the command is about, for the flow and the log
