@@ -3,6 +3,7 @@ package ipc
 import (
 	"context"
 	"strings"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 )
@@ -91,9 +92,12 @@ var methodOrder = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"}
 // path. It returns the route and the raw segment matched by its parameter,
 // or nil and the methods the path allows ("" when no route has this path:
 // 404; otherwise 405 with that Allow header). Routing on the raw path keeps
-// "%2F" inside an id from being taken for a path separator.
+// "%2F" inside an id from being taken for a path separator. The path is
+// matched in place (unsafe.String: nothing here keeps it or writes to
+// rawPath); only a parameter is copied, so that a route without one
+// allocates nothing.
 func match(method string, rawPath []byte) (def *routeDef, param, allow string) {
-	p := string(rawPath)
+	p := unsafe.String(unsafe.SliceData(rawPath), len(rawPath))
 	var methods []string
 	for i := range routes {
 		r := &routes[i]
@@ -102,7 +106,7 @@ func match(method string, rawPath []byte) (def *routeDef, param, allow string) {
 			continue
 		}
 		if r.Method == method || r.Method == "GET" && method == "HEAD" {
-			return r, prm, ""
+			return r, strings.Clone(prm), ""
 		}
 		methods = append(methods, r.Method)
 		if r.Method == "GET" {

@@ -1,0 +1,6 @@
+//go:build !race
+
+package ipc
+
+// raceDetector is true under -race (race_on_test.go).
+const raceDetector = false
