@@ -132,13 +132,18 @@ func appendOmitTime(b []byte, key string, t *time.Time) ([]byte, bool) {
 }
 
 // appendTime writes t as time.Time.MarshalJSON does (RFC 3339 with
-// nanoseconds, quoted); false when it refuses t (a year outside 0–9999).
+// nanoseconds, quoted: the same bytes, as AppendFormat with RFC3339Nano
+// writes them), without its allocation; false when MarshalJSON refuses t:
+// a year outside 0–9999, or a zone offset of 24 hours or more.
 func appendTime(b []byte, key string, t time.Time) ([]byte, bool) {
-	tb, err := t.MarshalJSON()
-	if err != nil {
+	if y := t.Year(); y < 0 || y > 9999 {
 		return b, false
 	}
-	return append(append(b, key...), tb...), true
+	if _, off := t.Zone(); off <= -24*3600 || off >= 24*3600 {
+		return b, false
+	}
+	b = append(append(b, key...), '"')
+	return append(t.AppendFormat(b, time.RFC3339Nano), '"'), true
 }
 
 // appendReflect writes v with encoding/json (HTML escaping off, as the
