@@ -122,7 +122,11 @@ func taskEnded(w *writer, index uint64, evs []Event, atMs, cronNextMs int64, ale
 // putTask stores t and keeps the due, running and finished indexes in step
 // with the change from prev (nil when t is new; otherwise the record of
 // t.ID as stored). It is the one writer of task records.
-func putTask(w *writer, prev, t *Task) error {
+func putTask(w *writer, prev, t *Task) error { return putTaskKey(w, prev, t, taskKey(t.ID)) }
+
+// putTaskKey is putTask with t's record key (taskKey(t.ID)) already made:
+// a submit makes it once for the id filter's check and the write.
+func putTaskKey(w *writer, prev, t *Task, key []byte) error {
 	if err := indexFinished(w, prev, t); err != nil {
 		return err
 	}
@@ -165,7 +169,6 @@ func putTask(w *writer, prev, t *Task) error {
 			}
 		}
 	}
-	key := taskKey(t.ID)
 	if prev == nil && w.f.ids != nil {
 		// A new record (prev is always the stored one: putTask is the
 		// one writer of task records): its id joins the filter before
@@ -199,13 +202,15 @@ func loadTask(w *writer, id string) (*Task, error) {
 // loadSubmitted is loadTask for the id of a submit, usually new: an id the
 // FSM's id filter does not hold is not read (idfilter.go). The other
 // commands name stored tasks, for which the filter would only add its
-// hashing to the read.
-func loadSubmitted(w *writer, id string) (*Task, error) {
+// hashing to the read. It also returns the record's key, for the write
+// (putTaskKey).
+func loadSubmitted(w *writer, id string) (*Task, []byte, error) {
 	key := taskKey(id)
 	if ids := w.f.ids; ids != nil && !ids.mayContain(key) {
-		return nil, nil
+		return nil, key, nil
 	}
-	return loadTaskKey(w, key)
+	t, err := loadTaskKey(w, key)
+	return t, key, err
 }
 
 func loadTaskKey(w *writer, key []byte) (*Task, error) {
@@ -228,7 +233,7 @@ func loadTaskKey(w *writer, key []byte) (*Task, error) {
 }
 
 func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {
-	prev, err := loadSubmitted(w, s.ID)
+	prev, key, err := loadSubmitted(w, s.ID)
 	if err != nil {
 		return Result{}, nil, err
 	}
@@ -253,7 +258,7 @@ func applySubmit(w *writer, index uint64, s *Submit) (Result, []Event, error) {
 		t.HistFirst = prev.HistFirst
 		ev.Prev, ev.PrevNode = prev.State, prev.Node
 	}
-	if err := putTask(w, prev, t); err != nil {
+	if err := putTaskKey(w, prev, t, key); err != nil {
 		return Result{}, nil, err
 	}
 	return res, append([]Event{ev}, more...), nil
