@@ -611,6 +611,10 @@ type reader struct {
 	b    []byte
 	p    int
 	fail bool
+	// handler is the last handler name read (strSame): the commands of
+	// one entry, a batch's above all, mostly name the same handler, and
+	// each copy was an allocation of every submit decoded.
+	handler string
 }
 
 func (r *reader) code() byte {
@@ -699,6 +703,20 @@ func (r *reader) str() string {
 		return ""
 	}
 	return string(r.next(n))
+}
+
+// strSame is str that returns *last, not a new copy, when the string read
+// equals it, and keeps a new one in *last.
+func (r *reader) strSame(last *string) string {
+	n := r.strLen(r.code(), false)
+	if n <= 0 {
+		return ""
+	}
+	b := r.next(n)
+	if string(b) != *last {
+		*last = string(b)
+	}
+	return *last
 }
 
 // bin reads a []byte field as msgpack does: nil for nil, a new slice
@@ -821,7 +839,7 @@ func decodeSpecFast(r *reader, s *Spec) bool {
 		switch string(r.key()) {
 		case "h":
 			r.seen(&mask, 0)
-			s.Handler = r.str()
+			s.Handler = r.strSame(&r.handler)
 		case "p":
 			r.seen(&mask, 1)
 			s.Payload = r.payload()

@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"bytes"
 	"encoding/hex"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -589,4 +591,33 @@ func FuzzResultsDecodeMatchesReflection(f *testing.F) {
 			t.Fatalf("%x:\nfast:       %+v\nreflection: %+v", b, got, want)
 		}
 	})
+}
+
+// The submits of one entry that name the handler of the submit before
+// share its string: one copy for a run of the same handler, not one per
+// command (a batch's submits mostly name one handler). Each still
+// decodes to its own value.
+func TestDecodeEntrySharesARepeatedHandler(t *testing.T) {
+	var cmds []Command
+	for i, h := range []string{"a.h", "a.h", "b.h", "b.h", "a.h", ""} {
+		cmds = append(cmds, submitCmd(fmt.Sprintf("t%d", i), Spec{Handler: h, DelayNs: 1e9}, 1_700_000_001_000, 1_700_000_000_000))
+	}
+	got, err := DecodeEntry(mustEncode(t, cmds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cmds {
+		if g, w := got[i].Submit.Spec.Handler, cmds[i].Submit.Spec.Handler; g != w {
+			t.Fatalf("command %d: handler %q, want %q", i, g, w)
+		}
+	}
+	same := func(i, j int) bool {
+		return unsafe.StringData(got[i].Submit.Spec.Handler) == unsafe.StringData(got[j].Submit.Spec.Handler)
+	}
+	if !same(0, 1) || !same(2, 3) {
+		t.Fatal("a handler repeated by the next submit was copied again")
+	}
+	if same(1, 2) || same(3, 4) {
+		t.Fatal("different handlers share a string")
+	}
 }
