@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/hex"
+	"sync/atomic"
 	"time"
 
 	"github.com/axsched/ax/clients/go/axapi"
@@ -26,6 +27,27 @@ type WaitingView struct {
 	UntilMs int64  `json:"until_ms,omitempty"`
 }
 
+// durationString is d.String() through a small cache of the durations
+// last formatted (64 slots by a hash of d, each the last one there): a
+// busy node's answers repeat a few timeouts and delays, and each String
+// was an allocation of every task view.
+func durationString(d time.Duration) string {
+	slot := &durationTexts[uint64(d)*0x9e3779b97f4a7c15>>58]
+	if e := slot.Load(); e != nil && e.d == d {
+		return e.s
+	}
+	s := d.String()
+	slot.Store(&durationText{d: d, s: s})
+	return s
+}
+
+var durationTexts [64]atomic.Pointer[durationText]
+
+type durationText struct {
+	d time.Duration
+	s string
+}
+
 func msTime(ms int64) *time.Time {
 	if ms == 0 {
 		return nil
@@ -42,13 +64,13 @@ func TaskView(t *raftfsm.Task) ipc.Task { return taskView(t) }
 func taskView(t *raftfsm.Task) ipc.Task {
 	v := ipc.Task{
 		ID: t.ID, Handler: t.Spec.Handler, State: t.State.String(), Priority: t.Spec.Priority,
-		Attempts: t.Attempts, MaxAttempts: t.Spec.MaxAttempts, Timeout: time.Duration(t.Spec.TimeoutNs).String(),
+		Attempts: t.Attempts, MaxAttempts: t.Spec.MaxAttempts, Timeout: durationString(time.Duration(t.Spec.TimeoutNs)),
 		RunAt: msTime(t.Spec.RunAtMs), LastError: t.LastError,
 		CreatedAt: time.UnixMilli(t.CreatedMs).UTC(), UpdatedAt: time.UnixMilli(t.UpdatedMs).UTC(),
 		FinishedAt: msTime(t.FinishedMs), Payload: t.Spec.Payload, PayloadBase64: t.Spec.PayloadBase64,
 	}
 	if t.Spec.RunAtMs == 0 && (t.Spec.DelayNs != 0 || !t.Spec.Recurring()) {
-		v.Delay = time.Duration(t.Spec.DelayNs).String()
+		v.Delay = durationString(time.Duration(t.Spec.DelayNs))
 	}
 	v.Run, v.Snoozes = t.RunNumber(), t.Snoozes
 	if t.State == raftfsm.StateWaiting && t.HeldBy != 0 {

@@ -51,3 +51,26 @@ func TestRunViewResultNotUTF8(t *testing.T) {
 		}
 	}
 }
+
+// durationString gives d.String() for every duration, also when two
+// durations take turns in one cache slot, and allocates nothing for a
+// duration it has just formatted.
+func TestDurationStringIsString(t *testing.T) {
+	ds := []time.Duration{0, 1, -1, 999, time.Microsecond, 1500 * time.Millisecond, 30 * time.Second,
+		24 * time.Hour, -90 * time.Minute, 1<<63 - 1, -1 << 63}
+	for i := range 2000 {
+		ds = append(ds, time.Duration(i)*time.Millisecond*37)
+	}
+	for round := range 3 {
+		for _, d := range ds {
+			if got, want := durationString(d), d.String(); got != want {
+				t.Fatalf("round %d: durationString(%d) = %q, want %q", round, int64(d), got, want)
+			}
+		}
+	}
+	d := 30 * time.Second
+	durationString(d)
+	if n := testing.AllocsPerRun(100, func() { durationString(d) }); n != 0 {
+		t.Fatalf("%.1f allocations for a duration just formatted, want 0", n)
+	}
+}
