@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -116,6 +117,8 @@ type Forwarder struct {
 	forwarded atomic.Uint64
 	// changes ends forwards at leader changes.
 	changes changeContexts
+	// giveUps keeps stopped give-up timers (giveUpTimer).
+	giveUps sync.Pool
 }
 
 // ReadWait bounds how long a read waits for this node to apply the writes
@@ -225,17 +228,8 @@ func (f *Forwarder) proposeRetrying(ctx context.Context, cmds []raftfsm.Command,
 	// Without a leader for NoLeaderWait, give up early: an election takes
 	// about one election timeout, so longer means no quorum, and the
 	// client should hear 503 no_leader now rather than at its deadline.
-	// Its timer starts with the first retry, for what is left of
-	// NoLeaderWait since the first try: most writes need no retry, and a
-	// timer per write was two allocations of every forwarded or local
-	// write (BenchmarkProposeAPIForwarded).
-	start := f.cfg.Clock.Now()
-	var giveUp engine.Timer
-	defer func() {
-		if giveUp != nil {
-			giveUp.Stop()
-		}
-	}()
+	giveUp := f.giveUpTimer()
+	defer f.putGiveUp(giveUp)
 	for {
 		if f.cfg.Local.IsLeader() {
 			res, err := f.cfg.Local.Propose(ctx, cmds)
@@ -270,9 +264,6 @@ func (f *Forwarder) proposeRetrying(ctx context.Context, cmds []raftfsm.Command,
 			lastErr = err
 			f.cfg.Log.Debug().Err(err).Str("leader", addr).Msg("forward to leader failed; retrying")
 		}
-		if giveUp == nil {
-			giveUp = f.cfg.Clock.NewTimer(f.cfg.NoLeaderWait - f.cfg.Clock.Now().Sub(start))
-		}
 		wait := f.cfg.Clock.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -289,6 +280,25 @@ func (f *Forwarder) proposeRetrying(ctx context.Context, cmds []raftfsm.Command,
 		}
 		backoff = min(backoff*2, 200*time.Millisecond)
 	}
+}
+
+// giveUpTimer returns a timer of NoLeaderWait for proposeRetrying, from
+// f.giveUps when one is there (a new timer per write was two allocations
+// of every forwarded or local write: BenchmarkProposeAPIForwarded);
+// putGiveUp stops it and puts it back. A stopped timer delivers nothing
+// stale after Reset (engine.Timer), so a pooled one is as good as new.
+func (f *Forwarder) giveUpTimer() engine.Timer {
+	if t, ok := f.giveUps.Get().(engine.Timer); ok {
+		t.Reset(f.cfg.NoLeaderWait)
+		return t
+	}
+	return f.cfg.Clock.NewTimer(f.cfg.NoLeaderWait)
+}
+
+// putGiveUp stops t and keeps it for the next giveUpTimer.
+func (f *Forwarder) putGiveUp(t engine.Timer) {
+	t.Stop()
+	f.giveUps.Put(t)
 }
 
 func maxIndex(rs []raftfsm.Result) uint64 {

@@ -59,12 +59,22 @@ func (l *fakeLocal) Propose(context.Context, []raftfsm.Command) ([]raftfsm.Resul
 
 type fakeLeader struct {
 	answers
-	// block, when set, makes the first call wait for its context.
+	// block, when set, makes the first call wait for its context;
+	// release, when set, makes the first call wait for it and answer.
 	block   bool
 	blocked chan struct{}
+	release chan struct{}
 }
 
 func (l *fakeLeader) Propose(ctx context.Context, addr string, _ []raftfsm.Command) ([]raftfsm.Result, error) {
+	if l.release != nil && l.count() == 0 {
+		l.mu.Lock()
+		l.calls++
+		l.mu.Unlock()
+		close(l.blocked)
+		<-l.release
+		return []raftfsm.Result{{Code: raftfsm.CodeOK, Index: 5}}, nil
+	}
 	if l.block && l.count() == 0 {
 		l.mu.Lock()
 		l.calls++
@@ -402,8 +412,7 @@ func TestForwardNoLeader(t *testing.T) {
 }
 
 // NoLeaderWait counts from the first try: a first forward that took 1.5
-// s of the 2 s leaves 0.5 s to the retries. (The give-up timer starts at
-// the first retry, for what is left of NoLeaderWait.)
+// s of the 2 s leaves 0.5 s to the retries.
 func TestForwardNoLeaderCountsFromTheFirstTry(t *testing.T) {
 	e := newEnv(false, nil, []error{nil})
 	e.leader.block = true
@@ -414,7 +423,7 @@ func TestForwardNoLeaderCountsFromTheFirstTry(t *testing.T) {
 	for _, d := range []time.Duration{10, 20, 40, 80, 160} {
 		e.backoff(d * time.Millisecond) // 310 ms
 	}
-	e.backoff(190 * time.Millisecond) // 500 ms since the retries began; the backoff's 200 ms have not passed
+	e.backoff(190 * time.Millisecond) // 2 s since the first try; the backoff's 200 ms have not passed
 	done := make(chan error, 1)
 	go func() { _, err := wait(); done <- err }()
 	select {
@@ -425,6 +434,58 @@ func TestForwardNoLeaderCountsFromTheFirstTry(t *testing.T) {
 	case <-time.After(10 * time.Second): // a bound on a hang, not a timing
 		t.Fatal("still retrying 2 s after the first try")
 	}
+}
+
+// The give-up timers are reused (giveUpTimer): a write after one that gave
+// up, and one after a write whose timer fired unseen, each still wait the
+// whole NoLeaderWait.
+func TestForwardGiveUpTimerReusedWhole(t *testing.T) {
+	e := newEnv(false, nil, []error{nil})
+	e.leaders.change("")
+	giveUp := func(what string) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { _, err := e.f.Propose(context.Background(), cmds); done <- err }()
+		// Bounds on a hang, not timings: a timer not re-armed never
+		// fires, one that gave up at once leaves no timer armed.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for range 2 { // the first backoff, then the second
+			if err := e.clock.BlockUntilContext(ctx, 2); err != nil {
+				t.Fatalf("%s: not waiting on its give-up and backoff timers", what)
+			}
+			if len(done) > 0 {
+				t.Fatalf("%s: gave up at once: %v", what, <-done)
+			}
+			e.clock.Advance(10 * time.Millisecond)
+		}
+		e.clock.Advance(2 * time.Second)
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrNoLeader) {
+				t.Fatalf("%s: %v, want ErrNoLeader", what, err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: no give-up 2 s after the first try", what)
+		}
+	}
+	giveUp("first write")
+	giveUp("a write after one that gave up")
+
+	// A forward that outlasts NoLeaderWait and succeeds leaves its fired
+	// timer unread.
+	e.leaders.change("leader:1")
+	e.leader.release, e.leader.blocked = make(chan struct{}), make(chan struct{})
+	e.leader.calls = 0
+	wait := call(func() ([]raftfsm.Result, error) { return e.f.Propose(context.Background(), cmds) })
+	<-e.leader.blocked
+	e.clock.Advance(3 * time.Second)
+	close(e.leader.release)
+	if _, err := wait(); err != nil {
+		t.Fatalf("a slow forward: %v", err)
+	}
+	e.leaders.change("")
+	giveUp("a write after a fired, unread timer")
 }
 
 func TestWaitApplied(t *testing.T) {
