@@ -71,6 +71,22 @@ func scanSubmit(body []byte) (r submitRequest, ok bool) {
 type scanner struct {
 	b []byte
 	p int
+	// last is, per string field, the value read last (same): the items of
+	// a batch mostly repeat their handler, delay and timeout, and each
+	// copy, two allocations with its pointer, was made for every task.
+	last [fieldCount]*string
+}
+
+// same returns a pointer to raw as a string: the one read last for field
+// f when it is equal (the requests' string fields are never written
+// through), else a new copy, kept as f's last.
+func (s *scanner) same(f uint, raw []byte) *string {
+	if l := s.last[f]; l != nil && *l == string(raw) {
+		return l
+	}
+	v := string(raw)
+	s.last[f] = &v
+	return &v
 }
 
 // ws skips JSON white space.
@@ -344,6 +360,7 @@ const (
 	fTraceParent
 	fTraceState
 	fPayload
+	fieldCount // how many there are
 )
 
 var submitFields = map[string]uint{
@@ -393,36 +410,36 @@ func (s *scanner) field(r *submitRequest, f uint) bool {
 	if !ok {
 		return false
 	}
-	v := string(raw)
+	v := s.same(f, raw)
 	switch f {
 	case fID:
-		r.ID = wireString{s: v}
+		r.ID = wireString{s: *v}
 	case fHandler:
-		r.Handler = wireString{s: v}
+		r.Handler = wireString{s: *v}
 	case fPayloadBase64:
-		r.PayloadBase64 = &v
+		r.PayloadBase64 = v
 	case fDelay:
-		r.Delay = &v
+		r.Delay = v
 	case fRunAt:
-		r.RunAt = &v
+		r.RunAt = v
 	case fTimeout:
-		r.Timeout = &v
+		r.Timeout = v
 	case fCron:
-		r.Cron = &v
+		r.Cron = v
 	case fTimezone:
-		r.Timezone = &v
+		r.Timezone = v
 	case fEvery:
-		r.Every = &v
+		r.Every = v
 	case fUntil:
-		r.Until = &v
+		r.Until = v
 	case fRouteKey:
-		r.RouteKey = &v
+		r.RouteKey = v
 	case fRetention:
-		r.Retention = &v
+		r.Retention = v
 	case fTraceParent:
-		r.TraceParent = v
+		r.TraceParent = *v
 	case fTraceState:
-		r.TraceState = v
+		r.TraceState = *v
 	default:
 		return false
 	}

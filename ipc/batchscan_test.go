@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // jsonRequests decodes a batch body as DecodeSubmitBatch did before the
@@ -248,4 +249,26 @@ func FuzzScanSubmitMatchesJSON(f *testing.F) {
 			t.Fatalf("%q:\nscanner: %+v\njson:    %+v", body, got, want)
 		}
 	})
+}
+
+// A batch's items that repeat the string of the item before share it (a
+// handler's, a delay's, one pointer for both items), and each reads its
+// own value: the copies were most of a batch task's allocations.
+func TestScanSubmitBatchSharesRepeatedStrings(t *testing.T) {
+	body := `{"tasks":[{"handler":"a","delay":"1s"},{"handler":"a","delay":"1s"},{"handler":"b","delay":"2s"},{"handler":"a","delay":"1s"}]}`
+	reqs, ok := scanSubmitBatch([]byte(body))
+	if !ok || len(reqs) != 4 {
+		t.Fatalf("scanner: %v, %d items", ok, len(reqs))
+	}
+	for i, want := range []struct{ h, d string }{{"a", "1s"}, {"a", "1s"}, {"b", "2s"}, {"a", "1s"}} {
+		if reqs[i].Handler.s != want.h || reqs[i].Delay == nil || *reqs[i].Delay != want.d {
+			t.Fatalf("item %d: handler %q delay %v, want %q %q", i, reqs[i].Handler.s, reqs[i].Delay, want.h, want.d)
+		}
+	}
+	if reqs[0].Delay != reqs[1].Delay || unsafe.StringData(reqs[0].Handler.s) != unsafe.StringData(reqs[1].Handler.s) {
+		t.Fatal("a repeated string was copied again")
+	}
+	if reqs[1].Delay == reqs[2].Delay || *reqs[0].Delay != "1s" {
+		t.Fatal("different values share a string")
+	}
 }
