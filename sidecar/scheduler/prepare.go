@@ -86,8 +86,12 @@ func (p *Preparer) Flow(id string) *raftfsm.Flow {
 // parsed schedule. It is idempotent: a command prepared twice (resent to
 // the next leader) gets the values of the last call.
 func (p *Preparer) Prepare(c *raftfsm.Command, now time.Time) {
+	schedule := p.schedule
+	if schedule == nil { // a Preparer not made by NewPreparer
+		schedule = p.schedules.schedule
+	}
 	in := raftfsm.LeaderInputs{
-		Schedule: p.schedule, LeaseGrace: p.cfg.LeaseGrace,
+		Schedule: schedule, LeaseGrace: p.cfg.LeaseGrace,
 		ProbeMin: p.cfg.ProbeMin, ProbeMax: p.cfg.ProbeMax, Alerts: p.cfg.Alerts,
 	}
 	var id string // the task the command is about, for the flow and the log
