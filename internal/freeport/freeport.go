@@ -9,7 +9,13 @@
 // use"). freeport therefore picks below the ephemeral range, where the
 // kernel never assigns ports by itself, from a random start that differs per
 // process and a counter that never repeats a port within one process, and
-// checks each by binding it once.
+// checks each by binding it once. Two processes' counters can still meet
+// (go test runs packages side by side, the e2e tests beside them: a
+// raftstore test once failed to bind a port another process had just
+// picked), so a port is also claimed across processes: an exclusive flock
+// on a file named after it in a shared directory (claimDir: empty files,
+// one per port ever claimed), held until the process exits; a port whose
+// file another process holds is skipped.
 //
 // It imports only the standard library.
 package freeport
@@ -71,6 +77,9 @@ func Ports(n int) ([]int, error) {
 		next++
 		if next >= top {
 			next = lowest
+		}
+		if !claim(p) {
+			continue // another process's
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
