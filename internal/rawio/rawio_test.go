@@ -290,40 +290,11 @@ func TestConnErrorsAsNetsOwn(t *testing.T) {
 	})
 }
 
-// BenchmarkConnPingPong is one request and answer of 64 bytes each over a
-// Unix socket pair, both ends raw (hold true): the system calls and what
-// Conn adds to them.
-func BenchmarkConnPingPong(b *testing.B) {
-	a, d := pair(b, "unix", always)
-	msg := make([]byte, 64)
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			if _, err := io.ReadFull(a, buf); err != nil {
-				return
-			}
-			if _, err := a.Write(buf); err != nil {
-				return
-			}
-		}
-	}()
-	buf := make([]byte, 64)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		if _, err := d.Write(msg); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(d, buf); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// A raw Read or Write allocates nothing (each used to allocate its
-// closure and the variables it wrote: 8 allocations a round trip).
-func TestConnRawCallsAllocateNothing(t *testing.T) {
-	a, d := pair(t, "unix", always)
+// pingPong returns a round trip of 64 bytes over a Unix socket pair, both
+// ends raw (hold true): a write of the dialled end, echoed by the accepted
+// one, then read back. The echo ends with the test.
+func pingPong(tb testing.TB) (roundTrip func() error) {
+	a, d := pair(tb, "unix", always)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -337,17 +308,40 @@ func TestConnRawCallsAllocateNothing(t *testing.T) {
 			}
 		}
 	}()
+	tb.Cleanup(func() { d.Close(); <-done })
 	msg, buf := make([]byte, 64), make([]byte, 64)
-	allocs := testing.AllocsPerRun(200, func() {
+	return func() error {
 		if _, err := d.Write(msg); err != nil {
-			t.Fatal(err)
+			return err
 		}
-		if _, err := io.ReadFull(d, buf); err != nil {
+		_, err := io.ReadFull(d, buf)
+		return err
+	}
+}
+
+// BenchmarkConnPingPong is one request and answer of 64 bytes each over a
+// Unix socket pair, both ends raw (hold true): the system calls and what
+// Conn adds to them.
+func BenchmarkConnPingPong(b *testing.B) {
+	roundTrip := pingPong(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if err := roundTrip(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// A raw Read or Write allocates nothing (each used to allocate its
+// closure and the variables it wrote: 8 allocations a round trip).
+func TestConnRawCallsAllocateNothing(t *testing.T) {
+	roundTrip := pingPong(t)
+	allocs := testing.AllocsPerRun(200, func() {
+		if err := roundTrip(); err != nil {
 			t.Fatal(err)
 		}
 	})
-	d.Close()
-	<-done
 	if allocs != 0 {
 		t.Fatalf("%.1f allocations a round trip, want 0", allocs)
 	}
